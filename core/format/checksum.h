@@ -1,0 +1,28 @@
+// Chunk checksums (FORMAT.md "Checksums"): xxHash3-64 per checksum block, combined per chunk.
+#ifndef DISTCKPT_CORE_FORMAT_CHECKSUM_H_
+#define DISTCKPT_CORE_FORMAT_CHECKSUM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/base/span.h"
+
+namespace distckpt {
+
+/// XXH3-64 (seed 0) of a byte range.
+uint64_t Xxh3(const void* data, size_t size);
+
+/// Number of checksum blocks a chunk of `length` bytes has: ceil(length / block_size), at least 1.
+uint64_t NumChecksumBlocks(uint64_t length, uint64_t block_size);
+
+/// The chunk checksum from its block checksums: the block checksum itself when there is one block, otherwise XXH3-64
+/// of the little-endian concatenation of the block checksums. Lets blocks be hashed in parallel.
+uint64_t CombineBlockChecksums(Span<const uint64_t> block_checksums);
+
+/// Computes the block checksums of a whole chunk held in memory, and returns the chunk checksum.
+uint64_t ChunkChecksum(const void* data, uint64_t length, uint64_t block_size, std::vector<uint64_t>* blocks);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_FORMAT_CHECKSUM_H_

@@ -1,0 +1,138 @@
+// Checkpoint metadata: the writer-side record, its FlatBuffers encoding, and the validated zero-copy reader view.
+// The byte-level contract is FORMAT.md beside this file.
+#ifndef DISTCKPT_CORE_FORMAT_METADATA_H_
+#define DISTCKPT_CORE_FORMAT_METADATA_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/base/box.h"
+#include "core/base/dtype.h"
+#include "core/base/span.h"
+#include "core/base/status.h"
+
+namespace distckpt {
+
+constexpr uint16_t kFormatMajor = 1;
+constexpr uint16_t kFormatMinor = 0;
+/// Data chunks start on this boundary inside data files.
+constexpr uint64_t kChunkAlignment = 4096;
+/// Default size of a checksum block (see FORMAT.md "Checksums").
+constexpr uint64_t kDefaultChecksumBlockSize = 1 << 20;
+/// Name of the metadata file inside a checkpoint directory.
+constexpr char kMetadataFileName[] = "metadata.dckpt";
+/// FlatBuffers file_identifier of the metadata file.
+constexpr char kMetadataFileIdentifier[] = "DCK1";
+/// Marks a chunk that has a single checksum block (no entry in block_checksums).
+constexpr uint32_t kNoBlockTable = 0xFFFFFFFFu;
+/// Upper bound on a metadata file a reader accepts (FlatBuffers' own limit is 2 GiB).
+constexpr uint64_t kMaxMetadataBytes = (1ull << 31) - 1;
+
+enum class EntryKind : uint8_t { kTensor = 0, kBytes = 1 };
+
+/// Where one chunk's bytes live. Mirrors the FlatBuffers struct `ChunkLoc`.
+struct ChunkLocation {
+  uint64_t offset = 0;     ///< Byte offset in the data file; a multiple of kChunkAlignment.
+  uint64_t length = 0;     ///< Byte length = volume(box) * dtype size (for bytes entries: the blob size).
+  uint64_t checksum = 0;   ///< Chunk checksum, see ChunkChecksum() in checksum.h.
+  uint32_t file = 0;       ///< Index into Metadata files.
+  uint32_t first_block = kNoBlockTable;  ///< Index of the chunk's first block checksum, or kNoBlockTable.
+};
+
+/// Writer-side description of one entry. Tensor chunk boxes are stored flattened: chunk i's offsets are
+/// chunk_offsets[i*ndim .. i*ndim+ndim).
+struct EntryRecord {
+  std::string name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kU8;
+  std::vector<uint64_t> shape;
+  std::vector<uint64_t> chunk_offsets;
+  std::vector<uint64_t> chunk_lengths;
+  std::vector<ChunkLocation> chunks;
+  std::vector<uint64_t> block_checksums;
+};
+
+struct DataFileRecord {
+  std::string name;
+  uint64_t size = 0;  ///< Exact size of the file after the save.
+};
+
+/// Everything a writer puts into the metadata file.
+struct MetadataRecord {
+  std::string writer;  ///< e.g. "distckpt 0.1.0"
+  uint64_t checksum_block_size = kDefaultChecksumBlockSize;
+  std::vector<DataFileRecord> files;
+  std::vector<EntryRecord> entries;  ///< Any order; EncodeMetadata sorts by name.
+  std::vector<std::pair<std::string, std::string>> user;  ///< Free-form key/values (step, framework, ...).
+  std::string structure;  ///< Opaque description a binding uses to rebuild nested state (JSON by convention).
+};
+
+/// Serialises `record` (entries sorted by name, user keys sorted) into a FlatBuffers buffer with the file_identifier.
+/// Fails if the record itself would not pass validation (duplicate names, bad file names...).
+Result<std::string> EncodeMetadata(MetadataRecord record);
+
+/// Read-only view of one entry inside a MetadataView. Pointers borrow from the view's buffer.
+struct EntryView {
+  std::string_view name;
+  EntryKind kind = EntryKind::kTensor;
+  DType dtype = DType::kInvalid;
+  Span<const uint64_t> shape;
+  size_t num_chunks = 0;
+  const uint64_t* chunk_offsets = nullptr;  ///< num_chunks * ndim values
+  const uint64_t* chunk_lengths = nullptr;  ///< num_chunks * ndim values
+  const void* chunk_locs = nullptr;         ///< num_chunks FlatBuffers ChunkLoc structs; use chunk()
+  Span<const uint64_t> block_checksums;
+
+  uint32_t ndim() const { return static_cast<uint32_t>(shape.size()); }
+  Box chunk_box(size_t i) const;
+  ChunkLocation chunk(size_t i) const;
+  /// Total bytes of the entry (product of shape * dtype size, or the blob size).
+  uint64_t nbytes() const;
+};
+
+/// A verified, validated metadata buffer. Construction runs the FlatBuffers verifier and every semantic check of
+/// FORMAT.md "Reader obligations", so every field read through it can be trusted. Cheap to copy (shared buffer).
+class MetadataView {
+ public:
+  /// `context` (usually the checkpoint path) prefixes error messages.
+  static Result<MetadataView> Parse(std::shared_ptr<const std::string> buffer, const std::string& context);
+
+  uint16_t format_major() const;
+  uint16_t format_minor() const;
+  std::string_view writer() const;
+  uint64_t checksum_block_size() const;
+
+  size_t num_files() const;
+  std::string_view file_name(size_t i) const;
+  uint64_t file_size(size_t i) const;
+
+  size_t num_entries() const;
+  EntryView entry(size_t i) const;
+  /// Binary search by name.
+  std::optional<size_t> Find(std::string_view name) const;
+
+  size_t num_user() const;
+  std::pair<std::string_view, std::string_view> user(size_t i) const;
+  std::optional<std::string_view> FindUser(std::string_view key) const;
+  std::string_view structure() const;
+
+  size_t buffer_size() const { return buffer_->size(); }
+
+ private:
+  MetadataView(std::shared_ptr<const std::string> buffer, const void* root) : buffer_(std::move(buffer)), root_(root) {}
+  std::shared_ptr<const std::string> buffer_;
+  const void* root_ = nullptr;  // const fb::Metadata*
+};
+
+/// True if `name` is a valid data file name: non-empty, <= 255 bytes, no '/', '\\' or NUL, not "." or "..",
+/// and no ".." component.
+bool IsValidFileName(std::string_view name);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_FORMAT_METADATA_H_

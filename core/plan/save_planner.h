@@ -1,0 +1,85 @@
+// Save planning: merge every rank's local plan into one global plan. Dedups replicated boxes (each written once,
+// balanced across replicas by bytes), checks exact tiling and consistency, and assigns files and offsets.
+// Pure computation: no I/O, no communication.
+#ifndef DISTCKPT_CORE_PLAN_SAVE_PLANNER_H_
+#define DISTCKPT_CORE_PLAN_SAVE_PLANNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/box.h"
+#include "core/base/dtype.h"
+#include "core/base/status.h"
+#include "core/format/metadata.h"
+
+namespace distckpt {
+
+/// What one rank holds of one tensor: its dtype/global shape and the boxes of its local pieces.
+struct LocalTensorDecl {
+  std::string name;
+  DType dtype = DType::kInvalid;
+  std::vector<uint64_t> shape;
+  std::vector<Box> boxes;  ///< one per local piece, in the rank's own order
+};
+
+/// A bytes entry held by one rank. If several ranks declare the same name, the sizes must agree and one writes it.
+struct LocalBytesDecl {
+  std::string name;
+  uint64_t size = 0;
+};
+
+/// One rank's local plan.
+struct LocalPlan {
+  uint32_t rank = 0;
+  std::vector<LocalTensorDecl> tensors;
+  std::vector<LocalBytesDecl> bytes;
+};
+
+struct SavePlanOptions {
+  uint64_t alignment = kChunkAlignment;
+  uint64_t checksum_block_size = kDefaultChecksumBlockSize;
+};
+
+/// One chunk a rank must write.
+struct WriteTask {
+  uint32_t entry = 0;     ///< index into GlobalPlan::metadata.entries
+  uint32_t chunk = 0;     ///< index into that entry's chunks
+  uint32_t local = 0;     ///< tensor: index into the rank's LocalTensorDecl::boxes; bytes: unused (0)
+  uint32_t file = 0;      ///< index into metadata.files
+  uint64_t offset = 0;    ///< byte offset in the file (aligned)
+  uint64_t length = 0;    ///< bytes
+};
+
+struct GlobalPlan {
+  /// Entries sorted by name with shapes, chunk boxes and locations filled in; checksums are zero and block tables
+  /// empty until the writers report them (see FinalizeChecksums). Files are named data-%05u.bin, one per rank that
+  /// writes anything, with their final sizes.
+  MetadataRecord metadata;
+  /// per_rank[r]: the chunks rank r writes, in increasing file offset order.
+  std::vector<std::vector<WriteTask>> per_rank;
+  /// For each rank and each of its LocalPlan tensors (in the rank's order): the entry index.
+  std::vector<std::vector<uint32_t>> tensor_entry;
+  /// Same for bytes declarations.
+  std::vector<std::vector<uint32_t>> bytes_entry;
+};
+
+/// Merges the plans (plans[r].rank must equal r). Errors name the tensor and the ranks involved: dtype or shape
+/// disagreement, boxes outside the tensor, overlaps and holes, bytes size disagreement.
+Result<GlobalPlan> MakeGlobalPlan(const std::vector<LocalPlan>& plans, const SavePlanOptions& options);
+
+/// The checksums a writer computed for one chunk.
+struct ChunkChecksums {
+  uint32_t entry = 0;
+  uint32_t chunk = 0;
+  uint64_t checksum = 0;
+  std::vector<uint64_t> blocks;  ///< empty when the chunk has a single block
+};
+
+/// Stores every writer's checksums into plan->metadata (chunk checksum, first_block, block_checksums).
+/// Fails if a chunk is reported twice or missing.
+Status FinalizeChecksums(const std::vector<ChunkChecksums>& reports, GlobalPlan* plan);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_PLAN_SAVE_PLANNER_H_

@@ -1,0 +1,124 @@
+// Storage interface: the file operations a checkpoint needs, and the atomic commit protocol built on them.
+// Backends: posix/ (the real filesystem) and memory/ (tests). Both pass storage_conformance.
+#ifndef DISTCKPT_CORE_STORAGE_STORAGE_H_
+#define DISTCKPT_CORE_STORAGE_STORAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+
+namespace distckpt {
+
+/// A file being written. WriteAt may be called from several threads at once on disjoint ranges.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  /// Writes all `size` bytes at `offset` (retries short writes and EINTR). Errors name the file.
+  virtual Status WriteAt(uint64_t offset, const void* data, size_t size) = 0;
+  /// Reserves space for `size` bytes (fallocate where supported; a no-op elsewhere). ENOSPC surfaces here early.
+  virtual Status Preallocate(uint64_t size) = 0;
+  /// Sets the final size (ftruncate).
+  virtual Status Truncate(uint64_t size) = 0;
+  /// Makes the data durable (fdatasync/fsync).
+  virtual Status Sync() = 0;
+  /// Closes; further calls fail. Destruction closes too (errors then are lost: call Close to see them).
+  virtual Status Close() = 0;
+  virtual const std::string& path() const = 0;
+};
+
+/// A file opened for reading. ReadAt is thread-safe.
+class ReadableFile {
+ public:
+  virtual ~ReadableFile() = default;
+  /// Reads exactly `size` bytes at `offset`. A read past the end is kCorrupt ("file X is truncated: ...").
+  virtual Status ReadAt(uint64_t offset, void* data, size_t size) const = 0;
+  virtual uint64_t size() const = 0;
+  virtual const std::string& path() const = 0;
+};
+
+/// A storage backend. Paths are plain strings ("/a/b/c"); the backend defines what they mean.
+/// All methods are thread-safe. Error messages name the path and say what failed.
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  virtual std::string name() const = 0;  ///< "posix", "memory"
+
+  /// Creates (or truncates) a file for writing.
+  virtual Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& path) = 0;
+  virtual Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& path) = 0;
+  /// Reads a whole file; kCorrupt if it is larger than max_size.
+  virtual Result<std::string> ReadFile(const std::string& path, uint64_t max_size) = 0;
+  /// Writes a whole file and syncs it.
+  virtual Status WriteFileDurably(const std::string& path, const std::string& data) = 0;
+  /// kNotFound if missing.
+  virtual Result<uint64_t> FileSize(const std::string& path) = 0;
+  virtual Result<bool> Exists(const std::string& path) = 0;
+  virtual Result<bool> IsDirectory(const std::string& path) = 0;
+  /// Creates one directory; kExists if present.
+  virtual Status CreateDir(const std::string& path) = 0;
+  /// fsyncs a directory so that entries created/renamed in it are durable.
+  virtual Status SyncDir(const std::string& path) = 0;
+  /// Renames a file or directory. Fails with kExists if `to` exists (never replaces).
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  /// Removes a file or a directory tree. OK if missing.
+  virtual Status RemoveAll(const std::string& path) = 0;
+  /// Names (not paths) in a directory, sorted.
+  virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
+};
+
+/// The real filesystem through POSIX calls (pread/pwrite, fsync, rename).
+std::unique_ptr<Storage> NewPosixStorage();
+/// An in-process filesystem for tests. Not durable, obviously.
+std::unique_ptr<Storage> NewMemoryStorage();
+/// The process-wide POSIX backend.
+Storage* DefaultStorage();
+
+/// Marker file inside a staging directory (holds host, pid and start time as text). Its presence means "not
+/// committed"; it is removed just before the rename.
+constexpr char kStagingMarkerName[] = "STAGING";
+
+/// The staging directory for `final_path` and a nonce: "<parent>/<basename>.dckpt-staging-<nonce>".
+std::string StagingPath(const std::string& final_path, const std::string& nonce);
+/// True if a directory name looks like a staging directory; sets *final_name to the checkpoint name it is for.
+bool ParseStagingName(const std::string& name, std::string* final_name);
+/// A random 16-hex-digit nonce.
+std::string NewNonce();
+
+/// A checkpoint being written under a staging name. Protocol (FORMAT.md "Commit"): create staging dir and marker ->
+/// write + fsync data files -> write + fsync metadata -> remove marker -> fsync staging dir -> rename to the final
+/// path -> fsync the parent directory.
+class StagedCheckpoint {
+ public:
+  /// Coordinator side: fails with kExists if final_path exists (and !overwrite); creates the staging directory.
+  static Result<StagedCheckpoint> Create(Storage* storage, const std::string& final_path, const std::string& nonce,
+                                         bool overwrite);
+  /// Other ranks: refer to the staging directory the coordinator created.
+  static StagedCheckpoint Join(Storage* storage, const std::string& final_path, const std::string& nonce,
+                               bool overwrite);
+
+  const std::string& staging_dir() const { return staging_dir_; }
+  const std::string& final_path() const { return final_path_; }
+  std::string StagingFile(const std::string& name) const { return staging_dir_ + "/" + name; }
+
+  /// Makes the checkpoint visible at final_path. With overwrite, an existing checkpoint is moved aside first and
+  /// removed after the rename.
+  Status Commit();
+  /// Removes the staging directory. Safe to call after a failed Commit.
+  Status Abort();
+
+ private:
+  StagedCheckpoint(Storage* storage, std::string final_path, std::string staging_dir, bool overwrite)
+      : storage_(storage), final_path_(std::move(final_path)), staging_dir_(std::move(staging_dir)),
+        overwrite_(overwrite) {}
+  Storage* storage_;
+  std::string final_path_;
+  std::string staging_dir_;
+  bool overwrite_;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_STORAGE_STORAGE_H_
