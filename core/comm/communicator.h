@@ -1,0 +1,46 @@
+// The communicator interface: byte-buffer collectives with a timeout on every call. Backends: single process,
+// Gloo over TCP, external (host callbacks through the C ABI) and, in the CUDA build, NCCL. All backends pass the
+// shared conformance suite.
+#ifndef DISTCKPT_CORE_COMM_COMMUNICATOR_H_
+#define DISTCKPT_CORE_COMM_COMMUNICATOR_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+
+namespace distckpt {
+
+/// Default collective timeout: generous, since a rank may be slow to reach a checkpoint.
+constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{10 * 60 * 1000};
+
+/// A group of ranks. Every rank must call the same collectives in the same order. A collective that does not
+/// complete within `timeout` fails with kTimeout and a message naming the ranks that did not arrive (where the
+/// backend can tell). After a failed collective the communicator may be unusable; callers abort the operation.
+/// Not thread-safe: one collective at a time per communicator.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  ///< "single", "gloo", "external", "nccl"
+
+  /// Every rank contributes `mine` (any size); every rank receives all contributions indexed by rank.
+  virtual Status AllGather(const std::string& mine, std::vector<std::string>* all,
+                           std::chrono::milliseconds timeout) = 0;
+  /// Like AllGather but only `root` receives (`all` is left empty elsewhere).
+  virtual Status Gather(const std::string& mine, int root, std::vector<std::string>* all,
+                        std::chrono::milliseconds timeout) = 0;
+  /// `root`'s *data is copied to every rank's *data.
+  virtual Status Broadcast(std::string* data, int root, std::chrono::milliseconds timeout) = 0;
+  virtual Status Barrier(std::chrono::milliseconds timeout) = 0;
+};
+
+/// The trivial group of one rank.
+std::unique_ptr<Communicator> NewSingleProcessCommunicator();
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_COMM_COMMUNICATOR_H_
