@@ -20,7 +20,8 @@ uint64_t NumChecksumBlocks(uint64_t length, uint64_t block_size);
 /// of the little-endian concatenation of the block checksums. Lets blocks be hashed in parallel.
 uint64_t CombineBlockChecksums(Span<const uint64_t> block_checksums);
 
-/// Computes the block checksums of a whole chunk held in memory, and returns the chunk checksum.
+/// Computes the block checksums of a whole chunk held in memory, and returns the chunk checksum. `*blocks` (may be
+/// null) receives the block checksums of a multi-block chunk and is cleared for a single-block one, which stores none.
 uint64_t ChunkChecksum(const void* data, uint64_t length, uint64_t block_size, std::vector<uint64_t>* blocks);
 
 }  // namespace distckpt

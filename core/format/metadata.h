@@ -30,7 +30,8 @@ constexpr char kMetadataFileName[] = "metadata.dckpt";
 constexpr char kMetadataFileIdentifier[] = "DCK1";
 /// Marks a chunk that has a single checksum block (no entry in block_checksums).
 constexpr uint32_t kNoBlockTable = 0xFFFFFFFFu;
-/// Upper bound on a metadata file a reader accepts (FlatBuffers' own limit is 2 GiB).
+/// Upper bound on a metadata file a reader accepts (FlatBuffers' own limit is 2 GiB). Exclusive: FlatBuffers'
+/// verifier needs buffers strictly smaller than this.
 constexpr uint64_t kMaxMetadataBytes = (1ull << 31) - 1;
 
 enum class EntryKind : uint8_t { kTensor = 0, kBytes = 1 };
@@ -66,6 +67,8 @@ struct DataFileRecord {
 struct MetadataRecord {
   std::string writer;  ///< e.g. "distckpt 0.1.0"
   uint64_t checksum_block_size = kDefaultChecksumBlockSize;
+  /// Every chunk offset is a multiple of this: a power of two >= kChunkAlignment.
+  uint64_t alignment = kChunkAlignment;
   std::vector<DataFileRecord> files;
   std::vector<EntryRecord> entries;  ///< Any order; EncodeMetadata sorts by name.
   std::vector<std::pair<std::string, std::string>> user;  ///< Free-form key/values (step, framework, ...).
@@ -106,6 +109,8 @@ class MetadataView {
   uint16_t format_minor() const;
   std::string_view writer() const;
   uint64_t checksum_block_size() const;
+  /// Every chunk offset is a multiple of this (a power of two >= kChunkAlignment).
+  uint64_t alignment() const;
 
   size_t num_files() const;
   std::string_view file_name(size_t i) const;
@@ -130,7 +135,8 @@ class MetadataView {
 };
 
 /// True if `name` is a valid data file name: non-empty, <= 255 bytes, no '/', '\\' or NUL, not "." or "..",
-/// and no ".." component.
+/// and no ".." component. Stricter than that, it also rejects any ".." substring, ASCII control characters
+/// and invalid UTF-8, so a name is always safe to join to a directory and to print.
 bool IsValidFileName(std::string_view name);
 
 }  // namespace distckpt

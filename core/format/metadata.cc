@@ -1,0 +1,736 @@
+// Metadata codec and validator. Every rule enforced here is listed in FORMAT.md "Reader obligations"; keep the two
+// in step.
+#include "core/format/metadata.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "core/format/checksum.h"
+#include "core/format/schema_generated.h"
+#include "flatbuffers/flatbuffers.h"
+
+namespace distckpt {
+namespace {
+
+// The reader hands out pointers straight into the buffer (zero copy), which is only right on a little-endian host.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "distckpt assumes a little-endian host");
+static_assert(FLATBUFFERS_LITTLEENDIAN, "FlatBuffers must be built for a little-endian host");
+
+// The schema's enums and struct mirror core/base and metadata.h exactly.
+static_assert(sizeof(fb::ChunkLoc) == 32 && sizeof(ChunkLocation) == 32, "ChunkLoc must stay 32 bytes");
+static_assert(static_cast<int>(fb::DType::MAX) + 1 == kNumDTypes, "schema DType out of step with core/base/dtype.h");
+static_assert(static_cast<uint8_t>(fb::DType::BOOL) == static_cast<uint8_t>(DType::kBool) &&
+                  static_cast<uint8_t>(fb::DType::U8) == static_cast<uint8_t>(DType::kU8) &&
+                  static_cast<uint8_t>(fb::DType::I8) == static_cast<uint8_t>(DType::kI8) &&
+                  static_cast<uint8_t>(fb::DType::U16) == static_cast<uint8_t>(DType::kU16) &&
+                  static_cast<uint8_t>(fb::DType::I16) == static_cast<uint8_t>(DType::kI16) &&
+                  static_cast<uint8_t>(fb::DType::U32) == static_cast<uint8_t>(DType::kU32) &&
+                  static_cast<uint8_t>(fb::DType::I32) == static_cast<uint8_t>(DType::kI32) &&
+                  static_cast<uint8_t>(fb::DType::U64) == static_cast<uint8_t>(DType::kU64) &&
+                  static_cast<uint8_t>(fb::DType::I64) == static_cast<uint8_t>(DType::kI64) &&
+                  static_cast<uint8_t>(fb::DType::F16) == static_cast<uint8_t>(DType::kF16) &&
+                  static_cast<uint8_t>(fb::DType::BF16) == static_cast<uint8_t>(DType::kBF16) &&
+                  static_cast<uint8_t>(fb::DType::F32) == static_cast<uint8_t>(DType::kF32) &&
+                  static_cast<uint8_t>(fb::DType::F64) == static_cast<uint8_t>(DType::kF64) &&
+                  static_cast<uint8_t>(fb::DType::C64) == static_cast<uint8_t>(DType::kC64) &&
+                  static_cast<uint8_t>(fb::DType::C128) == static_cast<uint8_t>(DType::kC128) &&
+                  static_cast<uint8_t>(fb::DType::F8_E4M3) == static_cast<uint8_t>(DType::kF8E4M3FN) &&
+                  static_cast<uint8_t>(fb::DType::F8_E5M2) == static_cast<uint8_t>(DType::kF8E5M2),
+              "schema DType values differ from core/base/dtype.h");
+static_assert(static_cast<uint8_t>(fb::EntryKind::Tensor) == static_cast<uint8_t>(EntryKind::kTensor) &&
+                  static_cast<uint8_t>(fb::EntryKind::Bytes) == static_cast<uint8_t>(EntryKind::kBytes),
+              "schema EntryKind values differ from metadata.h");
+static_assert(sizeof(kMetadataFileIdentifier) == flatbuffers::kFileIdentifierLength + 1, "identifier is 4 bytes");
+
+// Nesting is Metadata -> entries -> Entry -> name: depth 3. A little slack, nothing more.
+constexpr flatbuffers::uoffset_t kMaxVerifierDepth = 16;
+// Names a reader must be able to hand to C (no NUL) and keep in memory comfortably.
+constexpr size_t kMaxNameBytes = 1 << 16;
+// Data file names that would collide with the checkpoint's own files.
+constexpr const char* kReservedFileNames[] = {kMetadataFileName, "STAGING"};
+
+const fb::Metadata* Root(const void* root) { return static_cast<const fb::Metadata*>(root); }
+
+std::string_view View(const flatbuffers::String* s) {
+  return s != nullptr ? std::string_view(s->data(), s->size()) : std::string_view();
+}
+
+template <typename T>
+size_t Size(const flatbuffers::Vector<T>* v) {
+  return v != nullptr ? v->size() : 0;
+}
+
+template <typename T>
+const T* Data(const flatbuffers::Vector<T>* v) {
+  return v != nullptr ? v->data() : nullptr;
+}
+
+// A name from an untrusted buffer, made safe to print: quoted, at most 120 bytes, non-printable bytes escaped.
+std::string Quote(std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "'";
+  const size_t limit = 120;
+  for (size_t i = 0; i < s.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > limit) out += "...";
+  return out + "'";
+}
+
+bool IsValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    // ASCII fast path, eight bytes at a time.
+    if (end - p >= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      if ((w & 0x8080808080808080ull) == 0) {
+        p += 8;
+        continue;
+      }
+    }
+    const unsigned c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    size_t n;
+    uint32_t cp, min;
+    if ((c & 0xe0) == 0xc0) {
+      n = 1, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2, cp = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (static_cast<size_t>(end - p) <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      if ((p[k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;  // overlong, range, surrogate
+    p += n + 1;
+  }
+  return true;
+}
+
+bool IsPowerOfTwo(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+bool ByteLess(std::string_view a, std::string_view b) { return a.compare(b) < 0; }  // char_traits: unsigned bytes
+
+// Runs the semantic checks of FORMAT.md "Reader obligations" over a buffer that passed the FlatBuffers verifier.
+class Validator {
+ public:
+  Validator(const fb::Metadata* m, size_t buffer_size, const std::string& context)
+      : m_(m), buffer_size_(buffer_size), context_(context) {}
+
+  Status Run() {
+    DCKPT_RETURN_IF_ERROR(CheckHeader());
+    DCKPT_RETURN_IF_ERROR(CheckFiles());
+    DCKPT_RETURN_IF_ERROR(CheckUser());
+    DCKPT_RETURN_IF_ERROR(CheckEntries());
+    return OkStatus();
+  }
+
+ private:
+  Status Fail(StatusCode code, const std::string& msg) const {
+    return Status(code, context_.empty() ? msg : context_ + ": " + msg);
+  }
+  Status Bad(const std::string& msg) const { return Fail(StatusCode::kCorrupt, msg); }
+
+  // Vectors may legally be shared between tables in FlatBuffers. Sharing would let a small buffer make the
+  // validator (and every reader loop) walk the same large vector many times, so the bytes of every vector and
+  // string this validator visits must add up to no more than the buffer: total work stays linear in its size.
+  Status Account(uint64_t bytes, const char* what) {
+    visited_bytes_ += bytes;  // each term < 2^31 and there are < 2^31 of them: no overflow
+    if (visited_bytes_ > buffer_size_) {
+      return Bad(std::string("vectors share storage (") + what + "); each vector must be stored once");
+    }
+    return OkStatus();
+  }
+
+  template <typename T>
+  Status CheckVector(const flatbuffers::Vector<T>* v, size_t elem_size, const std::string& what) {
+    if (v == nullptr) return OkStatus();
+    // The verifier checks alignment relative to the buffer start only; pointers we hand out must be aligned in
+    // memory as well (the buffer start is 8-aligned, see Parse).
+    if (reinterpret_cast<uintptr_t>(v->data()) % elem_size != 0) return Bad(what + " is misaligned");
+    return Account(static_cast<uint64_t>(v->size()) * elem_size + 4, what.c_str());
+  }
+
+  Status CheckText(const flatbuffers::String* s, const std::string& what) {
+    if (s == nullptr) return OkStatus();
+    DCKPT_RETURN_IF_ERROR(Account(s->size() + 5ull, what.c_str()));
+    if (!IsValidUtf8(View(s))) return Bad(what + " is not valid UTF-8");
+    return OkStatus();
+  }
+
+  // Names are handed to C as NUL-terminated strings and printed in messages.
+  Status CheckName(const flatbuffers::String* s, const std::string& what) {
+    DCKPT_RETURN_IF_ERROR(CheckText(s, what));
+    const std::string_view v = View(s);
+    if (v.empty()) return Bad(what + " is empty");
+    if (v.size() > kMaxNameBytes) return Bad(what + " is longer than " + std::to_string(kMaxNameBytes) + " bytes");
+    if (v.find('\0') != std::string_view::npos) return Bad(what + " " + Quote(v) + " contains a NUL byte");
+    return OkStatus();
+  }
+
+  Status CheckHeader() {
+    // Parse already checked format_major.
+    block_size_ = m_->checksum_block_size();
+    if (!IsPowerOfTwo(block_size_) || block_size_ < 4096) {
+      return Bad("checksum_block_size " + std::to_string(block_size_) + " is not a power of two >= 4096");
+    }
+    alignment_ = m_->alignment();
+    if (!IsPowerOfTwo(alignment_) || alignment_ < kChunkAlignment) {
+      return Bad("alignment " + std::to_string(alignment_) + " is not a power of two >= " +
+                 std::to_string(kChunkAlignment));
+    }
+    DCKPT_RETURN_IF_ERROR(CheckText(m_->writer(), "writer"));
+    DCKPT_RETURN_IF_ERROR(CheckText(m_->structure(), "structure"));
+    return OkStatus();
+  }
+
+  Status CheckFiles() {
+    const auto* files = m_->files();
+    DCKPT_RETURN_IF_ERROR(CheckVector(files, 4, "files"));
+    const size_t n = Size(files);
+    std::vector<std::pair<std::string_view, uint32_t>> names;
+    names.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const fb::DataFile* f = files->Get(i);
+      if (f == nullptr || f->name() == nullptr) return Bad("data file #" + std::to_string(i) + " has no name");
+      DCKPT_RETURN_IF_ERROR(Account(f->name()->size() + 5ull, "data file names"));
+      const std::string_view name = View(f->name());
+      if (!IsValidFileName(name)) {
+        return Bad("data file #" + std::to_string(i) + " has an invalid name " + Quote(name) +
+                   " (it must be a plain file name: no path separators, '..', control characters or NUL)");
+      }
+      for (const char* reserved : kReservedFileNames) {
+        if (name == reserved) return Bad("data file #" + std::to_string(i) + " uses the reserved name " + Quote(name));
+      }
+      names.emplace_back(name, i);
+    }
+    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) { return ByteLess(a.first, b.first); });
+    for (size_t k = 1; k < names.size(); ++k) {
+      if (names[k].first == names[k - 1].first) {
+        return Bad("data files #" + std::to_string(names[k - 1].second) + " and #" + std::to_string(names[k].second) +
+                   " have the same name " + Quote(names[k].first));
+      }
+    }
+    return OkStatus();
+  }
+
+  Status CheckUser() {
+    const auto* user = m_->user();
+    DCKPT_RETURN_IF_ERROR(CheckVector(user, 4, "user"));
+    std::string_view prev;
+    for (uint32_t i = 0; i < Size(user); ++i) {
+      const fb::KeyValue* kv = user->Get(i);
+      if (kv == nullptr) return Bad("user key/value #" + std::to_string(i) + " is missing");
+      const std::string what = "user key #" + std::to_string(i);
+      DCKPT_RETURN_IF_ERROR(CheckName(kv->key(), what));
+      DCKPT_RETURN_IF_ERROR(CheckText(kv->value(), "value of " + what));
+      const std::string_view key = View(kv->key());
+      if (i > 0 && !ByteLess(prev, key)) {
+        return Bad(prev == key ? "user key " + Quote(key) + " appears twice"
+                               : "user keys are not sorted: " + Quote(prev) + " comes before " + Quote(key));
+      }
+      prev = key;
+    }
+    return OkStatus();
+  }
+
+  Status CheckEntries() {
+    const auto* entries = m_->entries();
+    DCKPT_RETURN_IF_ERROR(CheckVector(entries, 4, "entries"));
+    std::string_view prev;
+    for (uint32_t i = 0; i < Size(entries); ++i) {
+      const fb::Entry* e = entries->Get(i);
+      if (e == nullptr) return Bad("entry #" + std::to_string(i) + " is missing");
+      DCKPT_RETURN_IF_ERROR(CheckName(e->name(), "name of entry #" + std::to_string(i)));
+      const std::string_view name = View(e->name());
+      if (i > 0 && !ByteLess(prev, name)) {
+        return Bad(prev == name ? "entry name " + Quote(name) + " appears twice"
+                                : "entries are not sorted by name: " + Quote(prev) + " comes before " + Quote(name));
+      }
+      prev = name;
+      DCKPT_RETURN_IF_ERROR(CheckEntry(e, name));
+    }
+    return OkStatus();
+  }
+
+  Status CheckEntry(const fb::Entry* e, std::string_view name) {
+    const std::string where = "entry " + Quote(name);
+    const bool newer_minor = m_->format_minor() > kFormatMinor;
+    const auto kind = static_cast<uint8_t>(e->kind());
+    if (kind > static_cast<uint8_t>(fb::EntryKind::MAX)) {
+      // A later minor version may add kinds; say so rather than calling the file corrupt.
+      return Fail(newer_minor ? StatusCode::kVersion : StatusCode::kCorrupt,
+                  where + ": unknown entry kind " + std::to_string(kind) +
+                      (newer_minor ? " (written by a newer format minor version; upgrade distckpt)" : ""));
+    }
+    const auto raw_dtype = static_cast<uint8_t>(e->dtype());
+    if (!IsValidDType(raw_dtype)) {
+      return Fail(newer_minor && raw_dtype != 0 ? StatusCode::kVersion : StatusCode::kCorrupt,
+                  where + ": unknown dtype " + std::to_string(raw_dtype) +
+                      (newer_minor && raw_dtype != 0 ? " (written by a newer format minor version; upgrade distckpt)"
+                                                     : ""));
+    }
+    const auto dtype = static_cast<DType>(raw_dtype);
+    const uint64_t itemsize = DTypeSize(dtype);
+
+    const auto* shape_v = e->shape();
+    const auto* offsets_v = e->chunk_offsets();
+    const auto* lengths_v = e->chunk_lengths();
+    const auto* chunks_v = e->chunks();
+    const auto* blocks_v = e->block_checksums();
+    DCKPT_RETURN_IF_ERROR(CheckVector(shape_v, 8, where + ": shape"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(offsets_v, 8, where + ": chunk_offsets"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(lengths_v, 8, where + ": chunk_lengths"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(chunks_v, sizeof(fb::ChunkLoc), where + ": chunks"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(blocks_v, 8, where + ": block_checksums"));
+
+    const size_t ndim = Size(shape_v);
+    if (ndim > kMaxDims) {
+      return Bad(where + ": has " + std::to_string(ndim) + " dimensions; at most " + std::to_string(kMaxDims) +
+                 " are allowed");
+    }
+    const Span<const uint64_t> shape(Data(shape_v), ndim);
+    Result<uint64_t> nbytes = CheckedVolume(shape, itemsize);
+    if (!nbytes.ok()) return Bad(where + ": shape " + ShapeString(shape) + " of " + DTypeName(dtype) + " overflows 64 bits");
+
+    const size_t nchunks = Size(chunks_v);
+    // Sizes are < 2^31 (verified buffer), so nchunks * ndim cannot overflow.
+    if (Size(offsets_v) != nchunks * ndim || Size(lengths_v) != nchunks * ndim) {
+      return Bad(where + ": has " + std::to_string(nchunks) + " chunks of " + std::to_string(ndim) +
+                 " dimensions, so chunk_offsets and chunk_lengths need " + std::to_string(nchunks * ndim) +
+                 " values each, not " + std::to_string(Size(offsets_v)) + " and " + std::to_string(Size(lengths_v)));
+    }
+    if (e->kind() == fb::EntryKind::Bytes) {
+      if (dtype != DType::kU8 || ndim != 1 || nchunks != 1) {
+        return Bad(where + ": a bytes entry must have dtype U8, a 1-d shape and exactly one chunk (it has " +
+                   DTypeName(dtype) + ", " + std::to_string(ndim) + " dimensions and " + std::to_string(nchunks) +
+                   " chunks)");
+      }
+    }
+
+    const uint64_t* offsets = Data(offsets_v);
+    const uint64_t* lengths = Data(lengths_v);
+    const uint64_t* blocks = Data(blocks_v);
+    const uint64_t nblocks_stored = Size(blocks_v);
+    const size_t nfiles = Size(m_->files());
+    uint64_t next_block = 0;  // block tables are laid out in chunk order, without gaps
+    bool whole_in_one = false;
+    boxes_.resize(nchunks);
+    for (size_t i = 0; i < nchunks; ++i) {
+      const fb::ChunkLoc* loc = chunks_v->Get(static_cast<flatbuffers::uoffset_t>(i));
+      Box& box = boxes_[i];
+      box.ndim = static_cast<uint32_t>(ndim);
+      uint64_t volume = 1;
+      bool whole = true;
+      for (size_t d = 0; d < ndim; ++d) {
+        const uint64_t off = offsets[i * ndim + d];
+        const uint64_t len = lengths[i * ndim + d];
+        if (off > shape[d] || len > shape[d] - off) {
+          return Bad(ChunkWhere(where, i) + "box " + BoxString(offsets + i * ndim, lengths + i * ndim, ndim) +
+                     " lies outside the shape " + ShapeString(shape));
+        }
+        box.offset[d] = off;
+        box.length[d] = len;
+        volume *= len;  // inside the shape, whose byte size fits in 64 bits
+        whole = whole && off == 0 && len == shape[d];
+      }
+      whole_in_one = whole_in_one || (whole && nchunks == 1);
+      const uint64_t length = loc->length();
+      if (length != volume * itemsize) {
+        return Bad(ChunkWhere(where, i) + "length " + std::to_string(length) + " does not match its box " +
+                   BoxString(offsets + i * ndim, lengths + i * ndim, ndim) + " of " + DTypeName(dtype) + " (" +
+                   std::to_string(volume * itemsize) + " bytes)");
+      }
+      const uint32_t file = loc->file();
+      if (file >= nfiles) {
+        return Bad(ChunkWhere(where, i) + "data file index " + std::to_string(file) + " is out of range (" +
+                   std::to_string(nfiles) + " data files)");
+      }
+      const fb::DataFile* df = m_->files()->Get(file);
+      const uint64_t offset = loc->offset();
+      if ((offset & (alignment_ - 1)) != 0) {
+        return Bad(ChunkWhere(where, i) + "offset " + std::to_string(offset) + " in data file " +
+                   Quote(View(df->name())) + " is not a multiple of the alignment " + std::to_string(alignment_));
+      }
+      if (offset > df->size() || length > df->size() - offset) {
+        return Bad(ChunkWhere(where, i) + "offset " + std::to_string(offset) + " + length " + std::to_string(length) +
+                   " exceeds the size " + std::to_string(df->size()) + " of data file " + Quote(View(df->name())));
+      }
+      const uint64_t nb = NumChecksumBlocks(length, block_size_);
+      const uint32_t first = loc->first_block();
+      if (nb == 1) {
+        if (first != kNoBlockTable) {
+          return Bad(ChunkWhere(where, i) + "has a single checksum block but a block table (first_block " +
+                     std::to_string(first) + ")");
+        }
+        continue;
+      }
+      if (first == kNoBlockTable) {
+        return Bad(ChunkWhere(where, i) + "has " + std::to_string(nb) + " checksum blocks but no block table");
+      }
+      if (first != next_block || first > nblocks_stored || nb > nblocks_stored - first) {
+        return Bad(ChunkWhere(where, i) + "block table [" + std::to_string(first) + ", +" + std::to_string(nb) +
+                   ") is out of range or out of order (expected to start at " + std::to_string(next_block) + " of " +
+                   std::to_string(nblocks_stored) + " block checksums)");
+      }
+      next_block = first + nb;
+      if (CombineBlockChecksums(Span<const uint64_t>(blocks + first, nb)) != loc->checksum()) {
+        return Bad(ChunkWhere(where, i) + "checksum does not match its block checksums");
+      }
+    }
+    if (next_block != nblocks_stored) {
+      return Bad(where + ": has " + std::to_string(nblocks_stored - next_block) +
+                 " block checksums that no chunk uses");
+    }
+    if (!whole_in_one) {
+      Status tiling = CheckExactTiling(shape, boxes_);
+      if (!tiling.ok()) {
+        return Fail(tiling.code(), where + ": chunks do not tile the shape " + ShapeString(shape) + " exactly: " +
+                                       tiling.message());
+      }
+    }
+    return OkStatus();
+  }
+
+  static std::string ChunkWhere(const std::string& where, size_t i) {
+    return where + " chunk #" + std::to_string(i) + ": ";
+  }
+
+  static std::string ShapeString(Span<const uint64_t> shape) {
+    std::string s = "[";
+    for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+    return s + "]";
+  }
+
+  static std::string BoxString(const uint64_t* off, const uint64_t* len, size_t ndim) {
+    std::string s = "[";
+    for (size_t d = 0; d < ndim; ++d) {
+      s += (d ? ", " : "") + std::to_string(off[d]) + ":";
+      s += off[d] > UINT64_MAX - len[d] ? "overflow" : std::to_string(off[d] + len[d]);
+    }
+    return s + "]";
+  }
+
+  const fb::Metadata* m_;
+  uint64_t buffer_size_;
+  const std::string& context_;
+  uint64_t block_size_ = 0;
+  uint64_t alignment_ = 0;
+  uint64_t visited_bytes_ = 0;
+  std::vector<Box> boxes_;  // reused across entries
+};
+
+}  // namespace
+
+// ---- EntryView ----
+
+Box EntryView::chunk_box(size_t i) const {
+  Box b;
+  b.ndim = ndim();
+  for (uint32_t d = 0; d < b.ndim; ++d) {
+    b.offset[d] = chunk_offsets[i * b.ndim + d];
+    b.length[d] = chunk_lengths[i * b.ndim + d];
+  }
+  return b;
+}
+
+ChunkLocation EntryView::chunk(size_t i) const {
+  const fb::ChunkLoc& c = static_cast<const fb::ChunkLoc*>(chunk_locs)[i];
+  ChunkLocation loc;
+  loc.offset = c.offset();
+  loc.length = c.length();
+  loc.checksum = c.checksum();
+  loc.file = c.file();
+  loc.first_block = c.first_block();
+  return loc;
+}
+
+uint64_t EntryView::nbytes() const {
+  uint64_t n = DTypeSize(dtype);
+  for (uint64_t s : shape) n *= s;  // validated not to overflow
+  return n;
+}
+
+// ---- MetadataView ----
+
+Result<MetadataView> MetadataView::Parse(std::shared_ptr<const std::string> buffer, const std::string& context) {
+  auto fail = [&context](StatusCode code, const std::string& msg) {
+    return Status(code, context.empty() ? msg : context + ": " + msg);
+  };
+  if (buffer == nullptr) return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: null buffer");
+  const size_t size = buffer->size();
+  const auto* data = reinterpret_cast<const uint8_t*>(buffer->data());
+  if (size >= kMaxMetadataBytes || size >= FLATBUFFERS_MAX_BUFFER_SIZE) {
+    return fail(StatusCode::kCorrupt, "metadata is " + std::to_string(size) + " bytes; the limit is " +
+                                          std::to_string(kMaxMetadataBytes - 1));
+  }
+  // std::string storage comes from operator new and is 16-aligned; zero-copy 64-bit views need at least 8.
+  if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: buffer is not 8-byte aligned in memory");
+  }
+  if (size < 8) {
+    return fail(StatusCode::kCorrupt, "metadata is truncated (" + std::to_string(size) +
+                                          " bytes) or not a distckpt metadata file");
+  }
+  if (!flatbuffers::BufferHasIdentifier(data, fb::MetadataIdentifier())) {
+    return fail(StatusCode::kCorrupt, "not a distckpt metadata file (file identifier is not \"" +
+                                          std::string(kMetadataFileIdentifier) + "\")");
+  }
+
+  // Read format_major on its own first, so that a future major version whose layout this reader cannot verify is
+  // reported as a version error, not as corruption. FORMAT.md pins format_major to field 0 forever.
+  {
+    flatbuffers::Verifier probe(data, size, kMaxVerifierDepth, 16);
+    if (!probe.Verify<flatbuffers::uoffset_t>(0)) return fail(StatusCode::kCorrupt, "metadata root is out of bounds");
+    const auto* root = flatbuffers::GetRoot<flatbuffers::Table>(data);
+    if (probe.VerifyOffset(0) == 0 || !root->VerifyTableStart(probe) ||
+        !root->VerifyField<uint16_t>(probe, fb::Metadata::VT_FORMAT_MAJOR, 2) ||
+        !root->VerifyField<uint16_t>(probe, fb::Metadata::VT_FORMAT_MINOR, 2)) {
+      return fail(StatusCode::kCorrupt, "metadata root table is malformed");
+    }
+    const uint16_t major = root->GetField<uint16_t>(fb::Metadata::VT_FORMAT_MAJOR, 0);
+    const uint16_t minor = root->GetField<uint16_t>(fb::Metadata::VT_FORMAT_MINOR, 0);
+    if (major == 0) return fail(StatusCode::kCorrupt, "metadata has no format version");
+    if (major != kFormatMajor) {
+      return fail(StatusCode::kVersion, "format version " + std::to_string(major) + "." + std::to_string(minor) +
+                                            " is not supported; this reader supports major version " +
+                                            std::to_string(kFormatMajor) + " (upgrade distckpt to read it)");
+    }
+  }
+
+  // Every table takes at least 4 bytes, so this bounds the verifier's work by the buffer size even if tables are
+  // shared.
+  const auto max_tables = static_cast<flatbuffers::uoffset_t>(size / 4 + 16);
+  flatbuffers::Verifier verifier(data, size, kMaxVerifierDepth, max_tables);
+  if (!fb::VerifyMetadataBuffer(verifier)) {
+    return fail(StatusCode::kCorrupt,
+                "metadata failed FlatBuffers verification (truncated or corrupt: an offset, length or required "
+                "field is invalid)");
+  }
+  const fb::Metadata* root = fb::GetMetadata(data);
+  DCKPT_RETURN_IF_ERROR(Validator(root, size, context).Run());
+  return MetadataView(std::move(buffer), root);
+}
+
+uint16_t MetadataView::format_major() const { return Root(root_)->format_major(); }
+uint16_t MetadataView::format_minor() const { return Root(root_)->format_minor(); }
+std::string_view MetadataView::writer() const { return View(Root(root_)->writer()); }
+uint64_t MetadataView::checksum_block_size() const { return Root(root_)->checksum_block_size(); }
+uint64_t MetadataView::alignment() const { return Root(root_)->alignment(); }
+
+size_t MetadataView::num_files() const { return Size(Root(root_)->files()); }
+std::string_view MetadataView::file_name(size_t i) const {
+  return View(Root(root_)->files()->Get(static_cast<flatbuffers::uoffset_t>(i))->name());
+}
+uint64_t MetadataView::file_size(size_t i) const {
+  return Root(root_)->files()->Get(static_cast<flatbuffers::uoffset_t>(i))->size();
+}
+
+size_t MetadataView::num_entries() const { return Size(Root(root_)->entries()); }
+
+EntryView MetadataView::entry(size_t i) const {
+  const fb::Entry* e = Root(root_)->entries()->Get(static_cast<flatbuffers::uoffset_t>(i));
+  EntryView v;
+  v.name = View(e->name());
+  v.kind = static_cast<EntryKind>(e->kind());
+  v.dtype = static_cast<DType>(e->dtype());
+  v.shape = Span<const uint64_t>(Data(e->shape()), Size(e->shape()));
+  v.num_chunks = Size(e->chunks());
+  v.chunk_offsets = Data(e->chunk_offsets());
+  v.chunk_lengths = Data(e->chunk_lengths());
+  v.chunk_locs = Data(e->chunks());
+  v.block_checksums = Span<const uint64_t>(Data(e->block_checksums()), Size(e->block_checksums()));
+  return v;
+}
+
+std::optional<size_t> MetadataView::Find(std::string_view name) const {
+  const auto* entries = Root(root_)->entries();
+  size_t lo = 0, hi = Size(entries);
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    const int c = View(entries->Get(static_cast<flatbuffers::uoffset_t>(mid))->name()).compare(name);
+    if (c == 0) return mid;
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return std::nullopt;
+}
+
+size_t MetadataView::num_user() const { return Size(Root(root_)->user()); }
+
+std::pair<std::string_view, std::string_view> MetadataView::user(size_t i) const {
+  const fb::KeyValue* kv = Root(root_)->user()->Get(static_cast<flatbuffers::uoffset_t>(i));
+  return {View(kv->key()), View(kv->value())};
+}
+
+std::optional<std::string_view> MetadataView::FindUser(std::string_view key) const {
+  const auto* user = Root(root_)->user();
+  size_t lo = 0, hi = Size(user);
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    const fb::KeyValue* kv = user->Get(static_cast<flatbuffers::uoffset_t>(mid));
+    const int c = View(kv->key()).compare(key);
+    if (c == 0) return View(kv->value());
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string_view MetadataView::structure() const { return View(Root(root_)->structure()); }
+
+// ---- Encoding ----
+
+namespace {
+
+// Upper bound on the encoded size, so that a record too large for FlatBuffers is refused before the builder
+// (which asserts on overflow) sees it.
+uint64_t EstimateEncodedSize(const MetadataRecord& r) {
+  auto str = [](const std::string& s) -> uint64_t { return s.size() + 16; };
+  uint64_t n = 256 + str(r.writer) + str(r.structure);
+  for (const auto& f : r.files) n += str(f.name) + 48;
+  for (const auto& kv : r.user) n += str(kv.first) + str(kv.second) + 32;
+  for (const auto& e : r.entries) {
+    n += str(e.name) + 128 + 8 * (e.shape.size() + e.chunk_offsets.size() + e.chunk_lengths.size() +
+                                  e.block_checksums.size()) +
+         32 * e.chunks.size() + 5 * 16;
+  }
+  return n;
+}
+
+// Rewrites each entry's block table in chunk order without gaps (the only layout readers accept), whatever order
+// the writer filled it in. Single-block chunks get kNoBlockTable.
+Status CanonicalizeBlockTables(MetadataRecord* r) {
+  std::vector<uint64_t> blocks;
+  for (EntryRecord& e : r->entries) {
+    bool any = false;
+    for (const ChunkLocation& c : e.chunks) any = any || NumChecksumBlocks(c.length, r->checksum_block_size) > 1;
+    if (!any) {
+      for (ChunkLocation& c : e.chunks) c.first_block = kNoBlockTable;
+      e.block_checksums.clear();
+      continue;
+    }
+    blocks.clear();
+    for (size_t i = 0; i < e.chunks.size(); ++i) {
+      ChunkLocation& c = e.chunks[i];
+      const uint64_t nb = NumChecksumBlocks(c.length, r->checksum_block_size);
+      if (nb == 1) {
+        c.first_block = kNoBlockTable;
+        continue;
+      }
+      if (c.first_block == kNoBlockTable || c.first_block > e.block_checksums.size() ||
+          nb > e.block_checksums.size() - c.first_block) {
+        return InvalidArgument("entry " + Quote(e.name) + " chunk #" + std::to_string(i) + " has " +
+                               std::to_string(nb) + " checksum blocks but its block table is missing or out of range");
+      }
+      const uint64_t first = blocks.size();
+      if (first + nb >= kNoBlockTable) {
+        return InvalidArgument("entry " + Quote(e.name) + " has too many checksum blocks");
+      }
+      blocks.insert(blocks.end(), e.block_checksums.begin() + c.first_block,
+                    e.block_checksums.begin() + c.first_block + nb);
+      c.first_block = static_cast<uint32_t>(first);
+    }
+    e.block_checksums.swap(blocks);
+  }
+  return OkStatus();
+}
+
+template <typename T>
+flatbuffers::Offset<flatbuffers::Vector<T>> VectorOrNull(flatbuffers::FlatBufferBuilder& b, const std::vector<T>& v) {
+  if (v.empty()) return 0;  // absent == empty for readers; saves 4-8 bytes per vector
+  return b.CreateVector(v.data(), v.size());
+}
+
+}  // namespace
+
+Result<std::string> EncodeMetadata(MetadataRecord record) {
+  std::sort(record.entries.begin(), record.entries.end(),
+            [](const EntryRecord& a, const EntryRecord& b) { return a.name < b.name; });
+  std::sort(record.user.begin(), record.user.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  DCKPT_RETURN_IF_ERROR(CanonicalizeBlockTables(&record));
+  const uint64_t estimate = EstimateEncodedSize(record);
+  if (estimate >= kMaxMetadataBytes) {
+    return InvalidArgument("metadata would be about " + std::to_string(estimate) + " bytes; the format's limit is " +
+                           std::to_string(kMaxMetadataBytes - 1) + " (use fewer, larger chunks)");
+  }
+
+  flatbuffers::FlatBufferBuilder b(static_cast<size_t>(std::min<uint64_t>(estimate, 1 << 30)));
+  std::vector<flatbuffers::Offset<fb::DataFile>> files;
+  files.reserve(record.files.size());
+  for (const DataFileRecord& f : record.files) {
+    files.push_back(fb::CreateDataFile(b, b.CreateString(f.name), f.size));
+  }
+  std::vector<flatbuffers::Offset<fb::KeyValue>> user;
+  user.reserve(record.user.size());
+  for (const auto& kv : record.user) {
+    user.push_back(fb::CreateKeyValue(b, b.CreateString(kv.first), b.CreateString(kv.second)));
+  }
+  std::vector<flatbuffers::Offset<fb::Entry>> entries;
+  entries.reserve(record.entries.size());
+  for (const EntryRecord& e : record.entries) {
+    const auto name = b.CreateString(e.name);
+    const auto shape = VectorOrNull(b, e.shape);
+    const auto offsets = VectorOrNull(b, e.chunk_offsets);
+    const auto lengths = VectorOrNull(b, e.chunk_lengths);
+    flatbuffers::Offset<flatbuffers::Vector<const fb::ChunkLoc*>> chunks = 0;
+    if (!e.chunks.empty()) {
+      fb::ChunkLoc* out = nullptr;
+      chunks = b.CreateUninitializedVectorOfStructs(e.chunks.size(), &out);
+      for (const ChunkLocation& c : e.chunks) *out++ = fb::ChunkLoc(c.offset, c.length, c.checksum, c.file, c.first_block);
+    }
+    const auto blocks = VectorOrNull(b, e.block_checksums);
+    entries.push_back(fb::CreateEntry(b, name, static_cast<fb::EntryKind>(e.kind), static_cast<fb::DType>(e.dtype),
+                                      shape, offsets, lengths, chunks, blocks));
+  }
+  const auto root = fb::CreateMetadata(b, kFormatMajor, kFormatMinor, b.CreateString(record.writer),
+                                       record.checksum_block_size, record.alignment, b.CreateVector(files),
+                                       b.CreateVector(entries), b.CreateVector(user),
+                                       b.CreateString(record.structure));
+  fb::FinishMetadataBuffer(b, root);
+
+  // A writer must never produce a file its reader rejects: run the full reader over the result.
+  auto buffer = std::make_shared<std::string>(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  {
+    Result<MetadataView> check = MetadataView::Parse(buffer, "metadata being written");
+    if (!check.ok()) return Status(StatusCode::kInvalidArgument, check.status().message());
+  }
+  return std::move(*buffer);
+}
+
+bool IsValidFileName(std::string_view name) {
+  if (name.empty() || name.size() > 255) return false;
+  if (name == "." || name == "..") return false;
+  if (name.find("..") != std::string_view::npos) return false;  // no ".." component, and no lookalikes either
+  for (char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f) return false;  // separators, NUL and control characters
+  }
+  return IsValidUtf8(name);
+}
+
+}  // namespace distckpt
