@@ -151,6 +151,53 @@ class TilingChecker {
   uint64_t budget_;
 };
 
+// Fast path for the common case, a (possibly uneven) grid: each box is exactly one cell of the grid whose cut points
+// along dimension d are the boxes' distinct offsets. Then the boxes tile `whole` exactly iff they are pairwise
+// distinct cells and there are as many boxes as cells. Returns true only when that is proven; false means "not a
+// simple grid, or not exact" and the caller runs the general checker (which also words the error). O(n log n) with a
+// few allocations per call, none per box. Preconditions: whole is non-empty, every box is non-empty and inside it.
+bool IsExactGrid(const Box& whole, const std::vector<Box>& boxes) {
+  const size_t n = boxes.size();
+  const uint32_t ndim = whole.ndim;
+  if (n == 0) return false;
+  std::vector<uint64_t> cuts[kMaxDims];
+  uint64_t cells = 1;
+  for (uint32_t d = 0; d < ndim; ++d) {
+    std::vector<uint64_t>& c = cuts[d];
+    c.reserve(n + 1);
+    for (const Box& b : boxes) c.push_back(b.offset[d]);
+    if (!std::is_sorted(c.begin(), c.end())) std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    if (c.front() != whole.offset[d]) return false;
+    if (c.size() > n / cells) return false;  // more cells than boxes: there is a hole
+    cells *= c.size();
+    c.push_back(whole.end(d));  // so cell k spans [c[k], c[k+1])
+  }
+  if (cells != n) return false;
+  std::vector<bool> seen(n, false);
+  size_t hint[kMaxDims] = {};  // boxes usually come in grid order: try the previous cell and the next one first
+  for (const Box& b : boxes) {
+    uint64_t cell = 0;
+    for (uint32_t d = 0; d < ndim; ++d) {
+      const std::vector<uint64_t>& c = cuts[d];
+      size_t k = hint[d];
+      if (c[k] != b.offset[d]) {
+        if (k + 2 < c.size() && c[k + 1] == b.offset[d]) {
+          ++k;
+        } else {
+          k = static_cast<size_t>(std::lower_bound(c.begin(), c.end() - 1, b.offset[d]) - c.begin());
+        }
+      }
+      hint[d] = k;
+      if (b.end(d) != c[k + 1]) return false;  // box spans several cells
+      cell = cell * (c.size() - 1) + k;
+    }
+    if (seen[cell]) return false;  // two identical boxes
+    seen[cell] = true;
+  }
+  return true;
+}
+
 }  // namespace
 
 Status CheckExactTiling(Span<const uint64_t> shape, const std::vector<Box>& boxes) {
@@ -179,6 +226,7 @@ Status CheckExactTiling(Span<const uint64_t> shape, const std::vector<Box>& boxe
     }
     ids.push_back(static_cast<uint32_t>(i));
   }
+  if (IsExactGrid(whole, boxes)) return OkStatus();
   TilingChecker checker(boxes, whole.ndim, 64 * static_cast<uint64_t>(boxes.size()) * (whole.ndim + 1) + (1u << 20));
   return checker.Check(0, whole, ids);
 }
