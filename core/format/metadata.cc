@@ -149,41 +149,57 @@ class Validator {
   }
   Status Bad(const std::string& msg) const { return Fail(StatusCode::kCorrupt, msg); }
 
+  // "entry 'name'" / "entry 'name' chunk #i: " for the entry being checked.
+  std::string Where() const { return "entry " + Quote(entry_name_); }
+  std::string ChunkWhere(size_t i) const { return Where() + " chunk #" + std::to_string(i) + ": "; }
+  auto Field(const char* field) const {
+    return [this, field] { return Where() + ": " + field; };
+  }
+
   // Vectors may legally be shared between tables in FlatBuffers. Sharing would let a small buffer make the
   // validator (and every reader loop) walk the same large vector many times, so the bytes of every vector and
   // string this validator visits must add up to no more than the buffer: total work stays linear in its size.
-  Status Account(uint64_t bytes, const char* what) {
+  // Error messages are built only on failure: the success path allocates nothing per entry or chunk.
+  // `what` is a callable returning the name of the field being checked.
+  template <typename What>
+  Status Account(uint64_t bytes, const What& what) {
     visited_bytes_ += bytes;  // each term < 2^31 and there are < 2^31 of them: no overflow
     if (visited_bytes_ > buffer_size_) {
-      return Bad(std::string("vectors share storage (") + what + "); each vector must be stored once");
+      return Bad(what() + " shares storage with another vector or string; each must be stored once");
     }
     return OkStatus();
   }
 
-  template <typename T>
-  Status CheckVector(const flatbuffers::Vector<T>* v, size_t elem_size, const std::string& what) {
+  template <typename T, typename What>
+  Status CheckVector(const flatbuffers::Vector<T>* v, size_t elem_size, size_t align, const What& what) {
     if (v == nullptr) return OkStatus();
-    // The verifier checks alignment relative to the buffer start only; pointers we hand out must be aligned in
-    // memory as well (the buffer start is 8-aligned, see Parse).
-    if (reinterpret_cast<uintptr_t>(v->data()) % elem_size != 0) return Bad(what + " is misaligned");
-    return Account(static_cast<uint64_t>(v->size()) * elem_size + 4, what.c_str());
+    // The verifier checks only that the length prefix is 4-aligned; the 64-bit values we hand out as raw pointers
+    // must be 8-aligned (relative to the buffer start, which Parse requires to be 8-aligned in memory).
+    if (reinterpret_cast<uintptr_t>(v->data()) % align != 0) return Bad(what() + " is misaligned");
+    return Account(static_cast<uint64_t>(v->size()) * elem_size + 4, what);
   }
 
-  Status CheckText(const flatbuffers::String* s, const std::string& what) {
+  template <typename What>
+  Status CheckText(const flatbuffers::String* s, const What& what) {
     if (s == nullptr) return OkStatus();
-    DCKPT_RETURN_IF_ERROR(Account(s->size() + 5ull, what.c_str()));
-    if (!IsValidUtf8(View(s))) return Bad(what + " is not valid UTF-8");
+    DCKPT_RETURN_IF_ERROR(Account(s->size() + 5ull, what));
+    if (!IsValidUtf8(View(s))) return Bad(what() + " is not valid UTF-8");
     return OkStatus();
   }
 
   // Names are handed to C as NUL-terminated strings and printed in messages.
-  Status CheckName(const flatbuffers::String* s, const std::string& what) {
+  template <typename What>
+  Status CheckName(const flatbuffers::String* s, const What& what) {
     DCKPT_RETURN_IF_ERROR(CheckText(s, what));
     const std::string_view v = View(s);
-    if (v.empty()) return Bad(what + " is empty");
-    if (v.size() > kMaxNameBytes) return Bad(what + " is longer than " + std::to_string(kMaxNameBytes) + " bytes");
-    if (v.find('\0') != std::string_view::npos) return Bad(what + " " + Quote(v) + " contains a NUL byte");
+    if (v.empty()) return Bad(what() + " is empty");
+    if (v.size() > kMaxNameBytes) return Bad(what() + " is longer than " + std::to_string(kMaxNameBytes) + " bytes");
+    if (v.find('\0') != std::string_view::npos) return Bad(what() + " " + Quote(v) + " contains a NUL byte");
     return OkStatus();
+  }
+
+  static auto Named(const char* s) {
+    return [s] { return std::string(s); };
   }
 
   Status CheckHeader() {
@@ -197,21 +213,21 @@ class Validator {
       return Bad("alignment " + std::to_string(alignment_) + " is not a power of two >= " +
                  std::to_string(kChunkAlignment));
     }
-    DCKPT_RETURN_IF_ERROR(CheckText(m_->writer(), "writer"));
-    DCKPT_RETURN_IF_ERROR(CheckText(m_->structure(), "structure"));
+    DCKPT_RETURN_IF_ERROR(CheckText(m_->writer(), Named("writer")));
+    DCKPT_RETURN_IF_ERROR(CheckText(m_->structure(), Named("structure")));
     return OkStatus();
   }
 
   Status CheckFiles() {
     const auto* files = m_->files();
-    DCKPT_RETURN_IF_ERROR(CheckVector(files, 4, "files"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(files, 4, 4, Named("files")));
     const size_t n = Size(files);
     std::vector<std::pair<std::string_view, uint32_t>> names;
     names.reserve(n);
     for (uint32_t i = 0; i < n; ++i) {
       const fb::DataFile* f = files->Get(i);
       if (f == nullptr || f->name() == nullptr) return Bad("data file #" + std::to_string(i) + " has no name");
-      DCKPT_RETURN_IF_ERROR(Account(f->name()->size() + 5ull, "data file names"));
+      DCKPT_RETURN_IF_ERROR(Account(f->name()->size() + 5ull, [i] { return "name of data file #" + std::to_string(i); }));
       const std::string_view name = View(f->name());
       if (!IsValidFileName(name)) {
         return Bad("data file #" + std::to_string(i) + " has an invalid name " + Quote(name) +
@@ -234,14 +250,13 @@ class Validator {
 
   Status CheckUser() {
     const auto* user = m_->user();
-    DCKPT_RETURN_IF_ERROR(CheckVector(user, 4, "user"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(user, 4, 4, Named("user")));
     std::string_view prev;
     for (uint32_t i = 0; i < Size(user); ++i) {
       const fb::KeyValue* kv = user->Get(i);
       if (kv == nullptr) return Bad("user key/value #" + std::to_string(i) + " is missing");
-      const std::string what = "user key #" + std::to_string(i);
-      DCKPT_RETURN_IF_ERROR(CheckName(kv->key(), what));
-      DCKPT_RETURN_IF_ERROR(CheckText(kv->value(), "value of " + what));
+      DCKPT_RETURN_IF_ERROR(CheckName(kv->key(), [i] { return "user key #" + std::to_string(i); }));
+      DCKPT_RETURN_IF_ERROR(CheckText(kv->value(), [i] { return "value of user key #" + std::to_string(i); }));
       const std::string_view key = View(kv->key());
       if (i > 0 && !ByteLess(prev, key)) {
         return Bad(prev == key ? "user key " + Quote(key) + " appears twice"
@@ -254,12 +269,12 @@ class Validator {
 
   Status CheckEntries() {
     const auto* entries = m_->entries();
-    DCKPT_RETURN_IF_ERROR(CheckVector(entries, 4, "entries"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(entries, 4, 4, Named("entries")));
     std::string_view prev;
     for (uint32_t i = 0; i < Size(entries); ++i) {
       const fb::Entry* e = entries->Get(i);
       if (e == nullptr) return Bad("entry #" + std::to_string(i) + " is missing");
-      DCKPT_RETURN_IF_ERROR(CheckName(e->name(), "name of entry #" + std::to_string(i)));
+      DCKPT_RETURN_IF_ERROR(CheckName(e->name(), [i] { return "name of entry #" + std::to_string(i); }));
       const std::string_view name = View(e->name());
       if (i > 0 && !ByteLess(prev, name)) {
         return Bad(prev == name ? "entry name " + Quote(name) + " appears twice"
@@ -272,19 +287,19 @@ class Validator {
   }
 
   Status CheckEntry(const fb::Entry* e, std::string_view name) {
-    const std::string where = "entry " + Quote(name);
+    entry_name_ = name;
     const bool newer_minor = m_->format_minor() > kFormatMinor;
     const auto kind = static_cast<uint8_t>(e->kind());
     if (kind > static_cast<uint8_t>(fb::EntryKind::MAX)) {
       // A later minor version may add kinds; say so rather than calling the file corrupt.
       return Fail(newer_minor ? StatusCode::kVersion : StatusCode::kCorrupt,
-                  where + ": unknown entry kind " + std::to_string(kind) +
+                  Where() + ": unknown entry kind " + std::to_string(kind) +
                       (newer_minor ? " (written by a newer format minor version; upgrade distckpt)" : ""));
     }
     const auto raw_dtype = static_cast<uint8_t>(e->dtype());
     if (!IsValidDType(raw_dtype)) {
       return Fail(newer_minor && raw_dtype != 0 ? StatusCode::kVersion : StatusCode::kCorrupt,
-                  where + ": unknown dtype " + std::to_string(raw_dtype) +
+                  Where() + ": unknown dtype " + std::to_string(raw_dtype) +
                       (newer_minor && raw_dtype != 0 ? " (written by a newer format minor version; upgrade distckpt)"
                                                      : ""));
     }
@@ -296,31 +311,31 @@ class Validator {
     const auto* lengths_v = e->chunk_lengths();
     const auto* chunks_v = e->chunks();
     const auto* blocks_v = e->block_checksums();
-    DCKPT_RETURN_IF_ERROR(CheckVector(shape_v, 8, where + ": shape"));
-    DCKPT_RETURN_IF_ERROR(CheckVector(offsets_v, 8, where + ": chunk_offsets"));
-    DCKPT_RETURN_IF_ERROR(CheckVector(lengths_v, 8, where + ": chunk_lengths"));
-    DCKPT_RETURN_IF_ERROR(CheckVector(chunks_v, sizeof(fb::ChunkLoc), where + ": chunks"));
-    DCKPT_RETURN_IF_ERROR(CheckVector(blocks_v, 8, where + ": block_checksums"));
+    DCKPT_RETURN_IF_ERROR(CheckVector(shape_v, 8, 8, Field("shape")));
+    DCKPT_RETURN_IF_ERROR(CheckVector(offsets_v, 8, 8, Field("chunk_offsets")));
+    DCKPT_RETURN_IF_ERROR(CheckVector(lengths_v, 8, 8, Field("chunk_lengths")));
+    DCKPT_RETURN_IF_ERROR(CheckVector(chunks_v, sizeof(fb::ChunkLoc), alignof(fb::ChunkLoc), Field("chunks")));
+    DCKPT_RETURN_IF_ERROR(CheckVector(blocks_v, 8, 8, Field("block_checksums")));
 
     const size_t ndim = Size(shape_v);
     if (ndim > kMaxDims) {
-      return Bad(where + ": has " + std::to_string(ndim) + " dimensions; at most " + std::to_string(kMaxDims) +
+      return Bad(Where() + ": has " + std::to_string(ndim) + " dimensions; at most " + std::to_string(kMaxDims) +
                  " are allowed");
     }
     const Span<const uint64_t> shape(Data(shape_v), ndim);
     Result<uint64_t> nbytes = CheckedVolume(shape, itemsize);
-    if (!nbytes.ok()) return Bad(where + ": shape " + ShapeString(shape) + " of " + DTypeName(dtype) + " overflows 64 bits");
+    if (!nbytes.ok()) return Bad(Where() + ": shape " + ShapeString(shape) + " of " + DTypeName(dtype) + " overflows 64 bits");
 
     const size_t nchunks = Size(chunks_v);
     // Sizes are < 2^31 (verified buffer), so nchunks * ndim cannot overflow.
     if (Size(offsets_v) != nchunks * ndim || Size(lengths_v) != nchunks * ndim) {
-      return Bad(where + ": has " + std::to_string(nchunks) + " chunks of " + std::to_string(ndim) +
+      return Bad(Where() + ": has " + std::to_string(nchunks) + " chunks of " + std::to_string(ndim) +
                  " dimensions, so chunk_offsets and chunk_lengths need " + std::to_string(nchunks * ndim) +
                  " values each, not " + std::to_string(Size(offsets_v)) + " and " + std::to_string(Size(lengths_v)));
     }
     if (e->kind() == fb::EntryKind::Bytes) {
       if (dtype != DType::kU8 || ndim != 1 || nchunks != 1) {
-        return Bad(where + ": a bytes entry must have dtype U8, a 1-d shape and exactly one chunk (it has " +
+        return Bad(Where() + ": a bytes entry must have dtype U8, a 1-d shape and exactly one chunk (it has " +
                    DTypeName(dtype) + ", " + std::to_string(ndim) + " dimensions and " + std::to_string(nchunks) +
                    " chunks)");
       }
@@ -344,7 +359,7 @@ class Validator {
         const uint64_t off = offsets[i * ndim + d];
         const uint64_t len = lengths[i * ndim + d];
         if (off > shape[d] || len > shape[d] - off) {
-          return Bad(ChunkWhere(where, i) + "box " + BoxString(offsets + i * ndim, lengths + i * ndim, ndim) +
+          return Bad(ChunkWhere(i) + "box " + BoxString(offsets + i * ndim, lengths + i * ndim, ndim) +
                      " lies outside the shape " + ShapeString(shape));
         }
         box.offset[d] = off;
@@ -355,64 +370,61 @@ class Validator {
       whole_in_one = whole_in_one || (whole && nchunks == 1);
       const uint64_t length = loc->length();
       if (length != volume * itemsize) {
-        return Bad(ChunkWhere(where, i) + "length " + std::to_string(length) + " does not match its box " +
+        return Bad(ChunkWhere(i) + "length " + std::to_string(length) + " does not match its box " +
                    BoxString(offsets + i * ndim, lengths + i * ndim, ndim) + " of " + DTypeName(dtype) + " (" +
                    std::to_string(volume * itemsize) + " bytes)");
       }
       const uint32_t file = loc->file();
       if (file >= nfiles) {
-        return Bad(ChunkWhere(where, i) + "data file index " + std::to_string(file) + " is out of range (" +
+        return Bad(ChunkWhere(i) + "data file index " + std::to_string(file) + " is out of range (" +
                    std::to_string(nfiles) + " data files)");
       }
       const fb::DataFile* df = m_->files()->Get(file);
       const uint64_t offset = loc->offset();
       if ((offset & (alignment_ - 1)) != 0) {
-        return Bad(ChunkWhere(where, i) + "offset " + std::to_string(offset) + " in data file " +
+        return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " in data file " +
                    Quote(View(df->name())) + " is not a multiple of the alignment " + std::to_string(alignment_));
       }
       if (offset > df->size() || length > df->size() - offset) {
-        return Bad(ChunkWhere(where, i) + "offset " + std::to_string(offset) + " + length " + std::to_string(length) +
+        return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " + length " + std::to_string(length) +
                    " exceeds the size " + std::to_string(df->size()) + " of data file " + Quote(View(df->name())));
       }
       const uint64_t nb = NumChecksumBlocks(length, block_size_);
       const uint32_t first = loc->first_block();
       if (nb == 1) {
         if (first != kNoBlockTable) {
-          return Bad(ChunkWhere(where, i) + "has a single checksum block but a block table (first_block " +
+          return Bad(ChunkWhere(i) + "has a single checksum block but a block table (first_block " +
                      std::to_string(first) + ")");
         }
         continue;
       }
       if (first == kNoBlockTable) {
-        return Bad(ChunkWhere(where, i) + "has " + std::to_string(nb) + " checksum blocks but no block table");
+        return Bad(ChunkWhere(i) + "has " + std::to_string(nb) + " checksum blocks but no block table");
       }
       if (first != next_block || first > nblocks_stored || nb > nblocks_stored - first) {
-        return Bad(ChunkWhere(where, i) + "block table [" + std::to_string(first) + ", +" + std::to_string(nb) +
+        return Bad(ChunkWhere(i) + "block table [" + std::to_string(first) + ", +" + std::to_string(nb) +
                    ") is out of range or out of order (expected to start at " + std::to_string(next_block) + " of " +
                    std::to_string(nblocks_stored) + " block checksums)");
       }
       next_block = first + nb;
       if (CombineBlockChecksums(Span<const uint64_t>(blocks + first, nb)) != loc->checksum()) {
-        return Bad(ChunkWhere(where, i) + "checksum does not match its block checksums");
+        return Bad(ChunkWhere(i) + "checksum does not match its block checksums");
       }
     }
     if (next_block != nblocks_stored) {
-      return Bad(where + ": has " + std::to_string(nblocks_stored - next_block) +
+      return Bad(Where() + ": has " + std::to_string(nblocks_stored - next_block) +
                  " block checksums that no chunk uses");
     }
     if (!whole_in_one) {
       Status tiling = CheckExactTiling(shape, boxes_);
       if (!tiling.ok()) {
-        return Fail(tiling.code(), where + ": chunks do not tile the shape " + ShapeString(shape) + " exactly: " +
+        return Fail(tiling.code(), Where() + ": chunks do not tile the shape " + ShapeString(shape) + " exactly: " +
                                        tiling.message());
       }
     }
     return OkStatus();
   }
 
-  static std::string ChunkWhere(const std::string& where, size_t i) {
-    return where + " chunk #" + std::to_string(i) + ": ";
-  }
 
   static std::string ShapeString(Span<const uint64_t> shape) {
     std::string s = "[";
@@ -435,7 +447,8 @@ class Validator {
   uint64_t block_size_ = 0;
   uint64_t alignment_ = 0;
   uint64_t visited_bytes_ = 0;
-  std::vector<Box> boxes_;  // reused across entries
+  std::string_view entry_name_;  // the entry being checked, for messages
+  std::vector<Box> boxes_;       // reused across entries
 };
 
 }  // namespace
