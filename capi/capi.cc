@@ -1,0 +1,520 @@
+// The C ABI over the engine. No C++ exception crosses this boundary; every failure becomes a status code plus a
+// per-thread message.
+#include "capi/include/distckpt/distckpt.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "capi/capi_internal.h"
+#include "core/base/dtype.h"
+#include "core/base/status.h"
+#include "core/base/version.h"
+#include "core/engine/load.h"
+#include "core/engine/reader.h"
+#include "core/engine/save.h"
+
+static_assert(DCKPT_VERSION_MAJOR == distckpt::kVersionMajor && DCKPT_VERSION_MINOR == distckpt::kVersionMinor &&
+                  DCKPT_VERSION_PATCH == distckpt::kVersionPatch,
+              "distckpt.h and core/base/version.h disagree on the version");
+static_assert(DCKPT_MAX_DIMS == distckpt::kMaxDims, "DCKPT_MAX_DIMS out of date");
+static_assert(DCKPT_EINTERNAL == static_cast<int>(distckpt::StatusCode::kInternal), "status codes out of date");
+static_assert(DCKPT_DTYPE_F8_E5M2 == static_cast<int>(distckpt::DType::kF8E5M2), "dtype codes out of date");
+
+struct dckpt_state {
+  distckpt::State state;
+};
+
+struct dckpt_reader {
+  std::unique_ptr<distckpt::Reader> reader;
+};
+
+namespace distckpt {
+namespace capi {
+namespace {
+
+thread_local std::string t_error_message;
+thread_local int t_error_code = DCKPT_OK;
+
+}  // namespace
+
+int Report(const Status& st) {
+  if (st.ok()) return DCKPT_OK;
+  t_error_code = static_cast<int>(st.code());
+  t_error_message = st.message();
+  return t_error_code;
+}
+
+int ReportException() {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return Report(Status(StatusCode::kNoMemory, "out of memory"));
+  } catch (const std::exception& e) {
+    return Report(Internal(std::string("unexpected C++ exception: ") + e.what()));
+  } catch (...) {
+    return Report(Internal("unexpected C++ exception"));
+  }
+}
+
+Status CheckVersion(unsigned version, unsigned current, const char* what) {
+  if (version == 0) return InvalidArgument(std::string(what) + ".version is 0: initialise it with its _INIT macro or _init()");
+  if (version > current) {
+    return VersionError(std::string(what) + ".version " + std::to_string(version) + " is newer than this library (" +
+                        std::to_string(current) + "); link a newer libdistckpt");
+  }
+  return OkStatus();
+}
+
+Status NotNull(const void* p, const char* what) {
+  return p ? OkStatus() : InvalidArgument(std::string(what) + " must not be NULL");
+}
+
+std::chrono::milliseconds Timeout(uint64_t ms) {
+  return ms == 0 ? kDefaultCollectiveTimeout : std::chrono::milliseconds(ms);
+}
+
+Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
+  ReadOptions o;
+  if (opts == nullptr) return o;
+  DCKPT_RETURN_IF_ERROR(CheckVersion(opts->version, DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options"));
+  o.verify = opts->verify != 0;
+  o.io_threads = opts->io_threads;
+  o.timeout = Timeout(opts->timeout_ms);
+  return o;
+}
+
+Communicator* CommOf(dckpt_comm* comm) { return comm ? CommunicatorOf(comm) : nullptr; }
+
+}  // namespace capi
+}  // namespace distckpt
+
+using distckpt::Box;
+using distckpt::DType;
+using distckpt::OkStatus;
+using distckpt::Status;
+using distckpt::capi::NotNull;
+using distckpt::capi::Report;
+using distckpt::capi::ReportException;
+
+// Runs a function body so that no exception escapes into C.
+#define DCKPT_GUARD(...)         \
+  try {                          \
+    __VA_ARGS__                  \
+  } catch (...) {                \
+    return ReportException();    \
+  }
+
+extern "C" {
+
+unsigned dckpt_version(void) {
+  return DCKPT_VERSION_MAJOR * 10000 + DCKPT_VERSION_MINOR * 100 + DCKPT_VERSION_PATCH;
+}
+const char* dckpt_version_string(void) { return distckpt::kVersionString; }
+unsigned dckpt_abi_version(void) { return DCKPT_ABI_VERSION; }
+
+const char* dckpt_error_last(void) { return distckpt::capi::t_error_message.c_str(); }
+int dckpt_error_last_code(void) { return distckpt::capi::t_error_code; }
+const char* dckpt_status_name(int status) {
+  if (status > 0 || status < DCKPT_EINTERNAL) return "unknown";
+  return distckpt::StatusCodeName(static_cast<distckpt::StatusCode>(status));
+}
+
+size_t dckpt_dtype_size(int dtype) {
+  return distckpt::IsValidDType(static_cast<uint32_t>(dtype)) ? distckpt::DTypeSize(static_cast<DType>(dtype)) : 0;
+}
+const char* dckpt_dtype_name(int dtype) {
+  return distckpt::IsValidDType(static_cast<uint32_t>(dtype)) ? distckpt::DTypeName(static_cast<DType>(dtype)) : nullptr;
+}
+int dckpt_dtype_from_name(int* out, const char* name) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DType d = distckpt::DTypeFromName(name);
+    if (d == DType::kInvalid) return Report(distckpt::InvalidArgument(std::string("unknown dtype name '") + name + "'"));
+    *out = static_cast<int>(d);
+    return DCKPT_OK;
+  })
+}
+
+/* ---- state ---- */
+
+int dckpt_state_new(dckpt_state** out) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
+    *out = new dckpt_state();
+    return DCKPT_OK;
+  })
+}
+
+void dckpt_state_free(dckpt_state* state) { delete state; }
+
+int dckpt_state_add_tensor(dckpt_state* state, const char* name, int dtype, size_t ndim, const uint64_t* shape) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    if (ndim > 0 && shape == nullptr) return Report(distckpt::InvalidArgument("shape is NULL but ndim > 0"));
+    if (ndim > DCKPT_MAX_DIMS) {
+      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' has " + std::to_string(ndim) +
+                                              " dimensions; at most 8 are supported"));
+    }
+    if (!distckpt::IsValidDType(static_cast<uint32_t>(dtype))) {
+      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': unknown dtype " + std::to_string(dtype)));
+    }
+    std::vector<uint64_t> s(shape, shape + ndim);
+    return Report(state->state.AddTensor(name, static_cast<DType>(dtype), s));
+  })
+}
+
+int dckpt_state_add_piece(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
+                          void* data) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    distckpt::TensorEntry* t = state->state.FindTensor(name);
+    if (t == nullptr) return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' was not declared"));
+    size_t ndim = t->shape.size();
+    if (ndim > 0 && (offsets == nullptr || lengths == nullptr)) {
+      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': offsets/lengths are NULL"));
+    }
+    std::vector<uint64_t> off(offsets, offsets + ndim), len(lengths, lengths + ndim);
+    return Report(state->state.AddPiece(name, off, len, data));
+  })
+}
+
+int dckpt_state_add_bytes(dckpt_state* state, const char* name, void* data, uint64_t size) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    return Report(state->state.AddBytes(name, data, size));
+  })
+}
+
+int dckpt_state_bytes_size(uint64_t* out, const dckpt_state* state, const char* name) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    auto* b = const_cast<distckpt::State&>(state->state).FindBytes(name);
+    if (b == nullptr) return Report(distckpt::NotFound("state has no bytes entry '" + std::string(name) + "'"));
+    *out = b->loaded_size;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_state_set_user(dckpt_state* state, const char* key, const char* value) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (Status st = NotNull(key, "key"); !st.ok()) return Report(st);
+    if (Status st = NotNull(value, "value"); !st.ok()) return Report(st);
+    state->state.SetUserMetadata(key, value);
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (size > 0 && data == nullptr) return Report(distckpt::InvalidArgument("structure data is NULL"));
+    state->state.SetStructure(std::string(data ? data : "", size));
+    return DCKPT_OK;
+  })
+}
+
+/* ---- save ---- */
+
+int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(opts, "opts"); !st.ok()) return Report(st);
+    if (Status st = distckpt::capi::CheckVersion(version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options");
+        !st.ok()) {
+      return Report(st);
+    }
+    dckpt_save_options defaults = DCKPT_SAVE_OPTIONS_INIT;
+    *opts = defaults;
+    opts->version = version;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_save(dckpt_save_info* info, const char* path, const dckpt_state* state, dckpt_comm* comm,
+               const dckpt_save_options* opts) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(path, "path"); !st.ok()) return Report(st);
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (info) {
+      if (Status st = distckpt::capi::CheckVersion(info->version, DCKPT_SAVE_INFO_VERSION, "dckpt_save_info");
+          !st.ok()) {
+        return Report(st);
+      }
+    }
+    distckpt::SaveOptions o;
+    if (opts) {
+      if (Status st = distckpt::capi::CheckVersion(opts->version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options");
+          !st.ok()) {
+        return Report(st);
+      }
+      o.io_threads = opts->io_threads;
+      o.overwrite = opts->overwrite != 0;
+      o.sync = opts->sync != 0;
+      if (opts->checksum_block_size) o.checksum_block_size = opts->checksum_block_size;
+      o.timeout = distckpt::capi::Timeout(opts->timeout_ms);
+    }
+    auto r = distckpt::Save(path, state->state, distckpt::capi::CommOf(comm), o);
+    if (!r.ok()) return Report(r.status());
+    if (info) {
+      info->num_files = r->num_files;
+      info->num_entries = r->num_entries;
+      info->bytes_written = r->bytes_written;
+      info->total_bytes = r->total_bytes;
+      info->metadata_bytes = r->metadata_bytes;
+      info->seconds = r->seconds;
+    }
+    return DCKPT_OK;
+  })
+}
+
+/* ---- load / read ---- */
+
+int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(opts, "opts"); !st.ok()) return Report(st);
+    if (Status st = distckpt::capi::CheckVersion(version, DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options");
+        !st.ok()) {
+      return Report(st);
+    }
+    dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
+    *opts = defaults;
+    opts->version = version;
+    return DCKPT_OK;
+  })
+}
+
+static void FillIoStats(dckpt_io_stats* out, const distckpt::IoStats& s, double seconds) {
+  out->bytes_read = s.bytes_read;
+  out->read_calls = s.read_calls;
+  out->bytes_verified = s.bytes_verified;
+  out->bytes_delivered = s.bytes_delivered;
+  out->seconds = seconds;
+}
+
+int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckpt_comm* comm,
+               const dckpt_read_options* opts) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(path, "path"); !st.ok()) return Report(st);
+    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    if (stats) {
+      if (Status st = distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats");
+          !st.ok()) {
+        return Report(st);
+      }
+    }
+    auto o = distckpt::capi::ToReadOptions(opts);
+    if (!o.ok()) return Report(o.status());
+    auto r = distckpt::Load(path, state->state, distckpt::capi::CommOf(comm), *o);
+    if (!r.ok()) return Report(r.status());
+    if (stats) FillIoStats(stats, r->io, r->seconds);
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_open(dckpt_reader** out, const char* path, dckpt_comm* comm, const dckpt_read_options* opts) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
+    *out = nullptr;
+    if (Status st = NotNull(path, "path"); !st.ok()) return Report(st);
+    auto o = distckpt::capi::ToReadOptions(opts);
+    if (!o.ok()) return Report(o.status());
+    auto r = distckpt::Reader::Open(path, distckpt::capi::CommOf(comm), *o);
+    if (!r.ok()) return Report(r.status());
+    *out = new dckpt_reader{std::move(r).value()};
+    return DCKPT_OK;
+  })
+}
+
+void dckpt_reader_free(dckpt_reader* reader) { delete reader; }
+
+#define DCKPT_CHECK_OUT_STRUCT(ptr, VERSION, what)                                                     \
+  do {                                                                                                  \
+    if (Status st_ = NotNull(ptr, what); !st_.ok()) return Report(st_);                                \
+    if (Status st_ = distckpt::capi::CheckVersion((ptr)->version, VERSION, what); !st_.ok()) return Report(st_); \
+  } while (0)
+
+int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
+  DCKPT_GUARD({
+    DCKPT_CHECK_OUT_STRUCT(out, DCKPT_CHECKPOINT_INFO_VERSION, "dckpt_checkpoint_info");
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    const distckpt::MetadataView& m = reader->reader->metadata();
+    out->format_major = m.format_major();
+    out->format_minor = m.format_minor();
+    out->writer = m.writer().data();
+    out->num_entries = m.num_entries();
+    out->num_files = m.num_files();
+    uint64_t total = 0;
+    for (size_t i = 0; i < m.num_entries(); ++i) total += m.entry(i).nbytes();
+    out->total_bytes = total;
+    out->metadata_bytes = m.buffer_size();
+    out->checksum_block_size = m.checksum_block_size();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_entry(dckpt_entry_info* out, const dckpt_reader* reader, size_t index) {
+  DCKPT_GUARD({
+    DCKPT_CHECK_OUT_STRUCT(out, DCKPT_ENTRY_INFO_VERSION, "dckpt_entry_info");
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    const distckpt::MetadataView& m = reader->reader->metadata();
+    if (index >= m.num_entries()) {
+      return Report(distckpt::InvalidArgument("entry index " + std::to_string(index) + " out of range (" +
+                                              std::to_string(m.num_entries()) + " entries)"));
+    }
+    distckpt::EntryView e = m.entry(index);
+    out->kind = static_cast<int>(e.kind);
+    out->dtype = static_cast<int>(e.dtype);
+    out->name = e.name.data();
+    out->ndim = e.shape.size();
+    out->shape = e.shape.data();
+    out->nbytes = e.nbytes();
+    out->num_chunks = e.num_chunks;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_find(size_t* index, const dckpt_reader* reader, const char* name) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(index, "index"); !st.ok()) return Report(st);
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    auto i = reader->reader->metadata().Find(name);
+    if (!i) {
+      return Report(distckpt::NotFound("checkpoint '" + reader->reader->path() + "' has no entry '" + name + "'"));
+    }
+    *index = *i;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t entry, size_t chunk) {
+  DCKPT_GUARD({
+    DCKPT_CHECK_OUT_STRUCT(out, DCKPT_CHUNK_INFO_VERSION, "dckpt_chunk_info");
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    const distckpt::MetadataView& m = reader->reader->metadata();
+    if (entry >= m.num_entries()) return Report(distckpt::InvalidArgument("entry index out of range"));
+    distckpt::EntryView e = m.entry(entry);
+    if (chunk >= e.num_chunks) {
+      return Report(distckpt::InvalidArgument("entry '" + std::string(e.name) + "' has " + std::to_string(e.num_chunks) +
+                                              " chunks; index " + std::to_string(chunk) + " is out of range"));
+    }
+    distckpt::ChunkLocation loc = e.chunk(chunk);
+    out->ndim = e.ndim();
+    out->offsets = e.chunk_offsets + chunk * e.ndim();
+    out->lengths = e.chunk_lengths + chunk * e.ndim();
+    out->file = m.file_name(loc.file).data();
+    out->file_offset = loc.offset;
+    out->length = loc.length;
+    out->checksum = loc.checksum;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_read(dckpt_reader* reader, const char* name, size_t ndim, const uint64_t* offsets,
+                      const uint64_t* lengths, void* dst, uint64_t dst_size) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    if (ndim > DCKPT_MAX_DIMS) return Report(distckpt::InvalidArgument("ndim > 8"));
+    if (ndim > 0 && (offsets == nullptr || lengths == nullptr)) {
+      return Report(distckpt::InvalidArgument("offsets/lengths are NULL"));
+    }
+    if (dst == nullptr && dst_size > 0) return Report(distckpt::InvalidArgument("dst is NULL"));
+    auto box = Box::Make(distckpt::Span<const uint64_t>(offsets, ndim), distckpt::Span<const uint64_t>(lengths, ndim));
+    if (!box.ok()) return Report(box.status());
+    return Report(reader->reader->ReadRegion(name, *box, dst, dst_size));
+  })
+}
+
+int dckpt_reader_read_bytes(uint64_t* size, dckpt_reader* reader, const char* name, void* dst, uint64_t capacity) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    if (dst == nullptr && capacity > 0) return Report(distckpt::InvalidArgument("dst is NULL"));
+    // Report the size even when the buffer is too small, so that a NULL/0 call is a size query.
+    const distckpt::MetadataView& m = reader->reader->metadata();
+    auto idx = m.Find(name);
+    if (size && idx && m.entry(*idx).kind == distckpt::EntryKind::kBytes) *size = m.entry(*idx).nbytes();
+    auto r = reader->reader->ReadBytes(name, dst, capacity);
+    if (!r.ok()) return Report(r.status());
+    if (size) *size = *r;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_num_user(size_t* out, const dckpt_reader* reader) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    *out = reader->reader->metadata().num_user();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_user(const char** key, const char** value, const dckpt_reader* reader, size_t index) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(key, "key"); !st.ok()) return Report(st);
+    if (Status st = NotNull(value, "value"); !st.ok()) return Report(st);
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    const distckpt::MetadataView& m = reader->reader->metadata();
+    if (index >= m.num_user()) return Report(distckpt::InvalidArgument("user metadata index out of range"));
+    auto kv = m.user(index);
+    *key = kv.first.data();
+    *value = kv.second.data();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_user_get(const char** value, const dckpt_reader* reader, const char* key) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(value, "value"); !st.ok()) return Report(st);
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    if (Status st = NotNull(key, "key"); !st.ok()) return Report(st);
+    auto v = reader->reader->metadata().FindUser(key);
+    if (!v) return Report(distckpt::NotFound("checkpoint '" + reader->reader->path() + "' has no user key '" + key + "'"));
+    *value = v->data();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_structure(const char** data, size_t* size, const dckpt_reader* reader) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(data, "data"); !st.ok()) return Report(st);
+    if (Status st = NotNull(size, "size"); !st.ok()) return Report(st);
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    std::string_view s = reader->reader->metadata().structure();
+    *data = s.data();
+    *size = s.size();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_verify(dckpt_reader* reader, dckpt_progress_fn progress, void* user_data) {
+  DCKPT_GUARD({
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    distckpt::ProgressFn fn;
+    if (progress) fn = [progress, user_data](uint64_t done, uint64_t total) { return progress(done, total, user_data); };
+    return Report(reader->reader->VerifyAll(fn));
+  })
+}
+
+int dckpt_reader_io_stats(dckpt_io_stats* out, const dckpt_reader* reader) {
+  DCKPT_GUARD({
+    DCKPT_CHECK_OUT_STRUCT(out, DCKPT_IO_STATS_VERSION, "dckpt_io_stats");
+    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    FillIoStats(out, reader->reader->io_stats(), 0.0);
+    return DCKPT_OK;
+  })
+}
+
+}  // extern "C"

@@ -1,0 +1,280 @@
+/*
+ * distckpt.h: the C ABI of distckpt, a distributed checkpointing library.
+ *
+ * C99; also compiles as C++. Conventions (see capi/API.md for ownership, threading and stability):
+ *  - Every function returns an int status: DCKPT_OK (0) or a negative DCKPT_E* code. dckpt_error_last() gives the
+ *    calling thread's message for the last failure. Codes are never renumbered.
+ *  - Out-parameters come first. Whatever comes back through `**out` is owned by the caller and released with that
+ *    type's _free(), which accepts NULL. Pointers returned inside info structs are borrowed from their parent handle.
+ *  - Option and info structs start with `unsigned version`; set it with the _INIT macro or the _init() function.
+ *    Fields are only ever appended. NULL options mean the defaults.
+ *  - A NULL communicator means a single process.
+ *  - Callbacks take `void *user_data` last; a non-zero return aborts the operation with DCKPT_EUSER.
+ */
+#ifndef DISTCKPT_DISTCKPT_H_
+#define DISTCKPT_DISTCKPT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DCKPT_API __attribute__((visibility("default")))
+#else
+#define DCKPT_API
+#endif
+
+/* ---- Versions ------------------------------------------------------------------------------------------------- */
+
+#define DCKPT_VERSION_MAJOR 0
+#define DCKPT_VERSION_MINOR 1
+#define DCKPT_VERSION_PATCH 0
+#define DCKPT_VERSION_STRING "0.1.0"
+/* Bumped only if a released symbol or struct layout ever has to change incompatibly (it should not). Bindings
+ * compare it with dckpt_abi_version() when they load. */
+#define DCKPT_ABI_VERSION 1
+
+/* MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. */
+DCKPT_API unsigned dckpt_version(void);
+DCKPT_API const char *dckpt_version_string(void);
+DCKPT_API unsigned dckpt_abi_version(void);
+
+/* ---- Status codes and errors ---------------------------------------------------------------------------------- */
+
+typedef enum dckpt_status {
+  DCKPT_OK = 0,
+  DCKPT_ERROR = -1,        /* an error that fits no other code */
+  DCKPT_EINVAL = -2,       /* invalid argument */
+  DCKPT_ENOTFOUND = -3,    /* checkpoint, entry or file not found */
+  DCKPT_ECORRUPT = -4,     /* checksum mismatch, bad metadata, truncated or missing data file */
+  DCKPT_EVERSION = -5,     /* unsupported format or ABI version */
+  DCKPT_EIO = -6,          /* the operating system reported an I/O error */
+  DCKPT_ETIMEOUT = -7,     /* a collective or wait ran past its timeout (a rank died or stalled) */
+  DCKPT_EUSER = -8,        /* a callback returned non-zero */
+  DCKPT_ENOMEM = -9,       /* out of memory */
+  DCKPT_EUNSUPPORTED = -10,/* not supported by this build or backend */
+  DCKPT_EEXISTS = -11,     /* the target already exists */
+  DCKPT_EBUFSIZE = -12,    /* the caller's buffer is too small; the needed size is reported */
+  DCKPT_EPEER = -13,       /* another rank failed, so this one did too */
+  DCKPT_ENOSPC = -14,      /* no space left on the device */
+  DCKPT_ESTATE = -15,      /* the object is in the wrong state for this call */
+  DCKPT_EINTERNAL = -16    /* a bug in distckpt */
+} dckpt_status;
+
+/* The calling thread's message for its last failed call ("" if none). Valid until the thread's next dckpt call. */
+DCKPT_API const char *dckpt_error_last(void);
+/* The calling thread's last failure code (DCKPT_OK if none). */
+DCKPT_API int dckpt_error_last_code(void);
+/* A short static name for a status code, e.g. "corrupt". */
+DCKPT_API const char *dckpt_status_name(int status);
+
+/* ---- Element types (stored little-endian; names match safetensors where it has one) ---------------------------- */
+
+typedef enum dckpt_dtype {
+  DCKPT_DTYPE_BOOL = 1,
+  DCKPT_DTYPE_U8 = 2,
+  DCKPT_DTYPE_I8 = 3,
+  DCKPT_DTYPE_U16 = 4,
+  DCKPT_DTYPE_I16 = 5,
+  DCKPT_DTYPE_U32 = 6,
+  DCKPT_DTYPE_I32 = 7,
+  DCKPT_DTYPE_U64 = 8,
+  DCKPT_DTYPE_I64 = 9,
+  DCKPT_DTYPE_F16 = 10,
+  DCKPT_DTYPE_BF16 = 11,
+  DCKPT_DTYPE_F32 = 12,
+  DCKPT_DTYPE_F64 = 13,
+  DCKPT_DTYPE_C64 = 14,
+  DCKPT_DTYPE_C128 = 15,
+  DCKPT_DTYPE_F8_E4M3FN = 16,
+  DCKPT_DTYPE_F8_E5M2 = 17
+} dckpt_dtype;
+
+/* Bytes per element; 0 for an unknown dtype. */
+DCKPT_API size_t dckpt_dtype_size(int dtype);
+/* Canonical name ("F32", "BF16", "F8_E4M3"); NULL for an unknown dtype. */
+DCKPT_API const char *dckpt_dtype_name(int dtype);
+/* Parses a canonical or numpy-style name ("float32"). */
+DCKPT_API int dckpt_dtype_from_name(int *out, const char *name);
+
+#define DCKPT_MAX_DIMS 8
+
+typedef enum dckpt_entry_kind { DCKPT_ENTRY_TENSOR = 0, DCKPT_ENTRY_BYTES = 1 } dckpt_entry_kind;
+
+/* ---- Communicators ------------------------------------------------------------------------------------------- */
+
+/* A group of ranks that coordinate a save or load. NULL means a single process. */
+typedef struct dckpt_comm dckpt_comm;
+
+/* ---- State: what a rank saves, or where it loads to ------------------------------------------------------------ */
+
+/* A set of named entries: tensors made of local pieces, and opaque bytes. Buffers are borrowed, not copied: they must
+ * stay valid until the save/load that uses them returns. Not thread-safe. */
+typedef struct dckpt_state dckpt_state;
+
+DCKPT_API int dckpt_state_new(dckpt_state **out);
+DCKPT_API void dckpt_state_free(dckpt_state *state);
+/* Declares a tensor of `ndim` dimensions (0 for a scalar) with its global shape. */
+DCKPT_API int dckpt_state_add_tensor(dckpt_state *state, const char *name, int dtype, size_t ndim,
+                                     const uint64_t *shape);
+/* Adds a local piece: the box [offsets, offsets + lengths) of the global tensor, held row-major in `data`
+ * (volume * dtype size bytes). Save reads it; load fills it. The same box on several ranks is a replica. */
+DCKPT_API int dckpt_state_add_piece(dckpt_state *state, const char *name, const uint64_t *offsets,
+                                    const uint64_t *lengths, void *data);
+/* Adds a bytes entry. Save: `size` bytes of `data`. Load: `data` receives up to `size` bytes (the capacity); see
+ * dckpt_state_bytes_size for the stored size. */
+DCKPT_API int dckpt_state_add_bytes(dckpt_state *state, const char *name, void *data, uint64_t size);
+/* After a load: the stored size of a bytes entry. */
+DCKPT_API int dckpt_state_bytes_size(uint64_t *out, const dckpt_state *state, const char *name);
+/* Free-form metadata saved with the checkpoint (rank 0's values are stored). */
+DCKPT_API int dckpt_state_set_user(dckpt_state *state, const char *key, const char *value);
+/* An opaque description bindings use to rebuild nested state (rank 0's value is stored). */
+DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, size_t size);
+
+/* ---- Save ---------------------------------------------------------------------------------------------------- */
+
+#define DCKPT_SAVE_OPTIONS_VERSION 1
+typedef struct dckpt_save_options {
+  unsigned version;
+  unsigned io_threads;          /* 0: default */
+  int overwrite;                /* replace an existing checkpoint at the path (default 0) */
+  int sync;                     /* fsync data, metadata and directories (default 1) */
+  uint64_t checksum_block_size; /* 0: default (1 MiB); else a power of two >= 4096 */
+  uint64_t timeout_ms;          /* collective timeout; 0: default (10 minutes) */
+} dckpt_save_options;
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0}
+DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
+
+#define DCKPT_SAVE_INFO_VERSION 1
+typedef struct dckpt_save_info {
+  unsigned version;
+  uint32_t num_files;      /* data files in the checkpoint */
+  uint32_t num_entries;
+  uint64_t bytes_written;  /* by this rank */
+  uint64_t total_bytes;    /* data bytes of the whole checkpoint */
+  uint64_t metadata_bytes;
+  double seconds;          /* wall time of the call on this rank */
+} dckpt_save_info;
+#define DCKPT_SAVE_INFO_INIT {DCKPT_SAVE_INFO_VERSION, 0, 0, 0, 0, 0, 0.0}
+
+/* Saves `state` to the directory `path`, atomically. Collective over `comm`: every rank calls it with the same path.
+ * If any rank fails, every rank returns an error and nothing appears at `path`. `info` may be NULL. */
+DCKPT_API int dckpt_save(dckpt_save_info *info, const char *path, const dckpt_state *state, dckpt_comm *comm,
+                         const dckpt_save_options *opts);
+
+/* ---- Load and read ------------------------------------------------------------------------------------------- */
+
+#define DCKPT_READ_OPTIONS_VERSION 1
+typedef struct dckpt_read_options {
+  unsigned version;
+  int verify;          /* check checksums of every byte read (default 1) */
+  unsigned io_threads; /* 0: default */
+  uint64_t timeout_ms; /* collective timeout; 0: default (10 minutes) */
+} dckpt_read_options;
+#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0}
+DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
+
+#define DCKPT_IO_STATS_VERSION 1
+typedef struct dckpt_io_stats {
+  unsigned version;
+  uint64_t bytes_read;      /* bytes read from data files */
+  uint64_t read_calls;      /* read system calls */
+  uint64_t bytes_verified;  /* bytes hashed to check checksums */
+  uint64_t bytes_delivered; /* bytes copied into caller buffers */
+  double seconds;           /* for dckpt_load: wall time of the call */
+} dckpt_io_stats;
+#define DCKPT_IO_STATS_INIT {DCKPT_IO_STATS_VERSION, 0, 0, 0, 0, 0.0}
+
+/* Fills every piece and bytes entry of `state` from the checkpoint at `path`, resharding as needed: each rank reads
+ * only the bytes its pieces need. Tensors must exist with the same dtype and global shape. Collective over `comm`.
+ * `stats` may be NULL. */
+DCKPT_API int dckpt_load(dckpt_io_stats *stats, const char *path, dckpt_state *state, dckpt_comm *comm,
+                         const dckpt_read_options *opts);
+
+/* An open checkpoint. Thread-safe: several threads may read through one reader at once. */
+typedef struct dckpt_reader dckpt_reader;
+
+/* Opens a committed checkpoint; the metadata is verified and validated before use. With a communicator the call is
+ * collective (rank 0 reads the metadata and broadcasts it). */
+DCKPT_API int dckpt_reader_open(dckpt_reader **out, const char *path, dckpt_comm *comm,
+                                const dckpt_read_options *opts);
+DCKPT_API void dckpt_reader_free(dckpt_reader *reader);
+
+#define DCKPT_CHECKPOINT_INFO_VERSION 1
+typedef struct dckpt_checkpoint_info {
+  unsigned version;
+  unsigned format_major;
+  unsigned format_minor;
+  const char *writer;           /* borrowed */
+  size_t num_entries;
+  size_t num_files;
+  uint64_t total_bytes;         /* data bytes */
+  uint64_t metadata_bytes;
+  uint64_t checksum_block_size;
+} dckpt_checkpoint_info;
+#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0}
+DCKPT_API int dckpt_reader_info(dckpt_checkpoint_info *out, const dckpt_reader *reader);
+
+#define DCKPT_ENTRY_INFO_VERSION 1
+typedef struct dckpt_entry_info {
+  unsigned version;
+  int kind;                /* dckpt_entry_kind */
+  int dtype;               /* dckpt_dtype */
+  const char *name;        /* borrowed, NUL-terminated */
+  size_t ndim;
+  const uint64_t *shape;   /* borrowed; ndim values */
+  uint64_t nbytes;
+  size_t num_chunks;
+} dckpt_entry_info;
+#define DCKPT_ENTRY_INFO_INIT {DCKPT_ENTRY_INFO_VERSION, 0, 0, NULL, 0, NULL, 0, 0}
+/* Entries are sorted by name; index is 0..num_entries-1. */
+DCKPT_API int dckpt_reader_entry(dckpt_entry_info *out, const dckpt_reader *reader, size_t index);
+/* DCKPT_ENOTFOUND if there is no such entry. */
+DCKPT_API int dckpt_reader_find(size_t *index, const dckpt_reader *reader, const char *name);
+
+#define DCKPT_CHUNK_INFO_VERSION 1
+typedef struct dckpt_chunk_info {
+  unsigned version;
+  size_t ndim;
+  const uint64_t *offsets;  /* borrowed; the chunk's box */
+  const uint64_t *lengths;
+  const char *file;         /* borrowed; data file name inside the checkpoint */
+  uint64_t file_offset;
+  uint64_t length;          /* bytes */
+  uint64_t checksum;        /* see FORMAT.md */
+} dckpt_chunk_info;
+#define DCKPT_CHUNK_INFO_INIT {DCKPT_CHUNK_INFO_VERSION, 0, NULL, NULL, NULL, 0, 0, 0}
+DCKPT_API int dckpt_reader_chunk(dckpt_chunk_info *out, const dckpt_reader *reader, size_t entry, size_t chunk);
+
+/* Reads the box [offsets, offsets + lengths) of tensor `name` into `dst`, row-major; dst_size must be exactly its
+ * volume * dtype size. Only the needed bytes are read (rounded out to checksum blocks when verifying). */
+DCKPT_API int dckpt_reader_read(dckpt_reader *reader, const char *name, size_t ndim, const uint64_t *offsets,
+                                const uint64_t *lengths, void *dst, uint64_t dst_size);
+/* Reads a bytes entry into `dst`. *size receives its size; DCKPT_EBUFSIZE (nothing copied) if capacity is too small.
+ * Pass dst = NULL and capacity = 0 to query the size. */
+DCKPT_API int dckpt_reader_read_bytes(uint64_t *size, dckpt_reader *reader, const char *name, void *dst,
+                                      uint64_t capacity);
+
+DCKPT_API int dckpt_reader_num_user(size_t *out, const dckpt_reader *reader);
+/* Key/value `index` of the user metadata (sorted by key); both borrowed. */
+DCKPT_API int dckpt_reader_user(const char **key, const char **value, const dckpt_reader *reader, size_t index);
+/* DCKPT_ENOTFOUND if the key is absent. */
+DCKPT_API int dckpt_reader_user_get(const char **value, const dckpt_reader *reader, const char *key);
+/* The structure description saved with dckpt_state_set_structure (borrowed; may be empty). */
+DCKPT_API int dckpt_reader_structure(const char **data, size_t *size, const dckpt_reader *reader);
+
+/* Progress: done and total bytes so far. Return non-zero to abort. */
+typedef int (*dckpt_progress_fn)(uint64_t done, uint64_t total, void *user_data);
+/* Reads and checks every chunk; DCKPT_ECORRUPT names the entry, chunk, file and byte range of the first bad block. */
+DCKPT_API int dckpt_reader_verify(dckpt_reader *reader, dckpt_progress_fn progress, void *user_data);
+/* The reader's I/O counters since it was opened. */
+DCKPT_API int dckpt_reader_io_stats(dckpt_io_stats *out, const dckpt_reader *reader);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DISTCKPT_DISTCKPT_H_ */

@@ -1,0 +1,460 @@
+#include "core/engine/reader.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/base/wire.h"
+#include "core/engine/save.h"
+#include "core/format/checksum.h"
+
+namespace distckpt {
+namespace {
+
+// Reads are issued in segments of at most this many bytes (a multiple of the checksum block size), so that one
+// large chunk is read and verified by several threads at once and bounce buffers stay small.
+constexpr uint64_t kReadSegmentBytes = 8ull << 20;
+// Without verification, runs at least this long are read straight into the destination, one pread each.
+constexpr uint64_t kDirectRunBytes = 256ull << 10;
+// Without verification, a strided selection is read as one span (then scattered) if the span is at most this many
+// times the bytes actually needed; sparser selections are read run by run.
+constexpr uint64_t kMaxSpanAmplification = 8;
+// Ranges closer than this are merged into one read: a few wasted bytes cost less than another system call.
+constexpr uint64_t kMergeGapBytes = 256;
+
+struct Range {
+  uint64_t lo, hi;
+};
+
+void MergeRanges(std::vector<Range>* ranges, uint64_t gap) {
+  std::sort(ranges->begin(), ranges->end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  size_t out = 0;
+  for (const Range& r : *ranges) {
+    if (out > 0 && r.lo <= (*ranges)[out - 1].hi + gap) {
+      (*ranges)[out - 1].hi = std::max((*ranges)[out - 1].hi, r.hi);
+    } else {
+      (*ranges)[out++] = r;
+    }
+  }
+  ranges->resize(out);
+}
+
+// Source offset of run number k of a copy plan (runs are numbered in increasing src order).
+uint64_t RunSrc(const CopyPlan& c, uint64_t k) {
+  uint64_t src = c.src_base;
+  for (int d = static_cast<int>(c.outer_dims) - 1; d >= 0; --d) {
+    src += (k % c.count[d]) * c.src_stride[d];
+    k /= c.count[d];
+  }
+  return src;
+}
+uint64_t RunDst(const CopyPlan& c, uint64_t k) {
+  uint64_t dst = c.dst_base;
+  for (int d = static_cast<int>(c.outer_dims) - 1; d >= 0; --d) {
+    dst += (k % c.count[d]) * c.dst_stride[d];
+    k /= c.count[d];
+  }
+  return dst;
+}
+
+// Calls fn(src, dst, len) for the part of every run that falls inside [lo, hi) of the source, using a binary search
+// for the first run so that a segment of a huge strided copy costs O(log runs + runs in the segment).
+template <typename Fn>
+void ForEachRunIn(const CopyPlan& c, uint64_t lo, uint64_t hi, Fn&& fn) {
+  const uint64_t n = c.num_runs();
+  if (n == 0) return;
+  uint64_t first = 0, last = n;  // first run whose end is > lo
+  while (first < last) {
+    uint64_t mid = first + (last - first) / 2;
+    if (RunSrc(c, mid) + c.run_length <= lo) first = mid + 1;
+    else last = mid;
+  }
+  for (uint64_t k = first; k < n; ++k) {
+    uint64_t s = RunSrc(c, k);
+    if (s >= hi) break;
+    uint64_t a = std::max(s, lo), b = std::min(s + c.run_length, hi);
+    fn(a, RunDst(c, k) + (a - s), b - a);
+  }
+}
+
+class BufferPool {
+ public:
+  explicit BufferPool(size_t keep) : keep_(keep) {}
+  ~BufferPool() {
+    for (char* b : free_) std::free(b);
+  }
+  char* Get() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        char* b = free_.back();
+        free_.pop_back();
+        return b;
+      }
+    }
+    return static_cast<char*>(std::aligned_alloc(4096, kReadSegmentBytes + 4096));
+  }
+  void Put(char* b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < keep_) free_.push_back(b);
+    else std::free(b);
+  }
+
+ private:
+  size_t keep_;
+  std::mutex mu_;
+  std::vector<char*> free_;
+};
+
+}  // namespace
+
+// Turns planned reads into segment tasks on the reader's thread pool: read, verify, scatter.
+class ReadExecutor {
+ public:
+  explicit ReadExecutor(Reader* reader) : r_(reader), pool_(reader->pool_->size()) {}
+
+  Status Add(size_t entry, const std::vector<ReadTarget>& targets) {
+    EntryView e = r_->meta_.entry(entry);
+    std::vector<Box> boxes;
+    std::vector<char*> dsts;
+    for (const ReadTarget& t : targets) {
+      if (t.box.empty()) continue;
+      if (t.data == nullptr) return r_->EntryError(entry, "destination buffer for " + t.box.ToString() + " is NULL");
+      boxes.push_back(t.box);
+      dsts.push_back(static_cast<char*>(t.data));
+    }
+    if (boxes.empty()) return OkStatus();
+    auto planned = PlanTensorRead(e, r_->Index(entry), boxes);
+    if (!planned.ok()) return r_->EntryError(entry, planned.status());
+    plans_.push_back(std::move(planned).value());
+    const std::vector<TensorReadOp>& ops = plans_.back();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (jobs_.empty() || jobs_.back().entry != entry || jobs_.back().chunk != ops[i].chunk) {
+        jobs_.push_back(Job{entry, ops[i].chunk, false, {}});
+      }
+      jobs_.back().ops.push_back(Op{&ops[i].copy, dsts[ops[i].dest]});
+    }
+    return OkStatus();
+  }
+
+  /// Reads and verifies a whole chunk without delivering it anywhere.
+  void AddVerify(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, {}}); }
+
+  Status Run(const ProgressFn& progress) {
+    progress_ = progress;
+    TaskGroup group(r_->pool_.get());
+    for (const Job& job : jobs_) {
+      std::vector<Range> segments;
+      DCKPT_RETURN_IF_ERROR(Segments(job, &segments));
+      for (const Range& seg : segments) {
+        total_ += seg.hi - seg.lo;
+        group.Run([this, &job, seg] { return RunSegment(job, seg); });
+      }
+    }
+    return group.Wait();
+  }
+
+ private:
+  struct Op {
+    const CopyPlan* copy;
+    char* dst;
+  };
+  struct Job {
+    size_t entry;
+    uint32_t chunk;
+    bool verify_only;
+    std::vector<Op> ops;
+  };
+
+  bool verify(const Job& job) const { return job.verify_only || r_->options_.verify; }
+
+  // Chooses the byte ranges of the chunk to read, split into segments.
+  Status Segments(const Job& job, std::vector<Range>* out) {
+    const ChunkLocation loc = r_->meta_.entry(job.entry).chunk(job.chunk);
+    if (loc.length == 0) return OkStatus();
+    const uint64_t block = r_->meta_.checksum_block_size();
+    const uint64_t nblocks = NumChecksumBlocks(loc.length, block);
+    std::vector<Range> ranges;
+    if (job.verify_only || (verify(job) && nblocks == 1)) {
+      ranges.push_back({0, loc.length});
+    } else if (verify(job)) {
+      // Only the checksum blocks that hold needed bytes are read (and verified).
+      for (const Op& op : job.ops) {
+        if (op.copy->num_runs() == 0) continue;
+        ranges.push_back({op.copy->src_begin() / block * block,
+                          std::min(loc.length, (op.copy->src_end() + block - 1) / block * block)});
+      }
+      MergeRanges(&ranges, 0);
+    } else {
+      for (const Op& op : job.ops) {
+        const CopyPlan& c = *op.copy;
+        if (c.num_runs() == 0) continue;
+        const uint64_t span = c.src_end() - c.src_begin();
+        if (c.run_length >= kDirectRunBytes || span > kMaxSpanAmplification * c.total_bytes()) {
+          c.ForEachRun([&](const ByteRun& run) { ranges.push_back({run.src, run.src + run.length}); });
+        } else {
+          ranges.push_back({c.src_begin(), c.src_end()});
+        }
+      }
+      MergeRanges(&ranges, kMergeGapBytes);
+    }
+    const uint64_t seg = std::max(block, kReadSegmentBytes / block * block);
+    for (const Range& r : ranges) {
+      for (uint64_t lo = r.lo; lo < r.hi; lo += seg) out->push_back({lo, std::min(r.hi, lo + seg)});
+    }
+    return OkStatus();
+  }
+
+  Status RunSegment(const Job& job, Range seg) {
+    const EntryView e = r_->meta_.entry(job.entry);
+    const ChunkLocation loc = e.chunk(job.chunk);
+    const uint64_t len = seg.hi - seg.lo;
+    auto file = r_->File(loc.file);
+    if (!file.ok()) return r_->EntryError(job.entry, file.status());
+
+    // Read straight into a destination when one run covers the whole segment; otherwise into a bounce buffer.
+    char* buf = nullptr;
+    const Op* direct_op = nullptr;
+    uint64_t direct_dst = 0;
+    for (const Op& op : job.ops) {
+      ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
+        if (direct_op == nullptr && src == seg.lo && n == len) {
+          direct_op = &op;
+          direct_dst = dst;
+        }
+      });
+      if (direct_op) break;
+    }
+    char* bounce = nullptr;
+    if (direct_op) {
+      buf = direct_op->dst + direct_dst;
+    } else {
+      bounce = pool_.Get();
+      if (bounce == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate a read buffer");
+      buf = bounce;
+    }
+    struct Releaser {
+      BufferPool* p;
+      char* b;
+      ~Releaser() {
+        if (b) p->Put(b);
+      }
+    } release{&pool_, bounce};
+
+    Status st = (*file)->ReadAt(loc.offset + seg.lo, buf, len);
+    if (!st.ok()) return r_->EntryError(job.entry, st.WithContext("chunk #" + std::to_string(job.chunk)));
+    r_->stats_.bytes_read += len;
+    r_->stats_.read_calls += 1;
+    if (verify(job)) DCKPT_RETURN_IF_ERROR(Verify(job, e, loc, seg, buf));
+    uint64_t delivered = 0;
+    for (const Op& op : job.ops) {
+      ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
+        char* to = op.dst + dst;
+        const char* from = buf + (src - seg.lo);
+        if (to != from) std::memcpy(to, from, n);
+        delivered += n;
+      });
+    }
+    r_->stats_.bytes_delivered += delivered;
+    if (progress_) {
+      uint64_t done = done_.fetch_add(len) + len;
+      std::lock_guard<std::mutex> lock(progress_mu_);
+      if (progress_(done, total_) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
+    }
+    return OkStatus();
+  }
+
+  Status Verify(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf) {
+    const uint64_t block = r_->meta_.checksum_block_size();
+    const uint64_t nblocks = NumChecksumBlocks(loc.length, block);
+    r_->stats_.bytes_verified += seg.hi - seg.lo;
+    auto mismatch = [&](uint64_t lo, uint64_t hi, uint64_t stored, uint64_t computed) {
+      char hex[64];
+      std::snprintf(hex, sizeof hex, "stored %016llx, computed %016llx", static_cast<unsigned long long>(stored),
+                    static_cast<unsigned long long>(computed));
+      return Corrupt("checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' chunk #" +
+                     std::to_string(job.chunk) + ": checksum mismatch in data file '" +
+                     std::string(r_->meta_.file_name(loc.file)) + "' bytes " + std::to_string(loc.offset + lo) + ".." +
+                     std::to_string(loc.offset + hi) + " (" + hex + "); the data is corrupt: restore the file or re-save");
+    };
+    if (nblocks == 1) {
+      uint64_t h = Xxh3(buf, loc.length);
+      if (h != loc.checksum) return mismatch(0, loc.length, loc.checksum, h);
+      return OkStatus();
+    }
+    Span<const uint64_t> table(e.block_checksums.data() + loc.first_block, nblocks);
+    if (CombineBlockChecksums(table) != loc.checksum) {
+      return mismatch(0, loc.length, loc.checksum, CombineBlockChecksums(table));
+    }
+    for (uint64_t off = seg.lo; off < seg.hi; off += block) {
+      uint64_t n = std::min(block, loc.length - off);
+      uint64_t h = Xxh3(buf + (off - seg.lo), n);
+      if (h != table[off / block]) return mismatch(off, off + n, table[off / block], h);
+    }
+    return OkStatus();
+  }
+
+  Reader* r_;
+  BufferPool pool_;
+  std::vector<std::vector<TensorReadOp>> plans_;
+  std::vector<Job> jobs_;
+  ProgressFn progress_;
+  std::mutex progress_mu_;
+  std::atomic<uint64_t> done_{0};
+  uint64_t total_ = 0;
+};
+
+Reader::Reader(std::string path, MetadataView meta, const ReadOptions& options)
+    : path_(std::move(path)), meta_(std::move(meta)), options_(options) {
+  storage_ = options.storage ? options.storage : DefaultStorage();
+  pool_ = std::make_unique<ThreadPool>(options.io_threads ? options.io_threads : DefaultIoThreads());
+  files_.resize(meta_.num_files());
+  indexes_.resize(meta_.num_entries());
+}
+
+Reader::~Reader() = default;
+
+namespace {
+
+Result<std::string> ReadMetadataFile(Storage* storage, const std::string& path) {
+  auto data = storage->ReadFile(path + "/" + kMetadataFileName, kMaxMetadataBytes);
+  if (data.ok()) return data;
+  if (data.status().code() != StatusCode::kNotFound) return data.status();
+  auto is_dir = storage->IsDirectory(path);
+  if (!is_dir.ok() || !*is_dir) return NotFound("checkpoint '" + path + "' does not exist");
+  auto staging = storage->Exists(path + "/" + kStagingMarkerName);
+  if (staging.ok() && *staging) {
+    return NotFound("'" + path + "' is an incomplete checkpoint (a staging directory that was never committed); "
+                    "it can be removed");
+  }
+  return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicator* comm, const ReadOptions& options) {
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  std::string bytes;
+  if (comm != nullptr && comm->size() > 1) {
+    // Rank 0 reads the metadata once and broadcasts it: one read of the shared filesystem instead of one per rank,
+    // and every rank sees the same bytes (or the same error).
+    WireWriter w;
+    if (comm->rank() == 0) {
+      auto data = ReadMetadataFile(storage, path);
+      PutStatus(&w, data.status());
+      if (data.ok()) w.Str(*data);
+    }
+    std::string msg = w.Take();
+    DCKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, 0, options.timeout).WithContext("opening '" + path + "'"));
+    WireReader in(msg);
+    Status st;
+    if (!GetStatus(&in, &st)) return Internal("opening '" + path + "': malformed metadata broadcast");
+    if (!st.ok()) return st;
+    if (!in.Str(&bytes)) return Internal("opening '" + path + "': malformed metadata broadcast");
+  } else {
+    DCKPT_ASSIGN_OR_RETURN(bytes, ReadMetadataFile(storage, path));
+  }
+  auto buffer = std::make_shared<const std::string>(std::move(bytes));
+  DCKPT_ASSIGN_OR_RETURN(MetadataView meta, MetadataView::Parse(buffer, path));
+  return std::unique_ptr<Reader>(new Reader(path, std::move(meta), options));
+}
+
+Status Reader::EntryError(size_t entry, const Status& st) const {
+  return st.WithContext("checkpoint '" + path_ + "': entry '" + std::string(meta_.entry(entry).name) + "'");
+}
+
+Status Reader::EntryError(size_t entry, const std::string& msg) const {
+  return EntryError(entry, InvalidArgument(msg));
+}
+
+Result<const ReadableFile*> Reader::File(uint32_t index) {
+  std::lock_guard<std::mutex> lock(files_mu_);
+  if (index >= files_.size()) return Internal("file index out of range");
+  if (!files_[index]) {
+    const std::string fpath = path_ + "/" + std::string(meta_.file_name(index));
+    auto opened = storage_->OpenFile(fpath);
+    if (!opened.ok()) {
+      if (opened.status().code() == StatusCode::kNotFound) {
+        return Corrupt("data file '" + fpath + "' is missing from the checkpoint");
+      }
+      return opened.status();
+    }
+    const uint64_t want = meta_.file_size(index);
+    if ((*opened)->size() != want) {
+      return Corrupt("data file '" + fpath + "' has " + std::to_string((*opened)->size()) +
+                     " bytes but the metadata says " + std::to_string(want) +
+                     ((*opened)->size() < want ? " (truncated)" : " (modified)"));
+    }
+    files_[index] = std::move(opened).value();
+  }
+  return files_[index].get();
+}
+
+const ChunkIndex& Reader::Index(size_t entry) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  if (!indexes_[entry]) indexes_[entry] = std::make_unique<ChunkIndex>(meta_.entry(entry));
+  return *indexes_[entry];
+}
+
+Status Reader::ReadMany(const std::vector<EntryTargets>& work) {
+  ReadExecutor ex(this);
+  for (const EntryTargets& w : work) DCKPT_RETURN_IF_ERROR(ex.Add(w.entry, w.targets));
+  return ex.Run(nullptr);
+}
+
+Status Reader::ReadTargets(size_t entry, const std::vector<ReadTarget>& targets) {
+  return ReadMany({EntryTargets{entry, targets}});
+}
+
+Status Reader::ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size) {
+  auto idx = meta_.Find(name);
+  if (!idx) return NotFound("checkpoint '" + path_ + "' has no entry '" + std::string(name) + "'");
+  EntryView e = meta_.entry(*idx);
+  if (e.kind != EntryKind::kTensor) return EntryError(*idx, "is a bytes entry, not a tensor");
+  if (box.ndim != e.ndim()) {
+    return EntryError(*idx, "region " + box.ToString() + " has " + std::to_string(box.ndim) +
+                                " dimensions; the tensor has " + std::to_string(e.ndim()));
+  }
+  auto need = CheckedVolume(Span<const uint64_t>(box.length, box.ndim), DTypeSize(e.dtype));
+  if (!need.ok() || *need != dst_size) {
+    return EntryError(*idx, "destination holds " + std::to_string(dst_size) + " bytes; region " + box.ToString() +
+                                " of " + DTypeName(e.dtype) + " needs " + (need.ok() ? std::to_string(*need) : "more"));
+  }
+  return ReadTargets(*idx, {ReadTarget{box, dst}});
+}
+
+Result<uint64_t> Reader::ReadBytes(std::string_view name, void* dst, uint64_t capacity) {
+  auto idx = meta_.Find(name);
+  if (!idx) return NotFound("checkpoint '" + path_ + "' has no entry '" + std::string(name) + "'");
+  EntryView e = meta_.entry(*idx);
+  if (e.kind != EntryKind::kBytes) return EntryError(*idx, "is a tensor, not a bytes entry");
+  const uint64_t size = e.nbytes();
+  if (capacity < size) {
+    return Status(StatusCode::kBufferTooSmall, "checkpoint '" + path_ + "': bytes entry '" + std::string(name) +
+                                                   "' has " + std::to_string(size) + " bytes; the buffer holds " +
+                                                   std::to_string(capacity));
+  }
+  Box box = Box::Whole(e.shape).value();
+  DCKPT_RETURN_IF_ERROR(ReadTargets(*idx, {ReadTarget{box, dst}}));
+  return size;
+}
+
+Status Reader::VerifyAll(const ProgressFn& progress) {
+  ReadExecutor ex(this);
+  for (size_t i = 0; i < meta_.num_entries(); ++i) {
+    EntryView e = meta_.entry(i);
+    for (size_t c = 0; c < e.num_chunks; ++c) ex.AddVerify(i, static_cast<uint32_t>(c));
+  }
+  return ex.Run(progress);
+}
+
+IoStats Reader::io_stats() const {
+  IoStats s;
+  s.bytes_read = stats_.bytes_read.load();
+  s.read_calls = stats_.read_calls.load();
+  s.bytes_verified = stats_.bytes_verified.load();
+  s.bytes_delivered = stats_.bytes_delivered.load();
+  return s;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,105 @@
+// Reading a committed checkpoint: open (metadata verified and validated), list entries, read any region of any
+// tensor straight into a caller buffer, read bytes entries, verify every chunk. Load is built on this.
+#ifndef DISTCKPT_CORE_ENGINE_READER_H_
+#define DISTCKPT_CORE_ENGINE_READER_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/box.h"
+#include "core/base/status.h"
+#include "core/base/thread_pool.h"
+#include "core/comm/communicator.h"
+#include "core/format/metadata.h"
+#include "core/plan/load_planner.h"
+#include "core/storage/storage.h"
+
+namespace distckpt {
+
+struct ReadOptions {
+  bool verify = true;             ///< check chunk checksums for every byte read
+  size_t io_threads = 0;          ///< 0: DefaultIoThreads()
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
+};
+
+/// Counters of the I/O a reader did. Partial reads show here: bytes_read is what came from storage.
+struct IoStats {
+  uint64_t bytes_read = 0;       ///< bytes read from data files
+  uint64_t read_calls = 0;       ///< pread calls
+  uint64_t bytes_verified = 0;   ///< bytes hashed to check checksums
+  uint64_t bytes_delivered = 0;  ///< bytes written into caller buffers
+};
+
+/// A destination for part of a tensor: a row-major host buffer holding `box`.
+struct ReadTarget {
+  Box box;
+  void* data = nullptr;
+};
+
+/// Progress callback: (done_bytes, total_bytes). Return non-zero to abort (kUser).
+using ProgressFn = std::function<int(uint64_t done, uint64_t total)>;
+
+/// Thread-safe: several threads may read through one Reader at once.
+class Reader {
+ public:
+  /// Opens the checkpoint at `path`. With a communicator of several ranks the call is collective: rank 0 reads the
+  /// metadata file once and broadcasts it, and every rank verifies and validates it itself.
+  static Result<std::unique_ptr<Reader>> Open(const std::string& path, Communicator* comm, const ReadOptions& options);
+  ~Reader();
+
+  const std::string& path() const { return path_; }
+  const MetadataView& metadata() const { return meta_; }
+  const ReadOptions& options() const { return options_; }
+
+  /// Reads the region `box` of tensor `name` into `dst` (row-major, exactly volume * itemsize bytes).
+  Status ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size);
+  /// Reads several regions of entry `entry` (an index into metadata()) in one planned, parallel pass.
+  Status ReadTargets(size_t entry, const std::vector<ReadTarget>& targets);
+  /// Reads regions of many entries in one planned, parallel pass (what Load uses).
+  struct EntryTargets {
+    size_t entry = 0;
+    std::vector<ReadTarget> targets;
+  };
+  Status ReadMany(const std::vector<EntryTargets>& work);
+  /// Reads a bytes entry. Returns its size; kBufferTooSmall (nothing copied) when capacity is too small.
+  Result<uint64_t> ReadBytes(std::string_view name, void* dst, uint64_t capacity);
+  /// Reads and checks every chunk of every entry, reporting progress. Returns the first corruption found.
+  Status VerifyAll(const ProgressFn& progress);
+
+  IoStats io_stats() const;
+
+  /// Data file `index` of the metadata, opened on first use; its size is checked against the metadata.
+  Result<const ReadableFile*> File(uint32_t index);
+  /// The (cached) spatial index over the chunks of entry `entry`.
+  const ChunkIndex& Index(size_t entry);
+
+ private:
+  friend class ReadExecutor;
+  Reader(std::string path, MetadataView meta, const ReadOptions& options);
+  Status EntryError(size_t entry, const Status& st) const;
+  Status EntryError(size_t entry, const std::string& msg) const;  // kInvalidArgument
+
+  std::string path_;
+  MetadataView meta_;
+  ReadOptions options_;
+  Storage* storage_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::mutex files_mu_;
+  std::vector<std::unique_ptr<ReadableFile>> files_;
+  std::mutex index_mu_;
+  std::vector<std::unique_ptr<ChunkIndex>> indexes_;
+  struct AtomicStats {
+    std::atomic<uint64_t> bytes_read{0}, read_calls{0}, bytes_verified{0}, bytes_delivered{0};
+  } stats_;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_ENGINE_READER_H_

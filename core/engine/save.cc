@@ -1,0 +1,340 @@
+#include "core/engine/save.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "core/base/thread_pool.h"
+#include "core/base/version.h"
+#include "core/base/wire.h"
+#include "core/format/checksum.h"
+#include "core/plan/plan_codec.h"
+#include "core/plan/save_planner.h"
+
+namespace distckpt {
+
+size_t DefaultIoThreads() {
+  size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  return std::min<size_t>(16, std::max<size_t>(4, 2 * hw));
+}
+
+namespace {
+
+// Large chunks are written in segments of this size so that several threads write (and hash) one chunk at once.
+constexpr uint64_t kWriteSegmentBytes = 8ull << 20;
+
+LocalPlan MakeLocalPlan(const State& state, uint32_t rank) {
+  LocalPlan plan;
+  plan.rank = rank;
+  plan.tensors.reserve(state.tensors().size());
+  for (const TensorEntry& t : state.tensors()) {
+    LocalTensorDecl decl;
+    decl.name = t.name;
+    decl.dtype = t.dtype;
+    decl.shape = t.shape;
+    decl.boxes.reserve(t.pieces.size());
+    for (const TensorPiece& p : t.pieces) decl.boxes.push_back(p.box);
+    plan.tensors.push_back(std::move(decl));
+  }
+  for (const BytesEntry& b : state.bytes()) plan.bytes.push_back(LocalBytesDecl{b.name, b.size});
+  return plan;
+}
+
+// The coordinator's answer to the planning round: a status, the staging nonce, and every rank's assignment.
+Result<std::string> EncodePlanReply(const Status& status, const std::string& nonce, const GlobalPlan* plan) {
+  WireWriter w;
+  PutStatus(&w, status);
+  if (!status.ok()) return w.Take();
+  w.Str(nonce);
+  w.Var(plan->per_rank.size());
+  for (uint32_t r = 0; r < plan->per_rank.size(); ++r) {
+    DCKPT_ASSIGN_OR_RETURN(RankAssignment a, GetRankAssignment(*plan, r));
+    DCKPT_ASSIGN_OR_RETURN(std::string encoded, EncodeRankAssignment(a));
+    w.Str(encoded);
+  }
+  return w.Take();
+}
+
+// Decodes the coordinator's reply, keeping only this rank's assignment.
+Status DecodePlanReply(const std::string& msg, int rank, std::string* nonce, RankAssignment* mine) {
+  WireReader r(msg);
+  Status status;
+  if (!GetStatus(&r, &status)) return Internal("malformed plan message from rank 0");
+  if (!status.ok()) return status;
+  uint64_t nranks;
+  if (!r.Str(nonce) || !r.Count(&nranks) || static_cast<uint64_t>(rank) >= nranks) {
+    return Internal("malformed plan message from rank 0");
+  }
+  std::string encoded;
+  for (uint64_t i = 0; i <= static_cast<uint64_t>(rank); ++i) {
+    if (!r.Str(&encoded)) return Internal("malformed plan message from rank 0");
+  }
+  DCKPT_ASSIGN_OR_RETURN(*mine, DecodeRankAssignment(encoded));
+  return OkStatus();
+}
+
+std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums>& reports, uint64_t bytes_written) {
+  WireWriter w;
+  PutStatus(&w, status);
+  w.Var(bytes_written);
+  w.Var(reports.size());
+  for (const ChunkChecksums& c : reports) {
+    w.Var(c.entry);
+    w.Var(c.chunk);
+    w.U64(c.checksum);
+    w.Var(c.blocks.size());
+    for (uint64_t b : c.blocks) w.U64(b);
+  }
+  return w.Take();
+}
+
+Status DecodeReports(const std::string& msg, Status* status, std::vector<ChunkChecksums>* reports) {
+  WireReader r(msg);
+  uint64_t n, bytes_written;
+  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 11)) return Internal("malformed checksum report");
+  for (uint64_t i = 0; i < n; ++i) {
+    ChunkChecksums c;
+    uint64_t entry, chunk, nblocks;
+    if (!r.Var(&entry) || !r.Var(&chunk) || !r.U64(&c.checksum) || !r.Count(&nblocks, 8)) {
+      return Internal("malformed checksum report");
+    }
+    c.entry = uint32_t(entry), c.chunk = uint32_t(chunk);
+    c.blocks.resize(nblocks);
+    for (uint64_t& b : c.blocks) r.U64(&b);
+    reports->push_back(std::move(c));
+  }
+  return r.ok() ? OkStatus() : Internal("malformed checksum report");
+}
+
+// Writes this rank's chunks into its data file in the staging directory, hashing as it goes.
+Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const State& state,
+                       const RankAssignment& assignment, const SaveOptions& options, ThreadPool* pool,
+                       std::vector<ChunkChecksums>* reports, uint64_t* bytes_written) {
+  if (assignment.tasks.empty()) return OkStatus();
+  // Which of this rank's declarations each entry index refers to.
+  std::unordered_map<uint32_t, const TensorEntry*> tensor_decl;
+  std::unordered_map<uint32_t, const BytesEntry*> bytes_decl;
+  for (size_t i = 0; i < assignment.tensor_entry.size(); ++i) {
+    tensor_decl[assignment.tensor_entry[i]] = &state.tensors()[i];
+  }
+  for (size_t i = 0; i < assignment.bytes_entry.size(); ++i) bytes_decl[assignment.bytes_entry[i]] = &state.bytes()[i];
+  uint64_t file_size = 0;
+  for (const WriteTask& t : assignment.tasks) file_size = std::max(file_size, t.offset + t.length);
+
+  const std::string file_path = staged.StagingFile(DataFileName(assignment.rank));
+  DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, storage->CreateFile(file_path));
+  DCKPT_RETURN_IF_ERROR(file->Preallocate(file_size));
+
+  const uint64_t block = options.checksum_block_size;
+  const uint64_t segment = std::max<uint64_t>(block, kWriteSegmentBytes / block * block);
+  const size_t n = assignment.tasks.size();
+  reports->assign(n, ChunkChecksums{});
+  std::vector<uint64_t> single(n, 0);
+  TaskGroup group(pool);
+  for (size_t i = 0; i < n; ++i) {
+    const WriteTask& t = assignment.tasks[i];
+    const void* data = nullptr;
+    if (auto it = tensor_decl.find(t.entry); it != tensor_decl.end()) {
+      if (t.local >= it->second->pieces.size()) return Internal("the plan names a piece this rank does not hold");
+      data = it->second->pieces[t.local].data;
+    } else if (auto jt = bytes_decl.find(t.entry); jt != bytes_decl.end()) {
+      data = jt->second->data;
+    } else {
+      return Internal("the plan assigns entry #" + std::to_string(t.entry) + " to a rank that does not hold it");
+    }
+    const uint64_t nblocks = NumChecksumBlocks(t.length, block);
+    ChunkChecksums& report = (*reports)[i];
+    report.entry = t.entry;
+    report.chunk = t.chunk;
+    if (nblocks > 1) report.blocks.assign(nblocks, 0);
+    if (t.length == 0) {
+      single[i] = Xxh3(nullptr, 0);
+      continue;
+    }
+    for (uint64_t seg = 0; seg < t.length; seg += segment) {
+      const uint64_t seg_len = std::min(segment, t.length - seg);
+      group.Run([&, i, data, seg, seg_len, nblocks, length = t.length, offset = t.offset]() -> Status {
+        const char* base = static_cast<const char*>(data);
+        for (uint64_t off = seg; off < seg + seg_len; off += block) {
+          uint64_t h = Xxh3(base + off, std::min(block, length - off));
+          if (nblocks > 1) {
+            (*reports)[i].blocks[off / block] = h;
+          } else {
+            single[i] = h;
+          }
+        }
+        return file->WriteAt(offset + seg, base + seg, seg_len);
+      });
+    }
+  }
+  DCKPT_RETURN_IF_ERROR(group.Wait());
+  for (size_t i = 0; i < n; ++i) {
+    ChunkChecksums& report = (*reports)[i];
+    report.checksum = report.blocks.empty() ? single[i] : CombineBlockChecksums(report.blocks);
+    *bytes_written += assignment.tasks[i].length;
+  }
+  DCKPT_RETURN_IF_ERROR(file->Truncate(file_size));
+  if (options.sync) DCKPT_RETURN_IF_ERROR(file->Sync());
+  return file->Close();
+}
+
+std::string EncodeFinal(const Status& status, const SaveSummary& s) {
+  WireWriter w;
+  PutStatus(&w, status);
+  w.Var(s.total_bytes);
+  w.Var(s.num_files);
+  w.Var(s.num_entries);
+  w.Var(s.metadata_bytes);
+  return w.Take();
+}
+
+}  // namespace
+
+Result<SaveSummary> Save(const std::string& path, const State& state, Communicator* comm, const SaveOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Communicator> single;
+  if (comm == nullptr) {
+    single = NewSingleProcessCommunicator();
+    comm = single.get();
+  }
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  const int rank = comm->rank();
+  const bool root = rank == 0;
+  const std::string where = "saving '" + path + "'";
+  if (options.checksum_block_size < 4096 || (options.checksum_block_size & (options.checksum_block_size - 1))) {
+    return InvalidArgument(where + ": checksum_block_size must be a power of two >= 4096");
+  }
+
+  // Phase 1: every rank sends its local plan to the coordinator.
+  WireWriter hello;
+  auto local = EncodeLocalPlan(MakeLocalPlan(state, static_cast<uint32_t>(rank)));
+  PutStatus(&hello, local.status());
+  if (local.ok()) hello.Str(*local);
+  std::vector<std::string> gathered;
+  DCKPT_RETURN_IF_ERROR(comm->Gather(hello.Take(), 0, &gathered, options.timeout).WithContext(where));
+
+  // Phase 2: the coordinator plans globally, creates the staging directory and sends each rank its chunks.
+  std::optional<StagedCheckpoint> staged;
+  std::optional<GlobalPlan> plan;
+  std::string reply;
+  if (root) {
+    Status st;
+    std::vector<LocalPlan> plans(gathered.size());
+    for (size_t r = 0; r < gathered.size() && st.ok(); ++r) {
+      WireReader in(gathered[r]);
+      Status peer;
+      std::string body;
+      if (!GetStatus(&in, &peer)) {
+        st = Internal("rank " + std::to_string(r) + " sent a malformed local plan");
+      } else if (!peer.ok()) {
+        st = Status(peer.code(), "rank " + std::to_string(r) + ": " + peer.message());
+      } else if (!in.Str(&body)) {
+        st = Internal("rank " + std::to_string(r) + " sent a malformed local plan");
+      } else {
+        auto decoded = DecodeLocalPlan(body);
+        if (!decoded.ok()) st = decoded.status().WithContext("rank " + std::to_string(r));
+        else plans[r] = std::move(decoded).value();
+      }
+    }
+    std::string nonce;
+    if (st.ok()) {
+      SavePlanOptions popts;
+      popts.checksum_block_size = options.checksum_block_size;
+      auto made = MakeGlobalPlan(plans, popts);
+      if (!made.ok()) st = made.status();
+      else plan = std::move(made).value();
+    }
+    if (st.ok()) {
+      nonce = NewNonce();
+      auto created = StagedCheckpoint::Create(storage, path, nonce, options.overwrite);
+      if (!created.ok()) st = created.status();
+      else staged = std::move(created).value();
+    }
+    auto encoded = EncodePlanReply(st.WithContext(where), nonce, plan ? &*plan : nullptr);
+    if (!encoded.ok()) {
+      if (staged) (void)staged->Abort();
+      staged.reset();
+      encoded = EncodePlanReply(encoded.status().WithContext(where), nonce, nullptr);
+    }
+    reply = std::move(encoded).value();
+  }
+  Status bcast = comm->Broadcast(&reply, 0, options.timeout);
+  if (!bcast.ok()) {
+    if (staged) (void)staged->Abort();
+    return bcast.WithContext(where);
+  }
+  std::string nonce;
+  RankAssignment mine;
+  DCKPT_RETURN_IF_ERROR(DecodePlanReply(reply, rank, &nonce, &mine));
+  if (!staged) staged = StagedCheckpoint::Join(storage, path, nonce, options.overwrite);
+
+  // Phase 3: write and fsync this rank's chunks.
+  std::vector<ChunkChecksums> reports;
+  uint64_t bytes_written = 0;
+  Status write_status;
+  {
+    ThreadPool pool(options.io_threads ? options.io_threads : DefaultIoThreads());
+    write_status = WriteAssignment(storage, *staged, state, mine, options, &pool, &reports, &bytes_written);
+  }
+  if (!write_status.ok()) write_status = write_status.WithContext("rank " + std::to_string(rank));
+  Status gst = comm->Gather(EncodeReports(write_status, reports, bytes_written), 0, &gathered, options.timeout);
+  if (!gst.ok()) {
+    if (root) (void)staged->Abort();
+    return gst.WithContext(where);
+  }
+
+  // Phase 4: the coordinator commits only if every rank reported durable success.
+  SaveSummary summary;
+  summary.path = path;
+  std::string final_msg;
+  if (root) {
+    Status st;
+    std::vector<ChunkChecksums> all;
+    for (size_t r = 0; r < gathered.size(); ++r) {
+      Status peer;
+      Status dec = DecodeReports(gathered[r], &peer, &all);
+      if (st.ok() && !dec.ok()) st = dec.WithContext("rank " + std::to_string(r));
+      if (st.ok() && !peer.ok()) st = peer;
+    }
+    if (st.ok()) st = FinalizeChecksums(all, &*plan);
+    if (st.ok()) {
+      for (const EntryRecord& e : plan->metadata.entries) {
+        for (const ChunkLocation& c : e.chunks) summary.total_bytes += c.length;
+      }
+      summary.num_files = static_cast<uint32_t>(plan->metadata.files.size());
+      summary.num_entries = static_cast<uint32_t>(plan->metadata.entries.size());
+      plan->metadata.writer = kWriterName;
+      for (const auto& kv : state.user()) plan->metadata.user.emplace_back(kv.first, kv.second);
+      plan->metadata.structure = state.structure();
+      auto encoded = EncodeMetadata(std::move(plan->metadata));
+      if (!encoded.ok()) {
+        st = encoded.status();
+      } else {
+        summary.metadata_bytes = encoded->size();
+        st = storage->WriteFileDurably(staged->StagingFile(kMetadataFileName), *encoded);
+      }
+    }
+    if (st.ok()) st = staged->Commit();
+    if (!st.ok()) (void)staged->Abort();
+    final_msg = EncodeFinal(st.WithContext(where), summary);
+  }
+  DCKPT_RETURN_IF_ERROR(comm->Broadcast(&final_msg, 0, options.timeout).WithContext(where));
+  WireReader in(final_msg);
+  Status final_status;
+  uint64_t nfiles = 0, nentries = 0;
+  if (!GetStatus(&in, &final_status) || !in.Var(&summary.total_bytes) || !in.Var(&nfiles) || !in.Var(&nentries) ||
+      !in.Var(&summary.metadata_bytes)) {
+    return Internal(where + ": malformed commit message from rank 0");
+  }
+  if (!write_status.ok()) return write_status.WithContext(where);
+  if (!final_status.ok()) return final_status;
+  summary.num_files = static_cast<uint32_t>(nfiles);
+  summary.num_entries = static_cast<uint32_t>(nentries);
+  summary.bytes_written = bytes_written;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
+}
+
+}  // namespace distckpt

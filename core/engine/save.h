@@ -1,0 +1,46 @@
+// Save: every rank writes its chunks in parallel; the coordinator (rank 0) plans globally and commits atomically.
+#ifndef DISTCKPT_CORE_ENGINE_SAVE_H_
+#define DISTCKPT_CORE_ENGINE_SAVE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/comm/communicator.h"
+#include "core/engine/state.h"
+#include "core/format/metadata.h"
+#include "core/storage/storage.h"
+
+namespace distckpt {
+
+struct SaveOptions {
+  size_t io_threads = 0;          ///< 0: a default suited to the machine
+  bool overwrite = false;         ///< replace an existing checkpoint at the path
+  bool sync = true;               ///< fsync data, metadata and directories (turn off only for scratch data)
+  uint64_t checksum_block_size = kDefaultChecksumBlockSize;
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
+};
+
+struct SaveSummary {
+  std::string path;               ///< the committed checkpoint
+  uint64_t bytes_written = 0;     ///< by this rank
+  uint64_t total_bytes = 0;       ///< data bytes in the checkpoint (all ranks)
+  uint32_t num_files = 0;         ///< data files in the checkpoint
+  uint32_t num_entries = 0;
+  uint64_t metadata_bytes = 0;
+  double seconds = 0;             ///< wall time of the call on this rank
+};
+
+/// Saves `state` to `path` as one atomic checkpoint. Collective: every rank of `comm` (nullptr = single process)
+/// calls it with the same path and options. On any failure on any rank, every rank returns an error, nothing is
+/// visible at `path`, and other checkpoints are untouched.
+Result<SaveSummary> Save(const std::string& path, const State& state, Communicator* comm, const SaveOptions& options);
+
+/// Default number of I/O threads.
+size_t DefaultIoThreads();
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_ENGINE_SAVE_H_
