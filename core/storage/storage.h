@@ -87,12 +87,21 @@ bool ParseStagingName(const std::string& name, std::string* final_name);
 /// A random 16-hex-digit nonce.
 std::string NewNonce();
 
+/// Where Commit (with overwrite) parks the previous checkpoint while the new one moves in:
+/// "<parent>/<basename>.dckpt-old-<nonce>". It is removed right after the commit. One left behind beside a checkpoint
+/// at the final path is garbage (failed removal); with nothing at the final path, the commit crashed between its two
+/// renames, and either it or the staging directory (complete: its marker is already gone) can be renamed into place.
+std::string ReplacedPath(const std::string& final_path, const std::string& nonce);
+/// True if a directory name looks like a parked previous checkpoint; sets *final_name like ParseStagingName.
+bool ParseReplacedName(const std::string& name, std::string* final_name);
+
 /// A checkpoint being written under a staging name. Protocol (FORMAT.md "Commit"): create staging dir and marker ->
 /// write + fsync data files -> write + fsync metadata -> remove marker -> fsync staging dir -> rename to the final
 /// path -> fsync the parent directory.
 class StagedCheckpoint {
  public:
   /// Coordinator side: fails with kExists if final_path exists (and !overwrite); creates the staging directory.
+  /// `nonce` must be lower-case hex (NewNonce()), so that ParseStagingName recognises a directory left behind.
   static Result<StagedCheckpoint> Create(Storage* storage, const std::string& final_path, const std::string& nonce,
                                          bool overwrite);
   /// Other ranks: refer to the staging directory the coordinator created.

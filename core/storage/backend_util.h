@@ -1,0 +1,30 @@
+// Helpers shared by the storage backends so that they word paths and errors identically. Not for use outside
+// core/storage: the public interface is storage.h.
+#ifndef DISTCKPT_CORE_STORAGE_BACKEND_UTIL_H_
+#define DISTCKPT_CORE_STORAGE_BACKEND_UTIL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/base/status.h"
+
+namespace distckpt {
+namespace internal_storage {
+
+/// "a/b//" -> "a/b"; "/" stays "/".
+std::string StripTrailingSlashes(const std::string& path);
+/// The directory holding `path`: "a/b" -> "a", "/a" -> "/", "a" -> ".".
+std::string ParentDir(const std::string& path);
+
+/// kCorrupt "data file '<path>' is truncated: wanted N bytes at offset O, file has S bytes".
+Status TruncatedFileError(const std::string& path, uint64_t offset, size_t size, uint64_t file_size);
+/// kState for a call on a WritableFile after Close().
+Status ClosedFileError(const std::string& path, const char* operation);
+/// kInvalidArgument unless [offset, offset + size) fits in a signed 64-bit file offset.
+Status CheckRange(const std::string& path, uint64_t offset, size_t size);
+
+}  // namespace internal_storage
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_STORAGE_BACKEND_UTIL_H_

@@ -1,0 +1,250 @@
+// Staging names, nonces and the staged-commit protocol. Backend-independent: everything here goes through the
+// Storage interface, so the memory backend exercises exactly the protocol the filesystem runs.
+#include "core/storage/storage.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+
+#include "core/storage/backend_util.h"
+
+namespace distckpt {
+namespace internal_storage {
+namespace {
+
+constexpr char kStagingInfix[] = ".dckpt-staging-";
+constexpr char kReplacedInfix[] = ".dckpt-old-";
+
+// splitmix64's finaliser: a bijective mixer, so distinct inputs stay distinct.
+uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Fills `out` from the kernel's CSPRNG; false if neither getrandom nor /dev/urandom is usable.
+bool KernelRandom(uint64_t* out) {
+  unsigned char* p = reinterpret_cast<unsigned char*>(out);
+  size_t done = 0;
+  while (done < sizeof(*out)) {
+    ssize_t n = getrandom(p + done, sizeof(*out) - done, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // ENOSYS (old kernel) or seccomp: try the device instead.
+    done += static_cast<size_t>(n);
+  }
+  if (done == sizeof(*out)) return true;
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  done = 0;
+  while (done < sizeof(*out)) {
+    ssize_t n = read(fd, p + done, sizeof(*out) - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  return done == sizeof(*out);
+}
+
+bool IsLowerHex(const std::string& s, size_t pos) {
+  if (pos >= s.size()) return false;
+  for (size_t i = pos; i < s.size(); ++i) {
+    const char c = s[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// Accepts "<final_name><infix><hex nonce>" with a non-empty final name.
+bool ParseSuffixedName(const std::string& name, const char* infix, std::string* final_name) {
+  const std::string marker(infix);
+  const size_t pos = name.rfind(marker);
+  if (pos == std::string::npos || pos == 0) return false;
+  if (!IsLowerHex(name, pos + marker.size())) return false;
+  if (name.find('/') != std::string::npos) return false;
+  if (final_name != nullptr) *final_name = name.substr(0, pos);
+  return true;
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+}  // namespace
+
+std::string StripTrailingSlashes(const std::string& path) {
+  size_t end = path.size();
+  while (end > 1 && path[end - 1] == '/') --end;
+  return path.substr(0, end);
+}
+
+std::string ParentDir(const std::string& path) {
+  const std::string p = StripTrailingSlashes(path);
+  const size_t slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
+Status TruncatedFileError(const std::string& path, uint64_t offset, size_t size, uint64_t file_size) {
+  return Corrupt("data file '" + path + "' is truncated: wanted " + std::to_string(size) + " bytes at offset " +
+                 std::to_string(offset) + ", file has " + std::to_string(file_size) + " bytes");
+}
+
+Status ClosedFileError(const std::string& path, const char* operation) {
+  return Status(StatusCode::kState, std::string(operation) + " '" + path + "': the file was already closed");
+}
+
+Status CheckRange(const std::string& path, uint64_t offset, size_t size) {
+  constexpr uint64_t kMaxOffset = static_cast<uint64_t>(INT64_MAX);
+  if (offset > kMaxOffset || size > kMaxOffset - offset) {
+    return InvalidArgument("range of " + std::to_string(size) + " bytes at offset " + std::to_string(offset) + " in '" +
+                           path + "' is beyond the largest file offset");
+  }
+  return OkStatus();
+}
+
+}  // namespace internal_storage
+
+using internal_storage::ParentDir;
+using internal_storage::StripTrailingSlashes;
+
+std::string StagingPath(const std::string& final_path, const std::string& nonce) {
+  // "<parent>/<basename>.dckpt-staging-<nonce>" is the final path with a suffix: same directory, so the commit is a
+  // rename within one filesystem.
+  return StripTrailingSlashes(final_path) + internal_storage::kStagingInfix + nonce;
+}
+
+bool ParseStagingName(const std::string& name, std::string* final_name) {
+  return internal_storage::ParseSuffixedName(name, internal_storage::kStagingInfix, final_name);
+}
+
+std::string ReplacedPath(const std::string& final_path, const std::string& nonce) {
+  return StripTrailingSlashes(final_path) + internal_storage::kReplacedInfix + nonce;
+}
+
+bool ParseReplacedName(const std::string& name, std::string* final_name) {
+  return internal_storage::ParseSuffixedName(name, internal_storage::kReplacedInfix, final_name);
+}
+
+std::string NewNonce() {
+  // Kernel randomness alone would do; time, pid and a counter are mixed in so two nonces from one process differ
+  // even where the kernel source is unavailable (seccomp sandboxes, no /dev).
+  static std::atomic<uint64_t> counter{0};
+  uint64_t random = 0;
+  (void)internal_storage::KernelRandom(&random);
+  const uint64_t time_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  uint64_t x = internal_storage::Mix64(random ^ time_ns);
+  x = internal_storage::Mix64(x ^ (static_cast<uint64_t>(getpid()) << 32) ^ counter.fetch_add(1));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::string& final_path,
+                                                  const std::string& nonce, bool overwrite) {
+  if (!internal_storage::IsLowerHex(nonce, 0)) {
+    return InvalidArgument("staging nonce '" + nonce + "' for checkpoint '" + final_path +
+                           "' must be lower-case hex digits (use NewNonce())");
+  }
+  const std::string final_clean = StripTrailingSlashes(final_path);
+  if (final_clean.empty() || final_clean == "/") {
+    return InvalidArgument("'" + final_path + "' cannot be a checkpoint path");
+  }
+  DCKPT_ASSIGN_OR_RETURN(bool exists, storage->Exists(final_clean));
+  if (exists && !overwrite) {
+    return Status(StatusCode::kExists,
+                  "checkpoint '" + final_clean + "' already exists; pass overwrite or choose another path");
+  }
+  const std::string parent = ParentDir(final_clean);
+  DCKPT_ASSIGN_OR_RETURN(bool parent_is_dir, storage->IsDirectory(parent));
+  if (!parent_is_dir) {
+    return NotFound("parent directory '" + parent + "' of checkpoint '" + final_clean +
+                    "' does not exist (create it first)");
+  }
+
+  StagedCheckpoint staged(storage, final_clean, StagingPath(final_clean, nonce), overwrite);
+  const std::string context = "creating staging directory for checkpoint '" + final_clean + "'";
+  DCKPT_RETURN_IF_ERROR(storage->CreateDir(staged.staging_dir_).WithContext(context));
+  // The marker says who was writing and when, so a staging directory left by a crash can be judged and removed.
+  const std::string marker = "distckpt staging directory (not committed)\nhost: " + internal_storage::HostName() +
+                             "\npid: " + std::to_string(getpid()) + "\nstarted_utc: " + internal_storage::UtcNow() +
+                             "\nfinal_path: " + final_clean + "\n";
+  Status st = storage->WriteFileDurably(staged.StagingFile(kStagingMarkerName), marker);
+  if (st.ok()) st = storage->SyncDir(staged.staging_dir_);
+  if (!st.ok()) {
+    (void)storage->RemoveAll(staged.staging_dir_);
+    return st.WithContext(context);
+  }
+  return staged;
+}
+
+StagedCheckpoint StagedCheckpoint::Join(Storage* storage, const std::string& final_path, const std::string& nonce,
+                                        bool overwrite) {
+  const std::string final_clean = StripTrailingSlashes(final_path);
+  return StagedCheckpoint(storage, final_clean, StagingPath(final_clean, nonce), overwrite);
+}
+
+Status StagedCheckpoint::Commit() {
+  const std::string context = "committing checkpoint '" + final_path_ + "' from '" + staging_dir_ + "'";
+  // Marker gone + directory synced before the rename: whatever appears at final_path is complete.
+  DCKPT_RETURN_IF_ERROR(storage_->RemoveAll(StagingFile(kStagingMarkerName)).WithContext(context));
+  DCKPT_RETURN_IF_ERROR(storage_->SyncDir(staging_dir_).WithContext(context));
+
+  std::string replaced;  // where the previous checkpoint waits while the new one moves in
+  if (overwrite_) {
+    Result<bool> exists = storage_->Exists(final_path_);
+    if (!exists.ok()) return exists.status().WithContext(context);
+    if (*exists) {
+      replaced = ReplacedPath(final_path_, NewNonce());
+      DCKPT_RETURN_IF_ERROR(storage_->Rename(final_path_, replaced).WithContext(context));
+    }
+  }
+  Status renamed = storage_->Rename(staging_dir_, final_path_);
+  if (!renamed.ok()) {
+    if (!replaced.empty()) {
+      Status restored = storage_->Rename(replaced, final_path_);
+      if (!restored.ok()) {
+        return Status(renamed.code(),
+                      context + ": " + renamed.message() + "; moving the previous checkpoint back from '" + replaced +
+                          "' also failed (" + restored.message() + "); it is intact there, rename it back by hand");
+      }
+    }
+    return renamed.WithContext(context);
+  }
+  DCKPT_RETURN_IF_ERROR(storage_->SyncDir(ParentDir(final_path_)).WithContext(context));
+  if (!replaced.empty()) {
+    // The new checkpoint is durable at final_path, so the commit has succeeded whatever happens next. A failed
+    // removal leaves a "<final>.dckpt-old-<nonce>" directory that ParseReplacedName recognises for cleanup; it is
+    // not reported as a failed save.
+    (void)storage_->RemoveAll(replaced);
+  }
+  return OkStatus();
+}
+
+Status StagedCheckpoint::Abort() {
+  return storage_->RemoveAll(staging_dir_).WithContext("aborting checkpoint '" + final_path_ + "'");
+}
+
+}  // namespace distckpt
