@@ -1,0 +1,447 @@
+// The real filesystem through POSIX calls on raw descriptors.
+//
+// The data path (WriteAt/ReadAt) is one pread/pwrite per call with no locks and no copies: the engine drives many
+// threads at one file on disjoint ranges, and positional I/O needs no shared file offset. O_DIRECT and io_uring are
+// deliberately absent for now; they would enter as options of NewPosixStorage (open flags, an alignment contract on
+// WriteAt/ReadAt) without changing the Storage interface, since the format already aligns chunks to 4 KiB.
+#include "core/storage/posix/posix_storage.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/storage/backend_util.h"
+#include "core/storage/storage.h"
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)  // linux/fs.h; older libcs do not define it
+#endif
+
+namespace distckpt {
+namespace internal_storage {
+namespace {
+
+static_assert(sizeof(off_t) == 8, "distckpt needs 64-bit file offsets (_FILE_OFFSET_BITS=64)");
+
+// Linux moves at most this much in one read/write (MAX_RW_COUNT); larger requests just come back short.
+constexpr size_t kMaxIoChunk = 0x7ffff000;
+
+// Retries `f` while it fails with EINTR. Only for calls where a retry is harmless (not close()).
+template <typename F>
+auto RetryOnEintr(F f) -> decltype(f()) {
+  decltype(f()) r;
+  do {
+    r = f();
+  } while (r == -1 && errno == EINTR);
+  return r;
+}
+
+std::string Quoted(const std::string& path) { return "'" + path + "'"; }
+
+// Owns a descriptor on the non-data paths (ReadFile, WriteFileDurably, SyncDir) so early returns cannot leak it.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+  /// Closes now and reports the error, which the destructor would swallow. See PosixWritableFile::Close on EINTR.
+  Status Close(const std::string& path) {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR) return ErrnoError(errno, "closing " + Quoted(path));
+    return OkStatus();
+  }
+
+ private:
+  int fd_;
+};
+
+// Writes all of [data, data + size) at `offset`, resuming after short writes and EINTR.
+Status PwriteAll(int fd, uint64_t offset, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, p, std::min(size, kMaxIoChunk), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, "writing " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                                   " to " + Quoted(path));
+    }
+    if (n == 0) {
+      // POSIX allows it only for size 0; looping on it would spin forever.
+      return IoError("writing to " + Quoted(path) + " at offset " + std::to_string(offset) +
+                     ": the kernel accepted no bytes");
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  Status WriteAt(uint64_t offset, const void* data, size_t size) override {
+    if (fd_ < 0) return ClosedFileError(path_, "writing to");
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
+    return PwriteAll(fd_, offset, data, size, path_);
+  }
+
+  Status Preallocate(uint64_t size) override {
+    if (fd_ < 0) return ClosedFileError(path_, "preallocating");
+    if (size == 0) return OkStatus();
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
+#ifdef __linux__
+    // fallocate rather than posix_fallocate: where the filesystem cannot preallocate, glibc's posix_fallocate
+    // "emulates" it by writing a byte into every block, which doubles the I/O of a multi-GiB checkpoint.
+    const int rc = RetryOnEintr([&] { return ::fallocate(fd_, 0, 0, static_cast<off_t>(size)); });
+    const int err = rc == 0 ? 0 : errno;
+#else
+    int err;
+    do {
+      err = ::posix_fallocate(fd_, 0, static_cast<off_t>(size));
+    } while (err == EINTR);
+#endif
+    // Not supported by this filesystem (EOPNOTSUPP, which equals ENOTSUP on Linux), this kernel (ENOSYS) or this
+    // kind of file (EINVAL, e.g. some FUSE and network filesystems): preallocation is only an optimisation.
+    if (err == 0 || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) return OkStatus();
+    return ErrnoError(err, "preallocating " + std::to_string(size) + " bytes for " + Quoted(path_));
+  }
+
+  Status Truncate(uint64_t size) override {
+    if (fd_ < 0) return ClosedFileError(path_, "truncating");
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
+    if (RetryOnEintr([&] { return ::ftruncate(fd_, static_cast<off_t>(size)); }) != 0) {
+      return ErrnoError(errno, "setting the size of " + Quoted(path_) + " to " + std::to_string(size) + " bytes");
+    }
+    return OkStatus();
+  }
+
+  Status Sync() override {
+    if (fd_ < 0) return ClosedFileError(path_, "syncing");
+    // fdatasync also flushes the file size, which is all the metadata a reader needs; the directory entry is made
+    // durable separately (SyncDir). A real I/O error is never retried: after a failed writeback Linux may mark the
+    // pages clean, so a second fdatasync can "succeed" without the data being on disk.
+    if (RetryOnEintr([&] { return ::fdatasync(fd_); }) != 0) return ErrnoError(errno, "syncing " + Quoted(path_));
+    return OkStatus();
+  }
+
+  Status Close() override {
+    if (fd_ < 0) return ClosedFileError(path_, "closing");
+    const int fd = fd_;
+    fd_ = -1;
+    // Linux releases the descriptor even when close() fails, so it is never retried (a retry could close a
+    // descriptor another thread has just been given). EINTR means the release happened; durability comes from
+    // Sync, not from close.
+    if (::close(fd) != 0 && errno != EINTR) return ErrnoError(errno, "closing " + Quoted(path_));
+    return OkStatus();
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;  // -1 once closed; Close racing with other calls on the same file is a caller bug
+  const std::string path_;
+};
+
+class PosixReadableFile final : public ReadableFile {
+ public:
+  PosixReadableFile(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
+  ~PosixReadableFile() override { ::close(fd_); }
+
+  Status ReadAt(uint64_t offset, void* data, size_t size) const override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
+    char* p = static_cast<char*>(data);
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::pread(fd_, p + done, std::min(size - done, kMaxIoChunk), static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError(errno, "reading " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                                     " from " + Quoted(path_));
+      }
+      if (n == 0) {
+        // EOF before `size` bytes. Report the size the file has now (it may differ from size() at open).
+        struct stat st;
+        const uint64_t now = ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : offset + done;
+        return TruncatedFileError(path_, offset, size, now);
+      }
+      done += static_cast<size_t>(n);
+    }
+    return OkStatus();
+  }
+
+  uint64_t size() const override { return size_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const uint64_t size_;
+};
+
+// Opens `path` for reading and checks it is not a directory (whose read() fails only later, with EISDIR).
+Result<int> OpenForReading(const std::string& path, struct stat* st) {
+  const int fd = RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); });
+  if (fd < 0) return ErrnoError(errno, "opening " + Quoted(path) + " for reading");
+  if (::fstat(fd, st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError(err, "reading the size of " + Quoted(path));
+  }
+  if (S_ISDIR(st->st_mode)) {
+    ::close(fd);
+    return ErrnoError(EISDIR, "opening " + Quoted(path) + " for reading");
+  }
+  return fd;
+}
+
+// Reads the names in an open directory stream, without "." and "..", unsorted.
+Status ReadDirNames(DIR* dir, const std::string& path, std::vector<std::string>* names) {
+  while (true) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(dir);
+    if (entry == nullptr) {
+      if (errno != 0) return ErrnoError(errno, "listing directory " + Quoted(path));
+      return OkStatus();
+    }
+    const char* name = entry->d_name;
+    if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+    names->emplace_back(name);
+  }
+}
+
+// Removes `name` (relative to `dir_fd`) and, if it is a directory, everything below it. Symlinks are removed, never
+// followed: the walk goes through descriptors opened with O_NOFOLLOW, so a link swapped in mid-walk cannot redirect
+// it outside the tree. Uses one descriptor per level; checkpoint trees are shallow.
+Status RemoveTree(int dir_fd, const std::string& name, const std::string& path) {
+  struct stat st;
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return OkStatus();
+    return ErrnoError(errno, "removing " + Quoted(path));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    const int fd =
+        RetryOnEintr([&] { return ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); });
+    if (fd < 0) {
+      if (errno == ENOENT) return OkStatus();
+      return ErrnoError(errno, "opening directory " + Quoted(path) + " to remove it");
+    }
+    DIR* dir = ::fdopendir(fd);
+    if (dir == nullptr) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoError(err, "opening directory " + Quoted(path) + " to remove it");
+    }
+    // Names first, removals after: unlinking while readdir is mid-stream may skip entries on some filesystems.
+    std::vector<std::string> children;
+    Status st_list = ReadDirNames(dir, path, &children);
+    for (size_t i = 0; st_list.ok() && i < children.size(); ++i) {
+      st_list = RemoveTree(::dirfd(dir), children[i], path + "/" + children[i]);
+    }
+    ::closedir(dir);
+    DCKPT_RETURN_IF_ERROR(st_list);
+  }
+  if (::unlinkat(dir_fd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
+    return ErrnoError(errno, "removing " + Quoted(path));
+  }
+  return OkStatus();
+}
+
+class PosixStorage final : public Storage {
+ public:
+  std::string name() const override { return "posix"; }
+
+  Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& path) override {
+    const int fd = RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); });
+    if (fd < 0) return ErrnoError(errno, "creating " + Quoted(path) + " for writing");
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
+  }
+
+  Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& path) override {
+    struct stat st;
+    DCKPT_ASSIGN_OR_RETURN(const int fd, OpenForReading(path, &st));
+    return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, path, static_cast<uint64_t>(st.st_size)));
+  }
+
+  Result<std::string> ReadFile(const std::string& path, uint64_t max_size) override {
+    struct stat st;
+    DCKPT_ASSIGN_OR_RETURN(const int raw_fd, OpenForReading(path, &st));
+    ScopedFd fd(raw_fd);
+    const uint64_t stat_size = static_cast<uint64_t>(st.st_size);
+    if (stat_size > max_size) return TooLarge(path, stat_size, max_size, /*exact=*/true);
+    // Read to EOF rather than trusting st_size (the file may grow, and some files report 0), but never more than
+    // max_size + 1 bytes: enough to tell that the limit was exceeded.
+    const uint64_t cap = max_size == UINT64_MAX ? max_size : max_size + 1;
+    std::string out(static_cast<size_t>(std::min<uint64_t>(stat_size + 1, cap)), '\0');
+    size_t len = 0;
+    while (true) {
+      if (len == out.size()) {
+        if (len >= cap) break;
+        out.resize(static_cast<size_t>(std::min<uint64_t>(cap, std::max<uint64_t>(len * 2, len + 4096))));
+      }
+      const ssize_t n = ::read(fd.get(), &out[len], std::min(out.size() - len, kMaxIoChunk));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError(errno, "reading " + Quoted(path));
+      }
+      if (n == 0) break;
+      len += static_cast<size_t>(n);
+    }
+    if (len > max_size) return TooLarge(path, len, max_size, /*exact=*/false);
+    out.resize(len);
+    return out;
+  }
+
+  Status WriteFileDurably(const std::string& path, const std::string& data) override {
+    const int raw_fd =
+        RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); });
+    if (raw_fd < 0) return ErrnoError(errno, "creating " + Quoted(path) + " for writing");
+    ScopedFd fd(raw_fd);
+    DCKPT_RETURN_IF_ERROR(PwriteAll(fd.get(), 0, data.data(), data.size(), path));
+    // fsync, not fdatasync: this is the metadata path (small files), where the inode matters as much as the bytes.
+    if (RetryOnEintr([&] { return ::fsync(fd.get()); }) != 0) return ErrnoError(errno, "syncing " + Quoted(path));
+    return fd.Close(path);
+  }
+
+  Result<uint64_t> FileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoError(errno, "reading the size of " + Quoted(path));
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  Result<bool> Exists(const std::string& path) override {
+    // lstat: a dangling symlink exists as far as Rename (which never replaces) is concerned.
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0) return true;
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return ErrnoError(errno, "checking whether " + Quoted(path) + " exists");
+  }
+
+  Result<bool> IsDirectory(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode) != 0;
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return ErrnoError(errno, "checking whether " + Quoted(path) + " is a directory");
+  }
+
+  Status CreateDir(const std::string& path) override {
+    if (::mkdir(path.c_str(), 0755) != 0) return ErrnoError(errno, "creating directory " + Quoted(path));
+    return OkStatus();
+  }
+
+  Status SyncDir(const std::string& path) override {
+    const int raw_fd = RetryOnEintr([&] { return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+    if (raw_fd < 0) return ErrnoError(errno, "opening directory " + Quoted(path) + " to sync it");
+    ScopedFd fd(raw_fd);
+    // EINVAL: the filesystem cannot sync directories (some FUSE and network filesystems). Failing every save there
+    // would make the library unusable, and such filesystems order their metadata updates themselves.
+    if (RetryOnEintr([&] { return ::fsync(fd.get()); }) != 0 && errno != EINVAL) {
+      return ErrnoError(errno, "syncing directory " + Quoted(path));
+    }
+    return fd.Close(path);
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+#ifdef SYS_renameat2
+    // The raw syscall: glibc only wraps renameat2 since 2.28.
+    const long rc = RetryOnEintr(
+        [&] { return ::syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE); });
+    if (rc == 0) return OkStatus();
+    // ENOSYS: kernel before 3.15. EINVAL: this filesystem rejects the flag (or `to` lies inside `from`, which the
+    // fallback's rename reports again).
+    if (errno != ENOSYS && errno != EINVAL) {
+      return ErrnoError(errno, "renaming " + Quoted(from) + " to " + Quoted(to));
+    }
+#endif
+    return PosixRenameNoReplaceFallback(from, to);
+  }
+
+  Status RemoveAll(const std::string& path) override {
+    const std::string clean = StripTrailingSlashes(path);
+    if (clean.empty() || clean == "/" || clean == "." || clean == "..") {
+      return InvalidArgument("refusing to remove " + Quoted(path) + " recursively");
+    }
+    return RemoveTree(AT_FDCWD, clean, clean);
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    DIR* dir = ::opendir(path.c_str());
+    if (dir == nullptr) return ErrnoError(errno, "listing directory " + Quoted(path));
+    std::vector<std::string> names;
+    Status st = ReadDirNames(dir, path, &names);
+    ::closedir(dir);
+    DCKPT_RETURN_IF_ERROR(st);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+ private:
+  // `exact`: `size` is the file's size; otherwise only a lower bound (reading stopped past the limit).
+  static Status TooLarge(const std::string& path, uint64_t size, uint64_t max_size, bool exact) {
+    return Corrupt("file " + Quoted(path) + " is larger than the limit of " + std::to_string(max_size) + " bytes (" +
+                   (exact ? "" : "at least ") + std::to_string(size) + " bytes)");
+  }
+};
+
+}  // namespace
+
+Status PosixRenameNoReplaceFallback(const std::string& from, const std::string& to) {
+  const std::string what = "renaming " + Quoted(from) + " to " + Quoted(to);
+  struct stat st;
+  if (::lstat(from.c_str(), &st) != 0) return ErrnoError(errno, what);
+  if (!S_ISDIR(st.st_mode)) {
+    // link() fails with EEXIST atomically, so a file is never replaced; then the old name goes.
+    if (::link(from.c_str(), to.c_str()) == 0) {
+      if (::unlink(from.c_str()) != 0) {
+        const int err = errno;
+        (void)::unlink(to.c_str());
+        return ErrnoError(err, what);
+      }
+      return OkStatus();
+    }
+    if (errno != EPERM && errno != EOPNOTSUPP && errno != EMLINK) return ErrnoError(errno, what);
+    // No hard links on this filesystem: fall through to check-then-rename.
+  }
+  // Check, then rename. RACE: an entry created at `to` between the lstat and the rename is replaced if it is an empty
+  // directory (rename(2) allows that for a directory source) or a file (for a file source). A non-empty directory
+  // still fails with ENOTEMPTY. This path only runs on kernels or filesystems without RENAME_NOREPLACE, and the
+  // staging protocol uses fresh random names, so the window matters only against a concurrent writer of the same
+  // checkpoint path.
+  if (::lstat(to.c_str(), &st) == 0) return ErrnoError(EEXIST, what);
+  if (errno != ENOENT) return ErrnoError(errno, what);
+  if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoError(errno, what);
+  return OkStatus();
+}
+
+}  // namespace internal_storage
+
+std::unique_ptr<Storage> NewPosixStorage() { return std::unique_ptr<Storage>(new internal_storage::PosixStorage()); }
+
+Storage* DefaultStorage() {
+  // Never destroyed: it holds no state, and callers may still use it from static destructors.
+  static Storage* const storage = NewPosixStorage().release();
+  return storage;
+}
+
+}  // namespace distckpt
