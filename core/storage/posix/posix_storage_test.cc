@@ -1,0 +1,212 @@
+#include "core/storage/posix/posix_storage.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/storage/storage.h"
+#include "core/storage/storage_conformance.h"
+
+namespace distckpt {
+namespace {
+
+// A fresh directory under Bazel's per-test scratch space (removed by Bazel afterwards).
+std::string MakeTempDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/storage-XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) return "";
+  return buf.data();
+}
+
+INSTANTIATE_TEST_SUITE_P(Posix, StorageConformanceTest,
+                         ::testing::Values(StorageConformanceParams{"posix", NewPosixStorage,
+                                                                    [](Storage*) { return MakeTempDir(); }}),
+                         StorageConformanceTestName);
+
+// Runs `body` in a forked child, for tests that change process-wide state (rlimits, credentials). Returns the
+// child's exit code, or 128 + the signal that killed it. The child reports details on stderr.
+int RunInChild(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+// For use inside RunInChild: prints why and returns `code` unless `st` has `want` and mentions every string.
+int ExpectInChild(const Status& st, StatusCode want, const std::vector<std::string>& mentions, int code) {
+  ::testing::AssertionResult r = StatusIs(st, want, mentions);
+  if (r) return 0;
+  std::fprintf(stderr, "child check %d failed: %s\n", code, r.message());
+  return code;
+}
+
+TEST(PosixStorageTest, DevFullReportsNoSpaceAndNamesThePath) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "/dev/full is not writable here";
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, storage->CreateFile("/dev/full"));
+  EXPECT_TRUE(StatusIs(file->WriteAt(0, "x", 1), StatusCode::kNoSpace, {"'/dev/full'", "No space left"}));
+  EXPECT_TRUE(StatusIs(storage->WriteFileDurably("/dev/full", "metadata"), StatusCode::kNoSpace, {"'/dev/full'"}));
+}
+
+TEST(PosixStorageTest, AShortWriteIsResumedAndTheFileSizeLimitThenReported) {
+  // RLIMIT_FSIZE makes the first pwrite come back short (at the limit) and the next one fail with EFBIG: the
+  // resumption is visible in the offset the error names.
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string path = dir + "/limited";
+  constexpr rlim_t kLimit = 10000;
+  const int rc = RunInChild([&] {
+    ::signal(SIGXFSZ, SIG_IGN);  // or the kernel kills the process instead of returning EFBIG
+    struct rlimit lim = {kLimit, kLimit};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return 2;
+    std::unique_ptr<Storage> storage = NewPosixStorage();
+    auto file = storage->CreateFile(path);
+    if (!file.ok()) return 3;
+    const std::string data(16384, 'x');
+    int bad = ExpectInChild((*file)->WriteAt(0, data.data(), data.size()), StatusCode::kIo,
+                            {"'" + path + "'", "at offset 10000", "File too large"}, 4);
+    if (bad != 0) return bad;
+    return ExpectInChild(storage->WriteFileDurably(dir + "/meta", data), StatusCode::kIo, {dir + "/meta"}, 5);
+  });
+  ASSERT_EQ(rc, 0);
+  DCKPT_ASSERT_OK_AND_ASSIGN(uint64_t size, NewPosixStorage()->FileSize(path));
+  EXPECT_EQ(size, kLimit);
+}
+
+TEST(PosixStorageTest, PermissionDeniedIsAnIoErrorNamingThePath) {
+  // Root bypasses permission checks, so as root the checks run in a child that drops to uid/gid 65534 (nobody).
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  const bool as_root = ::geteuid() == 0;
+  if (as_root) {
+    ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);  // nobody works in here
+  }
+  const int rc = RunInChild([&] {
+    if (as_root) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) return 77;
+      if (::access(dir.c_str(), W_OK | X_OK) != 0) return 78;  // some ancestor is closed to nobody
+    }
+    std::unique_ptr<Storage> storage = NewPosixStorage();
+    const std::string locked = dir + "/locked";
+    const std::string secret = dir + "/secret";
+    if (!storage->CreateDir(locked).ok() || ::chmod(locked.c_str(), 0555) != 0) return 2;
+    if (!storage->WriteFileDurably(secret, "s").ok() || ::chmod(secret.c_str(), 0) != 0) return 3;
+    int bad = ExpectInChild(storage->CreateFile(locked + "/f").status(), StatusCode::kIo,
+                            {"'" + locked + "/f'", "Permission denied"}, 4);
+    if (bad == 0) {
+      bad = ExpectInChild(storage->CreateDir(locked + "/d"), StatusCode::kIo, {locked + "/d", "Permission denied"}, 5);
+    }
+    if (bad == 0) {
+      bad = ExpectInChild(storage->OpenFile(secret).status(), StatusCode::kIo, {secret, "Permission denied"}, 6);
+    }
+    if (bad == 0) {
+      bad = ExpectInChild(storage->ReadFile(secret, 10).status(), StatusCode::kIo, {secret, "Permission denied"}, 7);
+    }
+    if (bad == 0 && ::chmod(locked.c_str(), 0) == 0) {
+      bad = ExpectInChild(storage->ListDir(locked).status(), StatusCode::kIo, {locked, "Permission denied"}, 8);
+    }
+    (void)::chmod(locked.c_str(), 0755);
+    (void)::chmod(secret.c_str(), 0644);
+    return bad;
+  });
+  if (rc == 77) GTEST_SKIP() << "running as root, which bypasses permission checks, and cannot drop to uid 65534";
+  if (rc == 78) GTEST_SKIP() << "running as root, which bypasses permission checks, and uid 65534 cannot reach " << dir;
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(PosixStorageTest, RemoveAllDeletesSymlinksNotTheirTargets) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK(storage->CreateDir(dir + "/outside"));
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/outside/precious", "keep me"));
+  DCKPT_ASSERT_OK(storage->CreateDir(dir + "/tree"));
+  ASSERT_EQ(::symlink((dir + "/outside").c_str(), (dir + "/tree/dirlink").c_str()), 0);
+  ASSERT_EQ(::symlink((dir + "/outside/precious").c_str(), (dir + "/tree/filelink").c_str()), 0);
+  ASSERT_EQ(::symlink((dir + "/outside").c_str(), (dir + "/toplink").c_str()), 0);
+
+  DCKPT_ASSERT_OK(storage->RemoveAll(dir + "/tree"));
+  DCKPT_ASSERT_OK(storage->RemoveAll(dir + "/toplink"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage->ListDir(dir));
+  EXPECT_EQ(names, std::vector<std::string>({"outside"}));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string precious, storage->ReadFile(dir + "/outside/precious", 100));
+  EXPECT_EQ(precious, "keep me");
+}
+
+TEST(PosixStorageTest, RemoveAllRefusesAnEmptyPath) {
+  EXPECT_EQ(NewPosixStorage()->RemoveAll("").code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PosixStorageTest, ADanglingSymlinkExistsAndIsNeverReplaced) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  ASSERT_EQ(::symlink("nowhere", (dir + "/dangling").c_str()), 0);
+  DCKPT_ASSERT_OK_AND_ASSIGN(bool exists, storage->Exists(dir + "/dangling"));
+  EXPECT_TRUE(exists);
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/f", "x"));
+  EXPECT_TRUE(StatusIs(storage->Rename(dir + "/f", dir + "/dangling"), StatusCode::kExists, {dir + "/dangling"}));
+}
+
+TEST(PosixStorageTest, RenameFallbackNeverReplacesFilesOrDirectories) {
+  using internal_storage::PosixRenameNoReplaceFallback;
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/a", "A"));
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/b", "B"));
+  EXPECT_TRUE(StatusIs(PosixRenameNoReplaceFallback(dir + "/a", dir + "/b"), StatusCode::kExists, {dir + "/b"}));
+  DCKPT_ASSERT_OK(PosixRenameNoReplaceFallback(dir + "/a", dir + "/c"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string c, storage->ReadFile(dir + "/c", 10));
+  EXPECT_EQ(c, "A");
+  DCKPT_ASSERT_OK_AND_ASSIGN(bool a_exists, storage->Exists(dir + "/a"));
+  EXPECT_FALSE(a_exists);
+
+  DCKPT_ASSERT_OK(storage->CreateDir(dir + "/src"));
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/src/f", "f"));
+  DCKPT_ASSERT_OK(storage->CreateDir(dir + "/empty"));
+  EXPECT_TRUE(
+      StatusIs(PosixRenameNoReplaceFallback(dir + "/src", dir + "/empty"), StatusCode::kExists, {dir + "/empty"}));
+  DCKPT_ASSERT_OK(PosixRenameNoReplaceFallback(dir + "/src", dir + "/dst"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string f, storage->ReadFile(dir + "/dst/f", 10));
+  EXPECT_EQ(f, "f");
+  EXPECT_TRUE(
+      StatusIs(PosixRenameNoReplaceFallback(dir + "/gone", dir + "/x"), StatusCode::kNotFound, {dir + "/gone"}));
+}
+
+TEST(PosixStorageTest, OpeningADirectorySaysSo) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  EXPECT_TRUE(StatusIs(NewPosixStorage()->OpenFile(dir).status(), StatusCode::kIo, {dir, "Is a directory"}));
+}
+
+TEST(PosixStorageTest, ReadFileReadsToEndOfFileNotToTheStatSize) {
+  // procfs reports size 0 for files that have content.
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string status, storage->ReadFile("/proc/self/status", 1 << 20));
+  EXPECT_NE(status.find("Pid:"), std::string::npos);
+  EXPECT_TRUE(StatusIs(storage->ReadFile("/proc/self/status", 10).status(), StatusCode::kCorrupt,
+                       {"/proc/self/status", "at least 11 bytes"}));
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -1,0 +1,83 @@
+// The conformance suite every storage backend passes: file I/O semantics, error codes and wording, and the staged
+// commit protocol. A backend's test instantiates it:
+//
+//   INSTANTIATE_TEST_SUITE_P(Posix, StorageConformanceTest,
+//                            ::testing::Values(StorageConformanceParams{"posix", MakeStorage, MakeRoot}),
+//                            StorageConformanceTestName);
+//
+// Paths are built with "/" and must mean the same thing in every backend.
+#ifndef DISTCKPT_CORE_STORAGE_STORAGE_CONFORMANCE_H_
+#define DISTCKPT_CORE_STORAGE_STORAGE_CONFORMANCE_H_
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/storage/storage.h"
+
+namespace distckpt {
+
+/// How the suite gets a backend and a place to work in it.
+struct StorageConformanceParams {
+  std::string name;  ///< test-name suffix, e.g. "posix"
+  /// A fresh backend; called once per test.
+  std::function<std::unique_ptr<Storage>()> make_storage;
+  /// Returns an existing, empty directory in `storage` that only this test uses.
+  std::function<std::string(Storage* storage)> make_root;
+};
+
+/// Lets GoogleTest print a parameter by name rather than as raw bytes.
+inline void PrintTo(const StorageConformanceParams& params, std::ostream* os) { *os << params.name; }
+
+/// The fixture: storage() is fresh and root() empty for every test.
+class StorageConformanceTest : public ::testing::TestWithParam<StorageConformanceParams> {
+ protected:
+  void SetUp() override;
+  Storage* storage() { return storage_.get(); }
+  const std::string& root() const { return root_; }
+  /// root() + "/" + name.
+  std::string Path(const std::string& name) const { return root_ + "/" + name; }
+
+ private:
+  std::unique_ptr<Storage> storage_;
+  std::string root_;
+};
+
+/// Names instantiations after StorageConformanceParams::name.
+std::string StorageConformanceTestName(const ::testing::TestParamInfo<StorageConformanceParams>& info);
+
+/// Success if `status` has `code` and its message contains every string in `mentions` (paths, usually).
+::testing::AssertionResult StatusIs(const Status& status, StatusCode code,
+                                    const std::vector<std::string>& mentions = {});
+
+/// Every file below `dir` (relative name -> bytes) and every directory (relative name + "/" -> ""), for comparing
+/// whole trees byte for byte.
+std::map<std::string, std::string> SnapshotTree(Storage* storage, const std::string& dir);
+
+}  // namespace distckpt
+
+/// Test assertions on Status and Result<T>.
+#define DCKPT_EXPECT_OK(expr)                                          \
+  do {                                                                 \
+    const ::distckpt::Status dckpt_expect_ok_ = (expr);                \
+    EXPECT_TRUE(dckpt_expect_ok_.ok()) << dckpt_expect_ok_.ToString(); \
+  } while (0)
+#define DCKPT_ASSERT_OK(expr)                                          \
+  do {                                                                 \
+    const ::distckpt::Status dckpt_assert_ok_ = (expr);                \
+    ASSERT_TRUE(dckpt_assert_ok_.ok()) << dckpt_assert_ok_.ToString(); \
+  } while (0)
+#define DCKPT_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                     \
+  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();      \
+  lhs = std::move(tmp).value()
+/// `DCKPT_ASSERT_OK_AND_ASSIGN(auto file, storage->OpenFile(p));`
+#define DCKPT_ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  DCKPT_ASSERT_OK_AND_ASSIGN_IMPL_(DCKPT_CONCAT_(dckpt_test_result_, __LINE__), lhs, expr)
+
+#endif  // DISTCKPT_CORE_STORAGE_STORAGE_CONFORMANCE_H_
