@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what distckpt needs on Debian 12, from Debian's packages only. Idempotent and quiet: when everything is
+# already installed it does nothing (no apt-get update).
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-platforms bazel-skylib      # Bazel 4.2.3 (offline) + its local repositories
+  g++ pkg-config
+  libflatbuffers-dev flatbuffers-compiler            # FlatBuffers 2.0.8 (metadata)
+  libgloo-dev libhiredis-dev                          # Gloo (TCP collectives, FileStore/RedisStore rendezvous)
+  libgtest-dev libgmock-dev libbenchmark-dev          # tests and micro-benchmarks
+  libxxhash-dev                                       # xxHash3-64 checksums
+  redis-server iproute2                               # Redis rendezvous tests, network-namespace tests
+  fio                                                 # measuring the disk in benchmarks
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  [[ "$p" == \#* ]] && continue
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "install_deps: installing ${missing[*]}" >&2
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
