@@ -61,9 +61,10 @@ size_t Size(const flatbuffers::Vector<T>* v) {
   return v != nullptr ? v->size() : 0;
 }
 
+// Null for an absent or empty vector: an empty vector's data pointer need not be aligned, so it is never handed out.
 template <typename T>
 const T* Data(const flatbuffers::Vector<T>* v) {
-  return v != nullptr ? v->data() : nullptr;
+  return v != nullptr && v->size() != 0 ? v->data() : nullptr;
 }
 
 // A name from an untrusted buffer, made safe to print: quoted, at most 120 bytes, non-printable bytes escaped.
@@ -175,7 +176,8 @@ class Validator {
     if (v == nullptr) return OkStatus();
     // The verifier checks only that the length prefix is 4-aligned; the 64-bit values we hand out as raw pointers
     // must be 8-aligned (relative to the buffer start, which Parse requires to be 8-aligned in memory).
-    if (reinterpret_cast<uintptr_t>(v->data()) % align != 0) return Bad(what() + " is misaligned");
+    // Empty vectors are exempt: builders align only the length of a vector with no elements.
+    if (v->size() != 0 && reinterpret_cast<uintptr_t>(v->data()) % align != 0) return Bad(what() + " is misaligned");
     return Account(static_cast<uint64_t>(v->size()) * elem_size + 4, what);
   }
 
@@ -692,38 +694,72 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
                            std::to_string(kMaxMetadataBytes - 1) + " (use fewer, larger chunks)");
   }
 
+  // Every call below is its own statement so the byte layout does not depend on the compiler's argument
+  // evaluation order: the same record always encodes to the same bytes.
   flatbuffers::FlatBufferBuilder b(static_cast<size_t>(std::min<uint64_t>(estimate, 1 << 30)));
+
+  // Pass 1: the entries' numeric vectors. FlatBuffers builds back to front, so the first object created ends the
+  // buffer; a 64-bit vector or a struct vector needs no trailing padding, so the buffer's last bytes are always
+  // data the verifier checks and a truncated file never parses (a string first could leave zero padding last).
+  struct EntryVectors {
+    flatbuffers::Offset<flatbuffers::Vector<uint64_t>> shape, offsets, lengths, blocks;
+    flatbuffers::Offset<flatbuffers::Vector<const fb::ChunkLoc*>> chunks;
+  };
+  std::vector<EntryVectors> vecs(record.entries.size());
+  for (size_t i = 0; i < record.entries.size(); ++i) {
+    const EntryRecord& e = record.entries[i];
+    EntryVectors& v = vecs[i];
+    if (!e.chunks.empty()) {
+      fb::ChunkLoc* out = nullptr;
+      v.chunks = b.CreateUninitializedVectorOfStructs(e.chunks.size(), &out);
+      for (const ChunkLocation& c : e.chunks) *out++ = fb::ChunkLoc(c.offset, c.length, c.checksum, c.file, c.first_block);
+    }
+    v.shape = VectorOrNull(b, e.shape);
+    v.offsets = VectorOrNull(b, e.chunk_offsets);
+    v.lengths = VectorOrNull(b, e.chunk_lengths);
+    v.blocks = VectorOrNull(b, e.block_checksums);
+  }
+  // No numeric vector at all (no chunks anywhere): end the buffer with an explicitly empty vector instead, whose
+  // 4-byte length the verifier needs. Empty and absent vectors mean the same to readers.
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::Entry>>> entries_vec = 0;
+  if (b.GetSize() == 0) {
+    if (!vecs.empty()) {
+      vecs[0].chunks = b.CreateVectorOfStructs<fb::ChunkLoc>(nullptr, 0);
+    } else {
+      entries_vec = b.CreateVector(std::vector<flatbuffers::Offset<fb::Entry>>());
+    }
+  }
+
+  // Pass 2: strings and tables.
   std::vector<flatbuffers::Offset<fb::DataFile>> files;
   files.reserve(record.files.size());
   for (const DataFileRecord& f : record.files) {
-    files.push_back(fb::CreateDataFile(b, b.CreateString(f.name), f.size));
+    const auto name = b.CreateString(f.name);
+    files.push_back(fb::CreateDataFile(b, name, f.size));
   }
   std::vector<flatbuffers::Offset<fb::KeyValue>> user;
   user.reserve(record.user.size());
   for (const auto& kv : record.user) {
-    user.push_back(fb::CreateKeyValue(b, b.CreateString(kv.first), b.CreateString(kv.second)));
+    const auto key = b.CreateString(kv.first);
+    const auto value = b.CreateString(kv.second);
+    user.push_back(fb::CreateKeyValue(b, key, value));
   }
   std::vector<flatbuffers::Offset<fb::Entry>> entries;
   entries.reserve(record.entries.size());
-  for (const EntryRecord& e : record.entries) {
+  for (size_t i = 0; i < record.entries.size(); ++i) {
+    const EntryRecord& e = record.entries[i];
+    const EntryVectors& v = vecs[i];
     const auto name = b.CreateString(e.name);
-    const auto shape = VectorOrNull(b, e.shape);
-    const auto offsets = VectorOrNull(b, e.chunk_offsets);
-    const auto lengths = VectorOrNull(b, e.chunk_lengths);
-    flatbuffers::Offset<flatbuffers::Vector<const fb::ChunkLoc*>> chunks = 0;
-    if (!e.chunks.empty()) {
-      fb::ChunkLoc* out = nullptr;
-      chunks = b.CreateUninitializedVectorOfStructs(e.chunks.size(), &out);
-      for (const ChunkLocation& c : e.chunks) *out++ = fb::ChunkLoc(c.offset, c.length, c.checksum, c.file, c.first_block);
-    }
-    const auto blocks = VectorOrNull(b, e.block_checksums);
     entries.push_back(fb::CreateEntry(b, name, static_cast<fb::EntryKind>(e.kind), static_cast<fb::DType>(e.dtype),
-                                      shape, offsets, lengths, chunks, blocks));
+                                      v.shape, v.offsets, v.lengths, v.chunks, v.blocks));
   }
-  const auto root = fb::CreateMetadata(b, kFormatMajor, kFormatMinor, b.CreateString(record.writer),
-                                       record.checksum_block_size, record.alignment, b.CreateVector(files),
-                                       b.CreateVector(entries), b.CreateVector(user),
-                                       b.CreateString(record.structure));
+  const auto writer = b.CreateString(record.writer);
+  const auto structure = b.CreateString(record.structure);
+  const auto files_vec = b.CreateVector(files);
+  if (entries_vec.IsNull()) entries_vec = b.CreateVector(entries);
+  const auto user_vec = b.CreateVector(user);
+  const auto root = fb::CreateMetadata(b, kFormatMajor, kFormatMinor, writer, record.checksum_block_size,
+                                       record.alignment, files_vec, entries_vec, user_vec, structure);
   fb::FinishMetadataBuffer(b, root);
 
   // A writer must never produce a file its reader rejects: run the full reader over the result.

@@ -2,28 +2,563 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+#include <random>
+
+#include "core/format/checksum.h"
+#include "core/format/metadata_test_util.h"
+
 namespace distckpt {
 namespace {
 
-TEST(MetadataTest, RoundTripSmoke) {
-  MetadataRecord r;
-  r.writer = "test";
-  r.files.push_back({"data-00000.bin", 8192});
-  EntryRecord e;
-  e.name = "w";
-  e.dtype = DType::kF32;
-  e.shape = {4, 2};
-  e.chunk_offsets = {0, 0, 2, 0};
-  e.chunk_lengths = {2, 2, 2, 2};
-  e.chunks = {{0, 16, 1, 0, kNoBlockTable}, {4096, 16, 2, 0, kNoBlockTable}};
-  r.entries.push_back(e);
-  auto buf = EncodeMetadata(r);
+using testing_util::RawEncode;
+using testing_util::RawEntry;
+using testing_util::RawMetadata;
+using testing_util::Share;
+using testing_util::ToRaw;
+using testing_util::ValidRecord;
+
+Result<MetadataView> ParseString(std::string s, const std::string& context = "/ckpt/step10") {
+  return MetadataView::Parse(Share(std::move(s)), context);
+}
+
+void ExpectEntryMatches(const EntryRecord& want, const EntryView& got) {
+  SCOPED_TRACE(want.name);
+  EXPECT_EQ(got.name, want.name);
+  EXPECT_EQ(got.kind, want.kind);
+  EXPECT_EQ(got.dtype, want.dtype);
+  EXPECT_EQ(std::vector<uint64_t>(got.shape.begin(), got.shape.end()), want.shape);
+  ASSERT_EQ(got.num_chunks, want.chunks.size());
+  const uint32_t ndim = got.ndim();
+  for (size_t i = 0; i < got.num_chunks; ++i) {
+    const Box box = got.chunk_box(i);
+    ASSERT_EQ(box.ndim, ndim);
+    for (uint32_t d = 0; d < ndim; ++d) {
+      EXPECT_EQ(box.offset[d], want.chunk_offsets[i * ndim + d]);
+      EXPECT_EQ(box.length[d], want.chunk_lengths[i * ndim + d]);
+    }
+    const ChunkLocation c = got.chunk(i);
+    EXPECT_EQ(c.offset, want.chunks[i].offset);
+    EXPECT_EQ(c.length, want.chunks[i].length);
+    EXPECT_EQ(c.checksum, want.chunks[i].checksum);
+    EXPECT_EQ(c.file, want.chunks[i].file);
+    EXPECT_EQ(c.first_block, want.chunks[i].first_block);
+  }
+  EXPECT_EQ(std::vector<uint64_t>(got.block_checksums.begin(), got.block_checksums.end()), want.block_checksums);
+  Result<uint64_t> nbytes = CheckedVolume(want.shape, DTypeSize(want.dtype));
+  ASSERT_TRUE(nbytes.ok());
+  EXPECT_EQ(got.nbytes(), *nbytes);
+}
+
+TEST(MetadataTest, RoundTrip) {
+  const MetadataRecord want = ValidRecord();
+  MetadataRecord shuffled = want;
+  std::mt19937 rng(7);
+  std::shuffle(shuffled.entries.begin(), shuffled.entries.end(), rng);  // EncodeMetadata sorts
+  std::reverse(shuffled.user.begin(), shuffled.user.end());
+  Result<std::string> buf = EncodeMetadata(shuffled);
   ASSERT_TRUE(buf.ok()) << buf.status().ToString();
-  auto view = MetadataView::Parse(std::make_shared<const std::string>(*buf), "/ckpt");
+  EXPECT_EQ(std::string(buf->data() + 4, 4), "DCK1");
+
+  Result<MetadataView> view = ParseString(*buf);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
-  ASSERT_EQ(view->num_entries(), 1u);
-  EXPECT_EQ(view->entry(0).chunk(1).offset, 4096u);
-  EXPECT_EQ(view->entry(0).nbytes(), 32u);
+  EXPECT_EQ(view->format_major(), kFormatMajor);
+  EXPECT_EQ(view->format_minor(), kFormatMinor);
+  EXPECT_EQ(view->writer(), want.writer);
+  EXPECT_EQ(view->checksum_block_size(), want.checksum_block_size);
+  EXPECT_EQ(view->alignment(), want.alignment);
+  EXPECT_EQ(view->structure(), want.structure);
+  EXPECT_EQ(view->buffer_size(), buf->size());
+  ASSERT_EQ(view->num_files(), want.files.size());
+  for (size_t i = 0; i < want.files.size(); ++i) {
+    EXPECT_EQ(view->file_name(i), want.files[i].name);
+    EXPECT_EQ(view->file_size(i), want.files[i].size);
+  }
+  ASSERT_EQ(view->num_entries(), want.entries.size());
+  for (size_t i = 0; i < want.entries.size(); ++i) {
+    ExpectEntryMatches(want.entries[i], view->entry(i));
+    EXPECT_EQ(view->Find(want.entries[i].name), std::optional<size_t>(i));
+  }
+  EXPECT_EQ(view->Find("a"), std::nullopt);
+  EXPECT_EQ(view->Find("zzz"), std::nullopt);
+  EXPECT_EQ(view->Find(""), std::nullopt);
+  EXPECT_EQ(view->Find("big "), std::nullopt);
+  ASSERT_EQ(view->num_user(), 2u);
+  EXPECT_EQ(view->user(0), std::make_pair(std::string_view("framework"), std::string_view("jax")));
+  EXPECT_EQ(view->FindUser("step"), std::optional<std::string_view>("10"));
+  EXPECT_EQ(view->FindUser("steps"), std::nullopt);
+
+  // Deterministic: the same record always gives the same bytes, and the view outlives the caller's pointer.
+  Result<std::string> again = EncodeMetadata(want);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *buf);
+  MetadataView copy = *view;
+  view = ParseString(*buf);
+  EXPECT_EQ(copy.entry(1).name, "a.weight");
+}
+
+TEST(MetadataTest, EmptyCheckpointRoundTrips) {
+  MetadataRecord r;
+  Result<std::string> buf = EncodeMetadata(r);
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  Result<MetadataView> view = ParseString(*buf);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->num_entries(), 0u);
+  EXPECT_EQ(view->num_files(), 0u);
+  EXPECT_EQ(view->Find("x"), std::nullopt);
+  EXPECT_EQ(view->FindUser("x"), std::nullopt);
+}
+
+TEST(MetadataTest, RawEncoderMatchesValidator) {
+  // The hostile tests below start from this buffer: it must be valid as-is.
+  Result<MetadataView> view = ParseString(RawEncode(ToRaw(ValidRecord())));
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+}
+
+TEST(MetadataTest, EncodeCanonicalisesBlockTables) {
+  MetadataRecord r = ValidRecord();
+  EntryRecord* e = nullptr;
+  for (auto& x : r.entries) {
+    if (x.name == "two_big") e = &x;
+  }
+  ASSERT_NE(e, nullptr);
+  // The writer filled the block table in the other order, with an unused value in front.
+  const std::vector<uint64_t> blocks = e->block_checksums;
+  e->block_checksums = {99, blocks[2], blocks[3], blocks[0], blocks[1]};
+  e->chunks[0].first_block = 3;
+  e->chunks[1].first_block = 1;
+  Result<std::string> buf = EncodeMetadata(r);
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  Result<MetadataView> view = ParseString(*buf);
+  ASSERT_TRUE(view.ok());
+  EntryView v = view->entry(*view->Find("two_big"));
+  EXPECT_EQ(std::vector<uint64_t>(v.block_checksums.begin(), v.block_checksums.end()), blocks);
+  EXPECT_EQ(v.chunk(0).first_block, 0u);
+  EXPECT_EQ(v.chunk(1).first_block, 2u);
+}
+
+TEST(MetadataTest, EncodeRefusesInvalidRecords) {
+  auto expect_refused = [](const std::function<void(MetadataRecord&)>& damage, const std::string& needle) {
+    MetadataRecord r = ValidRecord();
+    damage(r);
+    Result<std::string> buf = EncodeMetadata(r);
+    ASSERT_FALSE(buf.ok()) << needle;
+    EXPECT_EQ(buf.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(buf.status().message().find(needle), std::string::npos) << buf.status().message();
+  };
+  expect_refused([](MetadataRecord& r) { r.entries.push_back(r.entries[0]); }, "appears twice");
+  expect_refused([](MetadataRecord& r) { r.files[0].name = "../evil"; }, "invalid name");
+  expect_refused([](MetadataRecord& r) { r.entries[0].chunks[0].offset = 100; }, "not a multiple of the alignment");
+  expect_refused([](MetadataRecord& r) { r.alignment = 512; }, "alignment 512");
+  expect_refused([](MetadataRecord& r) { r.user.push_back(r.user[0]); }, "appears twice");
+  expect_refused([](MetadataRecord& r) { r.entries[2].chunks[0].first_block = kNoBlockTable; }, "block table");
+  expect_refused([](MetadataRecord& r) { r.entries[1].dtype = DType::kInvalid; }, "unknown dtype 0");
+}
+
+// ---- Hostile input: a valid record with one field broken, built with the raw encoder. ----
+
+struct Hostile {
+  const char* what;
+  std::function<void(RawMetadata&)> damage;
+  StatusCode code;
+  const char* needle;  // part of the expected message
+};
+
+RawEntry& Entry(RawMetadata& m, const std::string& name) {
+  for (auto& e : m.entries) {
+    if (e.name == name) return e;
+  }
+  std::abort();
+}
+
+std::vector<Hostile> HostileCases() {
+  const StatusCode kCorrupt = StatusCode::kCorrupt;
+  return {
+      // Header.
+      {"no format version", [](RawMetadata& m) { m.format_major = 0; }, kCorrupt, "no format version"},
+      {"future major", [](RawMetadata& m) { m.format_major = 2; }, StatusCode::kVersion, "format version 2.0"},
+      {"block size 0", [](RawMetadata& m) { m.checksum_block_size = 0; }, kCorrupt, "checksum_block_size 0"},
+      {"block size not pow2", [](RawMetadata& m) { m.checksum_block_size = 5000; }, kCorrupt, "checksum_block_size 5000"},
+      {"block size too small", [](RawMetadata& m) { m.checksum_block_size = 2048; }, kCorrupt, "checksum_block_size"},
+      {"alignment 0", [](RawMetadata& m) { m.alignment = 0; }, kCorrupt, "alignment 0"},
+      {"alignment not pow2", [](RawMetadata& m) { m.alignment = 12288; }, kCorrupt, "alignment 12288"},
+      {"alignment too small", [](RawMetadata& m) { m.alignment = 512; }, kCorrupt, "alignment 512"},
+      {"writer not utf-8", [](RawMetadata& m) { m.writer = "\xff\xfe"; }, kCorrupt, "writer is not valid UTF-8"},
+      {"structure not utf-8", [](RawMetadata& m) { m.structure = "{\xc0\xaf}"; }, kCorrupt, "structure is not valid"},
+      // Files.
+      {"file without name", [](RawMetadata& m) { m.files[1].name.reset(); }, kCorrupt, "FlatBuffers verification"},
+      {"file name with slash", [](RawMetadata& m) { m.files[1].name = "sub/data.bin"; }, kCorrupt, "invalid name 'sub/data.bin'"},
+      {"file name with backslash", [](RawMetadata& m) { m.files[1].name = "a\\b"; }, kCorrupt, "invalid name"},
+      {"file name ..", [](RawMetadata& m) { m.files[1].name = ".."; }, kCorrupt, "invalid name '..'"},
+      {"file name .", [](RawMetadata& m) { m.files[1].name = "."; }, kCorrupt, "invalid name '.'"},
+      {"file name ../x", [](RawMetadata& m) { m.files[1].name = "../x"; }, kCorrupt, "invalid name"},
+      {"file name with ..", [](RawMetadata& m) { m.files[1].name = "x..y"; }, kCorrupt, "invalid name"},
+      {"file name empty", [](RawMetadata& m) { m.files[1].name = ""; }, kCorrupt, "invalid name ''"},
+      {"file name NUL", [](RawMetadata& m) { m.files[1].name = std::string("a\0b", 3); }, kCorrupt, "invalid name 'a\\x00b'"},
+      {"file name control", [](RawMetadata& m) { m.files[1].name = "a\nb"; }, kCorrupt, "invalid name 'a\\x0ab'"},
+      {"file name not utf-8", [](RawMetadata& m) { m.files[1].name = "a\xffz"; }, kCorrupt, "invalid name"},
+      {"file name 256 bytes", [](RawMetadata& m) { m.files[1].name = std::string(256, 'x'); }, kCorrupt, "invalid name"},
+      {"file name reserved", [](RawMetadata& m) { m.files[1].name = "metadata.dckpt"; }, kCorrupt, "reserved name"},
+      {"duplicate file", [](RawMetadata& m) { m.files[1].name = m.files[0].name; }, kCorrupt,
+       "data files #0 and #1 have the same name 'data-00000.bin'"},
+      // User key/values.
+      {"duplicate user key", [](RawMetadata& m) { m.user[1].first = m.user[0].first; }, kCorrupt,
+       "user key 'framework' appears twice"},
+      {"unsorted user keys", [](RawMetadata& m) { std::swap(m.user[0], m.user[1]); }, kCorrupt, "user keys are not sorted"},
+      {"empty user key", [](RawMetadata& m) { m.user[0].first = ""; }, kCorrupt, "user key #0 is empty"},
+      {"user key NUL", [](RawMetadata& m) { m.user[0].first = std::string("f\0", 2); }, kCorrupt, "NUL"},
+      {"user value not utf-8", [](RawMetadata& m) { m.user[0].second = "\x80"; }, kCorrupt, "value of user key #0"},
+      // Entry names.
+      {"entry without name", [](RawMetadata& m) { m.entries[3].name.reset(); }, kCorrupt, "FlatBuffers verification"},
+      {"empty entry name", [](RawMetadata& m) { m.entries[0].name = ""; }, kCorrupt, "name of entry #0 is empty"},
+      {"duplicate entry", [](RawMetadata& m) { m.entries[1].name = m.entries[0].name; }, kCorrupt,
+       "entry name 'a.bias' appears twice"},
+      {"unsorted entries", [](RawMetadata& m) { std::swap(m.entries[1], m.entries[2]); }, kCorrupt,
+       "entries are not sorted by name: 'big' comes before 'a.weight'"},
+      {"entry name NUL", [](RawMetadata& m) { m.entries[0].name = std::string("a.bias\0x", 8); }, kCorrupt, "NUL"},
+      {"entry name not utf-8", [](RawMetadata& m) { m.entries[0].name = "a\xed\xa0\x80"; }, kCorrupt, "not valid UTF-8"},
+      // Kinds, dtypes, shapes.
+      {"unknown kind", [](RawMetadata& m) { Entry(m, "a.bias").kind = 7; }, kCorrupt, "entry 'a.bias': unknown entry kind 7"},
+      {"dtype 0", [](RawMetadata& m) { Entry(m, "a.bias").dtype = 0; }, kCorrupt, "entry 'a.bias': unknown dtype 0"},
+      {"dtype 18", [](RawMetadata& m) { Entry(m, "a.bias").dtype = 18; }, kCorrupt, "unknown dtype 18"},
+      {"dtype 255", [](RawMetadata& m) { Entry(m, "a.bias").dtype = 255; }, kCorrupt, "unknown dtype 255"},
+      {"9 dims",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "u16x8d");
+         e.shape.push_back(1);
+         e.chunk_offsets.push_back(0);
+         e.chunk_lengths.push_back(1);
+       },
+       kCorrupt, "entry 'u16x8d': has 9 dimensions; at most 8"},
+      {"shape overflow",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "zero");
+         e.shape = {1ull << 32, 1ull << 31};  // 2^63 elements of 2 bytes
+       },
+       kCorrupt, "entry 'zero': shape [4294967296, 2147483648] of F16 overflows 64 bits"},
+      {"chunk_offsets too short", [](RawMetadata& m) { Entry(m, "a.weight").chunk_offsets.pop_back(); }, kCorrupt,
+       "chunk_offsets and chunk_lengths need 8 values each, not 7 and 8"},
+      {"chunk_lengths too long", [](RawMetadata& m) { Entry(m, "a.weight").chunk_lengths.push_back(1); }, kCorrupt,
+       "not 8 and 9"},
+      {"chunks missing", [](RawMetadata& m) { Entry(m, "a.weight").chunks.pop_back(); }, kCorrupt, "has 3 chunks"},
+      // Chunk boxes.
+      {"box past the shape", [](RawMetadata& m) { Entry(m, "a.weight").chunk_lengths[7] = 4; }, kCorrupt,
+       "entry 'a.weight' chunk #3: box [2:4, 3:7] lies outside the shape [4, 6]"},
+      {"box offset overflow",
+       [](RawMetadata& m) {
+         Entry(m, "a.weight").chunk_offsets[6] = UINT64_MAX;
+       },
+       kCorrupt, "entry 'a.weight' chunk #3: box [18446744073709551615:overflow, 3:6] lies outside"},
+      {"length != volume * itemsize", [](RawMetadata& m) { Entry(m, "a.weight").chunks[2].length = 24; }, kCorrupt,
+       "entry 'a.weight' chunk #2: length 24 does not match its box [2:4, 0:3] of BF16 (12 bytes)"},
+      {"scalar length", [](RawMetadata& m) { Entry(m, "scalar").chunks[0].length = 4; }, kCorrupt,
+       "entry 'scalar' chunk #0: length 4"},
+      {"overlapping chunks",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "two_big");  // second chunk moved one element left, first one too short: overlap
+         e.chunk_offsets[1] = 4999;
+         e.chunk_lengths[1] = 5001;
+         e.chunks[1].length = 5001;
+         e.chunks[1].checksum = CombineBlockChecksums(Span<const uint64_t>(e.block_checksums.data() + 2, 2));
+       },
+       kCorrupt, "entry 'two_big': chunks do not tile the shape [10000] exactly"},
+      {"hole between chunks",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "a.weight");
+         e.chunk_lengths[1] = 2;  // [0:2, 0:2] leaves column 2 uncovered
+         e.chunks[0].length = 8;
+       },
+       kCorrupt, "hole"},
+      {"duplicated chunk",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "a.weight");
+         e.chunk_offsets[6] = 0, e.chunk_offsets[7] = 0;  // chunk #3 == chunk #0, [2:4, 3:6] uncovered
+       },
+       kCorrupt, "chunks do not tile"},
+      {"empty chunk in non-empty tensor",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "a.bias");
+         e.chunk_offsets.push_back(0);
+         e.chunk_lengths.push_back(0);
+         e.chunks.push_back({0, 0, 0, 0, kNoBlockTable});
+       },
+       kCorrupt, "is empty in a non-empty tensor"},
+      {"non-empty tensor without chunks",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "a.bias");
+         e.chunk_offsets.clear();
+         e.chunk_lengths.clear();
+         e.chunks.clear();
+       },
+       kCorrupt, "entry 'a.bias': chunks do not tile"},
+      {"second scalar chunk",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "scalar");
+         e.chunks.push_back(e.chunks[0]);
+       },
+       kCorrupt, "overlap"},
+      // Files, offsets and lengths.
+      {"file index out of range", [](RawMetadata& m) { Entry(m, "a.weight").chunks[1].file = 2; }, kCorrupt,
+       "entry 'a.weight' chunk #1: data file index 2 is out of range (2 data files)"},
+      {"file index huge", [](RawMetadata& m) { Entry(m, "a.weight").chunks[1].file = UINT32_MAX; }, kCorrupt,
+       "data file index 4294967295 is out of range"},
+      {"misaligned offset", [](RawMetadata& m) { Entry(m, "a.weight").chunks[1].offset += 512; }, kCorrupt,
+       "entry 'a.weight' chunk #1: offset 4608 in data file 'data-00000.bin' is not a multiple of the alignment 4096"},
+      {"offset + length overflows",
+       [](RawMetadata& m) { Entry(m, "big").chunks[0].offset = UINT64_MAX - 4095; }, kCorrupt,
+       "entry 'big' chunk #0: offset 18446744073709547520 + length 12000 exceeds the size"},
+      // Checksum block tables.
+      {"multi-block chunk without table", [](RawMetadata& m) { Entry(m, "big").chunks[0].first_block = kNoBlockTable; },
+       kCorrupt, "entry 'big' chunk #0: has 3 checksum blocks but no block table"},
+      {"block table out of range", [](RawMetadata& m) { Entry(m, "big").block_checksums.pop_back(); }, kCorrupt,
+       "entry 'big' chunk #0: block table [0, +3) is out of range"},
+      {"block table first_block huge", [](RawMetadata& m) { Entry(m, "big").chunks[0].first_block = 0xFFFFFFFEu; },
+       kCorrupt, "block table [4294967294, +3)"},
+      {"no block table vector", [](RawMetadata& m) { Entry(m, "big").block_checksums.clear(); }, kCorrupt,
+       "out of range"},
+      {"block tables out of order",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "two_big");
+         std::swap(e.chunks[0].first_block, e.chunks[1].first_block);
+       },
+       kCorrupt, "entry 'two_big' chunk #0: block table [2, +2) is out of range or out of order"},
+      {"unused block checksums", [](RawMetadata& m) { Entry(m, "big").block_checksums.push_back(1); }, kCorrupt,
+       "entry 'big': has 1 block checksums that no chunk uses"},
+      {"single-block chunk with table", [](RawMetadata& m) { Entry(m, "a.bias").chunks[0].first_block = 0; }, kCorrupt,
+       "entry 'a.bias' chunk #0: has a single checksum block but a block table"},
+      {"checksum disagrees with blocks", [](RawMetadata& m) { Entry(m, "big").chunks[0].checksum ^= 1; }, kCorrupt,
+       "entry 'big' chunk #0: checksum does not match its block checksums"},
+      {"block checksum changed", [](RawMetadata& m) { Entry(m, "big").block_checksums[1] ^= 1; }, kCorrupt,
+       "does not match its block checksums"},
+      // Bytes entries.
+      {"bytes entry with two chunks",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "blob");
+         e.chunk_lengths[0] = 5;
+         e.chunks[0].length = 5;
+         e.chunk_offsets.push_back(5);
+         e.chunk_lengths.push_back(5);
+         e.chunks.push_back({0, 5, 0, 0, kNoBlockTable});
+       },
+       kCorrupt, "entry 'blob': a bytes entry must have dtype U8, a 1-d shape and exactly one chunk"},
+      {"bytes entry of f32",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "blob");
+         e.dtype = static_cast<uint8_t>(DType::kF32);
+         e.chunks[0].length = 40;
+       },
+       kCorrupt, "(it has F32, 1 dimensions and 1 chunks)"},
+      {"bytes entry 2-d",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "blob");
+         e.shape = {10, 1};
+         e.chunk_offsets = {0, 0};
+         e.chunk_lengths = {10, 1};
+       },
+       kCorrupt, "a bytes entry must have"},
+      {"bytes entry without chunk",
+       [](RawMetadata& m) {
+         RawEntry& e = Entry(m, "empty_blob");
+         e.chunk_offsets.clear();
+         e.chunk_lengths.clear();
+         e.chunks.clear();
+       },
+       kCorrupt, "exactly one chunk"},
+      // Shared storage (work amplification).
+      {"shared chunk vectors",
+       [](RawMetadata& m) {
+         // 300 entries that all point at one 2000-chunk vector: each is valid on its own.
+         RawEntry e = Entry(m, "a.bias");
+         e.shape = {2000};
+         e.chunk_offsets.clear();
+         e.chunk_lengths.clear();
+         e.chunks.clear();
+         for (uint64_t i = 0; i < 2000; ++i) {
+           e.chunk_offsets.push_back(i);
+           e.chunk_lengths.push_back(1);
+           e.chunks.push_back({0, 4, 0, 0, kNoBlockTable});
+         }
+         m.entries.clear();
+         for (int i = 0; i < 300; ++i) {
+           e.name = "e" + std::to_string(1000 + i);
+           m.entries.push_back(e);
+         }
+         m.share_chunk_vectors = true;
+       },
+       kCorrupt, "shares storage"},
+  };
+}
+
+TEST(MetadataTest, RejectsEveryHostileField) {
+  for (const Hostile& h : HostileCases()) {
+    SCOPED_TRACE(h.what);
+    RawMetadata m = ToRaw(ValidRecord());
+    h.damage(m);
+    Result<MetadataView> view = ParseString(RawEncode(m));
+    ASSERT_FALSE(view.ok());
+    EXPECT_EQ(view.status().code(), h.code) << view.status().ToString();
+    const std::string& msg = view.status().message();
+    EXPECT_EQ(msg.rfind("/ckpt/step10: ", 0), 0u) << msg;  // every message names the checkpoint
+    EXPECT_NE(msg.find(h.needle), std::string::npos) << "want '" << h.needle << "' in: " << msg;
+  }
+}
+
+TEST(MetadataTest, ErrorMessageNamesCheckpointEntryChunkAndFile) {
+  RawMetadata m = ToRaw(ValidRecord());
+  m.files[1].size = 10000;
+  m.entries.clear();
+  RawEntry e;
+  e.name = "layers.0.w";
+  e.dtype = static_cast<uint8_t>(DType::kU8);
+  e.shape = {4 * 4096};
+  for (uint64_t i = 0; i < 4; ++i) {
+    e.chunk_offsets.push_back(i * 4096);
+    e.chunk_lengths.push_back(4096);
+    e.chunks.push_back({i * 4096, 4096, 0, 0, kNoBlockTable});
+  }
+  e.chunks[3].file = 1;
+  e.chunks[3].offset = 8192;
+  m.entries.push_back(e);
+  m.checksum_block_size = 4096;
+  Result<MetadataView> view = ParseString(RawEncode(m));
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().message(),
+            "/ckpt/step10: entry 'layers.0.w' chunk #3: offset 8192 + length 4096 exceeds the size 10000 of data file "
+            "'data-00001.bin'");
+}
+
+TEST(MetadataTest, NamesInMessagesAreEscapedAndShortened) {
+  RawMetadata m = ToRaw(ValidRecord());
+  std::string name = "evil\x1b[31m'" + std::string(500, 'x');
+  m.entries[0].name = name;
+  m.entries[0].kind = 9;
+  Result<MetadataView> view = ParseString(RawEncode(m));
+  ASSERT_FALSE(view.ok());
+  const std::string& msg = view.status().message();
+  EXPECT_NE(msg.find("entry 'evil\\x1b[31m\\x27xxx"), std::string::npos) << msg;
+  EXPECT_LT(msg.size(), 300u);
+  EXPECT_EQ(msg.find('\x1b'), std::string::npos);
+}
+
+TEST(MetadataTest, WrongIdentifierAndGarbage) {
+  std::string buf = RawEncode(ToRaw(ValidRecord()));
+  std::string wrong = buf;
+  wrong[4] = 'X';
+  Result<MetadataView> view = ParseString(wrong);
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(view.status().message().find("not a distckpt metadata file"), std::string::npos);
+
+  EXPECT_FALSE(ParseString("").ok());
+  EXPECT_FALSE(ParseString(std::string(1000, '\0')).ok());
+  EXPECT_FALSE(ParseString("PK\x03\x04 this is a zip file, not a checkpoint").ok());
+  EXPECT_FALSE(MetadataView::Parse(nullptr, "x").ok());
+  // A buffer of only the header: root offset 8 points past the end.
+  std::string header("\x08\x00\x00\x00" "DCK1", 8);
+  EXPECT_EQ(ParseString(header).status().code(), StatusCode::kCorrupt);
+}
+
+TEST(MetadataTest, EveryTruncationIsRejected) {
+  for (const std::string& buf : {*EncodeMetadata(ValidRecord()), *EncodeMetadata(MetadataRecord())}) {
+    ASSERT_TRUE(ParseString(buf).ok());
+    for (size_t len = 0; len < buf.size(); ++len) {
+      Result<MetadataView> view = ParseString(buf.substr(0, len));
+      ASSERT_FALSE(view.ok()) << "truncated to " << len << " of " << buf.size() << " bytes";
+      EXPECT_EQ(view.status().code(), StatusCode::kCorrupt);
+    }
+  }
+}
+
+TEST(MetadataTest, FutureMajorVersionIsAVersionError) {
+  RawMetadata m = ToRaw(ValidRecord());
+  m.format_major = kFormatMajor + 1;
+  Result<MetadataView> view = ParseString(RawEncode(m));
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().code(), StatusCode::kVersion);
+  EXPECT_NE(view.status().message().find("upgrade distckpt"), std::string::npos);
+
+  // Even when the rest of the layout is unrecognisable to this reader, as long as format_major is field 0.
+  std::string buf = RawEncode(m);
+  for (size_t i = buf.size() - 64; i < buf.size(); ++i) buf[i] = '\xff';
+  EXPECT_EQ(ParseString(buf).status().code(), StatusCode::kVersion);
+}
+
+TEST(MetadataTest, FutureMinorVersionWithUnknownFieldsIsAccepted) {
+  RawMetadata m = ToRaw(ValidRecord());
+  m.format_minor = kFormatMinor + 3;
+  m.unknown_fields = true;
+  Result<MetadataView> view = ParseString(RawEncode(m));
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->format_minor(), kFormatMinor + 3);
+  const MetadataRecord want = ValidRecord();
+  ASSERT_EQ(view->num_entries(), want.entries.size());
+  for (size_t i = 0; i < want.entries.size(); ++i) ExpectEntryMatches(want.entries[i], view->entry(i));
+
+  // A dtype or kind this reader does not know, in a file from a newer minor version: a version error, not corrupt.
+  m.entries[0].dtype = 30;
+  EXPECT_EQ(ParseString(RawEncode(m)).status().code(), StatusCode::kVersion);
+  m.entries[0].dtype = static_cast<uint8_t>(DType::kF32);
+  m.entries[0].kind = 2;
+  EXPECT_EQ(ParseString(RawEncode(m)).status().code(), StatusCode::kVersion);
+}
+
+TEST(MetadataTest, EmptyContextGivesBareMessages) {
+  RawMetadata m = ToRaw(ValidRecord());
+  m.alignment = 3;
+  Result<MetadataView> view = ParseString(RawEncode(m), "");
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().message().rfind("alignment 3", 0), 0u) << view.status().message();
+}
+
+TEST(FileNameTest, Rules) {
+  EXPECT_TRUE(IsValidFileName("data-00000.bin"));
+  EXPECT_TRUE(IsValidFileName(".hidden"));
+  EXPECT_TRUE(IsValidFileName("d\xc3\xa9j\xc3\xa0.bin"));  // UTF-8
+  EXPECT_TRUE(IsValidFileName(std::string(255, 'a')));
+  EXPECT_FALSE(IsValidFileName(std::string(256, 'a')));
+  EXPECT_FALSE(IsValidFileName(""));
+  EXPECT_FALSE(IsValidFileName("."));
+  EXPECT_FALSE(IsValidFileName(".."));
+  EXPECT_FALSE(IsValidFileName("../etc/passwd"));
+  EXPECT_FALSE(IsValidFileName("/etc/passwd"));
+  EXPECT_FALSE(IsValidFileName("a/b"));
+  EXPECT_FALSE(IsValidFileName("a\\b"));
+  EXPECT_FALSE(IsValidFileName("a..b"));
+  EXPECT_FALSE(IsValidFileName(std::string("a\0b", 3)));
+  EXPECT_FALSE(IsValidFileName("a\tb"));
+  EXPECT_FALSE(IsValidFileName("a\x7f"));
+  EXPECT_FALSE(IsValidFileName("\xc0\xae\xc0\xae"));  // overlong "..": invalid UTF-8
+  EXPECT_FALSE(IsValidFileName("\xff"));
+}
+
+TEST(MetadataTest, ManyChunksRoundTrip) {
+  // 100k chunks in a 2-d grid plus a 1-d split: exercises the tiling fast path and the raw-pointer views.
+  MetadataRecord r;
+  r.files = {{"data-00000.bin", 0}};
+  uint64_t off = 0;
+  for (int t = 0; t < 2; ++t) {
+    EntryRecord e;
+    e.name = "t" + std::to_string(t);
+    e.dtype = DType::kF16;
+    const uint64_t rows = t == 0 ? 250 : 50000, cols = t == 0 ? 200 : 1;
+    e.shape = {rows * 2, cols * 3};
+    for (uint64_t i = 0; i < rows; ++i) {
+      for (uint64_t j = 0; j < cols; ++j) {
+        e.chunk_offsets.insert(e.chunk_offsets.end(), {i * 2, j * 3});
+        e.chunk_lengths.insert(e.chunk_lengths.end(), {2, 3});
+        e.chunks.push_back({off, 12, i ^ j, 0, kNoBlockTable});
+        off += kChunkAlignment;
+      }
+    }
+    r.entries.push_back(std::move(e));
+  }
+  r.files[0].size = off;
+  Result<std::string> buf = EncodeMetadata(r);
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  Result<MetadataView> view = ParseString(*buf);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  for (size_t i = 0; i < r.entries.size(); ++i) ExpectEntryMatches(r.entries[i], view->entry(i));
 }
 
 }  // namespace
