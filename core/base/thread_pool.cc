@@ -46,8 +46,9 @@ void TaskGroup::Run(std::function<Status()> task) {
     std::lock_guard<std::mutex> lock(mu_);
     ++pending_;
   }
-  pool_->Submit([this, task = std::move(task)] {
+  pool_->Submit([this, task = std::move(task)]() mutable {
     Status st = cancelled() ? OkStatus() : task();
+    task = nullptr;  // destroy the captures before Wait() can return
     std::lock_guard<std::mutex> lock(mu_);
     if (!st.ok() && first_error_.ok()) {
       first_error_ = st;

@@ -36,7 +36,8 @@ class ThreadPool {
 };
 
 /// Runs Status-returning tasks on a pool; Wait() returns the first error. After an error, tasks not yet started are
-/// skipped (cancelled() turns true so long-running tasks can stop early).
+/// skipped (cancelled() turns true so long-running tasks can stop early). A task's captures are destroyed before
+/// Wait() returns. Never call Wait() from inside a task of the same pool: it can deadlock a small pool.
 class TaskGroup {
  public:
   explicit TaskGroup(ThreadPool* pool) : pool_(pool) {}

@@ -246,6 +246,15 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
       if (!made.ok()) st = made.status();
       else plan = std::move(made).value();
     }
+    if (st.ok() && options.overwrite) {
+      // Overwrite replaces a checkpoint, never an arbitrary directory that happens to be at the path.
+      auto exists = storage->Exists(path);
+      auto is_ckpt = storage->Exists(path + "/" + kMetadataFileName);
+      if (exists.ok() && *exists && !(is_ckpt.ok() && *is_ckpt)) {
+        st = Status(StatusCode::kExists, "'" + path + "' exists and is not a committed checkpoint; refusing to "
+                                         "overwrite it");
+      }
+    }
     if (st.ok()) {
       nonce = NewNonce();
       auto created = StagedCheckpoint::Create(storage, path, nonce, options.overwrite);

@@ -1,0 +1,65 @@
+// Writes the golden checkpoints committed under tests/golden/. Run once per format version, never to "fix" a test:
+//   bazel run //tests/golden:make_golden -- $PWD/tests/golden
+// The committed checkpoints must stay readable forever (golden_test).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/engine/save.h"
+#include "core/storage/storage.h"
+#include "tests/golden/golden_values.h"
+
+namespace distckpt {
+namespace golden {
+namespace {
+
+int Main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string path = std::string(argv[1]) + "/v1_all_dtypes";
+  State state;
+  std::vector<std::vector<uint8_t>> buffers;
+  for (const GoldenTensor& t : AllDtypesTensors()) {
+    if (!state.AddTensor(t.name, t.dtype, t.shape).ok()) return 1;
+    const uint64_t item = DTypeSize(t.dtype);
+    const uint64_t rows = t.shape.empty() ? 1 : t.shape[0];
+    uint64_t row_elems = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) row_elems *= t.shape[d];
+    for (uint64_t p = 0; p < t.row_pieces; ++p) {
+      std::vector<uint64_t> off(t.shape.size(), 0), len = t.shape;
+      uint64_t lo = rows * p / t.row_pieces, hi = rows * (p + 1) / t.row_pieces;
+      if (!t.shape.empty()) {
+        off[0] = lo;
+        len[0] = hi - lo;
+      }
+      buffers.emplace_back((hi - lo) * row_elems * item);
+      for (uint64_t e = 0; e < (hi - lo) * row_elems; ++e) {
+        for (uint64_t k = 0; k < item; ++k) buffers.back()[e * item + k] = GoldenByte(t.name, lo * row_elems + e, k);
+      }
+      if (!state.AddPiece(t.name, off, len, buffers.back().data()).ok()) return 1;
+    }
+  }
+  std::string blob = GoldenBytesValue();
+  if (!state.AddBytes("train.state", blob.data(), blob.size()).ok()) return 1;
+  state.SetUserMetadata("step", "42");
+  state.SetUserMetadata("framework", "golden");
+  state.SetStructure("{\"golden\": true}");
+  SaveOptions so;
+  so.checksum_block_size = 4096;
+  so.overwrite = true;
+  auto r = Save(path, state, nullptr, so);
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%u entries)\n", path.c_str(), r->num_entries);
+  return 0;
+}
+
+}  // namespace
+}  // namespace golden
+}  // namespace distckpt
+
+int main(int argc, char** argv) { return distckpt::golden::Main(argc, argv); }
