@@ -66,7 +66,25 @@ struct GlobalPlan {
 
 /// Merges the plans (plans[r].rank must equal r). Errors name the tensor and the ranks involved: dtype or shape
 /// disagreement, boxes outside the tensor, overlaps and holes, bytes size disagreement.
+/// options.alignment must be a power of two >= kChunkAlignment. Empty boxes are accepted and produce no chunk,
+/// except that a tensor with zero elements gets exactly one empty chunk, written by the lowest declaring rank.
+/// Runs in O(boxes log boxes) time and memory linear in the number of boxes; the writer, user and structure fields
+/// of the metadata are left for the caller.
 Result<GlobalPlan> MakeGlobalPlan(const std::vector<LocalPlan>& plans, const SavePlanOptions& options);
+
+/// The data file rank `rank` writes: "data-%05u.bin".
+std::string DataFileName(uint32_t rank);
+
+/// The part of a GlobalPlan that one rank needs back from the coordinator to write its chunks.
+struct RankAssignment {
+  uint32_t rank = 0;
+  std::vector<WriteTask> tasks;         ///< GlobalPlan::per_rank[rank]
+  std::vector<uint32_t> tensor_entry;   ///< GlobalPlan::tensor_entry[rank]
+  std::vector<uint32_t> bytes_entry;    ///< GlobalPlan::bytes_entry[rank]
+};
+
+/// Copies rank `rank`'s share out of `plan`. Fails if the plan has no such rank.
+Result<RankAssignment> GetRankAssignment(const GlobalPlan& plan, uint32_t rank);
 
 /// The checksums a writer computed for one chunk.
 struct ChunkChecksums {
