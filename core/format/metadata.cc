@@ -618,6 +618,37 @@ std::optional<std::string_view> MetadataView::FindUser(std::string_view key) con
 
 std::string_view MetadataView::structure() const { return View(Root(root_)->structure()); }
 
+MetadataRecord MetadataView::ToRecord() const {
+  MetadataRecord r;
+  r.writer = std::string(writer());
+  r.checksum_block_size = checksum_block_size();
+  r.alignment = alignment();
+  r.structure = std::string(structure());
+  r.files.reserve(num_files());
+  for (size_t i = 0; i < num_files(); ++i) r.files.push_back({std::string(file_name(i)), file_size(i)});
+  r.user.reserve(num_user());
+  for (size_t i = 0; i < num_user(); ++i) {
+    const auto [key, value] = user(i);
+    r.user.emplace_back(std::string(key), std::string(value));
+  }
+  r.entries.reserve(num_entries());
+  for (size_t i = 0; i < num_entries(); ++i) {
+    const EntryView v = entry(i);
+    EntryRecord e;
+    e.name = std::string(v.name);
+    e.kind = v.kind;
+    e.dtype = v.dtype;
+    e.shape.assign(v.shape.begin(), v.shape.end());
+    e.chunk_offsets.assign(v.chunk_offsets, v.chunk_offsets + v.num_chunks * v.ndim());
+    e.chunk_lengths.assign(v.chunk_lengths, v.chunk_lengths + v.num_chunks * v.ndim());
+    e.chunks.reserve(v.num_chunks);
+    for (size_t c = 0; c < v.num_chunks; ++c) e.chunks.push_back(v.chunk(c));
+    e.block_checksums.assign(v.block_checksums.begin(), v.block_checksums.end());
+    r.entries.push_back(std::move(e));
+  }
+  return r;
+}
+
 // ---- Encoding ----
 
 namespace {

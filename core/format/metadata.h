@@ -128,6 +128,10 @@ class MetadataView {
 
   size_t buffer_size() const { return buffer_->size(); }
 
+  /// Copies everything into a writer-side record (to rewrite or edit a checkpoint's metadata). The record is valid:
+  /// EncodeMetadata accepts it and gives an equivalent buffer. Fields unknown to this reader are dropped.
+  MetadataRecord ToRecord() const;
+
  private:
   MetadataView(std::shared_ptr<const std::string> buffer, const void* root) : buffer_(std::move(buffer)), root_(root) {}
   std::shared_ptr<const std::string> buffer_;

@@ -98,6 +98,13 @@ void Mutate(const std::string& valid, uint64_t seed, int iterations) {
     ++accepted;
     const std::string violation = CheckInvariants(*view);
     ASSERT_EQ(violation, "") << "iteration " << iter;
+    // Whatever the reader accepts, the writer accepts too, and the re-encoded buffer reads back the same.
+    Result<std::string> again = EncodeMetadata(view->ToRecord());
+    ASSERT_TRUE(again.ok()) << "iteration " << iter << ": " << again.status().ToString();
+    Result<MetadataView> reread = MetadataView::Parse(testing_util::Share(*again), "again");
+    ASSERT_TRUE(reread.ok());
+    ASSERT_EQ(reread->num_entries(), view->num_entries());
+    ASSERT_EQ(reread->ToRecord().entries.size(), view->num_entries());
   }
   // Many mutations land in checksums, sizes and text and are legitimately accepted; make sure both paths ran.
   EXPECT_GT(accepted, iterations / 50);
