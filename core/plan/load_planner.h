@@ -13,8 +13,8 @@
 namespace distckpt {
 
 /// Per-tensor spatial index over the saved chunk boxes (which tile the tensor exactly).
-/// Regular (grid) tilings use a cell table: a query costs O(ndim log n + hits). Others fall back to a sorted sweep
-/// on one dimension. Never a scan of every chunk per query.
+/// Regular (grid) tilings use a cell table: a query costs O(ndim log n + cells covered), which is the number of hits
+/// for regular shardings. Others fall back to a sorted sweep on one dimension. Never a scan of every chunk per query.
 class ChunkIndex {
  public:
   explicit ChunkIndex(const EntryView& entry);

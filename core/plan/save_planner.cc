@@ -122,6 +122,42 @@ bool FindOverlap(const std::vector<Box>& tiles, size_t* a, size_t* b) {
   return false;
 }
 
+// Entry names: non-empty, at most this long, UTF-8 without NUL (FORMAT.md; the metadata validator enforces the same).
+constexpr size_t kMaxEntryNameBytes = 1 << 16;
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t n;  // continuation bytes
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;  // truncated sequence
+    for (size_t k = 1; k <= n; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong encodings, surrogates and values past U+10FFFF are invalid.
+    static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 uint64_t AlignDown(uint64_t v, uint64_t alignment) { return v & ~(alignment - 1); }
 
 class GlobalPlanner {
@@ -134,7 +170,10 @@ class GlobalPlanner {
       return InvalidArgument("save plan alignment " + std::to_string(options_.alignment) +
                              " must be a power of two >= " + std::to_string(kChunkAlignment));
     }
-    if (options_.checksum_block_size == 0) return InvalidArgument("checksum block size must be positive");
+    const uint64_t block = options_.checksum_block_size;
+    if (block < 4096 || (block & (block - 1)) != 0) {
+      return InvalidArgument("checksum block size " + std::to_string(block) + " must be a power of two >= 4096");
+    }
     DCKPT_RETURN_IF_ERROR(GroupByName());
     SortEntries();
     plan_.metadata.entries.resize(groups_.size());
@@ -143,6 +182,7 @@ class GlobalPlanner {
       EntryRecord& rec = plan_.metadata.entries[e];
       rec.name = std::string(g.name);
       rec.kind = g.kind;
+      DCKPT_RETURN_IF_ERROR(CheckName(g));
       DCKPT_RETURN_IF_ERROR(g.kind == EntryKind::kTensor ? PlanTensor(g, &rec) : PlanBytes(g, &rec));
     }
     BalanceReplicas();
@@ -175,7 +215,6 @@ class GlobalPlanner {
     // before hashing.
     auto lookup = [&](std::string_view name, EntryKind kind, uint32_t r, const std::vector<uint32_t>* prev,
                       size_t j, uint32_t* out) -> Status {
-      if (name.empty()) return InvalidArgument("rank " + std::to_string(r) + " declares an entry with an empty name");
       uint32_t g = kUnassigned;
       if (prev != nullptr && j < prev->size() && groups_[(*prev)[j]].name == name) {
         g = (*prev)[j];
@@ -239,6 +278,18 @@ class GlobalPlanner {
         }
       }
     }
+    return OkStatus();
+  }
+
+  // The format's name rules (FORMAT.md), checked here so the error names a rank rather than surfacing at encode time.
+  Status CheckName(const Group& g) {
+    const std::string who = "rank " + std::to_string(g.first_rank) + " declares an entry name ";
+    if (g.name.empty()) return InvalidArgument(who + "that is empty");
+    if (g.name.size() > kMaxEntryNameBytes) {
+      return InvalidArgument(who + "longer than " + std::to_string(kMaxEntryNameBytes) + " bytes");
+    }
+    if (g.name.find('\0') != std::string_view::npos) return InvalidArgument(who + "containing a NUL byte");
+    if (!IsValidUtf8(g.name)) return InvalidArgument(who + "that is not valid UTF-8");
     return OkStatus();
   }
 

@@ -45,7 +45,9 @@ struct SavePlanOptions {
 struct WriteTask {
   uint32_t entry = 0;     ///< index into GlobalPlan::metadata.entries
   uint32_t chunk = 0;     ///< index into that entry's chunks
-  uint32_t local = 0;     ///< tensor: index into the rank's LocalTensorDecl::boxes; bytes: unused (0)
+  /// Tensor: index into the rank's LocalTensorDecl::boxes; bytes: unused (0). The one chunk of a zero-element
+  /// tensor has length 0 and its writer may hold no piece at all: check `length` before indexing.
+  uint32_t local = 0;
   uint32_t file = 0;      ///< index into metadata.files
   uint64_t offset = 0;    ///< byte offset in the file (aligned)
   uint64_t length = 0;    ///< bytes

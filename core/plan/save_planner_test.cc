@@ -339,9 +339,18 @@ TEST(SavePlannerTest, RejectsBadDeclarations) {
   plans[0].tensors.push_back(T("x", DType::kU8, {4}, {B({0, 0}, {4, 1})}));  // box rank differs from shape
   EXPECT_NE(ErrorOf(plans).find("'x'"), std::string::npos);
 
+  for (const std::string& bad : {std::string(), std::string("a\0b", 3), std::string("caf\xc3"), std::string("\xc0\xaf")}) {
+    plans = Ranks(2);
+    plans[1].tensors.push_back(T(bad, DType::kU8, {4}, {B({0}, {4})}));
+    msg = ErrorOf(plans);
+    EXPECT_NE(msg.find("rank 1 declares an entry name"), std::string::npos) << msg;
+  }
   plans = Ranks(1);
-  plans[0].tensors.push_back(T("", DType::kU8, {4}, {B({0}, {4})}));
-  EXPECT_NE(ErrorOf(plans).find("empty name"), std::string::npos);
+  plans[0].tensors.push_back(T("caf\xc3\xa9", DType::kU8, {4}, {B({0}, {4})}));
+  EXPECT_TRUE(MakeGlobalPlan(plans, {}).ok());
+  SavePlanOptions odd_blocks;
+  odd_blocks.checksum_block_size = 1000;
+  EXPECT_NE(ErrorOf(plans, odd_blocks).find("checksum block size"), std::string::npos);
 
   plans = Ranks(2);
   plans[1].rank = 5;
