@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/base/wire.h"
+#include "core/engine/coordinator_round.h"
 
 namespace distckpt {
 namespace {
@@ -49,23 +50,28 @@ Result<LoadSummary> Load(const std::string& path, State& state, Communicator* co
   const auto start = std::chrono::steady_clock::now();
   auto reader = Reader::Open(path, comm, options);
   Status st = reader.ok() ? LoadLocal(reader->get(), state) : reader.status();
-  if (comm != nullptr && comm->size() > 1 && (reader.ok() || st.code() != StatusCode::kTimeout)) {
-    // Everyone learns whether everyone succeeded, so ranks never continue with a half-loaded model.
+  if (comm != nullptr && comm->size() > 1) {
+    // Everyone learns whether everyone succeeded, so no rank continues with a half-loaded model.
     WireWriter w;
     PutStatus(&w, st);
-    std::vector<std::string> all;
-    Status gathered = comm->AllGather(w.Take(), &all, options.timeout);
-    if (!gathered.ok()) return gathered.WithContext("loading '" + path + "'");
-    if (st.ok()) {
-      for (size_t r = 0; r < all.size(); ++r) {
+    auto answer = CoordinatorRound(comm, w.Take(), options.timeout,
+                                   [&](const Status& gathered, std::vector<std::string>& all) {
+      Status outcome = gathered;
+      for (size_t r = 0; r < all.size() && outcome.ok(); ++r) {
         WireReader in(all[r]);
         Status peer;
-        if (!GetStatus(&in, &peer)) return Internal("loading '" + path + "': malformed status from rank " + std::to_string(r));
-        if (!peer.ok()) {
-          return Status(StatusCode::kPeer, "loading '" + path + "': rank " + std::to_string(r) + " failed: " + peer.message());
-        }
+        if (!GetStatus(&in, &peer)) outcome = Internal("malformed status from rank " + std::to_string(r));
+        else if (!peer.ok()) outcome = Status(StatusCode::kPeer, "rank " + std::to_string(r) + " failed: " + peer.message());
       }
-    }
+      WireWriter out;
+      PutStatus(&out, outcome);
+      return out.Take();
+    });
+    if (!answer.ok()) return answer.status().WithContext("loading '" + path + "'");
+    WireReader in(*answer);
+    Status outcome;
+    if (!GetStatus(&in, &outcome)) return Internal("loading '" + path + "': malformed answer from rank 0");
+    if (st.ok() && !outcome.ok()) return outcome.WithContext("loading '" + path + "'");
   }
   if (!st.ok()) return st;
   LoadSummary summary;

@@ -142,15 +142,19 @@ class ReadExecutor {
 
   Status Run(const ProgressFn& progress) {
     progress_ = progress;
-    TaskGroup group(r_->pool_.get());
+    // Plan every segment first so that progress reports a fixed total.
+    std::vector<std::pair<const Job*, Range>> work;
+    std::vector<Range> segments;
     for (const Job& job : jobs_) {
-      std::vector<Range> segments;
+      segments.clear();
       DCKPT_RETURN_IF_ERROR(Segments(job, &segments));
       for (const Range& seg : segments) {
         total_ += seg.hi - seg.lo;
-        group.Run([this, &job, seg] { return RunSegment(job, seg); });
+        work.emplace_back(&job, seg);
       }
     }
+    TaskGroup group(r_->pool_.get());
+    for (const auto& [job, seg] : work) group.Run([this, job = job, seg = seg] { return RunSegment(*job, seg); });
     return group.Wait();
   }
 
@@ -399,11 +403,13 @@ const ChunkIndex& Reader::Index(size_t entry) {
 Status Reader::ReadMany(const std::vector<EntryTargets>& work) {
   ReadExecutor ex(this);
   for (const EntryTargets& w : work) DCKPT_RETURN_IF_ERROR(ex.Add(w.entry, w.targets));
-  return ex.Run(nullptr);
+  return ex.Run(options_.progress);
 }
 
 Status Reader::ReadTargets(size_t entry, const std::vector<ReadTarget>& targets) {
-  return ReadMany({EntryTargets{entry, targets}});
+  ReadExecutor ex(this);
+  DCKPT_RETURN_IF_ERROR(ex.Add(entry, targets));
+  return ex.Run(nullptr);
 }
 
 Status Reader::ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size) {

@@ -27,6 +27,8 @@ struct ReadOptions {
   size_t io_threads = 0;          ///< 0: DefaultIoThreads()
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
+  /// Load only: called with (bytes read, bytes to read); non-zero aborts (kUser).
+  std::function<int(uint64_t done, uint64_t total)> progress;
 };
 
 /// Counters of the I/O a reader did. Partial reads show here: bytes_read is what came from storage.

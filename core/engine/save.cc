@@ -1,6 +1,8 @@
 #include "core/engine/save.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -9,6 +11,7 @@
 #include "core/base/thread_pool.h"
 #include "core/base/version.h"
 #include "core/base/wire.h"
+#include "core/engine/coordinator_round.h"
 #include "core/format/checksum.h"
 #include "core/plan/plan_codec.h"
 #include "core/plan/save_planner.h"
@@ -132,6 +135,10 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   const size_t n = assignment.tasks.size();
   reports->assign(n, ChunkChecksums{});
   std::vector<uint64_t> single(n, 0);
+  uint64_t total = 0;
+  for (const WriteTask& t : assignment.tasks) total += t.length;
+  std::atomic<uint64_t> done{0};
+  std::mutex progress_mu;
   TaskGroup group(pool);
   for (size_t i = 0; i < n; ++i) {
     const WriteTask& t = assignment.tasks[i];
@@ -165,7 +172,13 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
             single[i] = h;
           }
         }
-        return file->WriteAt(offset + seg, base + seg, seg_len);
+        DCKPT_RETURN_IF_ERROR(file->WriteAt(offset + seg, base + seg, seg_len));
+        if (options.progress) {
+          uint64_t now = done.fetch_add(seg_len) + seg_len;
+          std::lock_guard<std::mutex> lock(progress_mu);
+          if (options.progress(now, total) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
+        }
+        return OkStatus();
       });
     }
   }
@@ -190,6 +203,63 @@ std::string EncodeFinal(const Status& status, const SaveSummary& s) {
   return w.Take();
 }
 
+// Rank 0's side of the planning round: decode every local plan, plan globally, create the staging directory.
+Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, Storage* storage,
+                         std::vector<std::string>& hellos, std::optional<GlobalPlan>* plan,
+                         std::optional<StagedCheckpoint>* staged, std::string* nonce) {
+  std::vector<LocalPlan> plans(hellos.size());
+  for (size_t r = 0; r < hellos.size(); ++r) {
+    WireReader in(hellos[r]);
+    Status peer;
+    std::string body;
+    if (!GetStatus(&in, &peer)) return Internal("rank " + std::to_string(r) + " sent a malformed local plan");
+    if (!peer.ok()) return Status(peer.code(), "rank " + std::to_string(r) + ": " + peer.message());
+    if (!in.Str(&body)) return Internal("rank " + std::to_string(r) + " sent a malformed local plan");
+    auto decoded = DecodeLocalPlan(body);
+    if (!decoded.ok()) return decoded.status().WithContext("rank " + std::to_string(r));
+    plans[r] = std::move(decoded).value();
+  }
+  SavePlanOptions popts;
+  popts.checksum_block_size = options.checksum_block_size;
+  DCKPT_ASSIGN_OR_RETURN(*plan, MakeGlobalPlan(plans, popts));
+  if (options.overwrite) {
+    // Overwrite replaces a checkpoint, never an arbitrary directory that happens to be at the path.
+    auto exists = storage->Exists(path);
+    auto is_ckpt = storage->Exists(path + "/" + kMetadataFileName);
+    if (exists.ok() && *exists && !(is_ckpt.ok() && *is_ckpt)) {
+      return Status(StatusCode::kExists, "'" + path + "' exists and is not a committed checkpoint; refusing to "
+                                         "overwrite it");
+    }
+  }
+  *nonce = NewNonce();
+  DCKPT_ASSIGN_OR_RETURN(*staged, StagedCheckpoint::Create(storage, path, *nonce, options.overwrite));
+  return OkStatus();
+}
+
+// Rank 0's side of the commit round: every rank's checksums -> metadata -> commit. Fills the summary.
+Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std::string>& reports_in,
+                           GlobalPlan* plan, StagedCheckpoint* staged, SaveSummary* summary) {
+  std::vector<ChunkChecksums> all;
+  for (size_t r = 0; r < reports_in.size(); ++r) {
+    Status peer;
+    DCKPT_RETURN_IF_ERROR(DecodeReports(reports_in[r], &peer, &all).WithContext("rank " + std::to_string(r)));
+    if (!peer.ok()) return peer;
+  }
+  DCKPT_RETURN_IF_ERROR(FinalizeChecksums(all, plan));
+  for (const EntryRecord& e : plan->metadata.entries) {
+    for (const ChunkLocation& c : e.chunks) summary->total_bytes += c.length;
+  }
+  summary->num_files = static_cast<uint32_t>(plan->metadata.files.size());
+  summary->num_entries = static_cast<uint32_t>(plan->metadata.entries.size());
+  plan->metadata.writer = kWriterName;
+  for (const auto& kv : state.user()) plan->metadata.user.emplace_back(kv.first, kv.second);
+  plan->metadata.structure = state.structure();
+  DCKPT_ASSIGN_OR_RETURN(std::string encoded, EncodeMetadata(std::move(plan->metadata)));
+  summary->metadata_bytes = encoded.size();
+  DCKPT_RETURN_IF_ERROR(storage->WriteFileDurably(staged->StagingFile(kMetadataFileName), encoded));
+  return staged->Commit();
+}
+
 }  // namespace
 
 Result<SaveSummary> Save(const std::string& path, const State& state, Communicator* comm, const SaveOptions& options) {
@@ -201,85 +271,44 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
   }
   Storage* storage = options.storage ? options.storage : DefaultStorage();
   const int rank = comm->rank();
-  const bool root = rank == 0;
   const std::string where = "saving '" + path + "'";
   if (options.checksum_block_size < 4096 || (options.checksum_block_size & (options.checksum_block_size - 1))) {
     return InvalidArgument(where + ": checksum_block_size must be a power of two >= 4096");
   }
 
-  // Phase 1: every rank sends its local plan to the coordinator.
+  // Round 1: every rank sends its local plan; the coordinator plans globally, creates the staging directory and
+  // answers with the nonce and every rank's chunks. Coordinator state lives only on rank 0.
   WireWriter hello;
   auto local = EncodeLocalPlan(MakeLocalPlan(state, static_cast<uint32_t>(rank)));
   PutStatus(&hello, local.status());
   if (local.ok()) hello.Str(*local);
-  std::vector<std::string> gathered;
-  DCKPT_RETURN_IF_ERROR(comm->Gather(hello.Take(), 0, &gathered, options.timeout).WithContext(where));
-
-  // Phase 2: the coordinator plans globally, creates the staging directory and sends each rank its chunks.
-  std::optional<StagedCheckpoint> staged;
   std::optional<GlobalPlan> plan;
-  std::string reply;
-  if (root) {
-    Status st;
-    std::vector<LocalPlan> plans(gathered.size());
-    for (size_t r = 0; r < gathered.size() && st.ok(); ++r) {
-      WireReader in(gathered[r]);
-      Status peer;
-      std::string body;
-      if (!GetStatus(&in, &peer)) {
-        st = Internal("rank " + std::to_string(r) + " sent a malformed local plan");
-      } else if (!peer.ok()) {
-        st = Status(peer.code(), "rank " + std::to_string(r) + ": " + peer.message());
-      } else if (!in.Str(&body)) {
-        st = Internal("rank " + std::to_string(r) + " sent a malformed local plan");
-      } else {
-        auto decoded = DecodeLocalPlan(body);
-        if (!decoded.ok()) st = decoded.status().WithContext("rank " + std::to_string(r));
-        else plans[r] = std::move(decoded).value();
-      }
-    }
+  std::optional<StagedCheckpoint> staged;
+  auto reply = CoordinatorRound(comm, hello.Take(), options.timeout,
+                                [&](const Status& gathered, std::vector<std::string>& hellos) {
     std::string nonce;
-    if (st.ok()) {
-      SavePlanOptions popts;
-      popts.checksum_block_size = options.checksum_block_size;
-      auto made = MakeGlobalPlan(plans, popts);
-      if (!made.ok()) st = made.status();
-      else plan = std::move(made).value();
-    }
-    if (st.ok() && options.overwrite) {
-      // Overwrite replaces a checkpoint, never an arbitrary directory that happens to be at the path.
-      auto exists = storage->Exists(path);
-      auto is_ckpt = storage->Exists(path + "/" + kMetadataFileName);
-      if (exists.ok() && *exists && !(is_ckpt.ok() && *is_ckpt)) {
-        st = Status(StatusCode::kExists, "'" + path + "' exists and is not a committed checkpoint; refusing to "
-                                         "overwrite it");
-      }
-    }
-    if (st.ok()) {
-      nonce = NewNonce();
-      auto created = StagedCheckpoint::Create(storage, path, nonce, options.overwrite);
-      if (!created.ok()) st = created.status();
-      else staged = std::move(created).value();
-    }
-    auto encoded = EncodePlanReply(st.WithContext(where), nonce, plan ? &*plan : nullptr);
-    if (!encoded.ok()) {
-      if (staged) (void)staged->Abort();
-      staged.reset();
-      encoded = EncodePlanReply(encoded.status().WithContext(where), nonce, nullptr);
-    }
-    reply = std::move(encoded).value();
-  }
-  Status bcast = comm->Broadcast(&reply, 0, options.timeout);
-  if (!bcast.ok()) {
+    Status st = gathered.ok() ? PlanOnCoordinator(path, options, storage, hellos, &plan, &staged, &nonce) : gathered;
+    auto encoded = EncodePlanReply(st.WithContext(where), nonce, st.ok() ? &*plan : nullptr);
+    if (encoded.ok()) return std::move(encoded).value();
     if (staged) (void)staged->Abort();
-    return bcast.WithContext(where);
+    staged.reset();
+    return EncodePlanReply(encoded.status().WithContext(where), "", nullptr).value();
+  });
+  if (!reply.ok()) {
+    if (staged) (void)staged->Abort();
+    return reply.status().WithContext(where);
   }
   std::string nonce;
   RankAssignment mine;
-  DCKPT_RETURN_IF_ERROR(DecodePlanReply(reply, rank, &nonce, &mine));
+  Status planned = DecodePlanReply(*reply, rank, &nonce, &mine);
+  if (!planned.ok()) {
+    if (staged) (void)staged->Abort();
+    return planned;
+  }
   if (!staged) staged = StagedCheckpoint::Join(storage, path, nonce, options.overwrite);
 
-  // Phase 3: write and fsync this rank's chunks.
+  // Round 2: every rank writes and fsyncs its chunks, then reports checksums; the coordinator commits only if every
+  // rank reported durable success, and answers with the outcome.
   std::vector<ChunkChecksums> reports;
   uint64_t bytes_written = 0;
   Status write_status;
@@ -288,49 +317,16 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
     write_status = WriteAssignment(storage, *staged, state, mine, options, &pool, &reports, &bytes_written);
   }
   if (!write_status.ok()) write_status = write_status.WithContext("rank " + std::to_string(rank));
-  Status gst = comm->Gather(EncodeReports(write_status, reports, bytes_written), 0, &gathered, options.timeout);
-  if (!gst.ok()) {
-    if (root) (void)staged->Abort();
-    return gst.WithContext(where);
-  }
-
-  // Phase 4: the coordinator commits only if every rank reported durable success.
   SaveSummary summary;
   summary.path = path;
-  std::string final_msg;
-  if (root) {
-    Status st;
-    std::vector<ChunkChecksums> all;
-    for (size_t r = 0; r < gathered.size(); ++r) {
-      Status peer;
-      Status dec = DecodeReports(gathered[r], &peer, &all);
-      if (st.ok() && !dec.ok()) st = dec.WithContext("rank " + std::to_string(r));
-      if (st.ok() && !peer.ok()) st = peer;
-    }
-    if (st.ok()) st = FinalizeChecksums(all, &*plan);
-    if (st.ok()) {
-      for (const EntryRecord& e : plan->metadata.entries) {
-        for (const ChunkLocation& c : e.chunks) summary.total_bytes += c.length;
-      }
-      summary.num_files = static_cast<uint32_t>(plan->metadata.files.size());
-      summary.num_entries = static_cast<uint32_t>(plan->metadata.entries.size());
-      plan->metadata.writer = kWriterName;
-      for (const auto& kv : state.user()) plan->metadata.user.emplace_back(kv.first, kv.second);
-      plan->metadata.structure = state.structure();
-      auto encoded = EncodeMetadata(std::move(plan->metadata));
-      if (!encoded.ok()) {
-        st = encoded.status();
-      } else {
-        summary.metadata_bytes = encoded->size();
-        st = storage->WriteFileDurably(staged->StagingFile(kMetadataFileName), *encoded);
-      }
-    }
-    if (st.ok()) st = staged->Commit();
+  auto final_msg = CoordinatorRound(comm, EncodeReports(write_status, reports, bytes_written), options.timeout,
+                                    [&](const Status& gathered, std::vector<std::string>& reports_in) {
+    Status st = gathered.ok() ? CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, &summary) : gathered;
     if (!st.ok()) (void)staged->Abort();
-    final_msg = EncodeFinal(st.WithContext(where), summary);
-  }
-  DCKPT_RETURN_IF_ERROR(comm->Broadcast(&final_msg, 0, options.timeout).WithContext(where));
-  WireReader in(final_msg);
+    return EncodeFinal(st.WithContext(where), summary);
+  });
+  if (!final_msg.ok()) return final_msg.status().WithContext(where);
+  WireReader in(*final_msg);
   Status final_status;
   uint64_t nfiles = 0, nentries = 0;
   if (!GetStatus(&in, &final_status) || !in.Var(&summary.total_bytes) || !in.Var(&nfiles) || !in.Var(&nentries) ||

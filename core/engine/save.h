@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/base/status.h"
@@ -21,6 +22,8 @@ struct SaveOptions {
   uint64_t checksum_block_size = kDefaultChecksumBlockSize;
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
+  /// Called with (bytes written by this rank, bytes it will write); non-zero aborts the save (kUser) on every rank.
+  std::function<int(uint64_t done, uint64_t total)> progress;
 };
 
 struct SaveSummary {
