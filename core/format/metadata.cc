@@ -3,7 +3,9 @@
 #include "core/format/metadata.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "core/format/checksum.h"
@@ -19,6 +21,13 @@ static_assert(FLATBUFFERS_LITTLEENDIAN, "FlatBuffers must be built for a little-
 
 // The schema's enums and struct mirror core/base and metadata.h exactly.
 static_assert(sizeof(fb::ChunkLoc) == 32 && sizeof(ChunkLocation) == 32, "ChunkLoc must stay 32 bytes");
+// ChunkLocation is laid out like the schema's ChunkLoc (fields in declaration order, natural alignment), so the
+// encoder copies arrays of it as they are.
+static_assert(offsetof(ChunkLocation, offset) == 0 && offsetof(ChunkLocation, length) == 8 &&
+                  offsetof(ChunkLocation, checksum) == 16 && offsetof(ChunkLocation, file) == 24 &&
+                  offsetof(ChunkLocation, first_block) == 28 && std::is_trivially_copyable<ChunkLocation>::value &&
+                  alignof(fb::ChunkLoc) == 8,
+              "ChunkLocation must mirror fb::ChunkLoc byte for byte");
 static_assert(static_cast<int>(fb::DType::MAX) + 1 == kNumDTypes, "schema DType out of step with core/base/dtype.h");
 static_assert(static_cast<uint8_t>(fb::DType::BOOL) == static_cast<uint8_t>(DType::kBool) &&
                   static_cast<uint8_t>(fb::DType::U8) == static_cast<uint8_t>(DType::kU8) &&
@@ -152,6 +161,7 @@ class Validator {
 
   // "entry 'name'" / "entry 'name' chunk #i: " for the entry being checked.
   std::string Where() const { return "entry " + Quote(entry_name_); }
+  std::string FileName(uint32_t file) const { return Quote(View(m_->files()->Get(file)->name())); }
   std::string ChunkWhere(size_t i) const { return Where() + " chunk #" + std::to_string(i) + ": "; }
   auto Field(const char* field) const {
     return [this, field] { return Where() + ": " + field; };
@@ -239,6 +249,7 @@ class Validator {
         if (name == reserved) return Bad("data file #" + std::to_string(i) + " uses the reserved name " + Quote(name));
       }
       names.emplace_back(name, i);
+      file_sizes_.push_back(f->size());
     }
     std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) { return ByteLess(a.first, b.first); });
     for (size_t k = 1; k < names.size(); ++k) {
@@ -347,7 +358,7 @@ class Validator {
     const uint64_t* lengths = Data(lengths_v);
     const uint64_t* blocks = Data(blocks_v);
     const uint64_t nblocks_stored = Size(blocks_v);
-    const size_t nfiles = Size(m_->files());
+    const size_t nfiles = file_sizes_.size();
     uint64_t next_block = 0;  // block tables are laid out in chunk order, without gaps
     bool whole_in_one = false;
     boxes_.resize(nchunks);
@@ -381,15 +392,15 @@ class Validator {
         return Bad(ChunkWhere(i) + "data file index " + std::to_string(file) + " is out of range (" +
                    std::to_string(nfiles) + " data files)");
       }
-      const fb::DataFile* df = m_->files()->Get(file);
+      const uint64_t file_size = file_sizes_[file];
       const uint64_t offset = loc->offset();
       if ((offset & (alignment_ - 1)) != 0) {
-        return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " in data file " +
-                   Quote(View(df->name())) + " is not a multiple of the alignment " + std::to_string(alignment_));
+        return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " in data file " + FileName(file) +
+                   " is not a multiple of the alignment " + std::to_string(alignment_));
       }
-      if (offset > df->size() || length > df->size() - offset) {
+      if (offset > file_size || length > file_size - offset) {
         return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " + length " + std::to_string(length) +
-                   " exceeds the size " + std::to_string(df->size()) + " of data file " + Quote(View(df->name())));
+                   " exceeds the size " + std::to_string(file_size) + " of data file " + FileName(file));
       }
       const uint64_t nb = NumChecksumBlocks(length, block_size_);
       const uint32_t first = loc->first_block();
@@ -451,6 +462,7 @@ class Validator {
   uint64_t visited_bytes_ = 0;
   std::string_view entry_name_;  // the entry being checked, for messages
   std::vector<Box> boxes_;       // reused across entries
+  std::vector<uint64_t> file_sizes_;  // Metadata.files[i].size, read once
 };
 
 }  // namespace
@@ -741,9 +753,8 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
     const EntryRecord& e = record.entries[i];
     EntryVectors& v = vecs[i];
     if (!e.chunks.empty()) {
-      fb::ChunkLoc* out = nullptr;
-      v.chunks = b.CreateUninitializedVectorOfStructs(e.chunks.size(), &out);
-      for (const ChunkLocation& c : e.chunks) *out++ = fb::ChunkLoc(c.offset, c.length, c.checksum, c.file, c.first_block);
+      // ChunkLocation has ChunkLoc's exact byte layout (static_asserts at the top): one memcpy, 8-byte aligned.
+      v.chunks = b.CreateVectorOfStructs(reinterpret_cast<const fb::ChunkLoc*>(e.chunks.data()), e.chunks.size());
     }
     v.shape = VectorOrNull(b, e.shape);
     v.offsets = VectorOrNull(b, e.chunk_offsets);

@@ -1,0 +1,37 @@
+// libFuzzer target for MetadataView::Parse. Not part of `bazel test`; build and run with run.sh beside this file.
+// Properties: Parse never crashes, leaks or reads out of bounds (ASan/UBSan); every accessor of an accepted view is
+// safe to call; and whatever the reader accepts, the writer accepts too.
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "core/format/metadata.h"
+
+using distckpt::EncodeMetadata;
+using distckpt::EntryView;
+using distckpt::MetadataView;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto buffer = std::make_shared<const std::string>(reinterpret_cast<const char*>(data), size);
+  distckpt::Result<MetadataView> view = MetadataView::Parse(buffer, "fuzz");
+  if (!view.ok()) return 0;
+  uint64_t sink = view->format_minor() + view->writer().size() + view->structure().size();
+  for (size_t i = 0; i < view->num_files(); ++i) sink += view->file_name(i).size() + view->file_size(i);
+  for (size_t i = 0; i < view->num_user(); ++i) sink += view->FindUser(view->user(i).first).has_value();
+  for (size_t i = 0; i < view->num_entries(); ++i) {
+    const EntryView e = view->entry(i);
+    if (view->Find(e.name) != i) std::abort();
+    sink += e.nbytes();
+    for (size_t c = 0; c < e.num_chunks; ++c) {
+      const distckpt::Box box = e.chunk_box(c);
+      const distckpt::ChunkLocation loc = e.chunk(c);
+      if (loc.file >= view->num_files() || loc.offset + loc.length > view->file_size(loc.file)) std::abort();
+      if (loc.length != box.volume() * distckpt::DTypeSize(e.dtype)) std::abort();
+      if (loc.first_block != distckpt::kNoBlockTable) sink += e.block_checksums[loc.first_block];
+    }
+  }
+  distckpt::Result<std::string> again = EncodeMetadata(view->ToRecord());
+  if (!again.ok()) std::abort();  // the reader accepted something the writer refuses
+  return static_cast<int>(sink & 0);
+}
