@@ -22,9 +22,7 @@
 namespace distckpt {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Resident set size now, from /proc (ru_maxrss only gives the peak).
 uint64_t CurrentRssBytes() {
@@ -59,7 +57,10 @@ std::vector<LocalPlan> MakePlans(uint32_t ranks, uint32_t tensors, bool shuffle,
       LocalTensorDecl t;
       const uint64_t width = 1024 << (i % 3);
       switch (i % 10) {
-        case 0: case 2: case 4: case 6: {  // row-sharded 2-D weight, rows_per_rank rows each
+        case 0:
+        case 2:
+        case 4:
+        case 6: {  // row-sharded 2-D weight, rows_per_rank rows each
           const uint64_t rows = 1 + i % 5;
           t.name = layer + "mlp.proj_" + std::to_string(i % 10) + ".weight";
           t.dtype = DType::kBF16;
@@ -95,7 +96,8 @@ std::vector<LocalPlan> MakePlans(uint32_t ranks, uint32_t tensors, bool shuffle,
 uint32_t Flag(int argc, char** argv, const char* name, uint32_t fallback) {
   const size_t n = std::strlen(name);
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') return static_cast<uint32_t>(std::atoi(argv[i] + n + 1));
+    if (std::strncmp(argv[i], name, n) == 0 && argv[i][n] == '=')
+      return static_cast<uint32_t>(std::atoi(argv[i] + n + 1));
   }
   return fallback;
 }
@@ -111,9 +113,11 @@ int Main(int argc, char** argv) {
   const std::vector<LocalPlan> plans = MakePlans(ranks, tensors, shuffle, &boxes);
   const double build_s = Now() - t0;
   const uint64_t rss_inputs = CurrentRssBytes();
-  std::printf("plan_scale: %u ranks x %u tensors%s = %llu boxes (+%u bytes entries), inputs built in %.2f s, "
-              "RSS %.0f MiB\n",
-              ranks, tensors, shuffle ? " (declared in per-rank random order)" : "", static_cast<unsigned long long>(boxes), 2 * ranks, build_s, rss_inputs / 1048576.0);
+  std::printf(
+      "plan_scale: %u ranks x %u tensors%s = %llu boxes (+%u bytes entries), inputs built in %.2f s, "
+      "RSS %.0f MiB\n",
+      ranks, tensors, shuffle ? " (declared in per-rank random order)" : "", static_cast<unsigned long long>(boxes),
+      2 * ranks, build_s, rss_inputs / 1048576.0);
 
   // Global planning, best of `repeat` (the machine is shared).
   std::vector<double> times;

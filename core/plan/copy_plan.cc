@@ -88,9 +88,8 @@ std::vector<ByteRun> MaterializeRuns(const CopyPlan& plan) {
 
 void CoalesceRuns(std::vector<ByteRun>* runs) {
   std::vector<ByteRun>& v = *runs;
-  std::sort(v.begin(), v.end(), [](const ByteRun& a, const ByteRun& b) {
-    return a.src != b.src ? a.src < b.src : a.dst < b.dst;
-  });
+  std::sort(v.begin(), v.end(),
+            [](const ByteRun& a, const ByteRun& b) { return a.src != b.src ? a.src < b.src : a.dst < b.dst; });
   size_t out = 0;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i].length == 0) continue;

@@ -55,11 +55,16 @@ void ForEachElement(const Box& box, const std::vector<uint64_t>& shape, Fn&& fn)
 
 DType DTypeOfSize(uint64_t size) {
   switch (size) {
-    case 1: return DType::kU8;
-    case 2: return DType::kBF16;
-    case 4: return DType::kF32;
-    case 8: return DType::kF64;
-    default: return DType::kC128;
+    case 1:
+      return DType::kU8;
+    case 2:
+      return DType::kBF16;
+    case 4:
+      return DType::kF32;
+    case 8:
+      return DType::kF64;
+    default:
+      return DType::kC128;
   }
 }
 
@@ -121,9 +126,9 @@ void RunCase(uint64_t seed, Coverage* cov) {
   const std::vector<Box> chunks = RandomTiling(rng, shape, save_family);
   std::string load_family;
   const std::vector<Box> dests = RandomDests(rng, shape, &load_family);
-  SCOPED_TRACE("seed " + std::to_string(seed) + ": shape " + Describe(shape) + " itemsize " +
-               std::to_string(itemsize) + ", saved " + FamilyName(save_family) + " (" + std::to_string(chunks.size()) +
-               " chunks), loaded " + load_family + " (" + std::to_string(dests.size()) + " dests)");
+  SCOPED_TRACE("seed " + std::to_string(seed) + ": shape " + Describe(shape) + " itemsize " + std::to_string(itemsize) +
+               ", saved " + FamilyName(save_family) + " (" + std::to_string(chunks.size()) + " chunks), loaded " +
+               load_family + " (" + std::to_string(dests.size()) + " dests)");
 
   // Saved chunk buffers: every element encodes its global index.
   std::vector<std::vector<uint8_t>> chunk_data(chunks.size());
@@ -191,8 +196,8 @@ void RunCase(uint64_t seed, Coverage* cov) {
   for (size_t i = 0; i < dests.size(); ++i) {
     for (uint64_t b = 0; b < written[i].size(); ++b) {
       if (written[i][b] != 1) {
-        ADD_FAILURE() << "dest #" << i << " " << dests[i].ToString() << " byte " << b << " written " << int(written[i][b])
-                      << " times";
+        ADD_FAILURE() << "dest #" << i << " " << dests[i].ToString() << " byte " << b << " written "
+                      << int(written[i][b]) << " times";
         return;
       }
     }
@@ -222,10 +227,12 @@ TEST(LoadPlannerPropertyTest, RandomShardingsRoundTripElementByElement) {
       return;
     }
   }
-  std::printf("%llu cases (%llu 0-d, %llu zero-size, %llu on the sweep index), %llu ops, %llu destination bytes "
-              "checked\nsaved as:", static_cast<unsigned long long>(cov.cases), static_cast<unsigned long long>(cov.scalar),
-              static_cast<unsigned long long>(cov.zero_size), static_cast<unsigned long long>(cov.sweep_index),
-              static_cast<unsigned long long>(cov.ops), static_cast<unsigned long long>(cov.bytes));
+  std::printf(
+      "%llu cases (%llu 0-d, %llu zero-size, %llu on the sweep index), %llu ops, %llu destination bytes "
+      "checked\nsaved as:",
+      static_cast<unsigned long long>(cov.cases), static_cast<unsigned long long>(cov.scalar),
+      static_cast<unsigned long long>(cov.zero_size), static_cast<unsigned long long>(cov.sweep_index),
+      static_cast<unsigned long long>(cov.ops), static_cast<unsigned long long>(cov.bytes));
   for (int f = 0; f < static_cast<int>(Family::kNumTiling); ++f) {
     std::printf(" %s=%llu", FamilyName(static_cast<Family>(f)), static_cast<unsigned long long>(cov.saved[f]));
   }
@@ -234,8 +241,8 @@ TEST(LoadPlannerPropertyTest, RandomShardingsRoundTripElementByElement) {
 }
 
 // ChunkIndex against a brute-force scan, on layouts large enough to exercise both the grid and the sweep.
-void CheckIndexAgainstScan(Rng& rng, const std::vector<uint64_t>& shape, const std::vector<Box>& chunks,
-                           int queries, bool sweep_only = false) {
+void CheckIndexAgainstScan(Rng& rng, const std::vector<uint64_t>& shape, const std::vector<Box>& chunks, int queries,
+                           bool sweep_only = false) {
   const ChunkIndex index = sweep_only ? ChunkIndex::SweepOnlyForTesting(chunks) : ChunkIndex(chunks);
   std::vector<uint32_t> got, want;
   Box unused;
@@ -308,7 +315,8 @@ TEST(PlanTensorReadTest, RejectsBadDestinationsNamingEntryAndBox) {
   entry.view.name = "layers.0.weight";
   const ChunkIndex index(chunks);
 
-  auto outside = PlanTensorRead(entry.view, index, {Box::Make(std::vector<uint64_t>{6, 0}, std::vector<uint64_t>{4, 4}).value()});
+  auto outside =
+      PlanTensorRead(entry.view, index, {Box::Make(std::vector<uint64_t>{6, 0}, std::vector<uint64_t>{4, 4}).value()});
   ASSERT_FALSE(outside.ok());
   EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(outside.status().message().find("layers.0.weight"), std::string::npos);

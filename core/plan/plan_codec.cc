@@ -56,15 +56,16 @@ Status Truncated(const char* what) { return Corrupt(std::string(what) + " messag
 Result<std::string> EncodeLocalPlan(const LocalPlan& plan) {
   WireWriter w;
   size_t estimate = 16;
-  for (const LocalTensorDecl& t : plan.tensors) estimate += t.name.size() + 4 + 8 * t.shape.size() * (1 + 2 * t.boxes.size());
+  for (const LocalTensorDecl& t : plan.tensors)
+    estimate += t.name.size() + 4 + 8 * t.shape.size() * (1 + 2 * t.boxes.size());
   w.Reserve(estimate);
   PutHeader(&w, kLocalPlanMagic);
   w.Var(plan.rank);
   w.Var(plan.tensors.size());
   for (const LocalTensorDecl& t : plan.tensors) {
     if (t.shape.size() > kMaxDims) {
-      return InvalidArgument("tensor '" + t.name + "' has " + std::to_string(t.shape.size()) +
-                             " dimensions; at most " + std::to_string(kMaxDims) + " are supported");
+      return InvalidArgument("tensor '" + t.name + "' has " + std::to_string(t.shape.size()) + " dimensions; at most " +
+                             std::to_string(kMaxDims) + " are supported");
     }
     w.Str(t.name);
     w.U8(static_cast<uint8_t>(t.dtype));

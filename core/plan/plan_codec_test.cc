@@ -14,8 +14,8 @@ Box B(std::vector<uint64_t> off, std::vector<uint64_t> len) { return Box::Make(o
 LocalPlan SamplePlan() {
   LocalPlan p;
   p.rank = 1023;
-  p.tensors.push_back(LocalTensorDecl{"model.layers.0.weight", DType::kBF16, {4096, 11008},
-                                      {B({1024, 0}, {1024, 11008}), B({0, 0}, {0, 11008})}});
+  p.tensors.push_back(LocalTensorDecl{
+      "model.layers.0.weight", DType::kBF16, {4096, 11008}, {B({1024, 0}, {1024, 11008}), B({0, 0}, {0, 11008})}});
   p.tensors.push_back(LocalTensorDecl{"step", DType::kI64, {}, {Box()}});
   p.tensors.push_back(LocalTensorDecl{"huge", DType::kU8, {UINT64_MAX}, {B({UINT64_MAX - 1}, {1})}});
   p.tensors.push_back(LocalTensorDecl{"nothing_here", DType::kF32, {8, 0}, {}});
@@ -56,8 +56,8 @@ TEST(PlanCodecTest, LocalPlanRoundTrips) {
 TEST(PlanCodecTest, LocalPlanIsCompact) {
   // A typical sharded declaration is a few dozen bytes: name + dtype + shape + one box, as varints.
   LocalPlan p;
-  p.tensors.push_back(LocalTensorDecl{"layers.17.mlp.up_proj.weight", DType::kBF16, {14336, 4096},
-                                      {B({896 * 3, 0}, {896, 4096})}});
+  p.tensors.push_back(
+      LocalTensorDecl{"layers.17.mlp.up_proj.weight", DType::kBF16, {14336, 4096}, {B({896 * 3, 0}, {896, 4096})}});
   auto encoded = EncodeLocalPlan(p);
   ASSERT_TRUE(encoded.ok());
   EXPECT_LT(encoded->size(), 60u);

@@ -101,7 +101,8 @@ bool FindOverlap(const std::vector<Box>& tiles, size_t* a, size_t* b) {
   if (tiles.empty() || tiles[0].ndim == 0) return tiles.size() > 1 ? (*a = 0, *b = 1, true) : false;
   std::vector<uint32_t> order(tiles.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return tiles[x].offset[0] < tiles[y].offset[0]; });
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t x, uint32_t y) { return tiles[x].offset[0] < tiles[y].offset[0]; });
   std::vector<uint32_t> active;
   uint64_t budget = 50'000'000;
   Box unused;
@@ -213,8 +214,8 @@ class GlobalPlanner {
 
     // Ranks usually declare the same names in the same order: try the previous rank's group at the same position
     // before hashing.
-    auto lookup = [&](std::string_view name, EntryKind kind, uint32_t r, const std::vector<uint32_t>* prev,
-                      size_t j, uint32_t* out) -> Status {
+    auto lookup = [&](std::string_view name, EntryKind kind, uint32_t r, const std::vector<uint32_t>* prev, size_t j,
+                      uint32_t* out) -> Status {
       uint32_t g = kUnassigned;
       if (prev != nullptr && j < prev->size() && groups_[(*prev)[j]].name == name) {
         g = (*prev)[j];
@@ -248,8 +249,8 @@ class GlobalPlanner {
       te.resize(p.tensors.size());
       be.resize(p.bytes.size());
       for (size_t j = 0; j < p.tensors.size(); ++j) {
-        DCKPT_RETURN_IF_ERROR(lookup(p.tensors[j].name, EntryKind::kTensor, r,
-                                     r > 0 ? &plan_.tensor_entry[r - 1] : nullptr, j, &te[j]));
+        DCKPT_RETURN_IF_ERROR(
+            lookup(p.tensors[j].name, EntryKind::kTensor, r, r > 0 ? &plan_.tensor_entry[r - 1] : nullptr, j, &te[j]));
       }
       for (size_t j = 0; j < p.bytes.size(); ++j) {
         DCKPT_RETURN_IF_ERROR(
@@ -351,10 +352,18 @@ class GlobalPlanner {
     }
 
     if (*total == 0 && ndim > 0) {
-      // A tensor with no elements still gets one (empty) chunk so readers see it, written by the lowest rank.
+      // A tensor with no elements still gets one (empty) chunk so readers see it. Its writer is the lowest
+      // declaring rank that holds a piece (so `local` names a real piece), else the lowest declaring rank.
       rec->chunk_offsets.assign(ndim, 0);
       rec->chunk_lengths = ref.shape;
-      AddChunk(rec, 0, ChunkAssign{mem[0].rank, 0, 0, 0});
+      uint32_t writer = mem[0].rank;
+      for (uint32_t m = 0; m < g.num_members; ++m) {
+        if (!plans_[mem[m].rank].tensors[mem[m].decl].boxes.empty()) {
+          writer = mem[m].rank;
+          break;
+        }
+      }
+      AddChunk(rec, 0, ChunkAssign{writer, 0, 0, 0});
       return OkStatus();
     }
 
@@ -388,8 +397,9 @@ class GlobalPlanner {
                              RanksOf(&refs_[tile_refs_[b]], tile_refs_[b + 1] - tile_refs_[b]) +
                              "; replicas must declare identical boxes and shards must not overlap");
     }
-    return InvalidArgument(what + " of shape " + ShapeString(ref.shape) + " is not covered exactly by the ranks' boxes: " +
-                           tiled.message() + "; some rank must declare every region of every tensor");
+    return InvalidArgument(what + " of shape " + ShapeString(ref.shape) +
+                           " is not covered exactly by the ranks' boxes: " + tiled.message() +
+                           "; some rank must declare every region of every tensor");
   }
 
   // The writer of the distinct box refs_[i, j): the single owner, or (replicated) decided later by BalanceReplicas.
@@ -411,8 +421,8 @@ class GlobalPlanner {
       const uint64_t other = plans_[mem[m].rank].bytes[mem[m].decl].size;
       if (other != size) {
         return InvalidArgument("bytes " + Quoted(g.name) + ": rank " + std::to_string(mem[0].rank) + " declares " +
-                               std::to_string(size) + " bytes but rank " + std::to_string(mem[m].rank) +
-                               " declares " + std::to_string(other) + "; every rank must hold the same blob");
+                               std::to_string(size) + " bytes but rank " + std::to_string(mem[m].rank) + " declares " +
+                               std::to_string(other) + "; every rank must hold the same blob");
       }
     }
     rec->dtype = DType::kU8;
@@ -487,9 +497,11 @@ class GlobalPlanner {
           // Zero-length chunks take no space; an aligned offset at or before the cursor stays inside the file.
           loc.offset = AlignDown(cur, align);
         } else {
-          if (cur > UINT64_MAX - (align - 1)) return InvalidArgument("rank " + std::to_string(a.writer) + "'s data file would exceed 2^64 bytes");
+          if (cur > UINT64_MAX - (align - 1))
+            return InvalidArgument("rank " + std::to_string(a.writer) + "'s data file would exceed 2^64 bytes");
           loc.offset = AlignDown(cur + align - 1, align);
-          if (loc.length > UINT64_MAX - loc.offset) return InvalidArgument("rank " + std::to_string(a.writer) + "'s data file would exceed 2^64 bytes");
+          if (loc.length > UINT64_MAX - loc.offset)
+            return InvalidArgument("rank " + std::to_string(a.writer) + "'s data file would exceed 2^64 bytes");
           cur = loc.offset + loc.length;
         }
         loc.file = file_of[a.writer];

@@ -43,14 +43,14 @@ struct SavePlanOptions {
 
 /// One chunk a rank must write.
 struct WriteTask {
-  uint32_t entry = 0;     ///< index into GlobalPlan::metadata.entries
-  uint32_t chunk = 0;     ///< index into that entry's chunks
+  uint32_t entry = 0;  ///< index into GlobalPlan::metadata.entries
+  uint32_t chunk = 0;  ///< index into that entry's chunks
   /// Tensor: index into the rank's LocalTensorDecl::boxes; bytes: unused (0). The one chunk of a zero-element
-  /// tensor has length 0 and its writer may hold no piece at all: check `length` before indexing.
+  /// tensor has length 0, and if no rank holds a piece of it `local` names none: check `length` before indexing.
   uint32_t local = 0;
-  uint32_t file = 0;      ///< index into metadata.files
-  uint64_t offset = 0;    ///< byte offset in the file (aligned)
-  uint64_t length = 0;    ///< bytes
+  uint32_t file = 0;    ///< index into metadata.files
+  uint64_t offset = 0;  ///< byte offset in the file (aligned)
+  uint64_t length = 0;  ///< bytes
 };
 
 struct GlobalPlan {
@@ -69,7 +69,8 @@ struct GlobalPlan {
 /// Merges the plans (plans[r].rank must equal r). Errors name the tensor and the ranks involved: dtype or shape
 /// disagreement, boxes outside the tensor, overlaps and holes, bytes size disagreement.
 /// options.alignment must be a power of two >= kChunkAlignment. Empty boxes are accepted and produce no chunk,
-/// except that a tensor with zero elements gets exactly one empty chunk, written by the lowest declaring rank.
+/// except that a tensor with zero elements gets exactly one empty chunk, written by the lowest declaring rank that
+/// holds a piece of it (else the lowest declaring rank).
 /// Runs in O(boxes log boxes) time and memory linear in the number of boxes; the writer, user and structure fields
 /// of the metadata are left for the caller.
 Result<GlobalPlan> MakeGlobalPlan(const std::vector<LocalPlan>& plans, const SavePlanOptions& options);
@@ -80,9 +81,9 @@ std::string DataFileName(uint32_t rank);
 /// The part of a GlobalPlan that one rank needs back from the coordinator to write its chunks.
 struct RankAssignment {
   uint32_t rank = 0;
-  std::vector<WriteTask> tasks;         ///< GlobalPlan::per_rank[rank]
-  std::vector<uint32_t> tensor_entry;   ///< GlobalPlan::tensor_entry[rank]
-  std::vector<uint32_t> bytes_entry;    ///< GlobalPlan::bytes_entry[rank]
+  std::vector<WriteTask> tasks;        ///< GlobalPlan::per_rank[rank]
+  std::vector<uint32_t> tensor_entry;  ///< GlobalPlan::tensor_entry[rank]
+  std::vector<uint32_t> bytes_entry;   ///< GlobalPlan::bytes_entry[rank]
 };
 
 /// Copies rank `rank`'s share out of `plan`. Fails if the plan has no such rank.

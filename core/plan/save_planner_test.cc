@@ -205,8 +205,7 @@ TEST(SavePlannerTest, HybridShardingDedupsReplicaGroups) {
   EXPECT_TRUE(plan->metadata.entries[1].chunk_offsets.empty());
   // Equal shards: each replica pair splits its work, so 4 ranks write one shard each and one writes the scalar.
   const std::vector<uint64_t> load = Loads(*plan);
-  EXPECT_EQ(std::count(load.begin(), load.end(), 4 * 8 * 2u) + std::count(load.begin(), load.end(), 4 * 8 * 2u + 8),
-            4);
+  EXPECT_EQ(std::count(load.begin(), load.end(), 4 * 8 * 2u) + std::count(load.begin(), load.end(), 4 * 8 * 2u + 8), 4);
 }
 
 TEST(SavePlannerTest, EmptyTensorGetsOneEmptyChunkFromTheLowestRank) {
@@ -227,6 +226,14 @@ TEST(SavePlannerTest, EmptyTensorGetsOneEmptyChunkFromTheLowestRank) {
   ASSERT_EQ(plan->metadata.files.size(), 1u);
   EXPECT_EQ(plan->metadata.files[0].name, "data-00001.bin");
   EXPECT_EQ(plan->metadata.files[0].size, 0u);
+
+  // Rank 0 declares it without a piece: the lowest rank holding one writes it, so `local` names a real piece.
+  plans[0].tensors.push_back(T("empty", DType::kF32, shape, {}));
+  plan = MakeGlobalPlan(plans, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE(plan->per_rank[0].empty());
+  ASSERT_EQ(plan->per_rank[1].size(), 1u);
+  EXPECT_EQ(plan->per_rank[1][0].local, 0u);
 }
 
 TEST(SavePlannerTest, ZeroLengthChunksStayInsideTheFile) {
@@ -339,7 +346,8 @@ TEST(SavePlannerTest, RejectsBadDeclarations) {
   plans[0].tensors.push_back(T("x", DType::kU8, {4}, {B({0, 0}, {4, 1})}));  // box rank differs from shape
   EXPECT_NE(ErrorOf(plans).find("'x'"), std::string::npos);
 
-  for (const std::string& bad : {std::string(), std::string("a\0b", 3), std::string("caf\xc3"), std::string("\xc0\xaf")}) {
+  for (const std::string& bad :
+       {std::string(), std::string("a\0b", 3), std::string("caf\xc3"), std::string("\xc0\xaf")}) {
     plans = Ranks(2);
     plans[1].tensors.push_back(T(bad, DType::kU8, {4}, {B({0}, {4})}));
     msg = ErrorOf(plans);
@@ -426,7 +434,8 @@ std::vector<ChunkChecksums> ReportsFor(const GlobalPlan& plan) {
       ChunkChecksums c;
       c.entry = e;
       c.chunk = k;
-      const uint64_t n = NumChecksumBlocks(plan.metadata.entries[e].chunks[k].length, plan.metadata.checksum_block_size);
+      const uint64_t n =
+          NumChecksumBlocks(plan.metadata.entries[e].chunks[k].length, plan.metadata.checksum_block_size);
       for (uint64_t b = 0; n > 1 && b < n; ++b) c.blocks.push_back(1000 * e + 10 * k + b);
       c.checksum = n > 1 ? CombineBlockChecksums(c.blocks) : 7 + e;
       reports.push_back(c);

@@ -99,13 +99,20 @@ enum class Family { kWhole, kRow, kColumn, kBlock2D, kUneven, kIrregular, kNumTi
 
 inline const char* FamilyName(Family f) {
   switch (f) {
-    case Family::kWhole: return "whole";
-    case Family::kRow: return "row";
-    case Family::kColumn: return "column";
-    case Family::kBlock2D: return "block2d";
-    case Family::kUneven: return "uneven";
-    case Family::kIrregular: return "irregular";
-    default: return "?";
+    case Family::kWhole:
+      return "whole";
+    case Family::kRow:
+      return "row";
+    case Family::kColumn:
+      return "column";
+    case Family::kBlock2D:
+      return "block2d";
+    case Family::kUneven:
+      return "uneven";
+    case Family::kIrregular:
+      return "irregular";
+    default:
+      return "?";
   }
 }
 
