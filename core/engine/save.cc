@@ -143,7 +143,9 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   for (size_t i = 0; i < n; ++i) {
     const WriteTask& t = assignment.tasks[i];
     const void* data = nullptr;
-    if (auto it = tensor_decl.find(t.entry); it != tensor_decl.end()) {
+    if (t.length == 0) {
+      // Nothing to write (an empty tensor's single chunk): no piece needs to back it.
+    } else if (auto it = tensor_decl.find(t.entry); it != tensor_decl.end()) {
       if (t.local >= it->second->pieces.size()) return Internal("the plan names a piece this rank does not hold");
       data = it->second->pieces[t.local].data;
     } else if (auto jt = bytes_decl.find(t.entry); jt != bytes_decl.end()) {
