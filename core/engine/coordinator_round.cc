@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/base/wire.h"
+
 namespace distckpt {
 
 std::chrono::milliseconds AnswerTimeout(std::chrono::milliseconds timeout) {
@@ -10,17 +12,30 @@ std::chrono::milliseconds AnswerTimeout(std::chrono::milliseconds timeout) {
   return timeout + std::max(timeout / 2, milliseconds(2000));
 }
 
-Result<std::string> CoordinatorRound(Communicator* comm, const std::string& mine, std::chrono::milliseconds timeout,
-                                     const DecideFn& decide) {
+Status AgreeOnStatus(Communicator* comm, const Status& local, std::chrono::milliseconds timeout) {
+  WireWriter w;
+  PutStatus(&w, local);
+  std::vector<std::string> all;
+  DCKPT_RETURN_IF_ERROR(comm->AllGather(w.Take(), &all, timeout));
+  if (!local.ok()) return local;
+  for (size_t r = 0; r < all.size(); ++r) {
+    WireReader in(all[r]);
+    Status peer;
+    if (!GetStatus(&in, &peer)) return Internal("rank " + std::to_string(r) + " sent a malformed status");
+    if (!peer.ok()) return Status(StatusCode::kPeer, "rank " + std::to_string(r) + " failed: " + peer.message());
+  }
+  return OkStatus();
+}
+
+Result<std::string> CoordinatorRound(Communicator* comm, const Status& local, const std::string& report,
+                                     std::chrono::milliseconds timeout, const DecideFn& decide) {
+  DCKPT_RETURN_IF_ERROR(AgreeOnStatus(comm, local, timeout));
   std::vector<std::string> reports;
-  Status gathered = comm->Gather(mine, 0, &reports, timeout);
+  DCKPT_RETURN_IF_ERROR(comm->Gather(report, 0, &reports, timeout));
   const bool root = comm->rank() == 0;
-  if (!root && !gathered.ok()) return gathered;
   std::string answer;
-  if (root) answer = decide(gathered, reports);
-  Status sent = comm->Broadcast(&answer, 0, root ? timeout : AnswerTimeout(timeout));
-  // Rank 0 keeps its own answer even if some rank could not receive it (that rank is dead or stalled).
-  if (!sent.ok() && !root) return sent;
+  if (root) answer = decide(reports);
+  DCKPT_RETURN_IF_ERROR(comm->Broadcast(&answer, 0, root ? timeout : AnswerTimeout(timeout)));
   return answer;
 }
 

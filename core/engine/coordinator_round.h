@@ -1,6 +1,6 @@
 // The one collective pattern save and load need: every rank reports to rank 0 (the coordinator), and rank 0 answers
-// every rank. Failures are reported consistently: if a rank dies or stalls, rank 0's gather names it, and rank 0
-// still answers the live ranks with that error, so every rank learns which rank was missing.
+// every rank. It starts with a small all-to-all exchange of statuses, so that every rank itself observes a rank that
+// died or stalled (and names it), and every rank learns that some rank failed, with that rank's error.
 #ifndef DISTCKPT_CORE_ENGINE_COORDINATOR_ROUND_H_
 #define DISTCKPT_CORE_ENGINE_COORDINATOR_ROUND_H_
 
@@ -14,14 +14,19 @@
 
 namespace distckpt {
 
-/// On rank 0, turns the gather's outcome (OK with every rank's report, or the gather error) into the answer for all.
-using DecideFn = std::function<std::string(const Status& gathered, std::vector<std::string>& reports)>;
+/// On rank 0: turns every rank's report (indexed by rank) into the answer every rank receives.
+using DecideFn = std::function<std::string(std::vector<std::string>& reports)>;
 
-/// Sends `mine` to rank 0 and returns rank 0's answer. Ranks other than 0 wait for the answer a little longer than
-/// `timeout` (rank 0 may spend the whole timeout waiting for a missing rank before it answers). Fails only if this
-/// rank cannot hear from rank 0; a failure elsewhere arrives inside the answer, as `decide` encoded it.
-Result<std::string> CoordinatorRound(Communicator* comm, const std::string& mine, std::chrono::milliseconds timeout,
-                                     const DecideFn& decide);
+/// 1. All ranks exchange `local` (this rank's status so far). If a rank is missing or any status is an error, every
+///    rank returns the same error ("rank R: ..." for a failed rank, the communicator's error naming a missing one).
+/// 2. Every rank sends `report` to rank 0, which calls `decide` and sends its answer to every rank.
+/// Returns the answer. Ranks other than 0 wait a little longer than `timeout` for it, since rank 0 may spend up to
+/// `timeout` gathering.
+Result<std::string> CoordinatorRound(Communicator* comm, const Status& local, const std::string& report,
+                                     std::chrono::milliseconds timeout, const DecideFn& decide);
+
+/// Step 1 alone: every rank learns whether every rank is alive and succeeded.
+Status AgreeOnStatus(Communicator* comm, const Status& local, std::chrono::milliseconds timeout);
 
 /// How long a non-coordinator waits for an answer when the coordinator itself may wait `timeout`.
 std::chrono::milliseconds AnswerTimeout(std::chrono::milliseconds timeout);

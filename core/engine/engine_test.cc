@@ -20,6 +20,7 @@
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
+#include "core/engine/save_async.h"
 
 namespace distckpt {
 namespace {
@@ -409,6 +410,46 @@ TEST(EngineCommitTest, InvalidStateFailsBeforeWritingAnything) {
   EXPECT_NE(st.message().find("'x'"), std::string::npos) << st.message();
   EXPECT_FALSE(Exists(dir + "/holey"));
   EXPECT_TRUE(DefaultStorage()->ListDir(dir).value().empty());
+}
+
+TEST(EngineAsyncTest, CallerMayMutateRightAfterReturn) {
+  std::string dir = TempDir();
+  std::vector<float> w(3 << 20);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  std::string blob = "step=5";
+  State s;
+  ASSERT_TRUE(s.AddTensor("w", DType::kF32, {3, 1 << 20}).ok());
+  ASSERT_TRUE(s.AddPiece("w", {0, 0}, {3, 1 << 20}, w.data()).ok());
+  ASSERT_TRUE(s.AddBytes("meta", blob.data(), blob.size()).ok());
+  auto f = SaveAsync(dir + "/async", s, nullptr, SaveOptions{});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ((*f)->staged_bytes(), 4096 * ((w.size() * 4 + 4095) / 4096) + blob.size());
+  // The caller's buffers are free again: scribble over them while the save runs.
+  std::fill(w.begin(), w.end(), -1.0f);
+  blob.assign(blob.size(), 'x');
+  auto r = (*f)->Wait(std::chrono::milliseconds(60000));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*f)->done());
+  std::vector<float> back(w.size());
+  auto reader = Reader::Open(dir + "/async", nullptr, ReadOptions{}).value();
+  ASSERT_TRUE(reader->ReadRegion("w", Box::Whole(std::vector<uint64_t>{3, 1 << 20}).value(), back.data(),
+                                 back.size() * 4).ok());
+  for (size_t i = 0; i < back.size(); i += 4099) ASSERT_EQ(back[i], static_cast<float>(i));
+  std::string meta(16, '\0');
+  EXPECT_EQ(reader->ReadBytes("meta", meta.data(), meta.size()).value(), 6u);
+  EXPECT_EQ(meta.substr(0, 6), "step=5");
+}
+
+TEST(EngineAsyncTest, FailureIsReportedThroughTheFuture) {
+  std::string dir = TempDir();
+  std::string path = SaveSmall(dir);
+  std::vector<float> a(1000);
+  State s;
+  ASSERT_TRUE(s.AddTensor("layer.a", DType::kF32, {1000}).ok());
+  ASSERT_TRUE(s.AddPiece("layer.a", {0}, {1000}, a.data()).ok());
+  auto f = SaveAsync(path, s, nullptr, SaveOptions{});  // the path exists
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)->Wait(std::chrono::milliseconds(60000)).status().code(), StatusCode::kExists);
 }
 
 }  // namespace

@@ -51,27 +51,9 @@ Result<LoadSummary> Load(const std::string& path, State& state, Communicator* co
   auto reader = Reader::Open(path, comm, options);
   Status st = reader.ok() ? LoadLocal(reader->get(), state) : reader.status();
   if (comm != nullptr && comm->size() > 1) {
-    // Everyone learns whether everyone succeeded, so no rank continues with a half-loaded model.
-    WireWriter w;
-    PutStatus(&w, st);
-    auto answer = CoordinatorRound(comm, w.Take(), options.timeout,
-                                   [&](const Status& gathered, std::vector<std::string>& all) {
-      Status outcome = gathered;
-      for (size_t r = 0; r < all.size() && outcome.ok(); ++r) {
-        WireReader in(all[r]);
-        Status peer;
-        if (!GetStatus(&in, &peer)) outcome = Internal("malformed status from rank " + std::to_string(r));
-        else if (!peer.ok()) outcome = Status(StatusCode::kPeer, "rank " + std::to_string(r) + " failed: " + peer.message());
-      }
-      WireWriter out;
-      PutStatus(&out, outcome);
-      return out.Take();
-    });
-    if (!answer.ok()) return answer.status().WithContext("loading '" + path + "'");
-    WireReader in(*answer);
-    Status outcome;
-    if (!GetStatus(&in, &outcome)) return Internal("loading '" + path + "': malformed answer from rank 0");
-    if (st.ok() && !outcome.ok()) return outcome.WithContext("loading '" + path + "'");
+    // Everyone learns whether everyone succeeded (and who is missing), so no rank continues with a half-loaded model.
+    Status all = AgreeOnStatus(comm, st.WithContext("rank " + std::to_string(comm->rank())), options.timeout);
+    if (st.ok() && !all.ok()) return all.WithContext("loading '" + path + "'");
   }
   if (!st.ok()) return st;
   LoadSummary summary;

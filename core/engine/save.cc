@@ -211,13 +211,7 @@ Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, St
                          std::optional<StagedCheckpoint>* staged, std::string* nonce) {
   std::vector<LocalPlan> plans(hellos.size());
   for (size_t r = 0; r < hellos.size(); ++r) {
-    WireReader in(hellos[r]);
-    Status peer;
-    std::string body;
-    if (!GetStatus(&in, &peer)) return Internal("rank " + std::to_string(r) + " sent a malformed local plan");
-    if (!peer.ok()) return Status(peer.code(), "rank " + std::to_string(r) + ": " + peer.message());
-    if (!in.Str(&body)) return Internal("rank " + std::to_string(r) + " sent a malformed local plan");
-    auto decoded = DecodeLocalPlan(body);
+    auto decoded = DecodeLocalPlan(hellos[r]);
     if (!decoded.ok()) return decoded.status().WithContext("rank " + std::to_string(r));
     plans[r] = std::move(decoded).value();
   }
@@ -280,32 +274,33 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
 
   // Round 1: every rank sends its local plan; the coordinator plans globally, creates the staging directory and
   // answers with the nonce and every rank's chunks. Coordinator state lives only on rank 0.
-  WireWriter hello;
   auto local = EncodeLocalPlan(MakeLocalPlan(state, static_cast<uint32_t>(rank)));
-  PutStatus(&hello, local.status());
-  if (local.ok()) hello.Str(*local);
   std::optional<GlobalPlan> plan;
   std::optional<StagedCheckpoint> staged;
-  auto reply = CoordinatorRound(comm, hello.Take(), options.timeout,
-                                [&](const Status& gathered, std::vector<std::string>& hellos) {
+  auto abort_staging = [&] {
+    if (staged && rank == 0) (void)staged->Abort();
+  };
+  auto reply = CoordinatorRound(comm, local.status().WithContext("rank " + std::to_string(rank)),
+                                local.ok() ? *local : std::string(), options.timeout,
+                                [&](std::vector<std::string>& hellos) {
     std::string nonce;
-    Status st = gathered.ok() ? PlanOnCoordinator(path, options, storage, hellos, &plan, &staged, &nonce) : gathered;
-    auto encoded = EncodePlanReply(st.WithContext(where), nonce, st.ok() ? &*plan : nullptr);
+    Status st = PlanOnCoordinator(path, options, storage, hellos, &plan, &staged, &nonce);
+    auto encoded = EncodePlanReply(st, nonce, st.ok() ? &*plan : nullptr);
     if (encoded.ok()) return std::move(encoded).value();
-    if (staged) (void)staged->Abort();
+    abort_staging();
     staged.reset();
-    return EncodePlanReply(encoded.status().WithContext(where), "", nullptr).value();
+    return EncodePlanReply(encoded.status(), "", nullptr).value();
   });
   if (!reply.ok()) {
-    if (staged) (void)staged->Abort();
+    abort_staging();
     return reply.status().WithContext(where);
   }
   std::string nonce;
   RankAssignment mine;
   Status planned = DecodePlanReply(*reply, rank, &nonce, &mine);
   if (!planned.ok()) {
-    if (staged) (void)staged->Abort();
-    return planned;
+    abort_staging();
+    return planned.WithContext(where);
   }
   if (!staged) staged = StagedCheckpoint::Join(storage, path, nonce, options.overwrite);
 
@@ -321,13 +316,16 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
   if (!write_status.ok()) write_status = write_status.WithContext("rank " + std::to_string(rank));
   SaveSummary summary;
   summary.path = path;
-  auto final_msg = CoordinatorRound(comm, EncodeReports(write_status, reports, bytes_written), options.timeout,
-                                    [&](const Status& gathered, std::vector<std::string>& reports_in) {
-    Status st = gathered.ok() ? CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, &summary) : gathered;
-    if (!st.ok()) (void)staged->Abort();
-    return EncodeFinal(st.WithContext(where), summary);
+  auto final_msg = CoordinatorRound(comm, write_status, EncodeReports(OkStatus(), reports, bytes_written),
+                                    options.timeout, [&](std::vector<std::string>& reports_in) {
+    Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, &summary);
+    if (!st.ok()) abort_staging();
+    return EncodeFinal(st, summary);
   });
-  if (!final_msg.ok()) return final_msg.status().WithContext(where);
+  if (!final_msg.ok()) {
+    abort_staging();
+    return final_msg.status().WithContext(where);
+  }
   WireReader in(*final_msg);
   Status final_status;
   uint64_t nfiles = 0, nentries = 0;
@@ -335,8 +333,7 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
       !in.Var(&summary.metadata_bytes)) {
     return Internal(where + ": malformed commit message from rank 0");
   }
-  if (!write_status.ok()) return write_status.WithContext(where);
-  if (!final_status.ok()) return final_status;
+  if (!final_status.ok()) return final_status.WithContext(where);
   summary.num_files = static_cast<uint32_t>(nfiles);
   summary.num_entries = static_cast<uint32_t>(nentries);
   summary.bytes_written = bytes_written;

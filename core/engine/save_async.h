@@ -1,0 +1,54 @@
+// Asynchronous save: the call returns as soon as the state is copied into buffers distckpt owns, so the caller may
+// change its tensors at once; planning, writing, hashing and the commit go on in a background thread.
+#ifndef DISTCKPT_CORE_ENGINE_SAVE_ASYNC_H_
+#define DISTCKPT_CORE_ENGINE_SAVE_ASYNC_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "core/engine/save.h"
+
+namespace distckpt {
+
+/// The outcome of an asynchronous save. Thread-safe.
+class SaveFuture {
+ public:
+  ~SaveFuture();  ///< Waits for the background save to finish (it cannot be cancelled halfway through a collective).
+
+  /// Waits up to `timeout` for the save; returns its result, or kTimeout if it is still running.
+  Result<SaveSummary> Wait(std::chrono::milliseconds timeout);
+  /// True once the save has finished (successfully or not).
+  bool done() const;
+  /// Seconds the caller was blocked: the time to copy the state into owned buffers.
+  double staging_seconds() const { return staging_seconds_; }
+  /// Bytes copied into owned buffers.
+  uint64_t staged_bytes() const { return staged_bytes_; }
+
+ private:
+  friend Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string&, const State&, Communicator*,
+                                                         const SaveOptions&);
+  SaveFuture() = default;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Result<SaveSummary>> result_;
+  std::thread thread_;
+  State owned_;
+  std::unique_ptr<char[], void (*)(void*)> buffer_{nullptr, nullptr};
+  double staging_seconds_ = 0;
+  uint64_t staged_bytes_ = 0;
+};
+
+/// Copies every piece and bytes entry of `state` into one owned buffer (in parallel), then runs Save on a background
+/// thread. Collective like Save: every rank calls it. `comm` belongs to the save until it finishes: do not run other
+/// collectives on it meanwhile. `state`'s buffers may be reused as soon as this returns.
+Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const State& state, Communicator* comm,
+                                              const SaveOptions& options);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_ENGINE_SAVE_ASYNC_H_
