@@ -1,0 +1,59 @@
+package distckpt
+
+/*
+#include <stdlib.h>
+#include <distckpt/distckpt.h>
+
+// Weak, so that this package still links against a libdistckpt built before the exporter existed; calling it then
+// reports ErrUnsupported instead of failing to load.
+#pragma weak dckpt_export_safetensors
+#pragma weak dckpt_export_options_init
+
+static int distckpt_go_has_exporter(void) {
+  return dckpt_export_safetensors != NULL && dckpt_export_options_init != NULL;
+}
+*/
+import "C"
+
+import "unsafe"
+
+// ExportOptions configures ExportSafetensors. The zero value (or nil) means the defaults.
+type ExportOptions struct {
+	MaxShardBytes uint64       // largest .safetensors file; 0: 5 GB
+	Prefix        string       // file name prefix; "": "model"
+	NoVerify      bool         // skip checksum verification while reading
+	Progress      ProgressFunc // bytes written so far
+}
+
+// ExportSafetensors writes every tensor of the checkpoint at ckptPath into the existing directory outDir as
+// "<prefix>-00001-of-0000N.safetensors" files plus "<prefix>.safetensors.index.json", through the C++ core's
+// exporter (dckpt_export_safetensors). Bytes entries are skipped; user metadata goes into each file's
+// "__metadata__". ErrUnsupported if the loaded library has no exporter.
+func ExportSafetensors(ckptPath, outDir string, opts *ExportOptions) error {
+	if C.distckpt_go_has_exporter() == 0 {
+		return errorf(CodeUnsupported, "the loaded libdistckpt %s has no dckpt_export_safetensors; upgrade it",
+			LibraryVersion())
+	}
+	var copts C.dckpt_export_options
+	if err := ccall(func() C.int { return C.dckpt_export_options_init(&copts, C.DCKPT_EXPORT_OPTIONS_VERSION) }); err != nil {
+		return err
+	}
+	var hook *progressHook
+	if opts != nil {
+		copts.max_shard_bytes = C.uint64_t(opts.MaxShardBytes)
+		if opts.Prefix != "" {
+			copts.prefix = C.CString(opts.Prefix)
+			defer C.free(unsafe.Pointer(copts.prefix))
+		}
+		if opts.NoVerify {
+			copts.verify = 0
+		}
+		hook = newProgressHook(opts.Progress)
+		copts.progress = hook.cfn()
+		copts.progress_user_data = hook.userData()
+	}
+	cckpt, cout := C.CString(ckptPath), C.CString(outDir)
+	defer C.free(unsafe.Pointer(cckpt))
+	defer C.free(unsafe.Pointer(cout))
+	return hook.finish(ccall(func() C.int { return C.dckpt_export_safetensors(cckpt, cout, &copts) }))
+}

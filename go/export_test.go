@@ -1,0 +1,70 @@
+package distckpt_test
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	distckpt "distckpt.dev/go"
+	"distckpt.dev/go/internal/fixtures"
+)
+
+// requireExporter skips when the loaded library predates dckpt_export_safetensors (the package links it weakly).
+func requireExporter(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, distckpt.ErrUnsupported) {
+		t.Skipf("libdistckpt has no exporter yet: %v", err)
+	}
+}
+
+func TestExportSafetensorsThroughTheCore(t *testing.T) {
+	ckpt := writeFixture(t, fixtures.Options{Step: 5})
+	out := t.TempDir()
+	var progressed uint64
+	err := distckpt.ExportSafetensors(ckpt, out, &distckpt.ExportOptions{Prefix: "m", Progress: func(d, _ uint64) error {
+		progressed = d
+		return nil
+	}})
+	requireExporter(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := os.ReadFile(filepath.Join(out, "m.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(idx, &index); err != nil {
+		t.Fatal(err)
+	}
+	if len(index.WeightMap) != len(fixtures.Standard) {
+		t.Fatalf("index lists %d tensors, want %d (bytes entries are skipped): %s", len(index.WeightMap),
+			len(fixtures.Standard), idx)
+	}
+	shard := filepath.Join(out, index.WeightMap["model.embed"])
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(b[8:8+n], &header); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := header["model.embed"]; !ok || progressed == 0 {
+		t.Fatalf("header %s, progress %d", b[8:8+n], progressed)
+	}
+}
+
+func TestExportMissingCheckpoint(t *testing.T) {
+	err := distckpt.ExportSafetensors(filepath.Join(t.TempDir(), "missing"), t.TempDir(), nil)
+	requireExporter(t, err)
+	if !errors.Is(err, distckpt.ErrNotFound) {
+		t.Fatalf("missing checkpoint: %v", err)
+	}
+}

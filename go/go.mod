@@ -1,0 +1,3 @@
+module distckpt.dev/go
+
+go 1.19

@@ -1,0 +1,434 @@
+package distckpt
+
+/*
+#include <stdlib.h>
+#include <distckpt/distckpt.h>
+*/
+import "C"
+
+import (
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// ReadOptions configures Open. The zero value (or nil) means the library's defaults: verify checksums on every read.
+type ReadOptions struct {
+	NoVerify  bool // skip checksum verification on Read (Verify always checks)
+	IOThreads int  // 0: the library's default
+}
+
+// Reader is an open, committed checkpoint. It is safe for concurrent use by several goroutines; Close waits for the
+// calls in flight and makes every later call fail with ErrState.
+type Reader struct {
+	mu   sync.RWMutex
+	ptr  *C.dckpt_reader
+	path string
+}
+
+// Open opens the committed checkpoint in directory path. Its metadata is verified and validated first: a damaged or
+// truncated metadata file gives ErrCorrupt, an unsupported format version ErrVersion, a missing or uncommitted
+// (staging) checkpoint ErrNotFound.
+func Open(path string, opts *ReadOptions) (*Reader, error) {
+	var copts C.dckpt_read_options
+	if err := ccall(func() C.int { return C.dckpt_read_options_init(&copts, C.DCKPT_READ_OPTIONS_VERSION) }); err != nil {
+		return nil, err
+	}
+	if opts != nil {
+		if opts.NoVerify {
+			copts.verify = 0
+		}
+		copts.io_threads = C.unsigned(opts.IOThreads)
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var ptr *C.dckpt_reader
+	if err := ccall(func() C.int { return C.dckpt_reader_open(&ptr, cpath, nil, &copts) }); err != nil {
+		return nil, err
+	}
+	r := &Reader{ptr: ptr, path: path}
+	runtime.SetFinalizer(r, (*Reader).Close)
+	return r, nil
+}
+
+// Path is the directory the reader was opened on.
+func (r *Reader) Path() string { return r.path }
+
+// Close releases the reader. It is safe to call more than once; only the first call does anything.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ptr != nil {
+		C.dckpt_reader_free(r.ptr)
+		r.ptr = nil
+		runtime.SetFinalizer(r, nil)
+	}
+	return nil
+}
+
+// acquire pins the C reader for one call; release must follow. Calls hold the read side of the lock, so several run
+// at once and Close waits for them.
+func (r *Reader) acquire() (*C.dckpt_reader, error) {
+	r.mu.RLock()
+	if r.ptr == nil {
+		r.mu.RUnlock()
+		return nil, errorf(CodeState, "checkpoint '%s': the reader is closed", r.path)
+	}
+	return r.ptr, nil
+}
+
+func (r *Reader) release() {
+	r.mu.RUnlock()
+	runtime.KeepAlive(r)
+}
+
+// Info describes the checkpoint as a whole.
+type Info struct {
+	FormatMajor       int    `json:"format_major"`
+	FormatMinor       int    `json:"format_minor"`
+	Writer            string `json:"writer"`
+	NumEntries        int    `json:"num_entries"`
+	NumFiles          int    `json:"num_files"`
+	TotalBytes        uint64 `json:"total_bytes"` // data bytes
+	MetadataBytes     uint64 `json:"metadata_bytes"`
+	ChecksumBlockSize uint64 `json:"checksum_block_size"`
+}
+
+// Info returns the checkpoint's summary.
+func (r *Reader) Info() (Info, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return Info{}, err
+	}
+	defer r.release()
+	return readerInfo(p)
+}
+
+func readerInfo(p *C.dckpt_reader) (Info, error) {
+	var ci C.dckpt_checkpoint_info
+	ci.version = C.DCKPT_CHECKPOINT_INFO_VERSION
+	if err := ccall(func() C.int { return C.dckpt_reader_info(&ci, p) }); err != nil {
+		return Info{}, err
+	}
+	return Info{
+		FormatMajor:       int(ci.format_major),
+		FormatMinor:       int(ci.format_minor),
+		Writer:            C.GoString(ci.writer),
+		NumEntries:        int(ci.num_entries),
+		NumFiles:          int(ci.num_files),
+		TotalBytes:        uint64(ci.total_bytes),
+		MetadataBytes:     uint64(ci.metadata_bytes),
+		ChecksumBlockSize: uint64(ci.checksum_block_size),
+	}, nil
+}
+
+// EntryKind tells a tensor from an opaque bytes entry.
+type EntryKind int
+
+// Entry kinds, as in distckpt.h.
+const (
+	TensorEntry EntryKind = C.DCKPT_ENTRY_TENSOR
+	BytesEntry  EntryKind = C.DCKPT_ENTRY_BYTES
+)
+
+func (k EntryKind) String() string {
+	switch k {
+	case TensorEntry:
+		return "tensor"
+	case BytesEntry:
+		return "bytes"
+	}
+	return "unknown"
+}
+
+// Entry describes one named entry of a checkpoint.
+type Entry struct {
+	Index     int       // position in the checkpoint's entries (sorted by name)
+	Name      string    //
+	Kind      EntryKind //
+	DType     DType     // tensors only
+	Shape     []uint64  // tensors only; empty for a scalar
+	NBytes    uint64    // stored size in bytes
+	NumChunks int       //
+}
+
+// Entries lists every entry, sorted by name.
+func (r *Reader) Entries() ([]Entry, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.release()
+	info, err := readerInfo(p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, info.NumEntries)
+	for i := range out {
+		if out[i], err = readerEntry(p, i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Entry looks an entry up by name; ErrNotFound if there is none.
+func (r *Reader) Entry(name string) (Entry, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return Entry{}, err
+	}
+	defer r.release()
+	idx, err := readerFind(p, name)
+	if err != nil {
+		return Entry{}, err
+	}
+	return readerEntry(p, idx)
+}
+
+func readerFind(p *C.dckpt_reader, name string) (int, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var idx C.size_t
+	err := ccall(func() C.int { return C.dckpt_reader_find(&idx, p, cname) })
+	return int(idx), err
+}
+
+func readerEntry(p *C.dckpt_reader, index int) (Entry, error) {
+	var ei C.dckpt_entry_info
+	ei.version = C.DCKPT_ENTRY_INFO_VERSION
+	if err := ccall(func() C.int { return C.dckpt_reader_entry(&ei, p, C.size_t(index)) }); err != nil {
+		return Entry{}, err
+	}
+	return Entry{
+		Index:     index,
+		Name:      C.GoString(ei.name),
+		Kind:      EntryKind(ei.kind),
+		DType:     DType(ei.dtype),
+		Shape:     copyU64(ei.shape, int(ei.ndim)),
+		NBytes:    uint64(ei.nbytes),
+		NumChunks: int(ei.num_chunks),
+	}, nil
+}
+
+// copyU64 copies n values out of a borrowed C array.
+func copyU64(p *C.uint64_t, n int) []uint64 {
+	out := make([]uint64, n)
+	if n > 0 {
+		copy(out, unsafe.Slice((*uint64)(unsafe.Pointer(p)), n))
+	}
+	return out
+}
+
+// Chunk is one stored piece of an entry: the box [Offsets, Offsets+Lengths) of the tensor, held in File at
+// FileOffset. A bytes entry has one chunk with an empty box.
+type Chunk struct {
+	Index      int
+	Offsets    []uint64
+	Lengths    []uint64
+	File       string // data file name inside the checkpoint directory
+	FileOffset uint64
+	Length     uint64 // bytes
+	Checksum   uint64 // XXH3-64, see FORMAT.md section 5
+}
+
+// Chunks lists the chunks of entry number `entry` (Entry.Index).
+func (r *Reader) Chunks(entry int) ([]Chunk, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.release()
+	e, err := readerEntry(p, entry)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Chunk, e.NumChunks)
+	for i := range out {
+		if out[i], err = readerChunk(p, entry, i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func readerChunk(p *C.dckpt_reader, entry, chunk int) (Chunk, error) {
+	var ci C.dckpt_chunk_info
+	ci.version = C.DCKPT_CHUNK_INFO_VERSION
+	if err := ccall(func() C.int { return C.dckpt_reader_chunk(&ci, p, C.size_t(entry), C.size_t(chunk)) }); err != nil {
+		return Chunk{}, err
+	}
+	return Chunk{
+		Index:      chunk,
+		Offsets:    copyU64(ci.offsets, int(ci.ndim)),
+		Lengths:    copyU64(ci.lengths, int(ci.ndim)),
+		File:       C.GoString(ci.file),
+		FileOffset: uint64(ci.file_offset),
+		Length:     uint64(ci.length),
+		Checksum:   uint64(ci.checksum),
+	}, nil
+}
+
+// Read returns the whole of entry `name`: a tensor's elements in row-major order (little-endian), or a bytes
+// entry's blob.
+func (r *Reader) Read(name string) ([]byte, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.release()
+	idx, err := readerFind(p, name)
+	if err != nil {
+		return nil, err
+	}
+	e, err := readerEntry(p, idx)
+	if err != nil {
+		return nil, err
+	}
+	if e.Kind == BytesEntry {
+		return readBytes(p, name, e.NBytes)
+	}
+	dst := make([]byte, e.NBytes)
+	return dst, readRegion(p, name, make([]uint64, len(e.Shape)), e.Shape, dst)
+}
+
+func readBytes(p *C.dckpt_reader, name string, size uint64) ([]byte, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	dst := make([]byte, size)
+	var got C.uint64_t
+	err := ccall(func() C.int {
+		return C.dckpt_reader_read_bytes(&got, p, cname, bytesPtr(dst), C.uint64_t(len(dst)))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dst[:got], nil
+}
+
+// ReadRegion returns the box [offsets, offsets+lengths) of tensor `name`, row-major. Only the bytes the box needs are
+// read (rounded out to checksum blocks when verifying).
+func (r *Reader) ReadRegion(name string, offsets, lengths []uint64) ([]byte, error) {
+	e, err := r.Entry(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(offsets) != len(lengths) {
+		return nil, errorf(CodeInvalid, "checkpoint '%s', tensor '%s': %d offsets but %d lengths", r.path, name,
+			len(offsets), len(lengths))
+	}
+	n := uint64(e.DType.Size())
+	for _, l := range lengths {
+		if l != 0 && n > ^uint64(0)/l {
+			return nil, errorf(CodeInvalid, "checkpoint '%s', tensor '%s': the region is too large", r.path, name)
+		}
+		n *= l
+	}
+	if n > uint64(maxInt) {
+		return nil, errorf(CodeInvalid, "checkpoint '%s', tensor '%s': a %d-byte region does not fit in memory",
+			r.path, name, n)
+	}
+	dst := make([]byte, n)
+	return dst, r.ReadInto(name, offsets, lengths, dst)
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// ReadInto reads the box [offsets, offsets+lengths) of tensor `name` into dst, whose length must be exactly the
+// box's volume times the dtype size.
+func (r *Reader) ReadInto(name string, offsets, lengths []uint64, dst []byte) error {
+	if len(offsets) != len(lengths) {
+		return errorf(CodeInvalid, "checkpoint '%s', tensor '%s': %d offsets but %d lengths", r.path, name,
+			len(offsets), len(lengths))
+	}
+	p, err := r.acquire()
+	if err != nil {
+		return err
+	}
+	defer r.release()
+	return readRegion(p, name, offsets, lengths, dst)
+}
+
+func readRegion(p *C.dckpt_reader, name string, offsets, lengths []uint64, dst []byte) error {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	return ccall(func() C.int {
+		return C.dckpt_reader_read(p, cname, C.size_t(len(offsets)), u64Ptr(offsets), u64Ptr(lengths),
+			bytesPtr(dst), C.uint64_t(len(dst)))
+	})
+}
+
+// u64Ptr and bytesPtr pass Go slices (which hold no Go pointers) to a C call that does not keep them; nil if empty.
+func u64Ptr(s []uint64) *C.uint64_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.uint64_t)(unsafe.Pointer(&s[0]))
+}
+
+func bytesPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
+
+// UserMetadata returns the free-form key/values saved with the checkpoint (for example "step").
+func (r *Reader) UserMetadata() (map[string]string, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.release()
+	var n C.size_t
+	if err := ccall(func() C.int { return C.dckpt_reader_num_user(&n, p) }); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, int(n))
+	for i := 0; i < int(n); i++ {
+		var k, v *C.char
+		if err := ccall(func() C.int { return C.dckpt_reader_user(&k, &v, p, C.size_t(i)) }); err != nil {
+			return nil, err
+		}
+		out[C.GoString(k)] = C.GoString(v)
+	}
+	return out, nil
+}
+
+// Structure returns the opaque description bindings use to rebuild nested state (may be empty).
+func (r *Reader) Structure() ([]byte, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.release()
+	var data *C.char
+	var size C.size_t
+	if err := ccall(func() C.int { return C.dckpt_reader_structure(&data, &size, p) }); err != nil {
+		return nil, err
+	}
+	return C.GoBytes(unsafe.Pointer(data), C.int(size)), nil
+}
+
+// IOStats are the reader's I/O counters since it was opened.
+type IOStats struct {
+	BytesRead      uint64 `json:"bytes_read"`
+	ReadCalls      uint64 `json:"read_calls"`
+	BytesVerified  uint64 `json:"bytes_verified"`
+	BytesDelivered uint64 `json:"bytes_delivered"`
+}
+
+// IOStats returns the reader's I/O counters.
+func (r *Reader) IOStats() (IOStats, error) {
+	p, err := r.acquire()
+	if err != nil {
+		return IOStats{}, err
+	}
+	defer r.release()
+	var s C.dckpt_io_stats
+	s.version = C.DCKPT_IO_STATS_VERSION
+	if err := ccall(func() C.int { return C.dckpt_reader_io_stats(&s, p) }); err != nil {
+		return IOStats{}, err
+	}
+	return IOStats{uint64(s.bytes_read), uint64(s.read_calls), uint64(s.bytes_verified), uint64(s.bytes_delivered)}, nil
+}

@@ -1,0 +1,277 @@
+package distckpt
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include <distckpt/distckpt.h>
+*/
+import "C"
+
+import (
+	"sort"
+	"unsafe"
+)
+
+// State is what one process saves: tensors made of pieces of a global shape, opaque bytes entries, and user
+// metadata. It keeps references to the slices it is given until Save copies them. Not safe for concurrent use.
+type State struct {
+	names     []string // tensors and bytes entries, in the order they were added
+	tensors   map[string]*tensorSpec
+	blobs     map[string][]byte
+	user      map[string]string
+	structure []byte
+}
+
+type tensorSpec struct {
+	dtype  DType
+	shape  []uint64
+	pieces []pieceSpec
+}
+
+type pieceSpec struct {
+	offsets, lengths []uint64
+	data             []byte
+}
+
+// NewState returns an empty state.
+func NewState() *State {
+	return &State{tensors: map[string]*tensorSpec{}, blobs: map[string][]byte{}, user: map[string]string{}}
+}
+
+func (s *State) checkNew(name string) error {
+	if _, ok := s.tensors[name]; ok {
+		return errorf(CodeInvalid, "entry '%s' is already in the state", name)
+	}
+	if _, ok := s.blobs[name]; ok {
+		return errorf(CodeInvalid, "entry '%s' is already in the state", name)
+	}
+	return nil
+}
+
+// AddTensor declares a tensor with its global shape (empty for a scalar). Its data comes from AddPiece.
+func (s *State) AddTensor(name string, dtype DType, shape []uint64) error {
+	if err := s.checkNew(name); err != nil {
+		return err
+	}
+	if dtype.Size() == 0 {
+		return errorf(CodeInvalid, "tensor '%s': unknown dtype %d", name, int(dtype))
+	}
+	if len(shape) > int(C.DCKPT_MAX_DIMS) {
+		return errorf(CodeInvalid, "tensor '%s': %d dimensions, at most %d are supported", name, len(shape),
+			int(C.DCKPT_MAX_DIMS))
+	}
+	s.tensors[name] = &tensorSpec{dtype: dtype, shape: append([]uint64(nil), shape...)}
+	s.names = append(s.names, name)
+	return nil
+}
+
+// AddPiece adds this process's box [offsets, offsets+lengths) of tensor `name`, held row-major (little-endian) in
+// data, whose length must be the box's volume times the dtype size.
+func (s *State) AddPiece(name string, offsets, lengths []uint64, data []byte) error {
+	t, ok := s.tensors[name]
+	if !ok {
+		return errorf(CodeNotFound, "tensor '%s' was not declared with AddTensor", name)
+	}
+	if len(offsets) != len(t.shape) || len(lengths) != len(t.shape) {
+		return errorf(CodeInvalid, "tensor '%s' has %d dimensions; the piece has %d offsets and %d lengths", name,
+			len(t.shape), len(offsets), len(lengths))
+	}
+	want := uint64(t.dtype.Size())
+	for d := range t.shape {
+		if offsets[d] > t.shape[d] || lengths[d] > t.shape[d]-offsets[d] {
+			return errorf(CodeInvalid, "tensor '%s': piece [%d, %d) of dimension %d is outside the shape %v", name,
+				offsets[d], offsets[d]+lengths[d], d, t.shape)
+		}
+		want *= lengths[d] // cannot overflow a real buffer: it is bounded by len(data) below
+	}
+	if want != uint64(len(data)) {
+		return errorf(CodeInvalid, "tensor '%s': the piece needs %d bytes of %s data, got %d", name, want,
+			t.dtype, len(data))
+	}
+	t.pieces = append(t.pieces, pieceSpec{
+		offsets: append([]uint64(nil), offsets...), lengths: append([]uint64(nil), lengths...), data: data,
+	})
+	return nil
+}
+
+// AddTensorData declares a tensor and adds all of it as one piece.
+func (s *State) AddTensorData(name string, dtype DType, shape []uint64, data []byte) error {
+	if err := s.AddTensor(name, dtype, shape); err != nil {
+		return err
+	}
+	if err := s.AddPiece(name, make([]uint64, len(shape)), shape, data); err != nil {
+		delete(s.tensors, name)
+		s.names = s.names[:len(s.names)-1]
+		return err
+	}
+	return nil
+}
+
+// AddBytes adds an opaque bytes entry.
+func (s *State) AddBytes(name string, data []byte) error {
+	if err := s.checkNew(name); err != nil {
+		return err
+	}
+	s.blobs[name] = data
+	s.names = append(s.names, name)
+	return nil
+}
+
+// SetUser sets a free-form metadata key (for example "step"; `distckpt ls` and `prune` read it).
+func (s *State) SetUser(key, value string) { s.user[key] = value }
+
+// SetStructure sets the opaque description bindings use to rebuild nested state.
+func (s *State) SetStructure(data []byte) { s.structure = append([]byte(nil), data...) }
+
+// SaveOptions configures Save. The zero value (or nil) means the library's defaults.
+type SaveOptions struct {
+	Overwrite         bool         // replace an existing checkpoint at the path
+	NoSync            bool         // skip fsync (tests, scratch data); the commit is still atomic but not durable
+	IOThreads         int          // 0: default
+	ChecksumBlockSize uint64       // 0: default (1 MiB); else a power of two >= 4096
+	Progress          ProgressFunc // bytes written so far
+}
+
+// SaveInfo reports what Save wrote.
+type SaveInfo struct {
+	NumFiles      int     `json:"num_files"`
+	NumEntries    int     `json:"num_entries"`
+	BytesWritten  uint64  `json:"bytes_written"`
+	TotalBytes    uint64  `json:"total_bytes"`
+	MetadataBytes uint64  `json:"metadata_bytes"`
+	Seconds       float64 `json:"seconds"`
+}
+
+// cState owns a C state and the C copies of the buffers it borrows. cgo forbids C from keeping Go pointers after a
+// call returns, and a C state keeps its buffers until dckpt_save, so Save copies every buffer into C memory first.
+type cState struct {
+	ptr  *C.dckpt_state
+	bufs []unsafe.Pointer
+}
+
+func (c *cState) free() {
+	C.dckpt_state_free(c.ptr)
+	for _, b := range c.bufs {
+		C.free(b)
+	}
+}
+
+func (c *cState) cbytes(b []byte) unsafe.Pointer {
+	n := len(b)
+	if n == 0 {
+		n = 1 // a valid pointer even for empty data
+	}
+	p := C.malloc(C.size_t(n))
+	if p == nil {
+		panic("distckpt: out of memory copying state buffers")
+	}
+	c.bufs = append(c.bufs, p)
+	if len(b) > 0 {
+		C.memcpy(p, unsafe.Pointer(&b[0]), C.size_t(len(b)))
+	}
+	return p
+}
+
+func (s *State) build() (*cState, error) {
+	c := &cState{}
+	if err := ccall(func() C.int { return C.dckpt_state_new(&c.ptr) }); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.free()
+		}
+	}()
+	for _, name := range s.names {
+		cname := C.CString(name)
+		c.bufs = append(c.bufs, unsafe.Pointer(cname))
+		if t, isTensor := s.tensors[name]; isTensor {
+			shape := append([]uint64(nil), t.shape...)
+			if err := ccall(func() C.int {
+				return C.dckpt_state_add_tensor(c.ptr, cname, C.int(t.dtype), C.size_t(len(shape)), u64Ptr(shape))
+			}); err != nil {
+				return nil, err
+			}
+			for _, pc := range t.pieces {
+				data := c.cbytes(pc.data)
+				if err := ccall(func() C.int {
+					return C.dckpt_state_add_piece(c.ptr, cname, u64Ptr(pc.offsets), u64Ptr(pc.lengths), data)
+				}); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			b := s.blobs[name]
+			data := c.cbytes(b)
+			if err := ccall(func() C.int {
+				return C.dckpt_state_add_bytes(c.ptr, cname, data, C.uint64_t(len(b)))
+			}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	keys := make([]string, 0, len(s.user))
+	for k := range s.user {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ck, cv := C.CString(k), C.CString(s.user[k])
+		c.bufs = append(c.bufs, unsafe.Pointer(ck), unsafe.Pointer(cv))
+		if err := ccall(func() C.int { return C.dckpt_state_set_user(c.ptr, ck, cv) }); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.structure) > 0 {
+		data := c.cbytes(s.structure)
+		if err := ccall(func() C.int {
+			return C.dckpt_state_set_structure(c.ptr, (*C.char)(data), C.size_t(len(s.structure)))
+		}); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return c, nil
+}
+
+// Save writes state to the directory path as one process, atomically: the checkpoint is written under a staging
+// name and renamed into place, so path either holds the complete checkpoint or nothing new. ErrExists if path
+// exists and opts.Overwrite is not set.
+func Save(path string, state *State, opts *SaveOptions) (SaveInfo, error) {
+	var copts C.dckpt_save_options
+	if err := ccall(func() C.int { return C.dckpt_save_options_init(&copts, C.DCKPT_SAVE_OPTIONS_VERSION) }); err != nil {
+		return SaveInfo{}, err
+	}
+	var hook *progressHook
+	if opts != nil {
+		if opts.Overwrite {
+			copts.overwrite = 1
+		}
+		if opts.NoSync {
+			copts.sync = 0
+		}
+		copts.io_threads = C.unsigned(opts.IOThreads)
+		copts.checksum_block_size = C.uint64_t(opts.ChecksumBlockSize)
+		hook = newProgressHook(opts.Progress)
+		copts.progress = hook.cfn()
+		copts.progress_user_data = hook.userData()
+	}
+	cs, err := state.build()
+	if err != nil {
+		return SaveInfo{}, hook.finish(err)
+	}
+	defer cs.free()
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var info C.dckpt_save_info
+	info.version = C.DCKPT_SAVE_INFO_VERSION
+	err = hook.finish(ccall(func() C.int { return C.dckpt_save(&info, cpath, cs.ptr, nil, &copts) }))
+	if err != nil {
+		return SaveInfo{}, err
+	}
+	return SaveInfo{
+		NumFiles: int(info.num_files), NumEntries: int(info.num_entries), BytesWritten: uint64(info.bytes_written),
+		TotalBytes: uint64(info.total_bytes), MetadataBytes: uint64(info.metadata_bytes), Seconds: float64(info.seconds),
+	}, nil
+}
