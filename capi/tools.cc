@@ -1,0 +1,49 @@
+// The tools part of the C ABI: offline operations on committed checkpoints (safetensors export).
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "capi/capi_internal.h"
+#include "capi/include/distckpt/distckpt.h"
+#include "core/tools/safetensors_export.h"
+
+using distckpt::capi::CheckVersion;
+using distckpt::capi::NotNull;
+using distckpt::capi::Report;
+
+extern "C" {
+
+int dckpt_export_options_init(dckpt_export_options* opts, unsigned version) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
+    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_EXPORT_OPTIONS_VERSION, "dckpt_export_options"));
+    dckpt_export_options defaults = DCKPT_EXPORT_OPTIONS_INIT;
+    defaults.version = version;
+    *opts = defaults;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_export_safetensors(const char* ckpt_path, const char* out_dir, const dckpt_export_options* opts) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(ckpt_path, "ckpt_path"));
+    DCKPT_RETURN_IF_FAILED(NotNull(out_dir, "out_dir"));
+    distckpt::SafetensorsExportOptions o;
+    if (opts) {
+      DCKPT_RETURN_IF_FAILED(CheckVersion(opts->version, DCKPT_EXPORT_OPTIONS_VERSION, "dckpt_export_options"));
+      if (opts->max_shard_bytes) o.max_shard_bytes = opts->max_shard_bytes;
+      if (opts->prefix) o.prefix = opts->prefix;
+      o.verify = opts->verify != 0;
+      if (opts->progress) {
+        dckpt_progress_fn fn = opts->progress;
+        void* user = opts->progress_user_data;
+        o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
+      }
+    }
+    auto r = distckpt::ExportSafetensors(ckpt_path, out_dir, o);
+    if (!r.ok()) return Report(r.status());
+    return DCKPT_OK;
+  })
+}
+
+}  // extern "C"

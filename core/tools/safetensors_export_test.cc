@@ -1,0 +1,452 @@
+// The safetensors exporter: files are parsed back with an independent JSON reader and checked byte for byte against
+// the checkpoint (the Python suite also loads them with the real `safetensors` package).
+#include "core/tools/safetensors_export.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/engine/reader.h"
+#include "core/engine/save.h"
+
+namespace distckpt {
+namespace {
+
+// ---- A minimal JSON reader (objects, arrays, strings, unsigned integers), enough for safetensors headers. ----
+
+struct Json {
+  enum Kind { kNull, kNumber, kString, kArray, kObject } kind = kNull;
+  uint64_t number = 0;
+  std::string str;
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;  // in file order
+
+  const Json& operator[](const std::string& key) const {
+    for (const auto& [k, v] : members) {
+      if (k == key) return v;
+    }
+    static const Json null;
+    return null;
+  }
+  std::vector<uint64_t> Numbers() const {
+    std::vector<uint64_t> out;
+    for (const Json& j : items) out.push_back(j.number);
+    return out;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& s) : s_(s) {}
+  bool Parse(Json* out) {
+    if (!Value(out)) return false;
+    Ws();
+    return i_ == s_.size();
+  }
+
+ private:
+  void Ws() {
+    while (i_ < s_.size() && std::strchr(" \t\r\n", s_[i_]) != nullptr) ++i_;
+  }
+  bool Eat(char c) {
+    Ws();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool String(std::string* out) {
+    if (!Eat('"')) return false;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      if (s_[i_] == '\\') {
+        if (++i_ >= s_.size()) return false;
+        char c = s_[i_];
+        if (c == 'u') {
+          if (i_ + 4 >= s_.size()) return false;
+          out->push_back(static_cast<char>(std::stoi(s_.substr(i_ + 1, 4), nullptr, 16)));
+          i_ += 4;
+        } else {
+          out->push_back(c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c == 'b' ? '\b' : c == 'f' ? '\f' : c);
+        }
+        ++i_;
+      } else {
+        out->push_back(s_[i_++]);
+      }
+    }
+    return Eat('"');
+  }
+  bool Value(Json* out) {
+    Ws();
+    if (i_ >= s_.size()) return false;
+    char c = s_[i_];
+    if (c == '"') {
+      out->kind = Json::kString;
+      return String(&out->str);
+    }
+    if (c == '[') {
+      ++i_;
+      out->kind = Json::kArray;
+      if (Eat(']')) return true;
+      do {
+        out->items.emplace_back();
+        if (!Value(&out->items.back())) return false;
+      } while (Eat(','));
+      return Eat(']');
+    }
+    if (c == '{') {
+      ++i_;
+      out->kind = Json::kObject;
+      if (Eat('}')) return true;
+      do {
+        std::string key;
+        if (!String(&key) || !Eat(':')) return false;
+        out->members.emplace_back(key, Json());
+        if (!Value(&out->members.back().second)) return false;
+      } while (Eat(','));
+      return Eat('}');
+    }
+    if (c >= '0' && c <= '9') {
+      out->kind = Json::kNumber;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') out->number = out->number * 10 + (s_[i_++] - '0');
+      return true;
+    }
+    return false;
+  }
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+// ---- Helpers ----
+
+std::string TempDir(const std::string& tag) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  static int counter = 0;
+  std::string dir = std::string(t ? t : "/tmp") + "/st_export_" + tag + "_" + std::to_string(getpid()) + "_" +
+                    std::to_string(counter++);
+  ::mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  auto r = DefaultStorage()->ListDir(dir);
+  return r.ok() ? *r : std::vector<std::string>{};
+}
+
+struct TestTensor {
+  std::string name;
+  DType dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+TestTensor MakeTensor(const std::string& name, DType dtype, std::vector<uint64_t> shape) {
+  TestTensor t{name, dtype, shape, {}};
+  uint64_t n = DTypeSize(dtype);
+  for (uint64_t d : shape) n *= d;
+  t.data.resize(n);
+  for (uint64_t i = 0; i < n; ++i) t.data[i] = static_cast<uint8_t>((i * 7 + name.size() * 13 + i / 251) % 256);
+  return t;
+}
+
+// Saves the tensors, each split in two row pieces where it has rows, plus the given bytes entry and user metadata.
+void SaveCheckpoint(const std::string& path, std::vector<TestTensor>& tensors,
+                    const std::map<std::string, std::string>& user = {}, std::string blob = "") {
+  State state;
+  for (TestTensor& t : tensors) {
+    ASSERT_TRUE(state.AddTensor(t.name, t.dtype, t.shape).ok());
+    if (t.shape.empty() || t.shape[0] < 2) {
+      std::vector<uint64_t> zero(t.shape.size(), 0);
+      ASSERT_TRUE(state.AddPiece(t.name, zero, t.shape, t.data.data()).ok());
+      continue;
+    }
+    uint64_t half = t.shape[0] / 2;
+    uint64_t row = t.data.size() / t.shape[0];
+    std::vector<uint64_t> off(t.shape.size(), 0), len = t.shape;
+    len[0] = half;
+    ASSERT_TRUE(state.AddPiece(t.name, off, len, t.data.data()).ok());
+    off[0] = half;
+    len[0] = t.shape[0] - half;
+    ASSERT_TRUE(state.AddPiece(t.name, off, len, t.data.data() + half * row).ok());
+  }
+  if (!blob.empty()) {
+    ASSERT_TRUE(state.AddBytes("blob", blob.data(), blob.size()).ok());
+  }
+  for (const auto& [k, v] : user) state.SetUserMetadata(k, v);
+  SaveOptions so;
+  so.sync = false;
+  auto r = Save(path, state, nullptr, so);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+struct ParsedFile {
+  uint64_t header_len = 0;
+  std::string raw_header;
+  Json header;
+  std::string data;  // everything after the header
+};
+
+ParsedFile ParseSafetensors(const std::string& path) {
+  ParsedFile p;
+  std::string bytes = ReadAll(path);
+  EXPECT_GE(bytes.size(), 8u) << path;
+  if (bytes.size() < 8) return p;
+  for (int b = 7; b >= 0; --b) p.header_len = (p.header_len << 8) | static_cast<uint8_t>(bytes[b]);
+  EXPECT_LE(8 + p.header_len, bytes.size()) << path;
+  p.raw_header = bytes.substr(8, p.header_len);
+  p.data = bytes.substr(8 + p.header_len);
+  EXPECT_TRUE(JsonParser(p.raw_header).Parse(&p.header)) << p.raw_header;
+  return p;
+}
+
+// Checks the structural rules of the format (safetensors' own validator) and returns name -> bytes.
+std::map<std::string, std::string> CheckFile(const std::string& path, std::map<std::string, Json>* infos = nullptr) {
+  ParsedFile p = ParseSafetensors(path);
+  EXPECT_EQ(p.header_len % 8, 0u) << "header not padded to 8 bytes";
+  EXPECT_EQ(p.raw_header.front(), '{');
+  EXPECT_EQ(p.raw_header.find_last_not_of(' '), p.raw_header.rfind('}')) << "padding must be spaces";
+  EXPECT_EQ(p.header.kind, Json::kObject);
+  std::map<std::string, std::string> out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& [name, info] : p.header.members) {
+    if (name == "__metadata__") {
+      for (const auto& kv : info.members) EXPECT_EQ(kv.second.kind, Json::kString) << "metadata values are strings";
+      continue;
+    }
+    std::vector<uint64_t> offs = info["data_offsets"].Numbers();
+    EXPECT_EQ(offs.size(), 2u);
+    DType dt = DTypeFromName(info["dtype"].str);
+    EXPECT_NE(dt, DType::kInvalid) << info["dtype"].str;
+    uint64_t expect = DTypeSize(dt);
+    for (uint64_t d : info["shape"].Numbers()) expect *= d;
+    EXPECT_EQ(offs[1] - offs[0], expect) << name;
+    EXPECT_EQ(offs[0] % DTypeSize(dt), 0u) << name << " is not aligned to its element size";
+    ranges.emplace_back(offs[0], offs[1]);
+    out[name] = p.data.substr(offs[0], offs[1] - offs[0]);
+    if (infos) (*infos)[name] = info;
+  }
+  // No holes, no overlaps, nothing after the last tensor.
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t end = 0;
+  for (auto [b, e] : ranges) {
+    EXPECT_EQ(b, end);
+    end = e;
+  }
+  EXPECT_EQ(end, p.data.size());
+  return out;
+}
+
+std::string Bytes(const TestTensor& t) { return std::string(t.data.begin(), t.data.end()); }
+
+// ---- Tests ----
+
+TEST(SafetensorsExportTest, ShardsStreamsAndRoundTripsEveryDtype) {
+  std::vector<TestTensor> tensors = {
+      MakeTensor("a.f32", DType::kF32, {6, 5}),
+      MakeTensor("b.bf16", DType::kBF16, {17}),
+      MakeTensor("c.scalar_i64", DType::kI64, {}),
+      MakeTensor("d.empty_u8", DType::kU8, {0, 4}),
+      MakeTensor("e.bool", DType::kBool, {3, 3}),
+      MakeTensor("f.f8e4m3", DType::kF8E4M3FN, {8}),
+      MakeTensor("g.f8e5m2", DType::kF8E5M2, {8}),
+      MakeTensor("h.big_f64", DType::kF64, {7, 9, 11}),  // 5544 bytes: larger than the buffer, and than a shard
+      MakeTensor("i.c64", DType::kC64, {4, 2}),
+      MakeTensor("j.u16", DType::kU16, {5}),
+      MakeTensor("k.i8", DType::kI8, {2, 1, 1, 1, 1, 1, 1, 3}),
+      MakeTensor("l.f16", DType::kF16, {33}),
+      MakeTensor("m.u32", DType::kU32, {3}),
+      MakeTensor("n.i32", DType::kI32, {3}),
+      MakeTensor("o.u64", DType::kU64, {2}),
+      MakeTensor("p.i16", DType::kI16, {2}),
+  };
+  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors, {{"step", "100"}, {"quote\"key", "line\nbreak"}}, "opaque blob");
+  std::string out = TempDir("out");
+
+  SafetensorsExportOptions opts;
+  opts.max_shard_bytes = 1500;
+  opts.buffer_bytes = 64;  // 32-byte halves: every tensor above that is streamed slab by slab
+  uint64_t last_done = 0, last_total = 0;
+  int calls = 0;
+  opts.progress = [&](uint64_t done, uint64_t total) {
+    EXPECT_GE(done, last_done);
+    last_done = done;
+    last_total = total;
+    ++calls;
+    return 0;
+  };
+  auto r = ExportSafetensors(ckpt, out, opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->num_tensors, tensors.size());
+  EXPECT_EQ(r->skipped_bytes_entries, 1u);
+  uint64_t total = 0;
+  for (const TestTensor& t : tensors) total += t.data.size();
+  EXPECT_EQ(r->total_size, total);
+  EXPECT_EQ(last_done, total);
+  EXPECT_EQ(last_total, total);
+  EXPECT_GT(calls, 100);  // streamed in many small pieces
+  ASSERT_GE(r->files.size(), 3u);
+
+  const size_t n = r->files.size();
+  std::map<std::string, std::string> got;
+  std::map<std::string, std::string> file_of;
+  for (size_t i = 0; i < n; ++i) {
+    char expect_name[64];
+    std::snprintf(expect_name, sizeof expect_name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+    EXPECT_EQ(r->files[i], expect_name);
+    const std::string path = out + "/" + r->files[i];
+    std::map<std::string, Json> infos;
+    auto tensors_in_file = CheckFile(path, &infos);
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    if (tensors_in_file.count("h.big_f64") == 0) {
+      EXPECT_LE(static_cast<uint64_t>(st.st_size), opts.max_shard_bytes) << path;
+    } else {
+      EXPECT_EQ(tensors_in_file.size(), 1u) << "an oversized tensor gets a file of its own";
+    }
+    for (auto& [name, bytes] : tensors_in_file) {
+      got[name] = bytes;
+      file_of[name] = r->files[i];
+    }
+    ParsedFile p = ParseSafetensors(path);
+    const Json& md = p.header["__metadata__"];
+    EXPECT_EQ(md["step"].str, "100");
+    EXPECT_EQ(md["quote\"key"].str, "line\nbreak");
+    EXPECT_EQ(md["format"].str, "pt");
+  }
+  ASSERT_EQ(got.size(), tensors.size());
+  for (const TestTensor& t : tensors) EXPECT_EQ(got[t.name], Bytes(t)) << t.name;
+
+  // Names, shapes and dtypes come through as safetensors spells them.
+  {
+    std::map<std::string, Json> infos;
+    for (const std::string& f : r->files) CheckFile(out + "/" + f, &infos);
+    EXPECT_EQ(infos["f.f8e4m3"]["dtype"].str, "F8_E4M3");
+    EXPECT_EQ(infos["b.bf16"]["dtype"].str, "BF16");
+    EXPECT_EQ(infos["e.bool"]["dtype"].str, "BOOL");
+    EXPECT_EQ(infos["c.scalar_i64"]["shape"].items.size(), 0u);
+    EXPECT_EQ(infos["d.empty_u8"]["shape"].Numbers(), (std::vector<uint64_t>{0, 4}));
+    EXPECT_EQ(infos["h.big_f64"]["shape"].Numbers(), (std::vector<uint64_t>{7, 9, 11}));
+  }
+
+  // The index names every tensor's file and the total size.
+  Json index;
+  std::string index_text = ReadAll(out + "/model.safetensors.index.json");
+  ASSERT_TRUE(JsonParser(index_text).Parse(&index)) << index_text;
+  EXPECT_EQ(index["metadata"]["total_size"].number, total);
+  EXPECT_EQ(index["weight_map"].members.size(), tensors.size());
+  for (const auto& [name, file] : index["weight_map"].members) EXPECT_EQ(file.str, file_of[name]) << name;
+
+  // No temporary file is left behind.
+  for (const std::string& name : ListDir(out)) EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
+}
+
+TEST(SafetensorsExportTest, SingleFileIsStillIndexedAndPrefixIsUsed) {
+  std::vector<TestTensor> tensors = {MakeTensor("w", DType::kF32, {4, 4}), MakeTensor("x", DType::kU8, {3})};
+  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors, {{"format", "flax"}});
+  std::string out = TempDir("out");
+  SafetensorsExportOptions opts;
+  opts.prefix = "weights";
+  auto r = ExportSafetensors(ckpt, out, opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->files, (std::vector<std::string>{"weights-00001-of-00001.safetensors"}));
+  EXPECT_EQ(r->index_file, "weights.safetensors.index.json");
+  EXPECT_TRUE(Exists(out + "/weights.safetensors.index.json"));
+  ParsedFile p = ParseSafetensors(out + "/" + r->files[0]);
+  EXPECT_EQ(p.header["__metadata__"]["format"].str, "flax") << "the user's format is kept";
+  auto got = CheckFile(out + "/" + r->files[0]);
+  EXPECT_EQ(got["w"], Bytes(tensors[0]));
+  EXPECT_EQ(got["x"], Bytes(tensors[1]));
+
+  // Exporting again replaces the files.
+  r = ExportSafetensors(ckpt, out, opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(CheckFile(out + "/" + r->files[0])["w"], Bytes(tensors[0]));
+}
+
+TEST(SafetensorsExportTest, Complex128IsRefusedBeforeWritingAnything) {
+  std::vector<TestTensor> tensors = {MakeTensor("fine", DType::kF32, {2}), MakeTensor("z.c128", DType::kC128, {2})};
+  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  std::string out = TempDir("out");
+  auto r = ExportSafetensors(ckpt, out, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("z.c128"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("C128"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(ListDir(out).empty());
+}
+
+TEST(SafetensorsExportTest, BadArgumentsAndAbortLeaveNothingBehind) {
+  std::vector<TestTensor> tensors = {MakeTensor("a", DType::kF32, {64, 64}), MakeTensor("b", DType::kF32, {64})};
+  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  std::string out = TempDir("out");
+
+  auto r = ExportSafetensors(ckpt, out + "/missing", {});
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("missing"), std::string::npos);
+
+  SafetensorsExportOptions bad;
+  bad.prefix = "../evil";
+  EXPECT_EQ(ExportSafetensors(ckpt, out, bad).status().code(), StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(ExportSafetensors(ckpt + "-nope", out, {}).status().code(), StatusCode::kNotFound);
+
+  SafetensorsExportOptions abort;
+  abort.buffer_bytes = 1024;
+  abort.max_shard_bytes = 8192;
+  abort.progress = [](uint64_t done, uint64_t) { return done > 4096 ? 1 : 0; };
+  r = ExportSafetensors(ckpt, out, abort);
+  EXPECT_EQ(r.status().code(), StatusCode::kUser);
+  EXPECT_TRUE(ListDir(out).empty()) << "temporary files must be removed";
+}
+
+TEST(SafetensorsExportTest, CorruptDataIsReportedWhenVerifying) {
+  std::vector<TestTensor> tensors = {MakeTensor("a", DType::kF32, {128})};
+  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  // Flip one byte of the data file.
+  std::string data_file = ckpt + "/data-00000.bin";
+  std::string bytes = ReadAll(data_file);
+  ASSERT_FALSE(bytes.empty());
+  bytes[0] ^= 0xff;
+  std::ofstream(data_file, std::ios::binary | std::ios::trunc) << bytes;
+  std::string out = TempDir("out");
+  auto r = ExportSafetensors(ckpt, out, {});
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().ToString();
+  EXPECT_TRUE(ListDir(out).empty());
+  SafetensorsExportOptions no_verify;
+  no_verify.verify = false;
+  EXPECT_TRUE(ExportSafetensors(ckpt, out, no_verify).ok());
+}
+
+TEST(SafetensorsExportTest, JsonQuoteEscapes) {
+  EXPECT_EQ(internal_safetensors::JsonQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+  EXPECT_EQ(internal_safetensors::JsonQuote("\xc3\xa9"), "\"\xc3\xa9\"");
+}
+
+}  // namespace
+}  // namespace distckpt
