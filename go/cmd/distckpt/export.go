@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	distckpt "distckpt.dev/go"
+)
+
+var exportCommand = &command{
+	name:    "export-safetensors",
+	args:    "[--max-shard-size SIZE] [--prefix P] [--no-verify] [--no-progress] [--json] CKPT OUT",
+	summary: "write the checkpoint's tensors as safetensors shards plus an index (via the C++ core's exporter)",
+	help: `
+Writes OUT/<P>-00001-of-0000N.safetensors ... and OUT/<P>.safetensors.index.json through the library's exporter
+(dckpt_export_safetensors); OUT is created if missing and files of the same names are replaced. Bytes entries are
+skipped; user metadata goes into each file's __metadata__. SIZE accepts 5GB (10^9), 512MiB (2^20) or a byte count;
+the default is 5GB. Checksums are verified while reading unless --no-verify.
+
+JSON: {"checkpoint": str, "out": str, "index": str (file name), "tensors": int, "seconds": float,
+  "files": [{"name": str, "bytes": int}]}`,
+	run: runExport,
+}
+
+func runExport(c *ctx, args []string) int {
+	fs := c.flags()
+	maxShard := fs.String("max-shard-size", "5GB", "largest .safetensors file")
+	prefix := fs.String("prefix", "model", "file name prefix")
+	noVerify := fs.Bool("no-verify", false, "do not check checksums while reading")
+	noProgress := fs.Bool("no-progress", false, "never draw a progress bar")
+	pos, st := c.parse(fs, args, 2, 2)
+	if st >= 0 {
+		return st
+	}
+	shard, err := parseSize(*maxShard)
+	if err != nil || shard == 0 {
+		return c.usageError("--max-shard-size: invalid size %q", *maxShard)
+	}
+	if *prefix == "" || filepath.Base(*prefix) != *prefix {
+		return c.usageError("--prefix must be a plain file name prefix")
+	}
+	ckpt, out := pos[0], pos[1]
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return c.fail(exitFailure, err)
+	}
+	var bar *progressBar
+	if !*noProgress {
+		bar = newProgressBar(c.stderr, "exporting")
+	}
+	start := time.Now()
+	err = distckpt.ExportSafetensors(ckpt, out, &distckpt.ExportOptions{
+		MaxShardBytes: shard, Prefix: *prefix, NoVerify: *noVerify, Progress: bar.update,
+	})
+	bar.finish()
+	if err != nil {
+		return c.fail(exitFailure, err)
+	}
+	seconds := time.Since(start).Seconds()
+
+	indexName := *prefix + ".safetensors.index.json"
+	raw, err := os.ReadFile(filepath.Join(out, indexName))
+	if err != nil {
+		return c.fail(exitFailure, fmt.Errorf("the exporter reported success but wrote no index: %w", err))
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(raw, &index); err != nil {
+		return c.fail(exitFailure, fmt.Errorf("%s: %w", indexName, err))
+	}
+	type fileJSON struct {
+		Name  string `json:"name"`
+		Bytes int64  `json:"bytes"`
+	}
+	seen := map[string]bool{}
+	files := []fileJSON{}
+	for _, f := range index.WeightMap {
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		st, err := os.Stat(filepath.Join(out, f))
+		if err != nil {
+			return c.fail(exitFailure, fmt.Errorf("%s lists %s: %w", indexName, f, err))
+		}
+		files = append(files, fileJSON{f, st.Size()})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	if c.json {
+		c.writeJSON(struct {
+			Checkpoint string     `json:"checkpoint"`
+			Out        string     `json:"out"`
+			Index      string     `json:"index"`
+			Tensors    int        `json:"tensors"`
+			Seconds    float64    `json:"seconds"`
+			Files      []fileJSON `json:"files"`
+		}{ckpt, out, indexName, len(index.WeightMap), seconds, files})
+		return exitOK
+	}
+	var total int64
+	for _, f := range files {
+		fmt.Fprintf(c.stdout, "%s  %s\n", filepath.Join(out, f.Name), humanBytes(uint64(f.Bytes)))
+		total += f.Bytes
+	}
+	fmt.Fprintf(c.stdout, "%s\nexported %d tensors into %d files (%s) in %.2fs\n", filepath.Join(out, indexName),
+		len(index.WeightMap), len(files), humanBytes(uint64(total)), seconds)
+	return exitOK
+}
