@@ -220,6 +220,10 @@ static_assert(sizeof(Header) == 32, "the header is sent as raw bytes");
 // different collectives can never be confused and slots are never reused.
 uint64_t HeaderSlot(uint64_t seq) { return seq << 1; }
 uint64_t PayloadSlot(uint64_t seq) { return (seq << 1) | 1; }
+// Never sent to: a receive posted on it stays queued until its connection fails (see Group::PeerFailed).
+constexpr uint64_t kSentinelSlot = ~uint64_t{0};
+// How often a wait checks whether its peer's connection has failed underneath it.
+constexpr Millis kHealthInterval(100);
 
 std::string OpName(uint32_t op, int root) {
   switch (static_cast<Op>(op)) {
@@ -252,9 +256,43 @@ struct Group {
   int size = 1;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::transport::Context> context;
+  // One receive per peer on kSentinelSlot, posted once and never matched (see PeerFailed).
+  std::vector<char> sentinel_bytes;
+  std::vector<std::unique_ptr<UnboundBuffer>> sentinels;
   Watchdog watchdog;
 
   std::string Who() const { return "rank " + std::to_string(rank) + " of " + std::to_string(size); }
+
+  void PostSentinels() {
+    sentinel_bytes.assign(size, 0);
+    sentinels.resize(size);
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      // A connection that already failed leaves its sentinel out; the first barrier reports that peer anyway.
+      std::string ignored;
+      CatchGloo(
+          [&] {
+            auto buf = context->createUnboundBuffer(&sentinel_bytes[p], 1);
+            buf->recv(p, kSentinelSlot);
+            sentinels[p] = std::move(buf);
+          },
+          &ignored);
+    }
+  }
+
+  // Whether the connection to `peer` has failed; if so, *error says how. Gloo (this version) tells a buffer that
+  // its connection failed only while the buffer's operation is still queued: a transfer whose bytes are already
+  // moving (the receive being read, a send partly written) is never told and would wait out its whole timeout. The
+  // sentinel receive stays queued forever, so it is told; a wait on it interrupted at once by the watchdog rethrows
+  // the failure if there is one and otherwise returns false without side effects.
+  bool PeerFailed(int peer, std::string* error) {
+    if (peer < 0 || peer >= static_cast<int>(sentinels.size()) || !sentinels[peer]) return false;
+    UnboundBuffer* s = sentinels[peer].get();
+    watchdog.Arm(s, /*recv=*/true, Clock::now());
+    const bool threw = !CatchGloo([&] { s->waitRecv(nullptr, Millis(60000)); }, error);
+    watchdog.Disarm();
+    return threw;
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -321,7 +359,7 @@ class Exchange {
     Peer& p = peers_[peer];
     if (p.failed || !p.in_hdr_buf) return false;
     std::string error;
-    Outcome o = Wait(p.in_hdr_buf.get(), /*recv=*/true, Deadline(deadline), &error);
+    Outcome o = Wait(p.in_hdr_buf.get(), /*recv=*/true, peer, Deadline(deadline), &error);
     if (o != Outcome::kDone) {
       RecordFailure(peer, o, error, /*arrival=*/true);
       return false;
@@ -370,7 +408,7 @@ class Exchange {
     if (!p.payload_pending) return !p.failed;
     p.payload_pending = false;
     std::string error;
-    Outcome o = Wait(p.in_data_buf.get(), /*recv=*/true, Deadline(deadline), &error);
+    Outcome o = Wait(p.in_data_buf.get(), /*recv=*/true, peer, Deadline(deadline), &error);
     if (o != Outcome::kDone) {
       RecordFailure(peer, o, error, /*arrival=*/false);
       return false;
@@ -448,27 +486,39 @@ class Exchange {
     return requested == Clock::time_point::max() ? call_.deadline : requested;
   }
 
-  // Waits for one operation. Before this rank has given up, the watchdog interrupts the wait at `deadline`. After
-  // (or once the deadline has passed) the wait only probes whether the operation already completed, with Gloo's own
-  // zero timeout; that closes this rank's connections if it had not, which the failure path does anyway.
+  // Waits for one operation with `peer`. Before this rank has given up, the wait runs in slices of
+  // kHealthInterval, each ended by the watchdog, checking between slices that the peer's connection has not failed
+  // underneath the transfer; at `deadline` it times out. After this rank gave up (or once the deadline has passed)
+  // the wait only probes whether the operation already completed, with Gloo's own zero timeout; that closes this
+  // rank's connections if it had not, which the failure path does anyway.
   // `force`: wait until `deadline` even after this rank gave up (forwarding an error), without giving up for it.
-  Outcome Wait(UnboundBuffer* buf, bool recv, Clock::time_point deadline, std::string* error, bool force = false) {
+  Outcome Wait(UnboundBuffer* buf, bool recv, int peer, Clock::time_point deadline, std::string* error,
+               bool force = false) {
     const bool probe = (gave_up_ && !force) || Clock::now() >= deadline;
     if (probe && !force) gave_up_ = true;
-    // Gloo's timeout is only a backstop should the watchdog fail to fire.
-    const Millis gloo_timeout = probe ? Millis(0) : Until(deadline) + Millis(30000);
-    if (!probe) g_.watchdog.Arm(buf, recv, deadline);
+    auto wait = [&](Millis gloo_timeout, bool* done) {
+      return CatchGloo(
+          [&] { *done = recv ? buf->waitRecv(nullptr, gloo_timeout) : buf->waitSend(nullptr, gloo_timeout); }, error);
+    };
     bool done = false;
-    bool threw = !CatchGloo(
-        [&] { done = recv ? buf->waitRecv(nullptr, gloo_timeout) : buf->waitSend(nullptr, gloo_timeout); }, error);
-    const bool fired = probe ? false : g_.watchdog.Disarm();
-    if (!threw && done) return Outcome::kDone;
-    if (probe) return Outcome::kTimedOut;  // Did not complete by the deadline; whatever Gloo said is collateral.
-    if (!threw || fired || error->find("Timed out") != std::string::npos) {
-      if (!force) gave_up_ = true;
-      return Outcome::kTimedOut;
+    if (probe) return wait(Millis(0), &done) && done ? Outcome::kDone : Outcome::kTimedOut;
+    for (;;) {
+      g_.watchdog.Arm(buf, recv, std::min(deadline, Clock::now() + kHealthInterval));
+      // Gloo's own timeout is only a backstop should the watchdog fail to fire.
+      const bool threw = !wait(Until(deadline) + Millis(30000), &done);
+      g_.watchdog.Disarm();
+      if (!threw && done) return Outcome::kDone;
+      if (threw) return error->find("Timed out") != std::string::npos ? GiveUp(force) : Outcome::kFailed;
+      // Interrupted by the watchdog. An operation that completed at that instant stays completed: the next wait
+      // returns at once.
+      if (Clock::now() >= deadline) return GiveUp(force);
+      if (g_.PeerFailed(peer, error)) return Outcome::kFailed;
     }
-    return Outcome::kFailed;
+  }
+
+  Outcome GiveUp(bool force) {
+    if (!force) gave_up_ = true;
+    return Outcome::kTimedOut;
   }
 
   // `arrival`: the operation was the receive of a peer's header, i.e. the sign that the peer reached the collective.
@@ -494,7 +544,7 @@ class Exchange {
     for (UnboundBuffer* buf : {p.out_hdr_buf.get(), p.out_data_buf.get()}) {
       if (buf == nullptr) continue;
       std::string error;
-      Outcome o = Wait(buf, /*recv=*/false, p.send_deadline, &error, /*force=*/p.forward);
+      Outcome o = Wait(buf, /*recv=*/false, peer, p.send_deadline, &error, /*force=*/p.forward);
       if (p.forward) {
         if (o != Outcome::kDone) return;
         continue;
@@ -533,11 +583,13 @@ class GlooCommunicator final : public Communicator {
     g_.size = size;
     g_.device = std::move(device);
     g_.context = std::move(context);
+    g_.PostSentinels();
   }
 
   ~GlooCommunicator() override {
     SigpipeBlocker sigpipe;
     CloseConnections();
+    g_.sentinels.clear();
     g_.context.reset();
     g_.device.reset();  // Joins Gloo's event loop thread.
   }
