@@ -298,14 +298,11 @@ struct Group {
 // ---------------------------------------------------------------------------------------------------------------
 // Exchange: the point-to-point operations of one collective on one rank, and the bookkeeping that turns their
 // failures into one Status naming the ranks at fault. Every operation is tied to a peer, so whichever wait times out
-// or throws, we know which rank we were waiting for.
+// or throws, we know which rank we were waiting for. Buffers destroyed with an operation still pending are dropped
+// by Gloo (its pairs hold weak references); the communicator closes its connections first whenever that can happen.
 class Exchange {
  public:
   Exchange(Group& group, const Call& call) : g_(group), call_(call), peers_(group.size) {}
-
-  ~Exchange() {
-    // A buffer destroyed with an operation still pending is dropped by Gloo (its pairs hold weak references).
-  }
 
   /// Adds a note shown after `peer` in errors, e.g. "relaying the broadcast from rank 3".
   void SetNote(int peer, std::string note) { peers_[peer].note = std::move(note); }
@@ -342,7 +339,6 @@ class Exchange {
   /// Posts the receive of `peer`'s header. Post every receive before waiting on any, so peers never wait on us.
   void PostHeaderRecv(int peer) {
     Peer& p = peers_[peer];
-    p.expecting = true;
     std::string error;
     bool ok = CatchGloo(
         [&] {
@@ -423,10 +419,6 @@ class Exchange {
     return Summary();
   }
 
-  bool failed() const {
-    return !mismatch_.empty() || !upstream_.empty() || !timed_out_.empty() || !lost_.empty();
-  }
-
   /// The collective's outcome so far: OK, or one error naming the ranks at fault.
   Status Summary() const {
     const std::string where = " on " + g_.Who();
@@ -472,7 +464,6 @@ class Exchange {
     bool sending = false;
     bool forward = false;  // Sends an upstream error down a broadcast tree: best effort, waited for even after
                            // this rank gave up, and never blamed on the child.
-    bool expecting = false;
     bool payload_pending = false;
     bool upstream_abort = false;
     bool failed = false;
@@ -639,7 +630,7 @@ class GlooCommunicator final : public Communicator {
     for (long long m = 1; m < lowbit && vr + m < n; m <<= 1) children.push_back(static_cast<int>((vr + m + root) % n));
     std::reverse(children.begin(), children.end());  // Largest subtree first: the longest path starts earliest.
     int levels = 0;  // Depth of the whole tree.
-    while ((1 << levels) < n) ++levels;
+    while ((1LL << levels) < n) ++levels;
     // A relay stops waiting for its parent a little before its own deadline, `height` steps of `step`, so that the
     // error it forwards reaches its subtree before those ranks time out and blame the relay.
     const Millis step = std::max(Millis(1), std::min(Millis(250), timeout / (4 * (levels + 1))));

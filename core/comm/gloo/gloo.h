@@ -2,11 +2,13 @@
 // formed through a rendezvous store (a shared directory or a Redis server).
 //
 // Failure model. Every collective runs against one deadline (its `timeout`). A rank that died (its sockets closed)
-// makes the others fail at once with kPeer; a rank that stalled or never called the collective makes the ranks that
-// wait for it fail with kTimeout when the deadline passes. Either way the message names the rank that was missing,
-// e.g. "gloo: barrier #3 timed out after 2000 ms on rank 0 of 4 waiting for rank 3 (...)". After any failure the
-// communicator closes its connections (so peers still waiting on this rank fail promptly instead of waiting out
-// their own timeouts) and every later call fails fast with kState quoting the first error.
+// makes the ranks waiting on it fail with kPeer within ~100 ms, even mid-transfer; a rank that stalled or never
+// called the collective makes them fail with kTimeout when the deadline passes. Either way the message names the
+// rank that was missing, e.g. "gloo: barrier #3 timed out after 2000 ms on rank 0 of 4 waiting for rank 3 (...)".
+// A rank only names the peers it waits on: the root and the relays of a broadcast tree, the root of a gather, every
+// rank in an allgather or barrier. After any failure the communicator closes its connections (so peers still waiting
+// on this rank fail promptly instead of waiting out their own timeouts) and every later call fails fast with kState
+// quoting the first error.
 //
 // Algorithms (each message is a 32-byte header followed by the payload, on a slot unique to the collective):
 //   AllGather, Barrier  direct exchange: every rank sends to and receives from every other rank, so every rank
@@ -17,6 +19,7 @@
 //   Broadcast           binomial tree rooted at `root` (log2 N steps; the root sends log2 N copies). A relay that
 //                       fails forwards its error to its subtree, so ranks below a dead or stalled rank still name it;
 //                       relays give up slightly before their children so the forwarded error arrives in time.
+//                       Store-and-forward: a relay sends on once it holds the whole payload (no chunk pipelining).
 #ifndef DISTCKPT_CORE_COMM_GLOO_GLOO_H_
 #define DISTCKPT_CORE_COMM_GLOO_GLOO_H_
 
