@@ -12,14 +12,6 @@ import (
 	"distckpt.dev/go/internal/fixtures"
 )
 
-// requireExporter skips when the loaded library predates dckpt_export_safetensors (the package links it weakly).
-func requireExporter(t *testing.T, err error) {
-	t.Helper()
-	if errors.Is(err, distckpt.ErrUnsupported) {
-		t.Skipf("libdistckpt has no exporter yet: %v", err)
-	}
-}
-
 func TestExportSafetensorsThroughTheCore(t *testing.T) {
 	ckpt := writeFixture(t, fixtures.Options{Step: 5})
 	out := t.TempDir()
@@ -28,7 +20,6 @@ func TestExportSafetensorsThroughTheCore(t *testing.T) {
 		progressed = d
 		return nil
 	}})
-	requireExporter(t, err)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +54,6 @@ func TestExportSafetensorsThroughTheCore(t *testing.T) {
 
 func TestExportMissingCheckpoint(t *testing.T) {
 	err := distckpt.ExportSafetensors(filepath.Join(t.TempDir(), "missing"), t.TempDir(), nil)
-	requireExporter(t, err)
 	if !errors.Is(err, distckpt.ErrNotFound) {
 		t.Fatalf("missing checkpoint: %v", err)
 	}

@@ -179,8 +179,11 @@ func deleteCheckpoint(path string) error {
 		return err
 	}
 	syncDir(filepath.Dir(aside))
-	return os.RemoveAll(aside)
+	return removeAll(aside)
 }
+
+// removeAll is os.RemoveAll; tests make it fail.
+var removeAll = os.RemoveAll
 
 // syncDir makes a rename in dir durable; failures are ignored (the removal goes on either way).
 func syncDir(dir string) {
@@ -230,7 +233,7 @@ func runPrune(c *ctx, args []string) int {
 		if a.Status == statusCommitted {
 			err = deleteCheckpoint(a.Path)
 		} else {
-			err = os.RemoveAll(a.Path)
+			err = removeAll(a.Path)
 		}
 		if errors.Is(err, os.ErrNotExist) {
 			err = nil // someone else removed it first
