@@ -1,0 +1,533 @@
+//! Reading a checkpoint: `Checkpoint` (a `dckpt_reader`), its entries and chunks, typed reads and region reads.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distckpt_sys as sys;
+
+use crate::comm::Comm;
+use crate::dtype::check_element;
+use crate::error::check;
+use crate::progress::Progress;
+use crate::view::Mapping;
+use crate::{Dtype, Element, Error, ErrorCode, Result};
+
+/// Options for [`Checkpoint::open_with`] and [`crate::LoadState::load`] (`dckpt_read_options`).
+#[derive(Clone, Debug)]
+pub struct ReadOptions {
+    /// Check the checksum of every byte read (default true). Views never read through the library; see
+    /// [`Checkpoint::view_verified`].
+    pub verify: bool,
+    /// I/O threads; 0 means the library's default.
+    pub io_threads: u32,
+    /// Collective timeout; `None` means the library's default (10 minutes).
+    pub timeout: Option<Duration>,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions { verify: true, io_threads: 0, timeout: None }
+    }
+}
+
+impl ReadOptions {
+    pub(crate) fn to_raw(&self) -> Result<sys::dckpt_read_options> {
+        let mut raw: sys::dckpt_read_options = unsafe { std::mem::zeroed() };
+        check(unsafe { sys::dckpt_read_options_init(&mut raw, sys::DCKPT_READ_OPTIONS_VERSION) })?;
+        raw.verify = self.verify as i32;
+        raw.io_threads = self.io_threads;
+        raw.timeout_ms = crate::timeout_ms(self.timeout);
+        Ok(raw)
+    }
+}
+
+/// Whether an entry is a tensor or an opaque blob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    Tensor,
+    Bytes,
+}
+
+/// One entry of a checkpoint: name, dtype, global shape and size. Borrowed from its [`Checkpoint`].
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    index: usize,
+    name: &'a str,
+    kind: EntryKind,
+    dtype: Dtype,
+    shape: &'a [u64],
+    nbytes: u64,
+    num_chunks: usize,
+}
+
+impl<'a> Entry<'a> {
+    /// Position in the checkpoint (entries are sorted by name).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+    pub fn kind(&self) -> EntryKind {
+        self.kind
+    }
+    pub fn is_tensor(&self) -> bool {
+        self.kind == EntryKind::Tensor
+    }
+    /// The element type (`U8` for a bytes entry).
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    /// The global shape; empty for a scalar. A bytes entry has shape `[size]`.
+    pub fn shape(&self) -> &'a [u64] {
+        self.shape
+    }
+    /// Size of the whole entry in bytes.
+    pub fn nbytes(&self) -> u64 {
+        self.nbytes
+    }
+    /// Number of elements (1 for a scalar).
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+    /// Chunks the entry is stored as (a tensor saved from one piece has one).
+    pub fn num_chunks(&self) -> usize {
+        self.num_chunks
+    }
+}
+
+/// Where one chunk of an entry lives: its box in the tensor and its byte range in a data file.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkInfo<'a> {
+    pub offsets: &'a [u64],
+    pub lengths: &'a [u64],
+    /// Data file name inside the checkpoint directory.
+    pub file: &'a str,
+    /// A multiple of the format's alignment (at least 4 KiB).
+    pub file_offset: u64,
+    pub length: u64,
+    /// XXH3-64 checksum, as FORMAT.md section 5 defines it.
+    pub checksum: u64,
+}
+
+/// Summary of a checkpoint (`dckpt_checkpoint_info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub format_major: u32,
+    pub format_minor: u32,
+    /// The writing software, e.g. "distckpt 0.1.0".
+    pub writer: String,
+    pub num_entries: usize,
+    pub num_files: usize,
+    /// Data bytes.
+    pub total_bytes: u64,
+    pub metadata_bytes: u64,
+    pub checksum_block_size: u64,
+}
+
+/// I/O counters (`dckpt_io_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IoStats {
+    pub bytes_read: u64,
+    pub read_calls: u64,
+    pub bytes_verified: u64,
+    pub bytes_delivered: u64,
+    /// For a load: wall time of the call.
+    pub seconds: f64,
+}
+
+impl IoStats {
+    pub(crate) fn from_raw(s: &sys::dckpt_io_stats) -> IoStats {
+        IoStats {
+            bytes_read: s.bytes_read,
+            read_calls: s.read_calls,
+            bytes_verified: s.bytes_verified,
+            bytes_delivered: s.bytes_delivered,
+            seconds: s.seconds,
+        }
+    }
+}
+
+/// An open, committed checkpoint. Its metadata was verified and validated when it was opened.
+///
+/// `Send` and `Sync`: the C reader is thread-safe (capi/API.md), so any number of threads may read, view and verify
+/// through one `Checkpoint` at once. Dropping it frees the reader and unmaps the data files, which the borrow
+/// checker keeps from racing with any of that.
+pub struct Checkpoint {
+    raw: *mut sys::dckpt_reader,
+    path: PathBuf,
+    /// Whole-file read-only mappings, made on the first view into each data file and kept until drop: views borrow
+    /// from them, so entries are never removed.
+    pub(crate) maps: Mutex<HashMap<String, Arc<Mapping>>>,
+}
+
+unsafe impl Send for Checkpoint {}
+unsafe impl Sync for Checkpoint {}
+
+impl Drop for Checkpoint {
+    fn drop(&mut self) {
+        unsafe { sys::dckpt_reader_free(self.raw) }
+    }
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint").field("path", &self.path).field("entries", &self.len()).finish()
+    }
+}
+
+pub(crate) fn cstring(s: &str, what: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("{what} {s:?} contains a NUL byte")))
+}
+
+pub(crate) fn path_cstring(p: &Path) -> Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("path {} contains a NUL byte", p.display())))
+}
+
+/// A borrowed C string as `&str`. The format guarantees UTF-8 (R-H3); should that ever fail, the valid prefix is
+/// returned rather than panicking.
+pub(crate) unsafe fn borrowed_str<'a>(p: *const std::os::raw::c_char) -> &'a str {
+    if p.is_null() {
+        return "";
+    }
+    let bytes = CStr::from_ptr(p).to_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap(),
+    }
+}
+
+/// Checked product of a shape, as a `usize` element count.
+pub(crate) fn volume(lengths: &[u64], what: impl Fn() -> String) -> Result<usize> {
+    lengths
+        .iter()
+        .try_fold(1u64, |acc, &l| acc.checked_mul(l))
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| Error::new(ErrorCode::InvalidArgument, format!("{}: the box {lengths:?} is too large", what())))
+}
+
+impl Checkpoint {
+    /// Opens the committed checkpoint at `path` (single process, default options: checksums verified on read).
+    pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint> {
+        Checkpoint::open_with(path, None, &ReadOptions::default())
+    }
+
+    /// Opens a checkpoint. With a communicator the call is collective: rank 0 reads the metadata and broadcasts it.
+    pub fn open_with(path: impl AsRef<Path>, comm: Option<&mut Comm>, opts: &ReadOptions) -> Result<Checkpoint> {
+        crate::check_abi()?;
+        let path = path.as_ref().to_path_buf();
+        let cpath = path_cstring(&path)?;
+        let raw_opts = opts.to_raw()?;
+        let mut raw = std::ptr::null_mut();
+        let comm_ptr = comm.as_ref().map_or(std::ptr::null_mut(), |c| c.raw);
+        let rc = unsafe { sys::dckpt_reader_open(&mut raw, cpath.as_ptr(), comm_ptr, &raw_opts) };
+        let result = check(rc);
+        if let Some(c) = comm {
+            c.after_call(result)?;
+        } else {
+            result?;
+        }
+        Ok(Checkpoint { raw, path, maps: Mutex::new(HashMap::new()) })
+    }
+
+    /// The path it was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::dckpt_reader {
+        self.raw
+    }
+
+    pub fn info(&self) -> CheckpointInfo {
+        let mut raw: sys::dckpt_checkpoint_info = unsafe { std::mem::zeroed() };
+        raw.version = sys::DCKPT_CHECKPOINT_INFO_VERSION;
+        // Cannot fail on a valid reader with a current struct version.
+        check(unsafe { sys::dckpt_reader_info(&mut raw, self.raw) }).expect("dckpt_reader_info");
+        CheckpointInfo {
+            format_major: raw.format_major,
+            format_minor: raw.format_minor,
+            writer: unsafe { borrowed_str(raw.writer) }.to_string(),
+            num_entries: raw.num_entries,
+            num_files: raw.num_files,
+            total_bytes: raw.total_bytes,
+            metadata_bytes: raw.metadata_bytes,
+            checksum_block_size: raw.checksum_block_size,
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.info().num_entries
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The entries, sorted by name.
+    pub fn entries(&self) -> Entries<'_> {
+        Entries { ckpt: self, next: 0, end: self.len() }
+    }
+
+    /// The entry at `index` (0..len()).
+    pub fn entry_at(&self, index: usize) -> Result<Entry<'_>> {
+        let mut info: sys::dckpt_entry_info = unsafe { std::mem::zeroed() };
+        info.version = sys::DCKPT_ENTRY_INFO_VERSION;
+        check(unsafe { sys::dckpt_reader_entry(&mut info, self.raw, index) })?;
+        let shape = if info.ndim == 0 || info.shape.is_null() {
+            &[][..]
+        } else {
+            unsafe { std::slice::from_raw_parts(info.shape, info.ndim) }
+        };
+        Ok(Entry {
+            index,
+            name: unsafe { borrowed_str(info.name) },
+            kind: if info.kind == sys::DCKPT_ENTRY_BYTES as i32 { EntryKind::Bytes } else { EntryKind::Tensor },
+            dtype: Dtype::from_raw(info.dtype),
+            shape,
+            nbytes: info.nbytes,
+            num_chunks: info.num_chunks,
+        })
+    }
+
+    /// The entry called `name` (binary search); `NotFound` if there is none.
+    pub fn entry(&self, name: &str) -> Result<Entry<'_>> {
+        let cname = cstring(name, "entry name")?;
+        let mut index = 0usize;
+        // The library's message names the checkpoint and the entry.
+        check(unsafe { sys::dckpt_reader_find(&mut index, self.raw, cname.as_ptr()) })?;
+        self.entry_at(index)
+    }
+
+    /// Whether the checkpoint has an entry called `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.entry(name).is_ok()
+    }
+
+    /// Chunk `chunk` of `entry` (0..entry.num_chunks()).
+    pub fn chunk(&self, entry: &Entry<'_>, chunk: usize) -> Result<ChunkInfo<'_>> {
+        let mut info: sys::dckpt_chunk_info = unsafe { std::mem::zeroed() };
+        info.version = sys::DCKPT_CHUNK_INFO_VERSION;
+        check(unsafe { sys::dckpt_reader_chunk(&mut info, self.raw, entry.index, chunk) })?;
+        let dims = |p: *const u64| {
+            if info.ndim == 0 || p.is_null() {
+                &[][..]
+            } else {
+                unsafe { std::slice::from_raw_parts(p, info.ndim) }
+            }
+        };
+        Ok(ChunkInfo {
+            offsets: dims(info.offsets),
+            lengths: dims(info.lengths),
+            file: unsafe { borrowed_str(info.file) },
+            file_offset: info.file_offset,
+            length: info.length,
+            checksum: info.checksum,
+        })
+    }
+
+    pub(crate) fn describe(&self, name: &str) -> String {
+        format!("entry '{name}' of checkpoint '{}'", self.path.display())
+    }
+
+    fn tensor(&self, name: &str) -> Result<Entry<'_>> {
+        let e = self.entry(name)?;
+        if e.kind != EntryKind::Tensor {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("{} is a bytes entry, not a tensor: use read_bytes()", self.describe(name)),
+            ));
+        }
+        Ok(e)
+    }
+
+    /// Reads the box `[offsets, offsets + lengths)` of a tensor into `dst`: raw little-endian bytes, row-major.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `dst_size` bytes.
+    unsafe fn read_box_raw(&self, e: &Entry<'_>, offsets: &[u64], lengths: &[u64], dst: *mut c_void, dst_size: u64) -> Result<()> {
+        let cname = cstring(e.name, "entry name")?;
+        let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
+        check(sys::dckpt_reader_read(self.raw, cname.as_ptr(), offsets.len(), ptr(offsets), ptr(lengths), dst, dst_size))
+    }
+
+    /// Reads a whole tensor. `T` must hold its dtype (`f32` for F32, `u16` for F16/BF16 bits, `u8` for BOOL and
+    /// float8 bits; see [`Element`]). Checksums are verified unless the checkpoint was opened with `verify: false`.
+    pub fn read<T: Element>(&self, name: &str) -> Result<Vec<T>> {
+        let e = self.tensor(name)?;
+        check_element::<T>(e.dtype, || self.describe(name))?;
+        let n = volume(e.shape, || self.describe(name))?;
+        let mut v: Vec<T> = Vec::with_capacity(n);
+        let zeros = [0u64; sys::DCKPT_MAX_DIMS as usize];
+        let bytes = (n * std::mem::size_of::<T>()) as u64;
+        // The library writes exactly `bytes` bytes (the whole tensor) or fails.
+        unsafe {
+            self.read_box_raw(&e, &zeros[..e.shape.len()], e.shape, v.as_mut_ptr().cast(), bytes)?;
+            v.set_len(n);
+        }
+        Ok(v)
+    }
+
+    /// Reads the box `[offsets, offsets + lengths)` of a tensor into `dst` (row-major), reading only the bytes
+    /// it needs from whichever chunks hold them. `dst.len()` must be the box's volume.
+    pub fn read_region_into<T: Element>(&self, name: &str, offsets: &[u64], lengths: &[u64], dst: &mut [T]) -> Result<()> {
+        let e = self.tensor(name)?;
+        check_element::<T>(e.dtype, || self.describe(name))?;
+        if offsets.len() != e.shape.len() || lengths.len() != e.shape.len() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{} has {} dimensions; got {} offsets and {} lengths",
+                    self.describe(name),
+                    e.shape.len(),
+                    offsets.len(),
+                    lengths.len()
+                ),
+            ));
+        }
+        let n = volume(lengths, || self.describe(name))?;
+        if dst.len() != n {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("{}: the box {lengths:?} holds {n} elements but dst holds {}", self.describe(name), dst.len()),
+            ));
+        }
+        unsafe { self.read_box_raw(&e, offsets, lengths, dst.as_mut_ptr().cast(), std::mem::size_of_val(dst) as u64) }
+    }
+
+    /// [`read_region_into`](Self::read_region_into) into a new vector.
+    pub fn read_region<T: Element>(&self, name: &str, offsets: &[u64], lengths: &[u64]) -> Result<Vec<T>> {
+        let n = volume(lengths, || self.describe(name))?;
+        let mut v = vec![unsafe { std::mem::zeroed::<T>() }; n]; // every Element is valid when zeroed
+        self.read_region_into(name, offsets, lengths, &mut v)?;
+        Ok(v)
+    }
+
+    /// Reads a tensor of any dtype as its raw little-endian bytes.
+    pub fn read_raw(&self, name: &str) -> Result<Vec<u8>> {
+        let e = self.tensor(name)?;
+        let n = usize::try_from(e.nbytes).map_err(|_| Error::new(ErrorCode::NoMemory, self.describe(name)))?;
+        let mut v: Vec<u8> = Vec::with_capacity(n);
+        let zeros = [0u64; sys::DCKPT_MAX_DIMS as usize];
+        unsafe {
+            self.read_box_raw(&e, &zeros[..e.shape.len()], e.shape, v.as_mut_ptr().cast(), n as u64)?;
+            v.set_len(n);
+        }
+        Ok(v)
+    }
+
+    /// Reads a tensor of any real dtype converted to `f32` (F16, BF16, the float8 formats, F64, integers, bool);
+    /// see [`crate::float`].
+    pub fn read_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let e = self.tensor(name)?;
+        if e.dtype == Dtype::F32 {
+            return self.read(name);
+        }
+        crate::float::to_f32_vec(e.dtype, &self.read_raw(name)?).map_err(|err| err.context(&self.describe(name)))
+    }
+
+    /// Reads a bytes entry.
+    pub fn read_bytes(&self, name: &str) -> Result<Vec<u8>> {
+        let cname = cstring(name, "entry name")?;
+        let mut size = 0u64;
+        check(unsafe { sys::dckpt_reader_read_bytes(&mut size, self.raw, cname.as_ptr(), std::ptr::null_mut(), 0) })
+            .or_else(|e| if e.code() == ErrorCode::BufferSize { Ok(()) } else { Err(e) })?;
+        let n = usize::try_from(size).map_err(|_| Error::new(ErrorCode::NoMemory, self.describe(name)))?;
+        let mut v: Vec<u8> = Vec::with_capacity(n);
+        let mut got = 0u64;
+        unsafe {
+            check(sys::dckpt_reader_read_bytes(&mut got, self.raw, cname.as_ptr(), v.as_mut_ptr().cast(), size))?;
+            v.set_len(got.min(size) as usize);
+        }
+        Ok(v)
+    }
+
+    /// The user metadata value of `key`, if present.
+    pub fn user(&self, key: &str) -> Option<&str> {
+        let ckey = CString::new(key).ok()?;
+        let mut value = std::ptr::null();
+        let rc = unsafe { sys::dckpt_reader_user_get(&mut value, self.raw, ckey.as_ptr()) };
+        (rc == sys::DCKPT_OK).then(|| unsafe { borrowed_str(value) })
+    }
+
+    /// Every user metadata key/value, sorted by key.
+    pub fn user_metadata(&self) -> Vec<(&str, &str)> {
+        let mut n = 0usize;
+        if unsafe { sys::dckpt_reader_num_user(&mut n, self.raw) } != sys::DCKPT_OK {
+            return Vec::new();
+        }
+        (0..n)
+            .filter_map(|i| {
+                let (mut k, mut v) = (std::ptr::null(), std::ptr::null());
+                let rc = unsafe { sys::dckpt_reader_user(&mut k, &mut v, self.raw, i) };
+                (rc == sys::DCKPT_OK).then(|| unsafe { (borrowed_str(k), borrowed_str(v)) })
+            })
+            .collect()
+    }
+
+    /// The structure description a binding saved to rebuild nested state (empty if none).
+    pub fn structure(&self) -> &[u8] {
+        let (mut data, mut size) = (std::ptr::null(), 0usize);
+        let rc = unsafe { sys::dckpt_reader_structure(&mut data, &mut size, self.raw) };
+        if rc != sys::DCKPT_OK || data.is_null() || size == 0 {
+            return &[];
+        }
+        unsafe { std::slice::from_raw_parts(data.cast(), size) }
+    }
+
+    /// Reads and checks every chunk; a `Corrupt` error names the entry, chunk, file and byte range of the first bad
+    /// block.
+    pub fn verify(&self) -> Result<()> {
+        check(unsafe { sys::dckpt_reader_verify(self.raw, None, std::ptr::null_mut()) })
+    }
+
+    /// [`verify`](Self::verify), reporting (done, total) bytes; return `false` to stop (a `User` error).
+    pub fn verify_with_progress(&self, progress: &mut (dyn FnMut(u64, u64) -> bool + Send)) -> Result<()> {
+        let p = Progress::new(progress);
+        let rc = unsafe { sys::dckpt_reader_verify(self.raw, Some(Progress::callback), p.user_data()) };
+        p.finish(check(rc))
+    }
+
+    /// Reads and checks one chunk of an entry.
+    pub fn verify_chunk(&self, entry: &Entry<'_>, chunk: usize) -> Result<()> {
+        check(unsafe { sys::dckpt_reader_verify_chunk(self.raw, entry.index, chunk) })
+    }
+
+    /// I/O counters of this reader since it was opened (views read nothing through the library).
+    pub fn io_stats(&self) -> IoStats {
+        let mut raw: sys::dckpt_io_stats = unsafe { std::mem::zeroed() };
+        raw.version = sys::DCKPT_IO_STATS_VERSION;
+        check(unsafe { sys::dckpt_reader_io_stats(&mut raw, self.raw) }).expect("dckpt_reader_io_stats");
+        IoStats::from_raw(&raw)
+    }
+}
+
+/// Iterator over a checkpoint's entries, in name order.
+pub struct Entries<'a> {
+    ckpt: &'a Checkpoint,
+    next: usize,
+    end: usize,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = Entry<'a>;
+    fn next(&mut self) -> Option<Entry<'a>> {
+        while self.next < self.end {
+            let i = self.next;
+            self.next += 1;
+            if let Ok(e) = self.ckpt.entry_at(i) {
+                return Some(e);
+            }
+        }
+        None
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.end - self.next))
+    }
+}
