@@ -3,6 +3,9 @@ package distckpt_test
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 
 	distckpt "distckpt.dev/go"
@@ -36,4 +39,26 @@ func TestVersions(t *testing.T) {
 	if distckpt.ABIVersion != 1 || distckpt.LibraryVersion() == "" || distckpt.HeaderVersion == "" {
 		t.Fatalf("ABI %d, library %q, header %q", distckpt.ABIVersion, distckpt.LibraryVersion(), distckpt.HeaderVersion)
 	}
+}
+
+// The C message is per OS thread: each goroutine must get the message of its own failed call.
+func TestErrorMessagesStayWithTheirCall(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				path := fmt.Sprintf("%s/missing-%d-%d", dir, g, i)
+				_, err := distckpt.Open(path, nil)
+				if !errors.Is(err, distckpt.ErrNotFound) || !strings.Contains(err.Error(), path+"'") {
+					t.Errorf("Open(%s): %v", path, err)
+					return
+				}
+				runtime.Gosched()
+			}
+		}(g)
+	}
+	wg.Wait()
 }

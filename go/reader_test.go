@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -206,4 +207,20 @@ func TestConcurrentReadsAndClose(t *testing.T) {
 	}
 	r.Close()
 	wg.Wait()
+}
+
+// Readers that are never closed are released by their finalizer (a backstop, not a substitute for Close).
+func TestFinalizerReleasesUnclosedReaders(t *testing.T) {
+	path := writeFixture(t, fixtures.Options{Step: 1})
+	for i := 0; i < 20; i++ {
+		if _, err := distckpt.Open(path, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.GC()
+	r := open(t, path)
+	if _, err := r.Read("model.embed"); err != nil {
+		t.Fatal(err)
+	}
 }

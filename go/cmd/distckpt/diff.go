@@ -296,8 +296,9 @@ func runDiff(c *ctx, args []string) int {
 	if out.Same {
 		verdict = "same"
 	}
-	fmt.Fprintf(c.stdout, "%s: %d added, %d removed, %d changed, %d unchanged, %d uncompared; %d metadata keys changed\n",
-		verdict, len(out.Added), len(out.Removed), len(out.Changed), out.Unchanged, len(out.Uncompared), metaChanges)
+	fmt.Fprintf(c.stdout, "%s: %d added, %d removed, %d changed, %d unchanged, %d uncompared; %s changed\n",
+		verdict, len(out.Added), len(out.Removed), len(out.Changed), out.Unchanged, len(out.Uncompared),
+		plural(metaChanges, "metadata key", "metadata keys"))
 	return status
 }
 
