@@ -156,20 +156,20 @@ func (c *cState) free() {
 	}
 }
 
-func (c *cState) cbytes(b []byte) unsafe.Pointer {
+func (c *cState) cbytes(name string, b []byte) (unsafe.Pointer, error) {
 	n := len(b)
 	if n == 0 {
 		n = 1 // a valid pointer even for empty data
 	}
 	p := C.malloc(C.size_t(n))
 	if p == nil {
-		panic("distckpt: out of memory copying state buffers")
+		return nil, errorf(CodeNoMem, "entry '%s': out of memory copying %d bytes for the save", name, len(b))
 	}
 	c.bufs = append(c.bufs, p)
 	if len(b) > 0 {
 		C.memcpy(p, unsafe.Pointer(&b[0]), C.size_t(len(b)))
 	}
-	return p
+	return p, nil
 }
 
 func (s *State) build() (*cState, error) {
@@ -194,7 +194,10 @@ func (s *State) build() (*cState, error) {
 				return nil, err
 			}
 			for _, pc := range t.pieces {
-				data := c.cbytes(pc.data)
+				data, err := c.cbytes(name, pc.data)
+				if err != nil {
+					return nil, err
+				}
 				if err := ccall(func() C.int {
 					return C.dckpt_state_add_piece(c.ptr, cname, u64Ptr(pc.offsets), u64Ptr(pc.lengths), data)
 				}); err != nil {
@@ -203,7 +206,10 @@ func (s *State) build() (*cState, error) {
 			}
 		} else {
 			b := s.blobs[name]
-			data := c.cbytes(b)
+			data, err := c.cbytes(name, b)
+			if err != nil {
+				return nil, err
+			}
 			if err := ccall(func() C.int {
 				return C.dckpt_state_add_bytes(c.ptr, cname, data, C.uint64_t(len(b)))
 			}); err != nil {
@@ -224,7 +230,10 @@ func (s *State) build() (*cState, error) {
 		}
 	}
 	if len(s.structure) > 0 {
-		data := c.cbytes(s.structure)
+		data, err := c.cbytes("(structure)", s.structure)
+		if err != nil {
+			return nil, err
+		}
 		if err := ccall(func() C.int {
 			return C.dckpt_state_set_structure(c.ptr, (*C.char)(data), C.size_t(len(s.structure)))
 		}); err != nil {

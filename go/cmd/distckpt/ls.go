@@ -102,7 +102,7 @@ func (e *entry) note() string {
 	case statusUnrenamed:
 		parts = append(parts, fmt.Sprintf("complete; rename it to %q to commit it by hand", e.FinalName))
 	case statusCorrupt, statusError:
-		parts = append(parts, e.Err.Error())
+		parts = append(parts, errorJSON(e.Err).Message)
 	}
 	return strings.Join(parts, "; ")
 }
