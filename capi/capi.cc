@@ -2,6 +2,8 @@
 // per-thread message.
 #include "capi/include/distckpt/distckpt.h"
 
+#include <cstddef>
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -16,6 +18,7 @@
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
+#include "core/engine/save_async.h"
 
 static_assert(DCKPT_VERSION_MAJOR == distckpt::kVersionMajor && DCKPT_VERSION_MINOR == distckpt::kVersionMinor &&
                   DCKPT_VERSION_PATCH == distckpt::kVersionPatch,
@@ -26,6 +29,10 @@ static_assert(DCKPT_DTYPE_F8_E5M2 == static_cast<int>(distckpt::DType::kF8E5M2),
 
 struct dckpt_state {
   distckpt::State state;
+};
+
+struct dckpt_save_future {
+  std::unique_ptr<distckpt::SaveFuture> future;
 };
 
 struct dckpt_reader {
@@ -84,7 +91,38 @@ Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
   o.verify = opts->verify != 0;
   o.io_threads = opts->io_threads;
   o.timeout = Timeout(opts->timeout_ms);
+  if (opts->version >= 2 && opts->progress) {
+    dckpt_progress_fn fn = opts->progress;
+    void* user = opts->progress_user_data;
+    o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
+  }
   return o;
+}
+
+Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
+  SaveOptions o;
+  if (opts == nullptr) return o;
+  DCKPT_RETURN_IF_ERROR(CheckVersion(opts->version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options"));
+  o.io_threads = opts->io_threads;
+  o.overwrite = opts->overwrite != 0;
+  o.sync = opts->sync != 0;
+  if (opts->checksum_block_size) o.checksum_block_size = opts->checksum_block_size;
+  o.timeout = Timeout(opts->timeout_ms);
+  if (opts->version >= 2 && opts->progress) {
+    dckpt_progress_fn fn = opts->progress;
+    void* user = opts->progress_user_data;
+    o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
+  }
+  return o;
+}
+
+void FillSaveInfo(dckpt_save_info* info, const SaveSummary& r) {
+  info->num_files = r.num_files;
+  info->num_entries = r.num_entries;
+  info->bytes_written = r.bytes_written;
+  info->total_bytes = r.total_bytes;
+  info->metadata_bytes = r.metadata_bytes;
+  info->seconds = r.seconds;
 }
 
 Communicator* CommOf(dckpt_comm* comm) { return comm ? CommunicatorOf(comm) : nullptr; }
@@ -100,13 +138,6 @@ using distckpt::capi::NotNull;
 using distckpt::capi::Report;
 using distckpt::capi::ReportException;
 
-// Runs a function body so that no exception escapes into C.
-#define DCKPT_GUARD(...)         \
-  try {                          \
-    __VA_ARGS__                  \
-  } catch (...) {                \
-    return ReportException();    \
-  }
 
 extern "C" {
 
@@ -131,8 +162,8 @@ const char* dckpt_dtype_name(int dtype) {
 }
 int dckpt_dtype_from_name(int* out, const char* name) {
   DCKPT_GUARD({
-    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     DType d = distckpt::DTypeFromName(name);
     if (d == DType::kInvalid) return Report(distckpt::InvalidArgument(std::string("unknown dtype name '") + name + "'"));
     *out = static_cast<int>(d);
@@ -144,7 +175,7 @@ int dckpt_dtype_from_name(int* out, const char* name) {
 
 int dckpt_state_new(dckpt_state** out) {
   DCKPT_GUARD({
-    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
     *out = new dckpt_state();
     return DCKPT_OK;
   })
@@ -154,8 +185,8 @@ void dckpt_state_free(dckpt_state* state) { delete state; }
 
 int dckpt_state_add_tensor(dckpt_state* state, const char* name, int dtype, size_t ndim, const uint64_t* shape) {
   DCKPT_GUARD({
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     if (ndim > 0 && shape == nullptr) return Report(distckpt::InvalidArgument("shape is NULL but ndim > 0"));
     if (ndim > DCKPT_MAX_DIMS) {
       return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' has " + std::to_string(ndim) +
@@ -172,8 +203,8 @@ int dckpt_state_add_tensor(dckpt_state* state, const char* name, int dtype, size
 int dckpt_state_add_piece(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
                           void* data) {
   DCKPT_GUARD({
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     distckpt::TensorEntry* t = state->state.FindTensor(name);
     if (t == nullptr) return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' was not declared"));
     size_t ndim = t->shape.size();
@@ -187,17 +218,17 @@ int dckpt_state_add_piece(dckpt_state* state, const char* name, const uint64_t* 
 
 int dckpt_state_add_bytes(dckpt_state* state, const char* name, void* data, uint64_t size) {
   DCKPT_GUARD({
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     return Report(state->state.AddBytes(name, data, size));
   })
 }
 
 int dckpt_state_bytes_size(uint64_t* out, const dckpt_state* state, const char* name) {
   DCKPT_GUARD({
-    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     auto* b = const_cast<distckpt::State&>(state->state).FindBytes(name);
     if (b == nullptr) return Report(distckpt::NotFound("state has no bytes entry '" + std::string(name) + "'"));
     *out = b->loaded_size;
@@ -207,9 +238,9 @@ int dckpt_state_bytes_size(uint64_t* out, const dckpt_state* state, const char* 
 
 int dckpt_state_set_user(dckpt_state* state, const char* key, const char* value) {
   DCKPT_GUARD({
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
-    if (Status st = NotNull(key, "key"); !st.ok()) return Report(st);
-    if (Status st = NotNull(value, "value"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(NotNull(key, "key"));
+    DCKPT_RETURN_IF_FAILED(NotNull(value, "value"));
     state->state.SetUserMetadata(key, value);
     return DCKPT_OK;
   })
@@ -217,7 +248,7 @@ int dckpt_state_set_user(dckpt_state* state, const char* key, const char* value)
 
 int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size) {
   DCKPT_GUARD({
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     if (size > 0 && data == nullptr) return Report(distckpt::InvalidArgument("structure data is NULL"));
     state->state.SetStructure(std::string(data ? data : "", size));
     return DCKPT_OK;
@@ -228,14 +259,15 @@ int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size)
 
 int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
   DCKPT_GUARD({
-    if (Status st = NotNull(opts, "opts"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
     if (Status st = distckpt::capi::CheckVersion(version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options");
         !st.ok()) {
       return Report(st);
     }
     dckpt_save_options defaults = DCKPT_SAVE_OPTIONS_INIT;
-    *opts = defaults;
-    opts->version = version;
+    defaults.version = version;
+    // Write only the fields a caller built against `version` has room for.
+    std::memcpy(opts, &defaults, version >= 2 ? sizeof defaults : offsetof(dckpt_save_options, progress));
     return DCKPT_OK;
   })
 }
@@ -243,52 +275,89 @@ int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
 int dckpt_save(dckpt_save_info* info, const char* path, const dckpt_state* state, dckpt_comm* comm,
                const dckpt_save_options* opts) {
   DCKPT_GUARD({
-    if (Status st = NotNull(path, "path"); !st.ok()) return Report(st);
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     if (info) {
       if (Status st = distckpt::capi::CheckVersion(info->version, DCKPT_SAVE_INFO_VERSION, "dckpt_save_info");
           !st.ok()) {
         return Report(st);
       }
     }
-    distckpt::SaveOptions o;
-    if (opts) {
-      if (Status st = distckpt::capi::CheckVersion(opts->version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options");
-          !st.ok()) {
-        return Report(st);
-      }
-      o.io_threads = opts->io_threads;
-      o.overwrite = opts->overwrite != 0;
-      o.sync = opts->sync != 0;
-      if (opts->checksum_block_size) o.checksum_block_size = opts->checksum_block_size;
-      o.timeout = distckpt::capi::Timeout(opts->timeout_ms);
-    }
-    auto r = distckpt::Save(path, state->state, distckpt::capi::CommOf(comm), o);
+    auto o = distckpt::capi::ToSaveOptions(opts);
+    if (!o.ok()) return Report(o.status());
+    auto r = distckpt::Save(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!r.ok()) return Report(r.status());
-    if (info) {
-      info->num_files = r->num_files;
-      info->num_entries = r->num_entries;
-      info->bytes_written = r->bytes_written;
-      info->total_bytes = r->total_bytes;
-      info->metadata_bytes = r->metadata_bytes;
-      info->seconds = r->seconds;
-    }
+    if (info) distckpt::capi::FillSaveInfo(info, *r);
     return DCKPT_OK;
   })
+}
+
+int dckpt_save_async(dckpt_save_future** out, const char* path, const dckpt_state* state, dckpt_comm* comm,
+                     const dckpt_save_options* opts) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    auto o = distckpt::capi::ToSaveOptions(opts);
+    if (!o.ok()) return Report(o.status());
+    auto f = distckpt::SaveAsync(path, state->state, distckpt::capi::CommOf(comm), *o);
+    if (!f.ok()) return Report(f.status());
+    *out = new dckpt_save_future{std::move(f).value()};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_save_future_wait(dckpt_save_info* info, dckpt_save_future* future, uint64_t timeout_ms) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(future, "future"));
+    if (info) DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(info->version, DCKPT_SAVE_INFO_VERSION, "dckpt_save_info"));
+    // Cap "forever" so that the chrono arithmetic inside cannot overflow (about 292 years).
+    const uint64_t ms = std::min<uint64_t>(timeout_ms, uint64_t{1} << 53);
+    auto r = future->future->Wait(std::chrono::milliseconds(ms));
+    if (!r.ok()) return Report(r.status());
+    if (info) distckpt::capi::FillSaveInfo(info, *r);
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_save_future_test(int* done, const dckpt_save_future* future) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(done, "done"));
+    DCKPT_RETURN_IF_FAILED(NotNull(future, "future"));
+    *done = future->future->done() ? 1 : 0;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_save_future_staging(double* seconds, uint64_t* bytes, const dckpt_save_future* future) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(future, "future"));
+    if (seconds) *seconds = future->future->staging_seconds();
+    if (bytes) *bytes = future->future->staged_bytes();
+    return DCKPT_OK;
+  })
+}
+
+void dckpt_save_future_free(dckpt_save_future* future) {
+  try {
+    delete future;
+  } catch (...) {
+  }
 }
 
 /* ---- load / read ---- */
 
 int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
   DCKPT_GUARD({
-    if (Status st = NotNull(opts, "opts"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
     if (Status st = distckpt::capi::CheckVersion(version, DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options");
         !st.ok()) {
       return Report(st);
     }
     dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
-    *opts = defaults;
-    opts->version = version;
+    defaults.version = version;
+    std::memcpy(opts, &defaults, version >= 2 ? sizeof defaults : offsetof(dckpt_read_options, progress));
     return DCKPT_OK;
   })
 }
@@ -304,8 +373,8 @@ static void FillIoStats(dckpt_io_stats* out, const distckpt::IoStats& s, double 
 int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckpt_comm* comm,
                const dckpt_read_options* opts) {
   DCKPT_GUARD({
-    if (Status st = NotNull(path, "path"); !st.ok()) return Report(st);
-    if (Status st = NotNull(state, "state"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     if (stats) {
       if (Status st = distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats");
           !st.ok()) {
@@ -323,9 +392,9 @@ int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckp
 
 int dckpt_reader_open(dckpt_reader** out, const char* path, dckpt_comm* comm, const dckpt_read_options* opts) {
   DCKPT_GUARD({
-    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
     *out = nullptr;
-    if (Status st = NotNull(path, "path"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     auto o = distckpt::capi::ToReadOptions(opts);
     if (!o.ok()) return Report(o.status());
     auto r = distckpt::Reader::Open(path, distckpt::capi::CommOf(comm), *o);
@@ -346,7 +415,7 @@ void dckpt_reader_free(dckpt_reader* reader) { delete reader; }
 int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
   DCKPT_GUARD({
     DCKPT_CHECK_OUT_STRUCT(out, DCKPT_CHECKPOINT_INFO_VERSION, "dckpt_checkpoint_info");
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     const distckpt::MetadataView& m = reader->reader->metadata();
     out->format_major = m.format_major();
     out->format_minor = m.format_minor();
@@ -365,7 +434,7 @@ int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
 int dckpt_reader_entry(dckpt_entry_info* out, const dckpt_reader* reader, size_t index) {
   DCKPT_GUARD({
     DCKPT_CHECK_OUT_STRUCT(out, DCKPT_ENTRY_INFO_VERSION, "dckpt_entry_info");
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     const distckpt::MetadataView& m = reader->reader->metadata();
     if (index >= m.num_entries()) {
       return Report(distckpt::InvalidArgument("entry index " + std::to_string(index) + " out of range (" +
@@ -385,9 +454,9 @@ int dckpt_reader_entry(dckpt_entry_info* out, const dckpt_reader* reader, size_t
 
 int dckpt_reader_find(size_t* index, const dckpt_reader* reader, const char* name) {
   DCKPT_GUARD({
-    if (Status st = NotNull(index, "index"); !st.ok()) return Report(st);
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(index, "index"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     auto i = reader->reader->metadata().Find(name);
     if (!i) {
       return Report(distckpt::NotFound("checkpoint '" + reader->reader->path() + "' has no entry '" + name + "'"));
@@ -400,7 +469,7 @@ int dckpt_reader_find(size_t* index, const dckpt_reader* reader, const char* nam
 int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t entry, size_t chunk) {
   DCKPT_GUARD({
     DCKPT_CHECK_OUT_STRUCT(out, DCKPT_CHUNK_INFO_VERSION, "dckpt_chunk_info");
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     const distckpt::MetadataView& m = reader->reader->metadata();
     if (entry >= m.num_entries()) return Report(distckpt::InvalidArgument("entry index out of range"));
     distckpt::EntryView e = m.entry(entry);
@@ -423,8 +492,8 @@ int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t
 int dckpt_reader_read(dckpt_reader* reader, const char* name, size_t ndim, const uint64_t* offsets,
                       const uint64_t* lengths, void* dst, uint64_t dst_size) {
   DCKPT_GUARD({
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     if (ndim > DCKPT_MAX_DIMS) return Report(distckpt::InvalidArgument("ndim > 8"));
     if (ndim > 0 && (offsets == nullptr || lengths == nullptr)) {
       return Report(distckpt::InvalidArgument("offsets/lengths are NULL"));
@@ -438,8 +507,8 @@ int dckpt_reader_read(dckpt_reader* reader, const char* name, size_t ndim, const
 
 int dckpt_reader_read_bytes(uint64_t* size, dckpt_reader* reader, const char* name, void* dst, uint64_t capacity) {
   DCKPT_GUARD({
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
-    if (Status st = NotNull(name, "name"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     if (dst == nullptr && capacity > 0) return Report(distckpt::InvalidArgument("dst is NULL"));
     // Report the size even when the buffer is too small, so that a NULL/0 call is a size query.
     const distckpt::MetadataView& m = reader->reader->metadata();
@@ -454,8 +523,8 @@ int dckpt_reader_read_bytes(uint64_t* size, dckpt_reader* reader, const char* na
 
 int dckpt_reader_num_user(size_t* out, const dckpt_reader* reader) {
   DCKPT_GUARD({
-    if (Status st = NotNull(out, "out"); !st.ok()) return Report(st);
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     *out = reader->reader->metadata().num_user();
     return DCKPT_OK;
   })
@@ -463,9 +532,9 @@ int dckpt_reader_num_user(size_t* out, const dckpt_reader* reader) {
 
 int dckpt_reader_user(const char** key, const char** value, const dckpt_reader* reader, size_t index) {
   DCKPT_GUARD({
-    if (Status st = NotNull(key, "key"); !st.ok()) return Report(st);
-    if (Status st = NotNull(value, "value"); !st.ok()) return Report(st);
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(key, "key"));
+    DCKPT_RETURN_IF_FAILED(NotNull(value, "value"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     const distckpt::MetadataView& m = reader->reader->metadata();
     if (index >= m.num_user()) return Report(distckpt::InvalidArgument("user metadata index out of range"));
     auto kv = m.user(index);
@@ -477,9 +546,9 @@ int dckpt_reader_user(const char** key, const char** value, const dckpt_reader* 
 
 int dckpt_reader_user_get(const char** value, const dckpt_reader* reader, const char* key) {
   DCKPT_GUARD({
-    if (Status st = NotNull(value, "value"); !st.ok()) return Report(st);
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
-    if (Status st = NotNull(key, "key"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(value, "value"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    DCKPT_RETURN_IF_FAILED(NotNull(key, "key"));
     auto v = reader->reader->metadata().FindUser(key);
     if (!v) return Report(distckpt::NotFound("checkpoint '" + reader->reader->path() + "' has no user key '" + key + "'"));
     *value = v->data();
@@ -489,9 +558,9 @@ int dckpt_reader_user_get(const char** value, const dckpt_reader* reader, const 
 
 int dckpt_reader_structure(const char** data, size_t* size, const dckpt_reader* reader) {
   DCKPT_GUARD({
-    if (Status st = NotNull(data, "data"); !st.ok()) return Report(st);
-    if (Status st = NotNull(size, "size"); !st.ok()) return Report(st);
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(data, "data"));
+    DCKPT_RETURN_IF_FAILED(NotNull(size, "size"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     std::string_view s = reader->reader->metadata().structure();
     *data = s.data();
     *size = s.size();
@@ -501,17 +570,25 @@ int dckpt_reader_structure(const char** data, size_t* size, const dckpt_reader* 
 
 int dckpt_reader_verify(dckpt_reader* reader, dckpt_progress_fn progress, void* user_data) {
   DCKPT_GUARD({
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     distckpt::ProgressFn fn;
     if (progress) fn = [progress, user_data](uint64_t done, uint64_t total) { return progress(done, total, user_data); };
     return Report(reader->reader->VerifyAll(fn));
   })
 }
 
+int dckpt_reader_verify_chunk(dckpt_reader* reader, size_t entry, size_t chunk) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    if (chunk > UINT32_MAX) return Report(distckpt::InvalidArgument("chunk index out of range"));
+    return Report(reader->reader->VerifyChunk(entry, static_cast<uint32_t>(chunk)));
+  })
+}
+
 int dckpt_reader_io_stats(dckpt_io_stats* out, const dckpt_reader* reader) {
   DCKPT_GUARD({
     DCKPT_CHECK_OUT_STRUCT(out, DCKPT_IO_STATS_VERSION, "dckpt_io_stats");
-    if (Status st = NotNull(reader, "reader"); !st.ok()) return Report(st);
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     FillIoStats(out, reader->reader->io_stats(), 0.0);
     return DCKPT_OK;
   })

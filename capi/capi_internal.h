@@ -2,6 +2,7 @@
 #ifndef DISTCKPT_CAPI_CAPI_INTERNAL_H_
 #define DISTCKPT_CAPI_CAPI_INTERNAL_H_
 
+#include <chrono>
 #include <memory>
 
 #include "capi/include/distckpt/distckpt.h"
@@ -20,8 +21,28 @@ int Report(const Status& st);
 /// Call inside catch (...): converts the active exception into a status.
 int ReportException();
 inline Communicator* CommunicatorOf(dckpt_comm* c) { return c->comm.get(); }
+/// kInvalidArgument for version 0, kVersion for a version newer than `current`.
+Status CheckVersion(unsigned version, unsigned current, const char* what);
+Status NotNull(const void* p, const char* what);
+/// 0 means the default collective timeout.
+std::chrono::milliseconds Timeout(uint64_t ms);
 
 }  // namespace capi
 }  // namespace distckpt
+
+/// Runs a function body so that no C++ exception escapes into C.
+#define DCKPT_GUARD(...)                          \
+  try {                                           \
+    __VA_ARGS__                                   \
+  } catch (...) {                                 \
+    return ::distckpt::capi::ReportException();   \
+  }
+
+/// Returns the status code (recording the message) if `expr` is not OK.
+#define DCKPT_RETURN_IF_FAILED(expr)                        \
+  do {                                                      \
+    ::distckpt::Status dckpt_st_ = (expr);                  \
+    if (!dckpt_st_.ok()) return ::distckpt::capi::Report(dckpt_st_); \
+  } while (0)
 
 #endif  // DISTCKPT_CAPI_CAPI_INTERNAL_H_

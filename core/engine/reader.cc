@@ -454,6 +454,16 @@ Status Reader::VerifyAll(const ProgressFn& progress) {
   return ex.Run(progress);
 }
 
+Status Reader::VerifyChunk(size_t entry, uint32_t chunk) {
+  if (entry >= meta_.num_entries() || chunk >= meta_.entry(entry).num_chunks) {
+    return InvalidArgument("checkpoint '" + path_ + "': no chunk #" + std::to_string(chunk) + " in entry #" +
+                           std::to_string(entry));
+  }
+  ReadExecutor ex(this);
+  ex.AddVerify(entry, chunk);
+  return ex.Run(nullptr);
+}
+
 IoStats Reader::io_stats() const {
   IoStats s;
   s.bytes_read = stats_.bytes_read.load();

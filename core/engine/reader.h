@@ -74,6 +74,8 @@ class Reader {
   Result<uint64_t> ReadBytes(std::string_view name, void* dst, uint64_t capacity);
   /// Reads and checks every chunk of every entry, reporting progress. Returns the first corruption found.
   Status VerifyAll(const ProgressFn& progress);
+  /// Reads and checks one chunk.
+  Status VerifyChunk(size_t entry, uint32_t chunk);
 
   IoStats io_stats() const;
 

@@ -106,8 +106,55 @@ typedef enum dckpt_entry_kind { DCKPT_ENTRY_TENSOR = 0, DCKPT_ENTRY_BYTES = 1 } 
 
 /* ---- Communicators ------------------------------------------------------------------------------------------- */
 
-/* A group of ranks that coordinate a save or load. NULL means a single process. */
+/* A group of ranks that coordinate a save or load. NULL means a single process. One collective at a time. */
 typedef struct dckpt_comm dckpt_comm;
+
+/* Progress: done and total bytes so far. Return non-zero to abort (DCKPT_EUSER). Called from internal threads, one
+ * call at a time. */
+typedef int (*dckpt_progress_fn)(uint64_t done, uint64_t total, void *user_data);
+
+#define DCKPT_GLOO_OPTIONS_VERSION 1
+typedef struct dckpt_gloo_options {
+  unsigned version;
+  int rank;               /* -1: from the environment (DCKPT_RANK, else RANK) */
+  int world_size;         /* -1: from the environment (DCKPT_WORLD_SIZE, else WORLD_SIZE) */
+  const char *rendezvous; /* "file:///shared/dir" or "redis://host:port"; NULL: DCKPT_RENDEZVOUS */
+  const char *prefix;     /* namespace of this group in the store (e.g. a job id); NULL: none */
+  const char *iface;      /* network interface to bind; NULL: DCKPT_GLOO_IFACE, else Gloo's default */
+  const char *hostname;   /* address to bind; NULL: DCKPT_GLOO_HOSTNAME, else Gloo's default */
+  uint64_t timeout_ms;    /* rendezvous and default collective timeout; 0: DCKPT_TIMEOUT_MS, else 10 minutes */
+} dckpt_gloo_options;
+#define DCKPT_GLOO_OPTIONS_INIT {DCKPT_GLOO_OPTIONS_VERSION, -1, -1, NULL, NULL, NULL, NULL, 0}
+DCKPT_API int dckpt_gloo_options_init(dckpt_gloo_options *opts, unsigned version);
+/* Connects this rank to the others through Gloo over TCP (collective: every rank calls it). NULL options: everything
+ * comes from the environment. */
+DCKPT_API int dckpt_comm_new_gloo(dckpt_comm **out, const dckpt_gloo_options *opts);
+
+/* Collectives supplied by the host application (torch.distributed, mpi4py, a JAX client...). Each returns 0 on
+ * success; non-zero aborts the operation with DCKPT_EUSER. */
+#define DCKPT_COMM_CALLBACKS_VERSION 1
+typedef struct dckpt_comm_callbacks {
+  unsigned version;
+  int rank;
+  int size;
+  /* Every rank passes send_size bytes (the same on all ranks for one call); recv has room for size * send_size
+   * bytes and receives every rank's bytes in rank order. */
+  int (*allgather)(const void *send, size_t send_size, void *recv, uint64_t timeout_ms, void *user_data);
+  /* buf holds size bytes: root's are sent, every other rank's are overwritten. */
+  int (*broadcast)(void *buf, size_t size, int root, uint64_t timeout_ms, void *user_data);
+  /* Optional (NULL: an allgather of one byte). */
+  int (*barrier)(uint64_t timeout_ms, void *user_data);
+  void *user_data;
+} dckpt_comm_callbacks;
+#define DCKPT_COMM_CALLBACKS_INIT {DCKPT_COMM_CALLBACKS_VERSION, 0, 1, NULL, NULL, NULL, NULL}
+DCKPT_API int dckpt_comm_callbacks_init(dckpt_comm_callbacks *callbacks, unsigned version);
+/* Wraps the host's collectives; the callbacks and user_data must stay valid until dckpt_comm_free. */
+DCKPT_API int dckpt_comm_new_external(dckpt_comm **out, const dckpt_comm_callbacks *callbacks);
+DCKPT_API void dckpt_comm_free(dckpt_comm *comm);
+DCKPT_API int dckpt_comm_rank(int *out, const dckpt_comm *comm);
+DCKPT_API int dckpt_comm_size(int *out, const dckpt_comm *comm);
+/* Waits until every rank arrives; DCKPT_ETIMEOUT naming a missing rank after timeout_ms (0: the default). */
+DCKPT_API int dckpt_comm_barrier(dckpt_comm *comm, uint64_t timeout_ms);
 
 /* ---- State: what a rank saves, or where it loads to ------------------------------------------------------------ */
 
@@ -136,7 +183,7 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 
 /* ---- Save ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_SAVE_OPTIONS_VERSION 1
+#define DCKPT_SAVE_OPTIONS_VERSION 2
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
@@ -144,8 +191,11 @@ typedef struct dckpt_save_options {
   int sync;                     /* fsync data, metadata and directories (default 1) */
   uint64_t checksum_block_size; /* 0: default (1 MiB); else a power of two >= 4096 */
   uint64_t timeout_ms;          /* collective timeout; 0: default (10 minutes) */
+  /* version >= 2 */
+  dckpt_progress_fn progress;   /* bytes this rank has written; NULL: none */
+  void *progress_user_data;
 } dckpt_save_options;
-#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0}
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL}
 DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
 
 #define DCKPT_SAVE_INFO_VERSION 1
@@ -165,16 +215,43 @@ typedef struct dckpt_save_info {
 DCKPT_API int dckpt_save(dckpt_save_info *info, const char *path, const dckpt_state *state, dckpt_comm *comm,
                          const dckpt_save_options *opts);
 
+/* ---- Asynchronous save (host memory) ------------------------------------------------------------------------- */
+
+/* The outcome of dckpt_save_async. Thread-safe. */
+typedef struct dckpt_save_future dckpt_save_future;
+
+/* Waits forever in dckpt_save_future_wait. */
+#define DCKPT_WAIT_FOREVER UINT64_MAX
+
+/* Like dckpt_save, but returns as soon as every piece and bytes entry of `state` has been copied into buffers
+ * distckpt owns: the caller may modify or free its buffers (and the state) right away. Planning, writing, hashing
+ * and the commit run on a background thread. Collective over `comm`, which belongs to the save until it completes
+ * (run no other collective on it meanwhile). */
+DCKPT_API int dckpt_save_async(dckpt_save_future **out, const char *path, const dckpt_state *state, dckpt_comm *comm,
+                               const dckpt_save_options *opts);
+/* Waits up to timeout_ms (0: just look; DCKPT_WAIT_FOREVER: until done). Returns the save's own status once it has
+ * finished (and fills `info`, which may be NULL), or DCKPT_ETIMEOUT while it is still running. */
+DCKPT_API int dckpt_save_future_wait(dckpt_save_info *info, dckpt_save_future *future, uint64_t timeout_ms);
+/* *done = 1 once the save has finished, successfully or not. */
+DCKPT_API int dckpt_save_future_test(int *done, const dckpt_save_future *future);
+/* Seconds the caller was blocked copying the state, and the bytes copied. */
+DCKPT_API int dckpt_save_future_staging(double *seconds, uint64_t *bytes, const dckpt_save_future *future);
+/* Waits for the save to finish if it is still running (it cannot be cancelled midway), then frees the future. */
+DCKPT_API void dckpt_save_future_free(dckpt_save_future *future);
+
 /* ---- Load and read ------------------------------------------------------------------------------------------- */
 
-#define DCKPT_READ_OPTIONS_VERSION 1
+#define DCKPT_READ_OPTIONS_VERSION 2
 typedef struct dckpt_read_options {
   unsigned version;
   int verify;          /* check checksums of every byte read (default 1) */
   unsigned io_threads; /* 0: default */
   uint64_t timeout_ms; /* collective timeout; 0: default (10 minutes) */
+  /* version >= 2 */
+  dckpt_progress_fn progress; /* bytes this rank has read during dckpt_load; NULL: none */
+  void *progress_user_data;
 } dckpt_read_options;
-#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0}
+#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL}
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
 #define DCKPT_IO_STATS_VERSION 1
@@ -266,12 +343,33 @@ DCKPT_API int dckpt_reader_user_get(const char **value, const dckpt_reader *read
 /* The structure description saved with dckpt_state_set_structure (borrowed; may be empty). */
 DCKPT_API int dckpt_reader_structure(const char **data, size_t *size, const dckpt_reader *reader);
 
-/* Progress: done and total bytes so far. Return non-zero to abort. */
-typedef int (*dckpt_progress_fn)(uint64_t done, uint64_t total, void *user_data);
 /* Reads and checks every chunk; DCKPT_ECORRUPT names the entry, chunk, file and byte range of the first bad block. */
 DCKPT_API int dckpt_reader_verify(dckpt_reader *reader, dckpt_progress_fn progress, void *user_data);
+/* Reads and checks one chunk (entry and chunk indices as in dckpt_reader_chunk). Lets a tool check chunks in its
+ * own order and in parallel, and report every bad one. */
+DCKPT_API int dckpt_reader_verify_chunk(dckpt_reader *reader, size_t entry, size_t chunk);
 /* The reader's I/O counters since it was opened. */
 DCKPT_API int dckpt_reader_io_stats(dckpt_io_stats *out, const dckpt_reader *reader);
+
+/* ---- Tools ---------------------------------------------------------------------------------------------------- */
+
+#define DCKPT_EXPORT_OPTIONS_VERSION 1
+typedef struct dckpt_export_options {
+  unsigned version;
+  uint64_t max_shard_bytes;   /* largest .safetensors file; 0: 5 GB (10^9 bytes per GB, as Hugging Face counts) */
+  const char *prefix;         /* file name prefix; NULL: "model" */
+  int verify;                 /* check checksums while reading (default 1) */
+  dckpt_progress_fn progress; /* bytes written so far; NULL: none */
+  void *progress_user_data;
+} dckpt_export_options;
+#define DCKPT_EXPORT_OPTIONS_INIT {DCKPT_EXPORT_OPTIONS_VERSION, 0, NULL, 1, NULL, NULL}
+DCKPT_API int dckpt_export_options_init(dckpt_export_options *opts, unsigned version);
+
+/* Writes every tensor of the checkpoint at `ckpt_path` into `out_dir` as safetensors files
+ * "<prefix>-00001-of-0000N.safetensors" plus "<prefix>.safetensors.index.json" (a single file is still indexed).
+ * User metadata goes into each file's "__metadata__"; bytes entries are not tensors and are skipped. `out_dir` must
+ * exist; existing files of the same names are replaced. */
+DCKPT_API int dckpt_export_safetensors(const char *ckpt_path, const char *out_dir, const dckpt_export_options *opts);
 
 #ifdef __cplusplus
 } /* extern "C" */

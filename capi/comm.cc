@@ -1,0 +1,115 @@
+// The communicator part of the C ABI: Gloo over TCP and external (host-supplied) collectives.
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "capi/capi_internal.h"
+#include "capi/include/distckpt/distckpt.h"
+#include "core/comm/external/external.h"
+#include "core/comm/gloo/gloo.h"
+
+using distckpt::OkStatus;
+using distckpt::Status;
+using distckpt::capi::CheckVersion;
+using distckpt::capi::NotNull;
+using distckpt::capi::Report;
+using distckpt::capi::ReportException;
+
+
+
+extern "C" {
+
+int dckpt_gloo_options_init(dckpt_gloo_options* opts, unsigned version) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
+    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_GLOO_OPTIONS_VERSION, "dckpt_gloo_options"));
+    dckpt_gloo_options defaults = DCKPT_GLOO_OPTIONS_INIT;
+    defaults.version = version;
+    *opts = defaults;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_comm_new_gloo(dckpt_comm** out, const dckpt_gloo_options* opts) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    distckpt::GlooOptions o;
+    if (opts) {
+      DCKPT_RETURN_IF_FAILED(CheckVersion(opts->version, DCKPT_GLOO_OPTIONS_VERSION, "dckpt_gloo_options"));
+      o.rank = opts->rank;
+      o.world_size = opts->world_size;
+      if (opts->rendezvous) o.rendezvous = opts->rendezvous;
+      if (opts->prefix) o.prefix = opts->prefix;
+      if (opts->iface) o.iface = opts->iface;
+      if (opts->hostname) o.hostname = opts->hostname;
+      if (opts->timeout_ms) o.timeout = std::chrono::milliseconds(opts->timeout_ms);
+    }
+    auto filled = distckpt::GlooOptionsFromEnv(o);
+    if (!filled.ok()) return Report(filled.status());
+    auto comm = distckpt::NewGlooCommunicator(*filled);
+    if (!comm.ok()) return Report(comm.status());
+    *out = new dckpt_comm{std::move(comm).value()};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_comm_callbacks_init(dckpt_comm_callbacks* callbacks, unsigned version) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(callbacks, "callbacks"));
+    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_COMM_CALLBACKS_VERSION, "dckpt_comm_callbacks"));
+    dckpt_comm_callbacks defaults = DCKPT_COMM_CALLBACKS_INIT;
+    defaults.version = version;
+    *callbacks = defaults;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_comm_new_external(dckpt_comm** out, const dckpt_comm_callbacks* callbacks) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    DCKPT_RETURN_IF_FAILED(NotNull(callbacks, "callbacks"));
+    DCKPT_RETURN_IF_FAILED(CheckVersion(callbacks->version, DCKPT_COMM_CALLBACKS_VERSION, "dckpt_comm_callbacks"));
+    distckpt::ExternalCallbacks cb;
+    cb.rank = callbacks->rank;
+    cb.size = callbacks->size;
+    cb.allgather = callbacks->allgather;
+    cb.broadcast = callbacks->broadcast;
+    cb.barrier = callbacks->barrier;
+    cb.user_data = callbacks->user_data;
+    auto comm = distckpt::NewExternalCommunicator(cb);
+    if (!comm.ok()) return Report(comm.status());
+    *out = new dckpt_comm{std::move(comm).value()};
+    return DCKPT_OK;
+  })
+}
+
+void dckpt_comm_free(dckpt_comm* comm) { delete comm; }
+
+int dckpt_comm_rank(int* out, const dckpt_comm* comm) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    DCKPT_RETURN_IF_FAILED(NotNull(comm, "comm"));
+    *out = comm->comm->rank();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_comm_size(int* out, const dckpt_comm* comm) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    DCKPT_RETURN_IF_FAILED(NotNull(comm, "comm"));
+    *out = comm->comm->size();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_comm_barrier(dckpt_comm* comm, uint64_t timeout_ms) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(comm, "comm"));
+    return Report(comm->comm->Barrier(distckpt::capi::Timeout(timeout_ms)));
+  })
+}
+
+}  // extern "C"
