@@ -98,8 +98,11 @@ pub enum Advice {
     Random,
     /// Sequential access: aggressive read-ahead, pages freed soon after use.
     Sequential,
-    /// Read the pages in now, in the background (prefetch a whole tensor before a forward pass).
+    /// Start reading the pages in now, in the background (prefetch a tensor before it is needed).
     WillNeed,
+    /// Fault every page in now and return when all are mapped (`MADV_POPULATE_READ`, Linux 5.14+; touches each page
+    /// on older kernels): later accesses take no page faults. Costs the time to read the tensor up front.
+    PopulateRead,
 }
 
 /// A borrowed, typed, zero-copy view of a whole tensor, backed by a memory map of the checkpoint's data file.
@@ -148,10 +151,21 @@ impl<'a, T> TensorView<'a, T> {
                 Advice::Random => 1,
                 Advice::Sequential => 2,
                 Advice::WillNeed => 3,
+                Advice::PopulateRead => 22, // MADV_POPULATE_READ
             };
             let rc = unsafe { libc::madvise(aligned as *mut c_void, bytes + (start - aligned), code) };
             if rc != 0 {
                 let err = std::io::Error::last_os_error();
+                if advice == Advice::PopulateRead && err.raw_os_error() == Some(22) {
+                    // EINVAL: a kernel older than 5.14. Fault the pages in by reading one byte of each.
+                    let b = self.as_bytes();
+                    let mut i = 0;
+                    while i < b.len() {
+                        unsafe { std::ptr::read_volatile(b.as_ptr().add(i)) };
+                        i += page_size();
+                    }
+                    return Ok(());
+                }
                 return Err(Error::new(ErrorCode::Io, format!("madvise of view '{}': {err}", self.name())));
             }
         }

@@ -37,6 +37,8 @@ fn view_is_the_mapped_file_and_reads_nothing() {
     assert_eq!(v.as_bytes().len(), 64 * 32 * 4);
     v.advise(Advice::WillNeed).unwrap();
     v.advise(Advice::Sequential).unwrap();
+    v.advise(Advice::PopulateRead).unwrap();
+    v.advise(Advice::Normal).unwrap();
 }
 
 #[test]
