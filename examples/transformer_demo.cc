@@ -1,19 +1,27 @@
-// The main job: save a transformer-like training state sharded one way, load it sharded another way, check every
-// value, and print a summary. Single process for now: the "ranks" are pieces held by one process.
+// The main job: W ranks save a transformer-like training state (embeddings, layers, optimizer moments, a step
+// counter; about half of it replicated on every rank, the rest row-sharded), then M ranks load it with a different
+// sharding (sharded tensors by columns, replicated ones split by rows), every rank checks every value it loaded, and
+// rank 0 prints a summary. Each rank is a process; they talk through Gloo over TCP (rank, world size and rendezvous
+// come from the environment, as set by tests/launcher's `launch`).
 //
-//   bazel run -c opt //examples:transformer_demo -- --dir /tmp/distckpt-demo --save-shards 4 --load-shards 3
+//   launch -n 4 -- transformer_demo --mode save --dir /tmp/distckpt-demo
+//   launch -n 3 -- transformer_demo --mode load --dir /tmp/distckpt-demo
+// Without DCKPT_RANK in the environment it runs as a single process.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/base/wire.h"
+#include "core/comm/gloo/gloo.h"
 #include "core/engine/load.h"
-#include "core/engine/reader.h"
 #include "core/engine/save.h"
 #include "core/storage/storage.h"
 
@@ -21,10 +29,9 @@ namespace distckpt {
 namespace {
 
 struct Args {
+  std::string mode;
   std::string dir = "/tmp/distckpt-demo";
-  uint64_t save_shards = 4;
-  uint64_t load_shards = 3;
-  uint64_t hidden = 1024;
+  uint64_t hidden = 768;
   uint64_t layers = 4;
   uint64_t vocab = 32000;
   bool sync = true;
@@ -34,32 +41,32 @@ struct Spec {
   std::string name;
   DType dtype;
   std::vector<uint64_t> shape;
-  bool sharded;  // row-sharded across shards; otherwise replicated (saved from shard 0 only in one process)
+  bool replicated;  // every rank holds all of it when saving (data parallel); otherwise row-sharded
 };
 
 std::vector<Spec> TransformerState(const Args& a) {
   const uint64_t d = a.hidden, v = a.vocab;
   std::vector<Spec> s;
-  auto param = [&](const std::string& name, std::vector<uint64_t> shape, bool sharded) {
-    s.push_back({"model." + name, DType::kBF16, shape, sharded});
-    s.push_back({"optim.exp_avg." + name, DType::kF32, shape, sharded});
-    s.push_back({"optim.exp_avg_sq." + name, DType::kF32, shape, sharded});
+  auto param = [&](const std::string& name, std::vector<uint64_t> shape, bool replicated) {
+    s.push_back({"model." + name, DType::kBF16, shape, replicated});
+    s.push_back({"optim.exp_avg." + name, DType::kF32, shape, replicated});
+    s.push_back({"optim.exp_avg_sq." + name, DType::kF32, shape, replicated});
   };
-  param("embed.weight", {v, d}, true);
+  param("embed.weight", {v, d}, false);
   for (uint64_t l = 0; l < a.layers; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
-    param(p + "attn.qkv.weight", {3 * d, d}, true);
-    param(p + "attn.out.weight", {d, d}, false);
-    param(p + "mlp.up.weight", {4 * d, d}, true);
-    param(p + "mlp.down.weight", {d, 4 * d}, false);
-    param(p + "norm1.weight", {d}, false);
-    param(p + "norm2.weight", {d}, false);
+    param(p + "attn.qkv.weight", {3 * d, d}, false);
+    param(p + "attn.out.weight", {d, d}, true);
+    param(p + "mlp.up.weight", {4 * d, d}, false);
+    param(p + "mlp.down.weight", {d, 4 * d}, true);
+    param(p + "norm1.weight", {d}, true);
+    param(p + "norm2.weight", {d}, true);
   }
-  param("final_norm.weight", {d}, false);
+  param("final_norm.weight", {d}, true);
   return s;
 }
 
-// Value of element `i` of tensor `t`, as raw bits of the element (bf16 or f32), independent of any sharding.
+// Raw bits of element `i` of tensor `t`, independent of any sharding.
 inline uint32_t Value(uint64_t t, uint64_t i) {
   uint64_t x = (t + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
   x ^= x >> 31;
@@ -67,12 +74,12 @@ inline uint32_t Value(uint64_t t, uint64_t i) {
 }
 
 void Fill(const Spec& spec, uint64_t t, const Box& box, void* out) {
-  const uint64_t cols = box.ndim == 2 ? spec.shape[1] : 1;
-  const uint64_t inner = box.ndim == 2 ? box.length[1] : box.length[0];
-  const uint64_t rows = box.ndim == 2 ? box.length[0] : 1;
+  const bool two_d = box.ndim == 2;
+  const uint64_t cols = two_d ? spec.shape[1] : 1, inner = two_d ? box.length[1] : box.length[0];
+  const uint64_t rows = two_d ? box.length[0] : 1;
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t c = 0; c < inner; ++c) {
-      uint64_t g = box.ndim == 2 ? (box.offset[0] + r) * cols + box.offset[1] + c : box.offset[0] + c;
+      uint64_t g = two_d ? (box.offset[0] + r) * cols + box.offset[1] + c : box.offset[0] + c;
       uint32_t v = Value(t, g);
       if (spec.dtype == DType::kBF16) static_cast<uint16_t*>(out)[r * inner + c] = static_cast<uint16_t>(v);
       else static_cast<uint32_t*>(out)[r * inner + c] = v;
@@ -80,26 +87,41 @@ void Fill(const Spec& spec, uint64_t t, const Box& box, void* out) {
   }
 }
 
-uint64_t Check(const Spec& spec, uint64_t t, const Box& box, const void* got) {
-  std::vector<uint8_t> want(box.volume() * DTypeSize(spec.dtype));
-  Fill(spec, t, box, want.data());
-  return std::memcmp(want.data(), got, want.size()) == 0 ? 0 : 1;
+// Part `k` of `n` of dimension `dim` (even split; the remainder goes to the last parts).
+Box Part(const std::vector<uint64_t>& shape, uint32_t dim, uint64_t n, uint64_t k) {
+  Box b = Box::Whole(shape).value();
+  b.offset[dim] = shape[dim] * k / n;
+  b.length[dim] = shape[dim] * (k + 1) / n - b.offset[dim];
+  return b;
 }
 
-// Splits dimension `dim` of `shape` into `n` uneven parts (the last ones get the remainder).
-std::vector<Box> Split(const std::vector<uint64_t>& shape, uint64_t n, uint32_t dim) {
-  Box whole = Box::Whole(shape).value();
-  std::vector<Box> out;
-  for (uint64_t k = 0; k < n; ++k) {
-    Box b = whole;
-    b.offset[dim] = shape[dim] * k / n;
-    b.length[dim] = shape[dim] * (k + 1) / n - b.offset[dim];
-    if (b.length[dim] > 0) out.push_back(b);
+std::vector<uint64_t> Vec(const uint64_t* p, uint32_t n) { return std::vector<uint64_t>(p, p + n); }
+
+// Every rank's value of a per-rank number.
+std::vector<uint64_t> OverRanks(Communicator* comm, uint64_t mine) {
+  WireWriter w;
+  w.U64(mine);
+  std::vector<std::string> all;
+  std::vector<uint64_t> out;
+  if (!comm->AllGather(w.Take(), &all, kDefaultCollectiveTimeout).ok()) return out;
+  for (const std::string& s : all) {
+    WireReader r(s);
+    uint64_t v = 0;
+    r.U64(&v);
+    out.push_back(v);
   }
   return out;
 }
-
-std::vector<uint64_t> ToVec(const uint64_t* p, uint32_t n) { return std::vector<uint64_t>(p, p + n); }
+uint64_t SumOverRanks(Communicator* comm, uint64_t mine) {
+  uint64_t sum = 0;
+  for (uint64_t v : OverRanks(comm, mine)) sum += v;
+  return sum;
+}
+uint64_t MaxOverRanks(Communicator* comm, uint64_t mine) {
+  uint64_t m = 0;
+  for (uint64_t v : OverRanks(comm, mine)) m = std::max(m, v);
+  return m;
+}
 
 int Main(int argc, char** argv) {
   Args a;
@@ -112,92 +134,122 @@ int Main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--dir") a.dir = next();
-    else if (k == "--save-shards") a.save_shards = std::stoull(next());
-    else if (k == "--load-shards") a.load_shards = std::stoull(next());
+    if (k == "--mode") a.mode = next();
+    else if (k == "--dir") a.dir = next();
     else if (k == "--hidden") a.hidden = std::stoull(next());
     else if (k == "--layers") a.layers = std::stoull(next());
     else if (k == "--vocab") a.vocab = std::stoull(next());
     else if (k == "--no-sync") a.sync = false;
-    else {
-      std::fprintf(stderr, "usage: %s [--dir D] [--save-shards N] [--load-shards M] [--hidden H] [--layers L] "
-                           "[--vocab V] [--no-sync]\n", argv[0]);
-      return 2;
-    }
+    else a.mode = "help";
   }
-  ::mkdir(a.dir.c_str(), 0755);
+  if (a.mode != "save" && a.mode != "load") {
+    std::fprintf(stderr, "usage: %s --mode save|load [--dir D] [--hidden H] [--layers L] [--vocab V] [--no-sync]\n",
+                 argv[0]);
+    return 2;
+  }
+  std::unique_ptr<Communicator> comm = NewSingleProcessCommunicator();
+  if (std::getenv("DCKPT_RANK") != nullptr) {
+    auto opts = GlooOptionsFromEnv(GlooOptions{});
+    auto gloo = opts.ok() ? NewGlooCommunicator(*opts) : Result<std::unique_ptr<Communicator>>(opts.status());
+    if (!gloo.ok()) {
+      std::fprintf(stderr, "cannot join the group: %s\n", gloo.status().ToString().c_str());
+      return 1;
+    }
+    comm = std::move(gloo).value();
+  }
+  const uint64_t rank = comm->rank(), world = comm->size();
   const std::string path = a.dir + "/step-1000";
-  (void)DefaultStorage()->RemoveAll(path);
   std::vector<Spec> specs = TransformerState(a);
-
-  // Save: sharded tensors split by rows into save_shards pieces; replicated ones as a single piece.
-  State save;
-  std::vector<std::vector<uint8_t>> buffers;
-  uint64_t total = 0;
-  for (uint64_t t = 0; t < specs.size(); ++t) {
-    const Spec& s = specs[t];
-    if (!save.AddTensor(s.name, s.dtype, s.shape).ok()) return 1;
-    for (const Box& b : s.sharded ? Split(s.shape, a.save_shards, 0) : Split(s.shape, 1, 0)) {
-      buffers.emplace_back(b.volume() * DTypeSize(s.dtype));
-      Fill(s, t, b, buffers.back().data());
-      total += buffers.back().size();
-      if (!save.AddPiece(s.name, ToVec(b.offset, b.ndim), ToVec(b.length, b.ndim), buffers.back().data()).ok()) return 1;
-    }
-  }
-  uint64_t step = 1000;
-  (void)save.AddBytes("train.step", &step, sizeof step);
-  save.SetUserMetadata("step", "1000");
-  save.SetUserMetadata("framework", "distckpt-demo");
-  SaveOptions so;
-  so.sync = a.sync;
-  auto saved = Save(path, save, nullptr, so);
-  if (!saved.ok()) {
-    std::fprintf(stderr, "save failed: %s\n", saved.status().ToString().c_str());
-    return 1;
-  }
-  buffers.clear();
-
-  // Load: sharded tensors split by COLUMNS into load_shards pieces (a different sharding), replicated ones whole.
-  State load;
-  struct Dest {
+  State state;
+  struct Piece {
     uint64_t t;
     Box box;
     std::vector<uint8_t> buf;
   };
-  std::vector<Dest> dests;
+  std::vector<Piece> pieces;
+  uint64_t logical = 0;
   for (uint64_t t = 0; t < specs.size(); ++t) {
     const Spec& s = specs[t];
-    if (!load.AddTensor(s.name, s.dtype, s.shape).ok()) return 1;
-    uint32_t dim = static_cast<uint32_t>(s.shape.size() - 1);
-    for (const Box& b : s.sharded ? Split(s.shape, a.load_shards, dim) : Split(s.shape, 1, 0)) {
-      dests.push_back(Dest{t, b, std::vector<uint8_t>(b.volume() * DTypeSize(s.dtype), 0xAB)});
+    logical += Box::Whole(s.shape).value().volume() * DTypeSize(s.dtype);
+    if (!state.AddTensor(s.name, s.dtype, s.shape).ok()) return 1;
+    Box box;
+    if (a.mode == "save") {
+      box = s.replicated ? Box::Whole(s.shape).value() : Part(s.shape, 0, world, rank);
+    } else {
+      // Resharded: sharded tensors by columns (the last dimension), replicated ones split by rows.
+      box = s.replicated ? Part(s.shape, 0, world, rank) : Part(s.shape, s.shape.size() - 1, world, rank);
     }
+    pieces.push_back(Piece{t, box, std::vector<uint8_t>(box.volume() * DTypeSize(s.dtype), 0xAB)});
+    if (a.mode == "save") Fill(s, t, box, pieces.back().buf.data());
   }
-  for (Dest& d : dests) {
-    if (!load.AddPiece(specs[d.t].name, ToVec(d.box.offset, d.box.ndim), ToVec(d.box.length, d.box.ndim),
-                       d.buf.data()).ok()) {
+  for (Piece& p : pieces) {
+    if (!state.AddPiece(specs[p.t].name, Vec(p.box.offset, p.box.ndim), Vec(p.box.length, p.box.ndim),
+                        p.buf.empty() ? nullptr : p.buf.data()).ok()) {
       return 1;
     }
   }
-  uint64_t step_back = 0;
-  (void)load.AddBytes("train.step", &step_back, sizeof step_back);
-  auto loaded = Load(path, load, nullptr, ReadOptions{});
+  uint64_t step = a.mode == "save" ? 1000 : 0;
+  (void)state.AddBytes("train.step", &step, sizeof step);
+
+  if (a.mode == "save") {
+    if (rank == 0) {
+      ::mkdir(a.dir.c_str(), 0755);
+      (void)DefaultStorage()->RemoveAll(path);
+    }
+    (void)comm->Barrier(kDefaultCollectiveTimeout);
+    state.SetUserMetadata("step", "1000");
+    state.SetUserMetadata("framework", "distckpt-demo");
+    SaveOptions so;
+    so.sync = a.sync;
+    auto saved = Save(path, state, comm.get(), so);
+    if (!saved.ok()) {
+      std::fprintf(stderr, "rank %" PRIu64 ": save failed: %s\n", rank, saved.status().ToString().c_str());
+      return 1;
+    }
+    uint64_t held = 0;
+    for (const Piece& p : pieces) held += p.buf.size();
+    uint64_t held_all = SumOverRanks(comm.get(), held);
+    if (rank == 0) {
+      std::printf("save: %" PRIu64 " ranks held %.1f MiB (state %.1f MiB, about half replicated on every rank)\n",
+                  world, held_all / 1048576.0, logical / 1048576.0);
+      std::printf("  wrote %.1f MiB once (replicas deduplicated) into %u data files + %" PRIu64
+                  " bytes of metadata in %.3f s: %.2f GB/s%s\n",
+                  saved->total_bytes / 1048576.0, saved->num_files, saved->metadata_bytes, saved->seconds,
+                  saved->total_bytes / saved->seconds / 1e9, a.sync ? " (fsync'd)" : "");
+      std::printf("  committed at %s\n", path.c_str());
+    }
+    return 0;
+  }
+
+  auto loaded = Load(path, state, comm.get(), ReadOptions{});
   if (!loaded.ok()) {
-    std::fprintf(stderr, "load failed: %s\n", loaded.status().ToString().c_str());
+    std::fprintf(stderr, "rank %" PRIu64 ": load failed: %s\n", rank, loaded.status().ToString().c_str());
     return 1;
   }
-  uint64_t bad = 0;
-  for (const Dest& d : dests) bad += Check(specs[d.t], d.t, d.box, d.buf.data());
-  if (step_back != step) ++bad;
-
-  std::printf("distckpt demo: %zu tensors + 1 bytes entry, %.1f MiB\n", specs.size(), total / 1048576.0);
-  std::printf("  save  %" PRIu64 " row shards -> %u file(s), %.3f s, %.2f GB/s%s\n", a.save_shards, saved->num_files,
-              saved->seconds, total / saved->seconds / 1e9, a.sync ? " (fsync'd)" : "");
-  std::printf("  load  %" PRIu64 " column shards (resharded), %.3f s, %.2f GB/s, %.1f MiB read, checksums verified\n",
-              a.load_shards, loaded->seconds, total / loaded->seconds / 1e9, loaded->io.bytes_read / 1048576.0);
-  std::printf("  check %zu pieces: %s\n", dests.size(), bad == 0 ? "every value matches" : "MISMATCH");
-  std::printf("  committed at %s (metadata %" PRIu64 " bytes)\n", path.c_str(), saved->metadata_bytes);
-  return bad == 0 ? 0 : 1;
+  uint64_t bad = step == 1000 ? 0 : 1, checked = 0;
+  for (const Piece& p : pieces) {
+    std::vector<uint8_t> want(p.buf.size());
+    Fill(specs[p.t], p.t, p.box, want.data());
+    if (want != p.buf) {
+      std::fprintf(stderr, "rank %" PRIu64 ": wrong values in %s %s\n", rank, specs[p.t].name.c_str(),
+                   p.box.ToString().c_str());
+      ++bad;
+    }
+    checked += p.buf.size();
+  }
+  uint64_t bad_all = SumOverRanks(comm.get(), bad), checked_all = SumOverRanks(comm.get(), checked);
+  uint64_t read_all = SumOverRanks(comm.get(), loaded->io.bytes_read);
+  const double slowest = MaxOverRanks(comm.get(), static_cast<uint64_t>(loaded->seconds * 1e6)) / 1e6;
+  if (rank == 0) {
+    std::printf("load: %" PRIu64 " ranks, resharded (sharded tensors by columns, replicated ones by rows)\n", world);
+    std::printf("  loaded the %.1f MiB state in %.3f s (slowest rank): %.2f GB/s; checksums verified\n",
+                logical / 1048576.0, slowest, logical / slowest / 1e9);
+    std::printf("  read %.1f MiB from the data files (whole checksum blocks, so column slices read full rows)\n",
+                read_all / 1048576.0);
+    std::printf("  checked %.1f MiB on all ranks: %s\n", checked_all / 1048576.0,
+                bad_all == 0 ? "every value matches" : "MISMATCH");
+  }
+  return bad_all == 0 ? 0 : 1;
 }
 
 }  // namespace
