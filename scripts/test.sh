@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite of distckpt from a fresh clone on Debian 12: installs what is missing, then Bazel (C++ core,
-# C ABI, multi-process tests), and the language suites as they exist (pytest, cargo, go). Ends with a line
-# "tests: N passed, M failed".
+# C ABI, multi-process and multi-host tests), pytest (python/), cargo (rust/) and go (go/). Each language suite has
+# its own runner (<lang>/run_tests.sh) that sets up its toolchain and prints a "N passed, M failed" line.
+# Ends with one line for everything: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 1
@@ -11,18 +12,41 @@ failed=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+count() {  # adds the last "N passed" / "M failed" figures of a log to the totals
+  local line p f
+  line=$(grep -E "[0-9]+ passed" "$1" | tail -1)
+  p=$(echo "$line" | grep -oE "[0-9]+ passed" | grep -oE "[0-9]+" || echo 0)
+  f=$(echo "$line" | grep -oE "[0-9]+ failed" | grep -oE "[0-9]+" || echo 0)
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+}
+
 echo "== bazel test //..."
-bazel test //... --test_summary=short 2>&1 | tee "$log" | grep -vE "linux-sandbox|^\s*$" | grep -E "PASSED|FAILED|TIMEOUT|NO STATUS|ERROR|error:|Executed|^//" || true
-bazel_rc=${PIPESTATUS[0]}
+bazel test //... --test_summary=short >"$log" 2>&1
+bazel_rc=$?
+grep -E "^//|Executed|ERROR|error:" "$log" | grep -v linux-sandbox
 p=$(grep -cE "^//\S+\s+(\(cached\) )?PASSED" "$log" || true)
-f=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)" "$log" || true)
-passed=$((passed + p))
-failed=$((failed + f))
+f=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)" "$log" || true)
 if [[ $bazel_rc -ne 0 && $f -eq 0 ]]; then
   echo "bazel test failed (exit $bazel_rc) before running tests:"
-  tail -30 "$log"
-  failed=$((failed + 1))
+  grep -v linux-sandbox "$log" | tail -30
+  f=1
 fi
+echo "bazel: $p passed, $f failed"
+passed=$((passed + p))
+failed=$((failed + f))
+
+for lang in python rust go; do
+  runner="$lang/run_tests.sh"
+  [[ -f "$runner" ]] || continue
+  echo "== $runner"
+  bash "$runner" >"$log" 2>&1
+  rc=$?
+  tail -25 "$log"
+  before=$failed
+  count "$log"
+  if [[ $rc -ne 0 && $failed -eq $before ]]; then failed=$((failed + 1)); fi
+done
 
 echo "tests: ${passed} passed, ${failed} failed"
 [[ $failed -eq 0 ]]
