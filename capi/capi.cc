@@ -260,10 +260,7 @@ int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size)
 int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    if (Status st = distckpt::capi::CheckVersion(version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options");
-        !st.ok()) {
-      return Report(st);
-    }
+    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options"));
     dckpt_save_options defaults = DCKPT_SAVE_OPTIONS_INIT;
     defaults.version = version;
     // Write only the fields a caller built against `version` has room for.
@@ -278,10 +275,7 @@ int dckpt_save(dckpt_save_info* info, const char* path, const dckpt_state* state
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     if (info) {
-      if (Status st = distckpt::capi::CheckVersion(info->version, DCKPT_SAVE_INFO_VERSION, "dckpt_save_info");
-          !st.ok()) {
-        return Report(st);
-      }
+      DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(info->version, DCKPT_SAVE_INFO_VERSION, "dckpt_save_info"));
     }
     auto o = distckpt::capi::ToSaveOptions(opts);
     if (!o.ok()) return Report(o.status());
@@ -351,10 +345,7 @@ void dckpt_save_future_free(dckpt_save_future* future) {
 int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    if (Status st = distckpt::capi::CheckVersion(version, DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options");
-        !st.ok()) {
-      return Report(st);
-    }
+    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(version, DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options"));
     dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
     defaults.version = version;
     std::memcpy(opts, &defaults, version >= 2 ? sizeof defaults : offsetof(dckpt_read_options, progress));
@@ -376,10 +367,7 @@ int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckp
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     if (stats) {
-      if (Status st = distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats");
-          !st.ok()) {
-        return Report(st);
-      }
+      DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats"));
     }
     auto o = distckpt::capi::ToReadOptions(opts);
     if (!o.ok()) return Report(o.status());
