@@ -1,3 +1,4 @@
+#include "core/comm/collective_call.h"
 #include "core/comm/gloo/gloo.h"
 
 #include <errno.h>
@@ -39,8 +40,11 @@ namespace distckpt {
 namespace internal_gloo {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using Millis = std::chrono::milliseconds;
+using internal_comm::Call;
+using internal_comm::Clock;
+using internal_comm::Millis;
+using internal_comm::Op;
+using internal_comm::OpName;
 using gloo::transport::UnboundBuffer;
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -204,8 +208,6 @@ class Watchdog {
 constexpr uint32_t kMagic = 0x474b4344;  // "DCKG"
 constexpr uint32_t kFlagAbort = 1;       // The payload is an upstream rank's error message, not data.
 
-enum class Op : uint32_t { kAllGather = 1, kGather = 2, kBroadcast = 3, kBarrier = 4 };
-
 struct Header {
   uint32_t magic = 0;
   uint32_t op = 0;
@@ -224,31 +226,6 @@ uint64_t PayloadSlot(uint64_t seq) { return (seq << 1) | 1; }
 constexpr uint64_t kSentinelSlot = ~uint64_t{0};
 // How often a wait checks whether its peer's connection has failed underneath it.
 constexpr Millis kHealthInterval(100);
-
-std::string OpName(uint32_t op, int root) {
-  switch (static_cast<Op>(op)) {
-    case Op::kAllGather:
-      return "allgather";
-    case Op::kGather:
-      return "gather to rank " + std::to_string(root);
-    case Op::kBroadcast:
-      return "broadcast from rank " + std::to_string(root);
-    case Op::kBarrier:
-      return "barrier";
-  }
-  return "unknown collective " + std::to_string(op);
-}
-
-struct Call {
-  Op op = Op::kBarrier;
-  int root = -1;
-  uint64_t seq = 0;
-  Millis timeout{0};
-  Clock::time_point deadline;
-
-  std::string Name() const { return OpName(static_cast<uint32_t>(op), root); }
-  std::string Describe() const { return Name() + " #" + std::to_string(seq); }
-};
 
 /// What the collectives share: the connected transport context and the watchdog.
 struct Group {

@@ -1,3 +1,4 @@
+#include "core/comm/collective_call.h"
 #include "core/comm/nccl/nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -18,42 +19,13 @@ namespace distckpt {
 namespace internal_nccl {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using Millis = std::chrono::milliseconds;
+using internal_comm::Call;
+using internal_comm::Clock;
+using internal_comm::Millis;
+using internal_comm::Op;
+using internal_comm::OpName;
 
-enum class Op : uint32_t { kAllGather = 1, kGather = 2, kBroadcast = 3, kBarrier = 4 };
-
-struct Header {
-  uint64_t seq = 0;
-  uint32_t op = 0;
-  int32_t root = -1;
-  uint64_t size = 0;
-};
-static_assert(sizeof(Header) == 24, "the header is exchanged as raw bytes");
-
-std::string OpName(uint32_t op, int root) {
-  switch (static_cast<Op>(op)) {
-    case Op::kAllGather:
-      return "allgather";
-    case Op::kGather:
-      return "gather to rank " + std::to_string(root);
-    case Op::kBroadcast:
-      return "broadcast from rank " + std::to_string(root);
-    case Op::kBarrier:
-      return "barrier";
-  }
-  return "unknown collective " + std::to_string(op);
-}
-
-struct Call {
-  Op op = Op::kBarrier;
-  int root = -1;
-  uint64_t seq = 0;
-  Millis timeout{0};
-  Clock::time_point deadline;
-
-  std::string Describe() const { return OpName(static_cast<uint32_t>(op), root) + " #" + std::to_string(seq); }
-};
+using Header = internal_comm::FixedHeader;
 
 StatusCode CodeOf(ncclResult_t r) {
   switch (r) {
