@@ -12,6 +12,7 @@ PACKAGES=(
   libxxhash-dev                                       # xxHash3-64 checksums
   redis-server iproute2                               # Redis rendezvous tests, network-namespace tests
   fio                                                 # measuring the disk in benchmarks
+  pybind11-dev python3-dev python3-venv               # the Python extension (bindings/) and python/run_tests.sh
 )
 
 missing=()

@@ -1,0 +1,947 @@
+// _distckpt: the Python extension module. A thin layer over the C ABI (distckpt.h) and nothing else: the package
+// python/distckpt/ builds the user-facing API on top of it.
+//
+// Rules kept throughout this file:
+//  - Every call that does I/O or waits on other ranks runs with the GIL released (py::gil_scoped_release).
+//  - Callbacks that distckpt runs on its own threads (progress, external-communicator collectives) take the GIL back
+//    (py::gil_scoped_acquire) and never let a Python exception escape into C: the exception is kept, the callback
+//    returns non-zero (DCKPT_EUSER), and the exception becomes the __cause__ of the error raised to the caller.
+//  - A failed call raises the exception that distckpt.errors maps its status code to, with dckpt_error_last() as
+//    the message (one table, in Python: distckpt/errors.py).
+#include <Python.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "capi/include/distckpt/distckpt.h"
+
+namespace py = pybind11;
+
+
+namespace distckpt_python {
+namespace {
+
+// ---- Errors ---------------------------------------------------------------------------------------------------
+
+/// A failed dckpt_* call. Translated into a Python exception by the translator registered in the module init.
+struct NativeError : std::exception {
+  int code;
+  std::string message;
+  py::object cause;  // a Python exception raised inside a callback, or None
+  NativeError(int c, std::string m, py::object k = py::none()) : code(c), message(std::move(m)), cause(std::move(k)) {}
+  const char* what() const noexcept override { return message.c_str(); }
+};
+
+/// (code, message) -> exception instance; installed by distckpt.errors when the package is imported.
+py::object& ErrorFactory() {
+  static py::object* factory = new py::object();  // leaked on purpose: no destructor runs after Py_Finalize
+  return *factory;
+}
+
+/// Must run on the thread that made the failed call (dckpt_error_last is per thread), with the GIL held.
+[[noreturn]] void Raise(int code, py::object cause = py::none()) {
+  throw NativeError(code, dckpt_error_last(), std::move(cause));
+}
+
+inline void Check(int rc) {
+  if (rc != DCKPT_OK) Raise(rc);
+}
+
+/// Where a callback parks the Python exception it raised, until the C call returns.
+struct CallbackErrors {
+  std::mutex mu;
+  py::object first;  // guarded by mu; only touched with the GIL held
+
+  void Keep(py::error_already_set& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!first || first.is_none()) first = e.value();
+  }
+  py::object Take() {
+    std::lock_guard<std::mutex> lock(mu);
+    py::object out = first ? first : py::none();
+    first = py::object();
+    return out;
+  }
+};
+
+/// Raises for rc != OK; an exception kept by a callback becomes the cause.
+inline void CheckWithCallbacks(int rc, CallbackErrors* errors) {
+  if (rc == DCKPT_OK) {
+    if (errors) errors->Take();
+    return;
+  }
+  std::string message = dckpt_error_last();
+  py::object cause = errors ? errors->Take() : py::none();
+  throw NativeError(rc, std::move(message), std::move(cause));
+}
+
+// ---- Buffers --------------------------------------------------------------------------------------------------
+
+/// A held PEP 3118 view: keeps the exporter's memory alive and fixed (a bytearray cannot be resized meanwhile).
+class HeldBuffer {
+ public:
+  HeldBuffer(const py::handle& obj, bool writable) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+  }
+  ~HeldBuffer() { PyBuffer_Release(&view_); }  // the owner (a State) is destroyed with the GIL held
+  HeldBuffer(const HeldBuffer&) = delete;
+  HeldBuffer& operator=(const HeldBuffer&) = delete;
+  void* data() const { return view_.buf; }
+  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+uint64_t Volume(const std::vector<uint64_t>& dims) {
+  uint64_t v = 1;
+  for (uint64_t d : dims) {
+    if (d != 0 && v > UINT64_MAX / d) throw py::value_error("shape volume overflows 64 bits");
+    v *= d;
+  }
+  return v;
+}
+
+// ---- Progress callbacks ---------------------------------------------------------------------------------------
+
+struct Progress {
+  py::object fn;  // callable(done, total) or None
+  CallbackErrors errors;
+};
+
+int ProgressTrampoline(uint64_t done, uint64_t total, void* user_data) {
+  auto* p = static_cast<Progress*>(user_data);
+  py::gil_scoped_acquire gil;
+  try {
+    p->fn(done, total);
+    return 0;
+  } catch (py::error_already_set& e) {
+    p->errors.Keep(e);
+    return 1;
+  }
+}
+
+std::shared_ptr<Progress> MakeProgress(const py::object& fn) {
+  if (fn.is_none()) return nullptr;
+  if (!PyCallable_Check(fn.ptr())) throw py::type_error("progress must be callable(done: int, total: int) or None");
+  auto p = std::make_shared<Progress>();
+  p->fn = fn;
+  return p;
+}
+
+// ---- Communicators --------------------------------------------------------------------------------------------
+
+/// A communicator: Gloo, or collectives supplied by Python callables (torch.distributed, mpi4py, ...).
+class Comm {
+ public:
+  static std::shared_ptr<Comm> Gloo(int rank, int world_size, std::optional<std::string> rendezvous,
+                                    std::optional<std::string> prefix, std::optional<std::string> iface,
+                                    std::optional<std::string> hostname, uint64_t timeout_ms) {
+    dckpt_gloo_options o;
+    Check(dckpt_gloo_options_init(&o, DCKPT_GLOO_OPTIONS_VERSION));
+    o.rank = rank;
+    o.world_size = world_size;
+    o.rendezvous = rendezvous ? rendezvous->c_str() : nullptr;
+    o.prefix = prefix ? prefix->c_str() : nullptr;
+    o.iface = iface ? iface->c_str() : nullptr;
+    o.hostname = hostname ? hostname->c_str() : nullptr;
+    o.timeout_ms = timeout_ms;
+    auto c = std::shared_ptr<Comm>(new Comm());
+    int rc;
+    {
+      py::gil_scoped_release nogil;  // rendezvous waits for every rank
+      rc = dckpt_comm_new_gloo(&c->comm_, &o);
+    }
+    Check(rc);
+    return c;
+  }
+
+  static std::shared_ptr<Comm> External(int rank, int size, py::object allgather, py::object broadcast,
+                                        py::object barrier) {
+    if (!PyCallable_Check(allgather.ptr()) || !PyCallable_Check(broadcast.ptr())) {
+      throw py::type_error("allgather and broadcast must be callable");
+    }
+    if (!barrier.is_none() && !PyCallable_Check(barrier.ptr())) throw py::type_error("barrier must be callable or None");
+    auto c = std::shared_ptr<Comm>(new Comm());
+    c->allgather_ = std::move(allgather);
+    c->broadcast_ = std::move(broadcast);
+    c->barrier_ = std::move(barrier);
+    dckpt_comm_callbacks cb;
+    Check(dckpt_comm_callbacks_init(&cb, DCKPT_COMM_CALLBACKS_VERSION));
+    cb.rank = rank;
+    cb.size = size;
+    cb.allgather = &Comm::AllgatherTrampoline;
+    cb.broadcast = &Comm::BroadcastTrampoline;
+    cb.barrier = c->barrier_.is_none() ? nullptr : &Comm::BarrierTrampoline;
+    cb.user_data = c.get();
+    c->size_ = size;
+    Check(dckpt_comm_new_external(&c->comm_, &cb));
+    return c;
+  }
+
+  ~Comm() {
+    // No collective can be running: every call that uses the communicator holds a reference to it.
+    dckpt_comm_free(comm_);
+  }
+
+  dckpt_comm* get() {
+    if (comm_ == nullptr) throw NativeError(DCKPT_ESTATE, "the communicator is closed");
+    return comm_;
+  }
+  int rank() {
+    int r = 0;
+    Check(dckpt_comm_rank(&r, get()));
+    return r;
+  }
+  int size() {
+    int s = 0;
+    Check(dckpt_comm_size(&s, get()));
+    return s;
+  }
+  void Barrier(uint64_t timeout_ms) {
+    dckpt_comm* c = get();
+    ++users_;
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { --n; }
+    } done{users_};
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = dckpt_comm_barrier(c, timeout_ms);
+    }
+    CheckWithCallbacks(rc, &errors_);
+  }
+  void Close() {
+    if (users_.load() > 0) {
+      throw NativeError(DCKPT_ESTATE, "the communicator is in use (an async save or a collective is running); "
+                                      "wait for it before closing the communicator");
+    }
+    dckpt_comm* c = comm_;
+    comm_ = nullptr;
+    py::gil_scoped_release nogil;
+    dckpt_comm_free(c);
+  }
+  bool closed() const { return comm_ == nullptr; }
+  CallbackErrors* errors() { return &errors_; }
+
+  /// Marks the communicator busy for the lifetime of a collective call or an async save.
+  class Use {
+   public:
+    explicit Use(std::shared_ptr<Comm> c) : comm_(std::move(c)) {
+      if (comm_) ++comm_->users_;
+    }
+    ~Use() {
+      if (comm_) --comm_->users_;
+    }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    dckpt_comm* get() const { return comm_ ? comm_->get() : nullptr; }
+    const std::shared_ptr<Comm>& comm() const { return comm_; }
+
+   private:
+    std::shared_ptr<Comm> comm_;
+  };
+
+ private:
+  Comm() = default;
+
+  // The memoryviews handed to Python point into distckpt's buffers: they are released when the callback returns,
+  // so a callback that keeps one gets a released view rather than a dangling pointer.
+  static void ReleaseView(py::object& view) {
+    try {
+      view.attr("release")();
+    } catch (py::error_already_set&) {
+      // Still exported (e.g. np.frombuffer kept it): nothing more can be done from here.
+    }
+  }
+
+  static int AllgatherTrampoline(const void* send, size_t send_size, void* recv, uint64_t timeout_ms, void* user) {
+    auto* self = static_cast<Comm*>(user);
+    py::gil_scoped_acquire gil;
+    try {
+      int size = self->size_cached();
+      py::object send_view = py::memoryview::from_memory(send, static_cast<py::ssize_t>(send_size));
+      py::object recv_view = py::memoryview::from_memory(recv, static_cast<py::ssize_t>(send_size * size));
+      try {
+        self->allgather_(send_view, recv_view, timeout_ms);
+      } catch (...) {
+        ReleaseView(send_view);
+        ReleaseView(recv_view);
+        throw;
+      }
+      ReleaseView(send_view);
+      ReleaseView(recv_view);
+      return 0;
+    } catch (py::error_already_set& e) {
+      self->errors_.Keep(e);
+      return 1;
+    }
+  }
+
+  static int BroadcastTrampoline(void* buf, size_t size, int root, uint64_t timeout_ms, void* user) {
+    auto* self = static_cast<Comm*>(user);
+    py::gil_scoped_acquire gil;
+    try {
+      py::object view = py::memoryview::from_memory(buf, static_cast<py::ssize_t>(size));
+      try {
+        self->broadcast_(view, root, timeout_ms);
+      } catch (...) {
+        ReleaseView(view);
+        throw;
+      }
+      ReleaseView(view);
+      return 0;
+    } catch (py::error_already_set& e) {
+      self->errors_.Keep(e);
+      return 1;
+    }
+  }
+
+  static int BarrierTrampoline(uint64_t timeout_ms, void* user) {
+    auto* self = static_cast<Comm*>(user);
+    py::gil_scoped_acquire gil;
+    try {
+      self->barrier_(timeout_ms);
+      return 0;
+    } catch (py::error_already_set& e) {
+      self->errors_.Keep(e);
+      return 1;
+    }
+  }
+
+  int size_cached() const { return size_; }
+
+  dckpt_comm* comm_ = nullptr;
+  std::atomic<int> users_{0};
+  int size_ = -1;
+  py::object allgather_, broadcast_, barrier_;
+  CallbackErrors errors_;
+};
+
+// ---- State ----------------------------------------------------------------------------------------------------
+
+/// What one rank saves, or where it loads to. Holds every buffer it was given until it is destroyed.
+class State {
+ public:
+  State() { Check(dckpt_state_new(&state_)); }
+  ~State() { dckpt_state_free(state_); }
+
+  void AddTensor(const std::string& name, int dtype, const std::vector<uint64_t>& shape) {
+    Check(dckpt_state_add_tensor(state_, name.c_str(), dtype, shape.size(), shape.data()));
+    dtypes_[name] = dtype;
+  }
+
+  /// `data`: any C-contiguous buffer of exactly volume(lengths) * dtype size bytes (writable when loading).
+  void AddPiece(const std::string& name, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& lengths,
+                const py::object& data, bool writable) {
+    if (offsets.size() != lengths.size()) throw py::value_error("offsets and lengths differ in length");
+    auto it = dtypes_.find(name);
+    const int dtype = it == dtypes_.end() ? 0 : it->second;  // 0: undeclared, which the C call reports
+    auto held = std::make_unique<HeldBuffer>(data, writable);
+    if (dtype != 0) {
+      const uint64_t expect = Volume(lengths) * dckpt_dtype_size(dtype);
+      if (held->size() != expect) {
+        throw py::value_error("piece of '" + name + "' has " + std::to_string(held->size()) + " bytes; its box needs " +
+                              std::to_string(expect));
+      }
+    }
+    Check(dckpt_state_add_piece(state_, name.c_str(), offsets.data(), lengths.data(), held->data()));
+    held_.push_back(std::move(held));
+  }
+
+  void AddBytes(const std::string& name, const py::object& data, bool writable) {
+    auto held = std::make_unique<HeldBuffer>(data, writable);
+    Check(dckpt_state_add_bytes(state_, name.c_str(), held->data(), held->size()));
+    held_.push_back(std::move(held));
+  }
+
+  uint64_t BytesSize(const std::string& name) const {
+    uint64_t n = 0;
+    Check(dckpt_state_bytes_size(&n, state_, name.c_str()));
+    return n;
+  }
+
+  void SetUser(const std::string& key, const std::string& value) {
+    Check(dckpt_state_set_user(state_, key.c_str(), value.c_str()));
+  }
+
+  void SetStructure(const py::bytes& data) {
+    std::string s = data;
+    Check(dckpt_state_set_structure(state_, s.data(), s.size()));
+  }
+
+  dckpt_state* get() { return state_; }
+
+ private:
+  dckpt_state* state_ = nullptr;
+  std::unordered_map<std::string, int> dtypes_;
+  std::vector<std::unique_ptr<HeldBuffer>> held_;
+};
+
+// ---- Save / load ----------------------------------------------------------------------------------------------
+
+py::dict SaveInfoDict(const dckpt_save_info& info) {
+  py::dict d;
+  d["num_files"] = info.num_files;
+  d["num_entries"] = info.num_entries;
+  d["bytes_written"] = info.bytes_written;
+  d["total_bytes"] = info.total_bytes;
+  d["metadata_bytes"] = info.metadata_bytes;
+  d["seconds"] = info.seconds;
+  return d;
+}
+
+py::dict IoStatsDict(const dckpt_io_stats& s) {
+  py::dict d;
+  d["bytes_read"] = s.bytes_read;
+  d["read_calls"] = s.read_calls;
+  d["bytes_verified"] = s.bytes_verified;
+  d["bytes_delivered"] = s.bytes_delivered;
+  d["seconds"] = s.seconds;
+  return d;
+}
+
+dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
+                               uint64_t timeout_ms, Progress* progress) {
+  dckpt_save_options o;
+  Check(dckpt_save_options_init(&o, DCKPT_SAVE_OPTIONS_VERSION));
+  o.io_threads = io_threads;
+  o.overwrite = overwrite ? 1 : 0;
+  o.sync = sync ? 1 : 0;
+  o.checksum_block_size = checksum_block_size;
+  o.timeout_ms = timeout_ms;
+  if (progress) {
+    o.progress = &ProgressTrampoline;
+    o.progress_user_data = progress;
+  }
+  return o;
+}
+
+dckpt_read_options ReadOptions(bool verify, unsigned io_threads, uint64_t timeout_ms, Progress* progress) {
+  dckpt_read_options o;
+  Check(dckpt_read_options_init(&o, DCKPT_READ_OPTIONS_VERSION));
+  o.verify = verify ? 1 : 0;
+  o.io_threads = io_threads;
+  o.timeout_ms = timeout_ms;
+  if (progress) {
+    o.progress = &ProgressTrampoline;
+    o.progress_user_data = progress;
+  }
+  return o;
+}
+
+/// Raises for a failed collective call, preferring an exception a callback raised (progress first, then comm).
+void CheckCall(int rc, Progress* progress, const std::shared_ptr<Comm>& comm) {
+  if (rc == DCKPT_OK) return;
+  std::string message = dckpt_error_last();
+  py::object cause = progress ? progress->errors.Take() : py::none();
+  if (comm) {
+    py::object comm_cause = comm->errors()->Take();
+    if (cause.is_none()) cause = comm_cause;
+  }
+  throw NativeError(rc, std::move(message), std::move(cause));
+}
+
+py::dict Save(const std::string& path, State& state, std::shared_ptr<Comm> comm, unsigned io_threads, bool overwrite,
+              bool sync, uint64_t checksum_block_size, uint64_t timeout_ms, py::object progress) {
+  auto prog = MakeProgress(progress);
+  dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get());
+  dckpt_save_info info = DCKPT_SAVE_INFO_INIT;
+  Comm::Use use(comm);
+  dckpt_comm* c = use.get();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_save(&info, path.c_str(), state.get(), c, &o);
+  }
+  CheckCall(rc, prog.get(), comm);
+  return SaveInfoDict(info);
+}
+
+/// An asynchronous save in flight. Holds the communicator and the progress callback until the save completes.
+class SaveFuture {
+ public:
+  SaveFuture(dckpt_save_future* f, std::shared_ptr<Comm> comm, std::shared_ptr<Progress> progress)
+      : future_(f), comm_(std::move(comm)), use_(std::make_unique<Comm::Use>(comm_)), progress_(std::move(progress)) {}
+  ~SaveFuture() { Free(); }
+
+  /// The save's summary; raises its error; returns None if it is still running after timeout_ms.
+  py::object Wait(uint64_t timeout_ms) {
+    if (future_ == nullptr) throw NativeError(DCKPT_ESTATE, "the save future is closed");
+    dckpt_save_info info = DCKPT_SAVE_INFO_INIT;
+    int rc, done = 0;
+    {
+      py::gil_scoped_release nogil;
+      rc = dckpt_save_future_wait(&info, future_, timeout_ms);
+      // DCKPT_ETIMEOUT means "still running" or "the save itself timed out": dckpt_save_future_test tells which.
+      if (rc == DCKPT_ETIMEOUT) dckpt_save_future_test(&done, future_);
+    }
+    if (rc == DCKPT_ETIMEOUT && !done) return py::none();
+    CheckCall(rc, progress_.get(), comm_);
+    return SaveInfoDict(info);
+  }
+
+  bool Done() const {
+    if (future_ == nullptr) return true;
+    int done = 0;
+    Check(dckpt_save_future_test(&done, future_));
+    return done != 0;
+  }
+
+  std::pair<double, uint64_t> Staging() const {
+    if (future_ == nullptr) throw NativeError(DCKPT_ESTATE, "the save future is closed");
+    double seconds = 0;
+    uint64_t bytes = 0;
+    Check(dckpt_save_future_staging(&seconds, &bytes, future_));
+    return {seconds, bytes};
+  }
+
+  /// Waits for the save if it is still running, then frees everything it holds (its staging copy included).
+  void Free() {
+    if (future_ == nullptr) return;
+    dckpt_save_future* f = future_;
+    future_ = nullptr;
+    {
+      py::gil_scoped_release nogil;  // the background save may need the GIL for its callbacks
+      dckpt_save_future_free(f);
+    }
+    progress_.reset();
+    use_.reset();
+    comm_.reset();
+  }
+
+ private:
+  dckpt_save_future* future_;
+  std::shared_ptr<Comm> comm_;
+  std::unique_ptr<Comm::Use> use_;  // the communicator belongs to the save until it completes
+  std::shared_ptr<Progress> progress_;
+};
+
+std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std::shared_ptr<Comm> comm,
+                                      unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
+                                      uint64_t timeout_ms, py::object progress) {
+  auto prog = MakeProgress(progress);
+  dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get());
+  Comm::Use use(comm);
+  dckpt_comm* c = use.get();
+  dckpt_save_future* f = nullptr;
+  int rc;
+  {
+    py::gil_scoped_release nogil;  // staging copies every buffer (in parallel)
+    rc = dckpt_save_async(&f, path.c_str(), state.get(), c, &o);
+  }
+  CheckCall(rc, prog.get(), comm);
+  return std::make_unique<SaveFuture>(f, std::move(comm), std::move(prog));
+}
+
+py::dict Load(const std::string& path, State& state, std::shared_ptr<Comm> comm, bool verify, unsigned io_threads,
+              uint64_t timeout_ms, py::object progress) {
+  auto prog = MakeProgress(progress);
+  dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, prog.get());
+  dckpt_io_stats stats = DCKPT_IO_STATS_INIT;
+  Comm::Use use(comm);
+  dckpt_comm* c = use.get();
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_load(&stats, path.c_str(), state.get(), c, &o);
+  }
+  CheckCall(rc, prog.get(), comm);
+  return IoStatsDict(stats);
+}
+
+// ---- Reader ---------------------------------------------------------------------------------------------------
+
+/// An open checkpoint. Reads may run concurrently from several Python threads (the GIL is released during each);
+/// close() waits for them.
+class Reader {
+ public:
+  static std::unique_ptr<Reader> Open(const std::string& path, std::shared_ptr<Comm> comm, bool verify,
+                                      unsigned io_threads, uint64_t timeout_ms) {
+    dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, nullptr);
+    Comm::Use use(comm);
+    dckpt_comm* c = use.get();
+    dckpt_reader* r = nullptr;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = dckpt_reader_open(&r, path.c_str(), c, &o);
+    }
+    CheckCall(rc, nullptr, comm);
+    return std::unique_ptr<Reader>(new Reader(r));
+  }
+  ~Reader() { dckpt_reader_free(reader_); }
+
+  void Close() {
+    py::gil_scoped_release nogil;
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    dckpt_reader_free(reader_);
+    reader_ = nullptr;
+  }
+  bool closed() const { return reader_ == nullptr; }
+
+  py::dict Info() {
+    Locked r = Acquire();
+    dckpt_checkpoint_info info = DCKPT_CHECKPOINT_INFO_INIT;
+    Check(dckpt_reader_info(&info, r.reader));
+    py::dict d;
+    d["format_major"] = info.format_major;
+    d["format_minor"] = info.format_minor;
+    d["writer"] = std::string(info.writer ? info.writer : "");
+    d["num_entries"] = info.num_entries;
+    d["num_files"] = info.num_files;
+    d["total_bytes"] = info.total_bytes;
+    d["metadata_bytes"] = info.metadata_bytes;
+    d["checksum_block_size"] = info.checksum_block_size;
+    return d;
+  }
+
+  /// (name, kind, dtype, shape, nbytes, num_chunks) of every entry, in name order.
+  py::list Entries() {
+    Locked locked = Acquire();
+    dckpt_reader* r = locked.reader;
+    dckpt_checkpoint_info info = DCKPT_CHECKPOINT_INFO_INIT;
+    Check(dckpt_reader_info(&info, r));
+    py::list out;
+    for (size_t i = 0; i < info.num_entries; ++i) {
+      dckpt_entry_info e = DCKPT_ENTRY_INFO_INIT;
+      Check(dckpt_reader_entry(&e, r, i));
+      py::tuple shape(e.ndim);
+      for (size_t d = 0; d < e.ndim; ++d) shape[d] = py::int_(e.shape[d]);
+      out.append(py::make_tuple(py::str(e.name), e.kind, e.dtype, shape, e.nbytes, e.num_chunks));
+    }
+    return out;
+  }
+
+  std::optional<size_t> Find(const std::string& name) {
+    Locked r = Acquire();
+    size_t index = 0;
+    int rc = dckpt_reader_find(&index, r.reader, name.c_str());
+    if (rc == DCKPT_ENOTFOUND) return std::nullopt;
+    Check(rc);
+    return index;
+  }
+
+  /// (offsets, lengths, file, file_offset, length, checksum) of chunk `chunk` of entry `entry`.
+  py::tuple Chunk(size_t entry, size_t chunk) {
+    Locked r = Acquire();
+    dckpt_chunk_info c = DCKPT_CHUNK_INFO_INIT;
+    Check(dckpt_reader_chunk(&c, r.reader, entry, chunk));
+    py::tuple off(c.ndim), len(c.ndim);
+    for (size_t d = 0; d < c.ndim; ++d) {
+      off[d] = py::int_(c.offsets[d]);
+      len[d] = py::int_(c.lengths[d]);
+    }
+    return py::make_tuple(off, len, py::str(c.file), c.file_offset, c.length, c.checksum);
+  }
+
+  /// Reads the box [offsets, offsets + lengths) of tensor `name` into the writable C-contiguous buffer `dst`.
+  void Read(const std::string& name, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& lengths,
+            const py::object& dst) {
+    if (offsets.size() != lengths.size()) throw py::value_error("offsets and lengths differ in length");
+    HeldBuffer buf(dst, /*writable=*/true);
+    int rc = kClosed;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (reader_) {
+        rc = dckpt_reader_read(reader_, name.c_str(), offsets.size(), offsets.data(), lengths.data(), buf.data(),
+                               buf.size());
+      }
+    }
+    CheckOpen(rc);
+  }
+
+  py::bytes ReadBytes(const std::string& name) {
+    uint64_t size = 0;
+    {
+      Locked r = Acquire();
+      // A size query: DCKPT_EBUFSIZE (with the size filled in) is its normal answer for a non-empty entry.
+      int rc = dckpt_reader_read_bytes(&size, r.reader, name.c_str(), nullptr, 0);
+      if (rc != DCKPT_OK && rc != DCKPT_EBUFSIZE) Raise(rc);
+    }
+    std::string out(size, '\0');
+    int rc = kClosed;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (reader_) rc = dckpt_reader_read_bytes(&size, reader_, name.c_str(), out.data(), out.size());
+    }
+    CheckOpen(rc);
+    return py::bytes(out.data(), size);
+  }
+
+  py::dict User() {
+    Locked locked = Acquire();
+    dckpt_reader* r = locked.reader;
+    size_t n = 0;
+    Check(dckpt_reader_num_user(&n, r));
+    py::dict d;
+    for (size_t i = 0; i < n; ++i) {
+      const char* k = nullptr;
+      const char* v = nullptr;
+      Check(dckpt_reader_user(&k, &v, r, i));
+      d[py::str(k)] = py::str(v);
+    }
+    return d;
+  }
+
+  py::bytes Structure() {
+    Locked r = Acquire();
+    const char* data = nullptr;
+    size_t size = 0;
+    Check(dckpt_reader_structure(&data, &size, r.reader));
+    return py::bytes(data ? data : "", size);
+  }
+
+  void Verify(py::object progress) {
+    auto prog = MakeProgress(progress);
+    int rc = kClosed;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (reader_) rc = dckpt_reader_verify(reader_, prog ? &ProgressTrampoline : nullptr, prog.get());
+    }
+    if (rc == kClosed) CheckOpen(rc);
+    CheckCall(rc, prog.get(), nullptr);
+  }
+
+  void VerifyChunk(size_t entry, size_t chunk) {
+    int rc = kClosed;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (reader_) rc = dckpt_reader_verify_chunk(reader_, entry, chunk);
+    }
+    CheckOpen(rc);
+  }
+
+  py::dict IoStats() {
+    Locked r = Acquire();
+    dckpt_io_stats s = DCKPT_IO_STATS_INIT;
+    Check(dckpt_reader_io_stats(&s, r.reader));
+    return IoStatsDict(s);
+  }
+
+ private:
+  explicit Reader(dckpt_reader* r) : reader_(r) {}
+
+  // Every use of reader_ holds mu_ shared; close() holds it exclusively. Calls that release the GIL drop the lock
+  // before taking the GIL back, so the lock and the GIL never wait on each other.
+  static constexpr int kClosed = 1;  // not a dckpt status: "the reader was closed under us"
+  struct Locked {
+    std::shared_lock<std::shared_mutex> lock;
+    dckpt_reader* reader;
+  };
+  Locked Acquire() {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (reader_ == nullptr) throw NativeError(DCKPT_ESTATE, "the reader is closed");
+    return Locked{std::move(lock), reader_};
+  }
+  static void CheckOpen(int rc) {
+    if (rc == kClosed) throw NativeError(DCKPT_ESTATE, "the reader is closed");
+    Check(rc);
+  }
+  dckpt_reader* reader_;
+  std::shared_mutex mu_;
+};
+
+// ---- Tools ----------------------------------------------------------------------------------------------------
+
+void ExportSafetensors(const std::string& ckpt_path, const std::string& out_dir, uint64_t max_shard_bytes,
+                       std::optional<std::string> prefix, bool verify, py::object progress) {
+  auto prog = MakeProgress(progress);
+  dckpt_export_options o;
+  Check(dckpt_export_options_init(&o, DCKPT_EXPORT_OPTIONS_VERSION));
+  o.max_shard_bytes = max_shard_bytes;
+  o.prefix = prefix ? prefix->c_str() : nullptr;
+  o.verify = verify ? 1 : 0;
+  if (prog) {
+    o.progress = &ProgressTrampoline;
+    o.progress_user_data = prog.get();
+  }
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_export_safetensors(ckpt_path.c_str(), out_dir.c_str(), &o);
+  }
+  CheckCall(rc, prog.get(), nullptr);
+}
+
+}  // namespace
+}  // namespace distckpt_python
+
+PYBIND11_MODULE(_distckpt, m) {
+  using namespace distckpt_python;
+  m.doc() = "Native core of distckpt: a thin binding of the C ABI (distckpt.h). Use the `distckpt` package instead.";
+
+  if (dckpt_abi_version() != DCKPT_ABI_VERSION) {
+    throw std::runtime_error("distckpt: the linked library has ABI version " + std::to_string(dckpt_abi_version()) +
+                             " but the extension was built for " + std::to_string(DCKPT_ABI_VERSION));
+  }
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const NativeError& e) {
+      py::object& factory = ErrorFactory();
+      if (!factory || factory.is_none()) {
+        PyErr_SetString(PyExc_RuntimeError, e.message.c_str());
+        return;
+      }
+      py::object exc;
+      try {
+        exc = factory(e.code, e.message);
+      } catch (py::error_already_set& inner) {
+        inner.restore();  // a bug in the factory: surface it rather than hide the original error
+        return;
+      }
+      if (!e.cause.is_none()) PyException_SetCause(exc.ptr(), e.cause.inc_ref().ptr());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+
+  m.def(
+      "_set_error_factory", [](py::object f) { ErrorFactory() = std::move(f); }, py::arg("factory"),
+      "Installs callable(code, message) -> exception used for every failed call (distckpt.errors does this).");
+
+  m.attr("ABI_VERSION") = DCKPT_ABI_VERSION;
+  m.attr("HEADER_VERSION") = DCKPT_VERSION_STRING;
+  m.def("version", &dckpt_version);
+  m.def("version_string", []() { return std::string(dckpt_version_string()); });
+  m.def("abi_version", &dckpt_abi_version);
+  m.def("status_name", [](int code) { return std::string(dckpt_status_name(code)); });
+  m.def("dtype_size", &dckpt_dtype_size, py::arg("dtype"));
+  m.def(
+      "dtype_name",
+      [](int dtype) -> std::optional<std::string> {
+        const char* n = dckpt_dtype_name(dtype);
+        return n ? std::optional<std::string>(n) : std::nullopt;
+      },
+      py::arg("dtype"));
+  m.def(
+      "dtype_from_name",
+      [](const std::string& name) {
+        int d = 0;
+        Check(dckpt_dtype_from_name(&d, name.c_str()));
+        return d;
+      },
+      py::arg("name"));
+
+  // The header's enums, by their C names, so that Python never restates a number.
+  py::dict status;
+#define DCKPT_PY_STATUS(x) status[#x] = static_cast<int>(DCKPT_##x)
+  DCKPT_PY_STATUS(OK);
+  DCKPT_PY_STATUS(ERROR);
+  DCKPT_PY_STATUS(EINVAL);
+  DCKPT_PY_STATUS(ENOTFOUND);
+  DCKPT_PY_STATUS(ECORRUPT);
+  DCKPT_PY_STATUS(EVERSION);
+  DCKPT_PY_STATUS(EIO);
+  DCKPT_PY_STATUS(ETIMEOUT);
+  DCKPT_PY_STATUS(EUSER);
+  DCKPT_PY_STATUS(ENOMEM);
+  DCKPT_PY_STATUS(EUNSUPPORTED);
+  DCKPT_PY_STATUS(EEXISTS);
+  DCKPT_PY_STATUS(EBUFSIZE);
+  DCKPT_PY_STATUS(EPEER);
+  DCKPT_PY_STATUS(ENOSPC);
+  DCKPT_PY_STATUS(ESTATE);
+  DCKPT_PY_STATUS(EINTERNAL);
+#undef DCKPT_PY_STATUS
+  m.attr("STATUS") = status;
+
+  py::dict dtypes;
+#define DCKPT_PY_DTYPE(x) dtypes[#x] = static_cast<int>(DCKPT_DTYPE_##x)
+  DCKPT_PY_DTYPE(BOOL);
+  DCKPT_PY_DTYPE(U8);
+  DCKPT_PY_DTYPE(I8);
+  DCKPT_PY_DTYPE(U16);
+  DCKPT_PY_DTYPE(I16);
+  DCKPT_PY_DTYPE(U32);
+  DCKPT_PY_DTYPE(I32);
+  DCKPT_PY_DTYPE(U64);
+  DCKPT_PY_DTYPE(I64);
+  DCKPT_PY_DTYPE(F16);
+  DCKPT_PY_DTYPE(BF16);
+  DCKPT_PY_DTYPE(F32);
+  DCKPT_PY_DTYPE(F64);
+  DCKPT_PY_DTYPE(C64);
+  DCKPT_PY_DTYPE(C128);
+  DCKPT_PY_DTYPE(F8_E4M3FN);
+  DCKPT_PY_DTYPE(F8_E5M2);
+#undef DCKPT_PY_DTYPE
+  m.attr("DTYPES") = dtypes;
+  m.attr("MAX_DIMS") = DCKPT_MAX_DIMS;
+  m.attr("WAIT_FOREVER") = py::int_(DCKPT_WAIT_FOREVER);
+  m.attr("ENTRY_TENSOR") = static_cast<int>(DCKPT_ENTRY_TENSOR);
+  m.attr("ENTRY_BYTES") = static_cast<int>(DCKPT_ENTRY_BYTES);
+
+  py::class_<Comm, std::shared_ptr<Comm>>(m, "Comm")
+      .def_static("gloo", &Comm::Gloo, py::arg("rank"), py::arg("world_size"), py::arg("rendezvous"),
+                  py::arg("prefix"), py::arg("iface"), py::arg("hostname"), py::arg("timeout_ms"))
+      .def_static("external", &Comm::External, py::arg("rank"), py::arg("size"), py::arg("allgather"),
+                  py::arg("broadcast"), py::arg("barrier"))
+      .def_property_readonly("rank", &Comm::rank)
+      .def_property_readonly("size", &Comm::size)
+      .def_property_readonly("closed", &Comm::closed)
+      .def("barrier", &Comm::Barrier, py::arg("timeout_ms"))
+      .def("close", &Comm::Close);
+
+  py::class_<State>(m, "State")
+      .def(py::init<>())
+      .def("add_tensor", &State::AddTensor, py::arg("name"), py::arg("dtype"), py::arg("shape"))
+      .def("add_piece", &State::AddPiece, py::arg("name"), py::arg("offsets"), py::arg("lengths"), py::arg("data"),
+           py::arg("writable"))
+      .def("add_bytes", &State::AddBytes, py::arg("name"), py::arg("data"), py::arg("writable"))
+      .def("bytes_size", &State::BytesSize, py::arg("name"))
+      .def("set_user", &State::SetUser, py::arg("key"), py::arg("value"))
+      .def("set_structure", &State::SetStructure, py::arg("data"));
+
+  py::class_<SaveFuture>(m, "SaveFuture")
+      .def("wait", &SaveFuture::Wait, py::arg("timeout_ms"))
+      .def("done", &SaveFuture::Done)
+      .def("staging", &SaveFuture::Staging)
+      .def("free", &SaveFuture::Free);
+
+  py::class_<Reader>(m, "Reader")
+      .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"), py::arg("io_threads"),
+                  py::arg("timeout_ms"))
+      .def("close", &Reader::Close)
+      .def_property_readonly("closed", &Reader::closed)
+      .def("info", &Reader::Info)
+      .def("entries", &Reader::Entries)
+      .def("find", &Reader::Find, py::arg("name"))
+      .def("chunk", &Reader::Chunk, py::arg("entry"), py::arg("chunk"))
+      .def("read", &Reader::Read, py::arg("name"), py::arg("offsets"), py::arg("lengths"), py::arg("dst"))
+      .def("read_bytes", &Reader::ReadBytes, py::arg("name"))
+      .def("user", &Reader::User)
+      .def("structure", &Reader::Structure)
+      .def("verify", &Reader::Verify, py::arg("progress"))
+      .def("verify_chunk", &Reader::VerifyChunk, py::arg("entry"), py::arg("chunk"))
+      .def("io_stats", &Reader::IoStats);
+
+  m.def("save", &Save, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
+        py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
+        py::arg("progress"));
+  m.def("save_async", &SaveAsync, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
+        py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
+        py::arg("progress"));
+  m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"), py::arg("io_threads"),
+        py::arg("timeout_ms"), py::arg("progress"));
+  m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"),
+        py::arg("max_shard_bytes"), py::arg("prefix"), py::arg("verify"), py::arg("progress"));
+}

@@ -1,0 +1,417 @@
+"""save, async_save and load: the torch.distributed.checkpoint-style entry points."""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
+
+import numpy as np
+
+from . import _arrays, _dtypes, _native, _tree
+from .comm import Communicator, native_of
+from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError
+
+PathLike = Union[str, "os.PathLike[str]"]
+ProgressFn = Callable[[int, int], Any]
+
+__all__ = ["SaveSummary", "AsyncSave", "save", "async_save", "load"]
+
+
+@dataclass(frozen=True)
+class SaveSummary:
+    """What a save wrote (the same on every rank, except ``bytes_written`` and ``seconds``)."""
+
+    path: str
+    num_files: int  #: data files in the checkpoint
+    num_entries: int  #: tensors plus bytes entries
+    bytes_written: int  #: data bytes this rank wrote
+    total_bytes: int  #: data bytes of the whole checkpoint
+    metadata_bytes: int
+    seconds: float  #: wall time on this rank
+
+
+def _build_save_state(
+    state_dict: Mapping[str, Any], allow_pickle: bool, user_metadata: Optional[Mapping[str, str]]
+) -> "_native.State":
+    flat = _tree.flatten(state_dict, _arrays.is_array)
+    state = _native.State()
+    for leaf in flat.leaves:
+        if leaf.is_array:
+            src = _arrays.source_tensor(leaf.value, leaf.name)
+            state.add_tensor(leaf.name, src.code, list(src.shape))
+            for p in src.pieces:
+                state.add_piece(leaf.name, list(p.offsets), list(p.lengths), _arrays.bytes_view(p.data), False)
+        else:
+            data, encoding = _tree.encode_object(leaf.value, leaf.name, allow_pickle)
+            leaf.node["encoding"] = encoding
+            state.add_bytes(leaf.name, data, False)
+    state.set_structure(_tree.dump_structure(flat.root))
+    for key, value in (user_metadata or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgumentError(f"user_metadata must map str to str; got {key!r}: {value!r}")
+        state.set_user(key, value)
+    return state
+
+
+def save(
+    state_dict: Mapping[str, Any],
+    path: PathLike,
+    *,
+    comm: Optional[Communicator] = None,
+    overwrite: bool = False,
+    allow_pickle: bool = False,
+    user_metadata: Optional[Mapping[str, str]] = None,
+    sync: bool = True,
+    io_threads: int = 0,
+    checksum_block_size: int = 0,
+    timeout: Optional[float] = None,
+    progress: Optional[ProgressFn] = None,
+) -> SaveSummary:
+    """Saves a (nested) state dict as one checkpoint directory, atomically.
+
+    Collective over ``comm``: every rank calls it with the same path, passing its own pieces (plain arrays are
+    replicas of the whole tensor; ``Shard``s, DTensors and sharded JAX arrays are pieces of a larger one). Boxes held
+    by several ranks are written once. If any rank fails, every rank raises and nothing appears at ``path``.
+
+    Args:
+        state_dict: a mapping of str (or int) keys to arrays, shards, nested dicts/lists, stateful objects
+            (``state_dict()``/``load_state_dict()``), and plain values (numbers, strings, bools, None, lists and
+            dicts of those), which are stored as JSON.
+        path: the checkpoint directory to create.
+        comm: the ranks that save together (``distckpt.comm``); None for a single process.
+        overwrite: replace an existing checkpoint at ``path`` (atomically).
+        allow_pickle: store values JSON cannot represent with pickle (loading them then needs it too).
+        user_metadata: free-form str -> str pairs stored in the metadata (rank 0's are kept).
+        sync: fsync data, metadata and directories (turn off only for scratch data).
+        io_threads: I/O threads; 0 picks a default for the machine.
+        checksum_block_size: bytes per checksum block (a power of two >= 4096); 0 means 1 MiB.
+        timeout: seconds to wait for the other ranks at each collective step; None: 10 minutes.
+        progress: ``progress(done_bytes, total_bytes)``, called from a distckpt thread; raising aborts the save.
+
+    Returns:
+        The checkpoint's summary. The GIL is released while writing.
+    """
+    path = os.fspath(path)
+    state = _build_save_state(state_dict, allow_pickle, user_metadata)
+    info = _native.save(
+        path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
+        _native.timeout_ms(timeout), progress,
+    )  # fmt: skip
+    return SaveSummary(path=path, **info)
+
+
+# ---- Asynchronous save ------------------------------------------------------------------------------------------------
+
+_pending: Set["AsyncSave"] = set()
+_pending_lock = threading.Lock()
+
+
+class AsyncSave:
+    """A save running in the background, returned by :func:`async_save`.
+
+    By the time you have this handle, the state was already copied out of your arrays: change them freely. Writing,
+    hashing and the commit run on a distckpt thread. Saves still running when the interpreter exits are waited for.
+    """
+
+    def __init__(self, future: "_native.SaveFuture", path: str) -> None:
+        self._future: Optional[_native.SaveFuture] = future
+        self._path = path
+        self._outcome: Optional[Tuple[Optional[SaveSummary], Optional[BaseException]]] = None
+        self._lock = threading.Lock()
+        self._staging: Tuple[float, int] = future.staging()
+        with _pending_lock:
+            _pending.add(self)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def staged(self) -> bool:
+        """True once the state has been copied out of the caller's arrays: always, since async_save returns after
+        that (kept for API parity with staging that itself runs asynchronously, e.g. from GPU memory)."""
+        return True
+
+    @property
+    def staging_seconds(self) -> float:
+        """Seconds async_save blocked the caller to copy the state."""
+        return self._staging[0]
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes copied out of the caller's arrays."""
+        return self._staging[1]
+
+    def done(self) -> bool:
+        """True once the save has finished, successfully or not. Never blocks."""
+        if not self._lock.acquire(blocking=False):  # another thread is waiting in result()
+            return self._outcome is not None
+        try:
+            if self._outcome is None and self._future is not None and self._future.done():
+                self._finish(0)
+            return self._outcome is not None
+        finally:
+            self._lock.release()
+
+    def result(self, timeout: Optional[float] = None) -> SaveSummary:
+        """Waits for the save (at most ``timeout`` seconds; None: until done) and returns its summary.
+
+        Raises the save's error, or the builtin ``TimeoutError`` if it is still running after ``timeout``.
+        """
+        summary, error = self._wait(timeout)
+        if error is not None:
+            raise error
+        assert summary is not None
+        return summary
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The save's error (None if it succeeded), waiting like :meth:`result`."""
+        return self._wait(timeout)[1]
+
+    def _wait(self, timeout: Optional[float]) -> Tuple[Optional[SaveSummary], Optional[BaseException]]:
+        with self._lock:
+            if self._outcome is None:
+                ms = _native.WAIT_FOREVER if timeout is None else max(0, int(timeout * 1000))
+                if not self._finish(ms):
+                    raise builtins.TimeoutError(f"the save to '{self._path}' is still running after {timeout} s")
+            assert self._outcome is not None
+            return self._outcome
+
+    def _finish(self, timeout_ms: int) -> bool:
+        """Collects the outcome and frees the native future (and its staging memory). False if still running."""
+        assert self._future is not None
+        try:
+            info = self._future.wait(timeout_ms)
+            if info is None:
+                return False
+            self._outcome = (SaveSummary(path=self._path, **info), None)
+        except BaseException as e:  # noqa: BLE001  (kept and re-raised by result())
+            self._outcome = (None, e)
+        self._future.free()
+        self._future = None
+        with _pending_lock:
+            _pending.discard(self)
+        return True
+
+    def __repr__(self) -> str:
+        state = "running" if self._outcome is None else ("failed" if self._outcome[1] else "done")
+        return f"<distckpt.AsyncSave {self._path!r} {state}>"
+
+
+def _wait_pending_at_exit() -> None:
+    with _pending_lock:
+        pending = list(_pending)
+    for handle in pending:
+        try:
+            handle.result()
+        except BaseException as e:  # noqa: BLE001
+            warnings.warn(f"distckpt: background save to '{handle.path}' failed: {e}", RuntimeWarning, stacklevel=1)
+
+
+atexit.register(_wait_pending_at_exit)
+
+
+def async_save(
+    state_dict: Mapping[str, Any],
+    path: PathLike,
+    *,
+    comm: Optional[Communicator] = None,
+    overwrite: bool = False,
+    allow_pickle: bool = False,
+    user_metadata: Optional[Mapping[str, str]] = None,
+    sync: bool = True,
+    io_threads: int = 0,
+    checksum_block_size: int = 0,
+    timeout: Optional[float] = None,
+    progress: Optional[ProgressFn] = None,
+) -> AsyncSave:
+    """Like :func:`save`, but returns once the state is copied into memory distckpt owns.
+
+    The caller may modify or free its arrays as soon as this returns (the copy is taken first; see DCP issue
+    pytorch#144657 for why this matters). Planning, writing, hashing and the commit run on a background C++ thread;
+    ``comm`` belongs to the save until it completes, so run no other distckpt collective on it meanwhile.
+    """
+    path = os.fspath(path)
+    with _pending_lock:
+        pending = list(_pending)
+    for handle in pending:  # free the staging memory of saves that have finished
+        handle.done()
+    state = _build_save_state(state_dict, allow_pickle, user_metadata)
+    future = _native.save_async(
+        path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
+        _native.timeout_ms(timeout), progress,
+    )  # fmt: skip
+    return AsyncSave(future, path)
+
+
+# ---- Load -------------------------------------------------------------------------------------------------------------
+
+_TENSOR = 0
+_BYTES = 1
+
+
+class _Opened:
+    """The metadata of an open checkpoint, as load needs it."""
+
+    def __init__(self, reader: "_native.Reader", path: str) -> None:
+        self.reader = reader
+        self.path = path
+        # name -> (kind, dtype code, shape)
+        self.entries: Dict[str, Tuple[int, int, Tuple[int, ...]]] = {
+            name: (kind, code, tuple(shape)) for name, kind, code, shape, _, _ in reader.entries()
+        }
+        self.root = _tree.parse_structure(reader.structure(), path)
+        self.encodings: Dict[str, str] = {}
+        if self.root is not None:
+            for node in _tree.iter_nodes(self.root):
+                name = node.get("array", node.get("object"))
+                if name not in self.entries:
+                    raise CorruptCheckpointError(f"checkpoint '{path}': the structure names '{name}', which is not an entry")
+                if "object" in node:
+                    self.encodings[name] = node["encoding"]
+
+    def read_object(self, name: str, allow_pickle: bool) -> Any:
+        data = self.reader.read_bytes(name)
+        encoding = self.encodings.get(name)
+        if encoding is None:  # not written by distckpt's Python API: hand the bytes over as they are
+            return data
+        return _tree.decode_object(data, encoding, name, self.path, allow_pickle)
+
+
+def load(
+    state_dict: Optional[MutableMapping[str, Any]],
+    path: PathLike,
+    *,
+    comm: Optional[Communicator] = None,
+    allow_pickle: bool = False,
+    verify: bool = True,
+    io_threads: int = 0,
+    timeout: Optional[float] = None,
+    progress: Optional[ProgressFn] = None,
+) -> Any:
+    """Loads a checkpoint into ``state_dict`` in place, resharding as needed, like ``torch.distributed.checkpoint``.
+
+    Each array leaf of ``state_dict`` (numpy array, torch tensor, DTensor, JAX array, ``Shard`` or list of Shards,
+    ``jax.ShapeDtypeStruct``) says which part of the stored tensor this rank wants; each rank reads only the bytes
+    its pieces need. numpy arrays and CPU torch tensors are filled in place (other devices and dtypes through one
+    temporary copy); JAX arrays, which are immutable, are replaced in their container by new arrays with the same
+    sharding. Other leaves (numbers, strings, None, ...) are replaced by the stored values. Stateful objects get
+    ``load_state_dict`` with their filled state dict. Entries of the checkpoint that ``state_dict`` does not name are
+    not read.
+
+    With ``state_dict=None`` the whole checkpoint is returned as a new nested dict of numpy arrays and values (the
+    single-process case; BF16/FP8 need ``ml_dtypes``).
+
+    Collective over ``comm``. The GIL is released while reading.
+
+    Returns:
+        ``state_dict`` (the same object), or the new nested dict.
+    Raises:
+        NotFoundError: a leaf of ``state_dict`` has no entry in the checkpoint.
+        PickleNotAllowedError: a requested entry was pickled and ``allow_pickle`` is False (checked before reading).
+        CorruptCheckpointError: a checksum does not match, or the metadata is invalid.
+    """
+    path = os.fspath(path)
+    native_comm = native_of(comm)
+    ms = _native.timeout_ms(timeout)
+    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms)
+    try:
+        ckpt = _Opened(reader, path)
+        if state_dict is None:
+            return _load_everything(ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
+        return _load_into(state_dict, ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
+    finally:
+        reader.close()
+
+
+def _check_pickle(names: List[str], ckpt: _Opened, allow_pickle: bool) -> None:
+    pickled = [n for n in names if ckpt.encodings.get(n) == "pickle"]
+    if pickled and not allow_pickle:
+        raise _tree.pickle_refused(pickled, ckpt.path)
+
+
+def _load_into(
+    state_dict: MutableMapping[str, Any], ckpt: _Opened, native_comm: Any, allow_pickle: bool, verify: bool,
+    io_threads: int, ms: int, progress: Optional[ProgressFn],
+) -> Any:  # fmt: skip
+    flat = _tree.flatten(state_dict, _arrays.is_load_target)
+    missing = [leaf.name for leaf in flat.leaves if leaf.name not in ckpt.entries]
+    if missing:
+        shown = ", ".join(f"'{n}'" for n in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise NotFoundError(f"checkpoint '{ckpt.path}' has no entry {shown} (it has {len(ckpt.entries)} entries)")
+    _check_pickle([leaf.name for leaf in flat.leaves if not leaf.is_array], ckpt, allow_pickle)
+
+    state = _native.State()
+    finishers: Dict[Tuple[Any, ...], Callable[[], Any]] = {}
+    replacements: Dict[Tuple[Any, ...], Any] = {}
+    objects: List[_tree.Leaf] = []
+    for leaf in flat.leaves:
+        kind, code, shape = ckpt.entries[leaf.name]
+        if leaf.is_array:
+            if kind != _TENSOR:
+                raise InvalidArgumentError(
+                    f"checkpoint '{ckpt.path}': '{leaf.name}' is stored as a bytes entry, but the target is an array"
+                )
+            target = _arrays.target_tensor(leaf.value, code, shape, leaf.name)
+            state.add_tensor(leaf.name, code, list(shape))
+            for p in target.pieces:
+                state.add_piece(leaf.name, list(p.offsets), list(p.lengths), _arrays.bytes_view(p.data), True)
+            if target.finish is not None:
+                finishers[leaf.path] = target.finish
+        elif kind == _BYTES:
+            objects.append(leaf)
+        else:  # a plain value (e.g. None) where the checkpoint has a tensor: give back a new numpy array
+            a = np.empty(shape, dtype=_dtypes.numpy_dtype(code, entry=leaf.name))
+            state.add_tensor(leaf.name, code, list(shape))
+            state.add_piece(leaf.name, [0] * len(shape), list(shape), _arrays.bytes_view(a), True)
+            replacements[leaf.path] = a
+
+    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress)
+    for leaf in objects:
+        replacements[leaf.path] = ckpt.read_object(leaf.name, allow_pickle)
+    for p, finish in finishers.items():
+        value = finish()
+        if value is not _arrays.SAME:
+            replacements[p] = value
+    return _tree.replace_leaves(state_dict, flat, replacements)
+
+
+def _load_everything(
+    ckpt: _Opened, native_comm: Any, allow_pickle: bool, verify: bool, io_threads: int, ms: int,
+    progress: Optional[ProgressFn],
+) -> Dict[Any, Any]:  # fmt: skip
+    _check_pickle(list(ckpt.encodings), ckpt, allow_pickle)
+    state = _native.State()
+    arrays: Dict[str, np.ndarray] = {}
+    for name, (kind, code, shape) in ckpt.entries.items():
+        if kind != _TENSOR:
+            continue
+        a = np.empty(shape, dtype=_dtypes.numpy_dtype(code, entry=name))
+        state.add_tensor(name, code, list(shape))
+        state.add_piece(name, [0] * len(shape), list(shape), _arrays.bytes_view(a), True)
+        arrays[name] = a
+    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress)
+    values: Dict[str, Any] = dict(arrays)
+    for name, (kind, _, _) in ckpt.entries.items():
+        if kind == _BYTES:
+            values[name] = ckpt.read_object(name, allow_pickle)
+
+    if ckpt.root is None:
+        return values
+    used: Set[str] = set()
+
+    def get(node: Dict[str, Any]) -> Any:
+        name = node.get("array", node.get("object"))
+        used.add(name)
+        value = values[name]
+        return value[()] if node.get("scalar") else value
+
+    tree = _tree.build(ckpt.root, get)
+    for name, value in values.items():  # entries the structure does not describe (e.g. written by other ranks)
+        if name not in used:
+            tree.setdefault(name, value)
+    return tree

@@ -1,0 +1,356 @@
+"""Nested state <-> flat named entries, and the safe encoding of non-array leaves.
+
+Flattening follows torch.distributed.checkpoint's rules, so that names match DCP's:
+
+- Mappings are always traversed. Their keys must be ``str`` or ``int``; an entry's name is the path of keys joined
+  with ``"."`` (``{"model": {"layers": [{"w": ...}]}}`` gives ``model.layers.0.w``).
+- Lists and tuples are traversed only when they hold an array somewhere inside; otherwise the whole list is one
+  object leaf.
+- Objects with ``state_dict()`` and ``load_state_dict()`` (torch modules and optimizers, or anything "Stateful") are
+  saved through ``state_dict()``; loading fills that dict and then calls ``load_state_dict`` with it.
+- A ``Shard`` or a list of Shards is one array leaf.
+
+Every other leaf is an object, stored as a bytes entry. The encoding is JSON (UTF-8) extended with tagged forms for
+what JSON lacks: ``{"$tuple": [...]}``, ``{"$dict": [[key, value], ...]}`` (non-string keys, or keys starting with
+``$``), ``{"$bytes": "<base64>"}``, ``{"$float": "nan" | "inf" | "-inf"}`` and ``{"$complex": [re, im]}``. A value
+that cannot be encoded so is refused unless the caller passed ``allow_pickle=True``; then it is pickled, and loading
+it needs ``allow_pickle=True`` too. Nothing is ever unpickled otherwise.
+
+The structure saved with the checkpoint (``dckpt_state_set_structure``; FORMAT.md calls it opaque to the core) is a
+JSON document other bindings can read as well::
+
+    {"distckpt_structure": 1, "root": NODE}
+    NODE := {"dict": [[KEY, NODE], ...]}                KEY: a string or an integer, in insertion order
+          | {"list": [NODE, ...]} | {"tuple": [NODE, ...]}
+          | {"array": NAME}  (+ "scalar": true for a numpy scalar)
+          | {"object": NAME, "encoding": "json" | "pickle"}
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .errors import CorruptCheckpointError, InvalidArgumentError, PickleNotAllowedError, VersionError
+
+STRUCTURE_VERSION = 1
+Path = Tuple[Any, ...]
+Node = Dict[str, Any]
+
+
+@dataclass
+class Leaf:
+    path: Path
+    name: str
+    value: Any
+    is_array: bool
+    node: Node  # its node in the structure (object nodes get their "encoding" when saved)
+
+
+@dataclass
+class Flat:
+    """A flattened tree: its structure node, its leaves in traversal order, and its stateful objects."""
+
+    root: Node
+    leaves: List[Leaf]
+    #: path -> (object, the dict its state_dict() returned), for load_state_dict after a load
+    stateful: Dict[Path, Tuple[Any, Dict[Any, Any]]]
+
+
+def _is_stateful(x: Any) -> bool:
+    return callable(getattr(x, "state_dict", None)) and callable(getattr(x, "load_state_dict", None))
+
+
+def _check_key(key: Any, path: Path) -> None:
+    if isinstance(key, bool) or not isinstance(key, (str, int)):
+        raise InvalidArgumentError(
+            f"state key {key!r} at {_display(path)} is a {type(key).__name__}; keys of dicts that hold arrays must "
+            "be str or int"
+        )
+
+
+def _display(path: Path) -> str:
+    return "'" + ".".join(str(p) for p in path) + "'" if path else "the root"
+
+
+def flatten(tree: Mapping[Any, Any], is_array: Callable[[Any], bool]) -> Flat:
+    """Flattens a state dict. ``is_array`` decides which leaves are tensors."""
+    if not isinstance(tree, Mapping):
+        raise InvalidArgumentError(f"a state dict must be a mapping (dict), not {type(tree).__name__}")
+    leaves: List[Leaf] = []
+    stateful: Dict[Path, Tuple[Any, Dict[Any, Any]]] = {}
+    names: Dict[str, Path] = {}
+
+    def contains_array(x: Any, depth: int = 0) -> bool:
+        if is_array(x) or _is_stateful(x):
+            return True
+        if depth > 100:
+            return False
+        if isinstance(x, Mapping):
+            return any(contains_array(v, depth + 1) for v in x.values())
+        if isinstance(x, (list, tuple)):
+            return any(contains_array(v, depth + 1) for v in x)
+        return False
+
+    def leaf(x: Any, path: Path, array: bool) -> Node:
+        name = ".".join(str(p) for p in path)
+        if name in names:
+            raise InvalidArgumentError(
+                f"two leaves have the entry name '{name}': {names[name]} and {path}; rename a key (a key containing "
+                "'.' can collide with a nested one)"
+            )
+        names[name] = path
+        node: Node = {"array": name} if array else {"object": name}
+        if array and isinstance(x, np.generic):
+            node["scalar"] = True
+        leaves.append(Leaf(path, name, x, array, node))
+        return node
+
+    def visit(x: Any, path: Path) -> Node:
+        if is_array(x):
+            return leaf(x, path, True)
+        if _is_stateful(x) and path:
+            sd = x.state_dict()
+            stateful[path] = (x, sd)
+            return visit(sd, path)
+        if isinstance(x, Mapping):
+            items = []
+            for k, v in x.items():
+                _check_key(k, path + (k,))
+                items.append([k, visit(v, path + (k,))])
+            return {"dict": items}
+        if isinstance(x, (list, tuple)) and contains_array(x):
+            kind = "tuple" if isinstance(x, tuple) else "list"
+            return {kind: [visit(v, path + (i,)) for i, v in enumerate(x)]}
+        if not path:
+            raise InvalidArgumentError("a state dict must be a mapping (dict)")
+        return leaf(x, path, False)
+
+    root = visit(tree, ())
+    return Flat(root, leaves, stateful)
+
+
+def replace_leaves(tree: Any, flat: Flat, replacements: Dict[Path, Any]) -> Any:
+    """Puts new leaf values into ``tree`` (dicts and lists in place; tuples rebuilt), then calls load_state_dict on
+    the stateful objects. Returns the tree (the same object for a dict root)."""
+
+    def visit(x: Any, path: Path) -> Any:
+        if path in replacements:
+            return replacements[path]
+        if path in flat.stateful:
+            obj, sd = flat.stateful[path]
+            visit(sd, path)
+            obj.load_state_dict(sd)
+            return obj
+        if isinstance(x, Mapping):
+            for k in list(x.keys()):
+                v = x[k]
+                nv = visit(v, path + (k,))
+                if nv is not v:
+                    x[k] = nv  # type: ignore[index]
+            return x
+        if isinstance(x, list):
+            for i, v in enumerate(x):
+                nv = visit(v, path + (i,))
+                if nv is not v:
+                    x[i] = nv
+            return x
+        if isinstance(x, tuple) and any(
+            len(p) > len(path) and p[: len(path)] == path for p in (*replacements, *flat.stateful)
+        ):
+            items = [visit(v, path + (i,)) for i, v in enumerate(x)]
+            return type(x)._make(items) if hasattr(type(x), "_make") else type(x)(items)
+        return x
+
+    return visit(tree, ())
+
+
+# ---- Structure documents --------------------------------------------------------------------------------------------
+
+
+def dump_structure(root: Node) -> bytes:
+    return json.dumps({"distckpt_structure": STRUCTURE_VERSION, "root": root}, separators=(",", ":")).encode()
+
+
+def parse_structure(raw: bytes, checkpoint: str) -> Optional[Node]:
+    """The root node of a saved structure, validated; None if the checkpoint has none (or another binding's)."""
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise CorruptCheckpointError(f"checkpoint '{checkpoint}': the structure is not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or "distckpt_structure" not in doc:
+        return None
+    version = doc["distckpt_structure"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorruptCheckpointError(f"checkpoint '{checkpoint}': bad structure version {version!r}")
+    if version > STRUCTURE_VERSION:
+        raise VersionError(
+            f"checkpoint '{checkpoint}' describes its nested state with structure version {version}; this distckpt "
+            f"reads version {STRUCTURE_VERSION}: upgrade distckpt (or read the entries by name with distckpt.open)"
+        )
+    root = doc.get("root")
+    _validate(root, checkpoint, 0)
+    if "dict" not in root:
+        raise CorruptCheckpointError(f"checkpoint '{checkpoint}': the structure's root is not a dict")
+    return root
+
+
+def _validate(node: Any, checkpoint: str, depth: int) -> None:
+    def bad(why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"checkpoint '{checkpoint}': malformed structure: {why}")
+
+    if depth > 200:
+        raise bad("nested too deeply")
+    if not isinstance(node, dict) or len(node) == 0:
+        raise bad(f"node {node!r:.80} is not an object")
+    if "dict" in node:
+        items = node["dict"]
+        if not isinstance(items, list):
+            raise bad("'dict' is not a list")
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise bad("a dict item is not a [key, node] pair")
+            k = item[0]
+            if isinstance(k, bool) or not isinstance(k, (str, int)):
+                raise bad(f"dict key {k!r:.80} is not a string or an integer")
+            _validate(item[1], checkpoint, depth + 1)
+    elif "list" in node or "tuple" in node:
+        items = node.get("list", node.get("tuple"))
+        if not isinstance(items, list):
+            raise bad("'list' is not a list")
+        for item in items:
+            _validate(item, checkpoint, depth + 1)
+    elif "array" in node:
+        if not isinstance(node["array"], str):
+            raise bad("'array' is not a name")
+    elif "object" in node:
+        if not isinstance(node["object"], str) or node.get("encoding") not in ("json", "pickle"):
+            raise bad(f"object node {node!r:.80} lacks a name or a known encoding")
+    else:
+        raise bad(f"unknown node kind {sorted(node)!r:.80}")
+
+
+def iter_nodes(node: Node) -> Iterator[Node]:
+    """Every leaf node (array and object) under ``node``."""
+    if "dict" in node:
+        for _, child in node["dict"]:
+            yield from iter_nodes(child)
+    elif "list" in node or "tuple" in node:
+        for child in node.get("list", node.get("tuple")):
+            yield from iter_nodes(child)
+    else:
+        yield node
+
+
+def build(node: Node, get: Callable[[Node], Any]) -> Any:
+    """Rebuilds the nested value of ``node``; ``get(leaf_node)`` supplies each leaf."""
+    if "dict" in node:
+        return {k: build(child, get) for k, child in node["dict"]}
+    if "list" in node:
+        return [build(child, get) for child in node["list"]]
+    if "tuple" in node:
+        return tuple(build(child, get) for child in node["tuple"])
+    return get(node)
+
+
+# ---- Object leaves ----------------------------------------------------------------------------------------------------
+
+
+class _NotJson(Exception):
+    pass
+
+
+def _to_json(v: Any, depth: int = 0) -> Any:
+    if depth > 100:
+        raise _NotJson("nested too deeply")
+    t = type(v)
+    if v is None or t is bool or t is str or t is int:
+        return v
+    if t is float:
+        if math.isfinite(v):
+            return v
+        return {"$float": "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")}
+    if t is complex:
+        return {"$complex": [_to_json(v.real), _to_json(v.imag)]}
+    if t is bytes or t is bytearray:
+        return {"$bytes": base64.b64encode(bytes(v)).decode("ascii")}
+    if t is list:
+        return [_to_json(x, depth + 1) for x in v]
+    if t is tuple:
+        return {"$tuple": [_to_json(x, depth + 1) for x in v]}
+    if t is dict:
+        if all(type(k) is str and not k.startswith("$") for k in v):
+            return {k: _to_json(x, depth + 1) for k, x in v.items()}
+        return {"$dict": [[_to_json(k, depth + 1), _to_json(x, depth + 1)] for k, x in v.items()]}
+    raise _NotJson(f"{t.__module__}.{t.__qualname__}")
+
+
+def _from_json(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    if isinstance(v, dict):
+        if len(v) == 1:
+            (tag, body), = v.items()
+            if tag == "$tuple":
+                return tuple(_from_json(x) for x in body)
+            if tag == "$dict":
+                return {_hashable(_from_json(k)): _from_json(x) for k, x in body}
+            if tag == "$bytes":
+                return base64.b64decode(body)
+            if tag == "$float":
+                return float(body)
+            if tag == "$complex":
+                return complex(_from_json(body[0]), _from_json(body[1]))
+        return {k: _from_json(x) for k, x in v.items()}
+    return v
+
+
+def _hashable(k: Any) -> Any:
+    if isinstance(k, list):
+        return tuple(_hashable(x) for x in k)
+    return k
+
+
+def encode_object(value: Any, name: str, allow_pickle: bool) -> Tuple[bytes, str]:
+    """(bytes, encoding) for an object leaf: JSON when possible, pickle only with allow_pickle."""
+    try:
+        doc = _to_json(value)
+    except _NotJson as e:
+        if allow_pickle:
+            return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), "pickle"
+        raise PickleNotAllowedError(
+            f"entry '{name}': a {e} value cannot be stored as JSON; pass allow_pickle=True to pickle it (loading it "
+            "will need allow_pickle=True too), or convert it to numbers, strings, lists and dicts"
+        ) from None
+    return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8"), "json"
+
+
+def decode_object(data: bytes, encoding: str, name: str, checkpoint: str, allow_pickle: bool) -> Any:
+    if encoding == "json":
+        try:
+            return _from_json(json.loads(data.decode("utf-8")))
+        except (ValueError, RecursionError, KeyError, TypeError, IndexError) as e:
+            raise CorruptCheckpointError(
+                f"checkpoint '{checkpoint}': entry '{name}' is not valid distckpt JSON ({e})"
+            ) from None
+    if encoding == "pickle":
+        if not allow_pickle:
+            raise pickle_refused([name], checkpoint)
+        return pickle.loads(data)  # noqa: S301 - the caller opted in with allow_pickle=True
+    raise CorruptCheckpointError(f"checkpoint '{checkpoint}': entry '{name}' has unknown encoding {encoding!r}")
+
+
+def pickle_refused(names: List[str], checkpoint: str) -> PickleNotAllowedError:
+    shown = ", ".join(f"'{n}'" for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return PickleNotAllowedError(
+        f"checkpoint '{checkpoint}': {shown} {'was' if len(names) == 1 else 'were'} saved with pickle; loading "
+        "pickled data can run arbitrary code, so pass allow_pickle=True only if you trust this checkpoint"
+    )

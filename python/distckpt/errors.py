@@ -1,0 +1,171 @@
+"""The exceptions distckpt raises, and the one table that maps C status codes to them.
+
+Every failure of the native core arrives as a status code plus the C library's message (``dckpt_error_last()``,
+which names the checkpoint, the entry and the file involved). :func:`error_from_status` turns the pair into an
+instance of the class ``STATUS_TO_ERROR`` gives for the code; ``str(error)`` is the C message unchanged.
+
+Where a Python built-in exception has the same meaning, the distckpt class also derives from it, so callers that
+already catch ``ValueError``, ``TimeoutError`` or ``MemoryError`` keep working::
+
+    Error
+    ├── InvalidArgumentError (ValueError)      DCKPT_EINVAL
+    ├── NotFoundError (LookupError)            DCKPT_ENOTFOUND
+    ├── CorruptCheckpointError                 DCKPT_ECORRUPT
+    ├── VersionError                           DCKPT_EVERSION
+    ├── StorageError                           DCKPT_EIO
+    │   └── NoSpaceError                       DCKPT_ENOSPC
+    ├── TimeoutError (TimeoutError)            DCKPT_ETIMEOUT
+    ├── CallbackError                          DCKPT_EUSER (the callback's exception is the __cause__)
+    ├── OutOfMemoryError (MemoryError)         DCKPT_ENOMEM
+    ├── UnsupportedError (NotImplementedError) DCKPT_EUNSUPPORTED
+    ├── AlreadyExistsError                     DCKPT_EEXISTS
+    ├── BufferTooSmallError                    DCKPT_EBUFSIZE
+    ├── PeerError                              DCKPT_EPEER (another rank failed)
+    ├── StateError                             DCKPT_ESTATE
+    ├── InternalError                          DCKPT_EINTERNAL, DCKPT_ERROR and unknown codes
+    └── PickleNotAllowedError (ValueError)     raised by Python: pickle needs allow_pickle=True
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Dict, Optional, Type
+
+__all__ = [
+    "Error",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "CorruptCheckpointError",
+    "VersionError",
+    "StorageError",
+    "NoSpaceError",
+    "TimeoutError",
+    "CallbackError",
+    "OutOfMemoryError",
+    "UnsupportedError",
+    "AlreadyExistsError",
+    "BufferTooSmallError",
+    "PeerError",
+    "StateError",
+    "InternalError",
+    "PickleNotAllowedError",
+    "STATUS_TO_ERROR",
+    "error_from_status",
+]
+
+
+class Error(Exception):
+    """Base class of every distckpt error.
+
+    Attributes:
+        code: the C status code (a negative ``DCKPT_E*`` value), or ``None`` for errors raised by Python code.
+        status: the code's short name (e.g. ``"corrupt"``), or ``None``.
+        message: the error text; for native errors, the C library's message unchanged.
+    """
+
+    code: Optional[int]
+    status: Optional[str]
+    message: str
+
+    def __init__(self, message: str, *, code: Optional[int] = None, status: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgumentError(Error, ValueError):
+    """The caller passed something invalid (bad shape, dtype, name, option...)."""
+
+
+class NotFoundError(Error, LookupError):
+    """A checkpoint, entry or file does not exist."""
+
+
+class CorruptCheckpointError(Error):
+    """Checksum mismatch, invalid metadata, or a truncated or missing data file."""
+
+
+class VersionError(Error):
+    """The checkpoint's format version (or a struct version) is newer than this library supports."""
+
+
+class StorageError(Error):
+    """The operating system reported an I/O error."""
+
+
+class NoSpaceError(StorageError):
+    """No space left on the device."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 - deliberately shadows the builtin inside distckpt
+    """A collective or a wait ran past its timeout: a rank died, stalled, or never arrived."""
+
+
+class CallbackError(Error):
+    """A callback (progress, communicator) failed; the exception it raised is ``__cause__``."""
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """An allocation in the native core failed."""
+
+
+class UnsupportedError(Error, NotImplementedError):
+    """A valid request that this build, backend or format cannot do."""
+
+
+class AlreadyExistsError(Error):
+    """The target already exists (pass ``overwrite=True`` to replace a checkpoint)."""
+
+
+class BufferTooSmallError(Error):
+    """A buffer was smaller than the data to read into it."""
+
+
+class PeerError(Error):
+    """Another rank failed, so this rank aborted the collective operation too."""
+
+
+class StateError(Error):
+    """The object is in the wrong state for this call (closed reader, finished future, ...)."""
+
+
+class InternalError(Error):
+    """A bug in distckpt. Please report it with the message."""
+
+
+class PickleNotAllowedError(Error, ValueError):
+    """Saving or loading an entry needs pickle, and the caller did not pass ``allow_pickle=True``."""
+
+
+#: C status code -> exception class. The single place where codes become Python exceptions. Codes come from
+#: distckpt.h and are never renumbered.
+STATUS_TO_ERROR: Dict[int, Type[Error]] = {
+    -1: InternalError,  # DCKPT_ERROR: an error that fits no other code
+    -2: InvalidArgumentError,  # DCKPT_EINVAL
+    -3: NotFoundError,  # DCKPT_ENOTFOUND
+    -4: CorruptCheckpointError,  # DCKPT_ECORRUPT
+    -5: VersionError,  # DCKPT_EVERSION
+    -6: StorageError,  # DCKPT_EIO
+    -7: TimeoutError,  # DCKPT_ETIMEOUT
+    -8: CallbackError,  # DCKPT_EUSER
+    -9: OutOfMemoryError,  # DCKPT_ENOMEM
+    -10: UnsupportedError,  # DCKPT_EUNSUPPORTED
+    -11: AlreadyExistsError,  # DCKPT_EEXISTS
+    -12: BufferTooSmallError,  # DCKPT_EBUFSIZE
+    -13: PeerError,  # DCKPT_EPEER
+    -14: NoSpaceError,  # DCKPT_ENOSPC
+    -15: StateError,  # DCKPT_ESTATE
+    -16: InternalError,  # DCKPT_EINTERNAL
+}
+
+
+def error_from_status(code: int, message: str) -> Error:
+    """Builds the exception for a failed native call: the class from STATUS_TO_ERROR, the C message as text."""
+    from . import _native  # late: _native installs this function into the extension at import
+
+    cls = STATUS_TO_ERROR.get(code, InternalError)
+    return cls(message or _native.status_name(code), code=code, status=_native.status_name(code))

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The Python suite: a virtualenv at <repo>/.venv (made once), the test dependencies, `pip install ./python` (which
+# builds the extension with Bazel through setup.py), then pytest on python/tests. Quiet when everything is already
+# set up; exits with pytest's status. Extra arguments go to pytest (e.g. -k reader, -x).
+#
+# Environment: DISTCKPT_PYTHON (interpreter for the venv; default python3), DISTCKPT_BAZEL_OUTPUT_BASE (a Bazel
+# --output_base for the build, see python/setup.py). torch and JAX are optional: their tests skip when absent;
+# install them into .venv to run them (.venv/bin/pip install torch "jax[cpu]").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=.venv
+py=$venv/bin/python
+
+if [[ ! -x $py ]]; then
+  "${DISTCKPT_PYTHON:-python3}" -m venv "$venv"
+fi
+pip_q=(-m pip install -q --disable-pip-version-check)
+if ! "$py" -c "import numpy, pytest, ml_dtypes, safetensors, setuptools, wheel" 2>/dev/null; then
+  "$py" "${pip_q[@]}" numpy pytest ml_dtypes safetensors setuptools wheel
+fi
+# No build isolation: setuptools and wheel are in the venv, so reinstalling needs no network and Bazel's cache
+# keeps the rebuild incremental. pip's own output is dropped unless it fails.
+if ! out=$("$py" "${pip_q[@]}" --no-build-isolation --force-reinstall --no-deps ./python 2>&1); then
+  echo "$out" >&2
+  echo "python/run_tests.sh: pip install ./python failed" >&2
+  exit 1
+fi
+exec "$py" -m pytest python/tests -q -p no:cacheprovider "$@"

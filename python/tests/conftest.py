@@ -1,0 +1,54 @@
+"""Shared fixtures. The package under test is the installed one (python/run_tests.sh installs it with pip)."""
+
+from __future__ import annotations
+
+import os
+
+# JAX tests use several CPU devices; the flag must be set before jax is first imported.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np
+import pytest
+
+import distckpt
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - ml_dtypes is a test dependency
+    ml_dtypes = None
+
+
+def all_numpy_dtypes():
+    """Every dtype distckpt stores, as numpy dtypes (bf16/fp8 through ml_dtypes)."""
+    out = [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64, np.float16,
+           np.float32, np.float64, np.complex64, np.complex128]
+    if ml_dtypes is not None:
+        out += [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2]
+    return [np.dtype(d) for d in out]
+
+
+def sample(shape, dtype, seed=0):
+    """Deterministic values of any dtype, with every byte pattern a value of that dtype can have."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape, dtype=np.int64))
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    if dtype.kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype).reshape(shape)
+    return (rng.standard_normal(n) * 4).astype(dtype).reshape(shape)
+
+
+def same_bytes(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    """A path for a checkpoint that does not exist yet."""
+    return str(tmp_path / "ckpt")
