@@ -29,6 +29,9 @@ fi
 
 passed=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -oE "[0-9]+ failed;" "$log" | awk '{s += $1} END {print s + 0}')
+if [[ $rc -ne 0 ]]; then
+  sed -n '/^failures:$/,/^test result/p' "$log" | head -200
+fi
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then
   failed=1 # cargo failed before running tests (a build error): count it
   tail -30 "$log"

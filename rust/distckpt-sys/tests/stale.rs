@@ -6,6 +6,10 @@ use std::process::Command;
 #[test]
 fn committed_bindings_are_current() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if !crate_dir.join("../../capi/include/distckpt/distckpt.h").is_file() {
+        eprintln!("SKIPPED: capi/include/distckpt/distckpt.h is not beside this crate (not a repository checkout)");
+        return;
+    }
     if Command::new("bindgen").arg("--version").output().is_err() {
         eprintln!("SKIPPED: bindgen is not on PATH (apt-get install bindgen), so the staleness check cannot run");
         return;
