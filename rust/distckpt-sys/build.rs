@@ -41,7 +41,8 @@ fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let repo_include = manifest_dir.join("../../capi/include");
     let found = find_library(&manifest_dir, &repo_include).unwrap_or_else(|why| {
-        panic!("\n\n{HOW_TO_BUILD}\n\nLooked in: {why}\n\n");
+        eprintln!("\n{HOW_TO_BUILD}\n\nLooked in: {why}\n");
+        std::process::exit(1);
     });
     let lib_dir = found.lib_dir.display().to_string();
     println!("cargo:rustc-link-search=native={lib_dir}");
