@@ -143,7 +143,7 @@ def replace_leaves(tree: Any, flat: Flat, replacements: Dict[Path, Any]) -> Any:
     def visit(x: Any, path: Path) -> Any:
         if path in replacements:
             return replacements[path]
-        if path in flat.stateful:
+        if path in flat.stateful and flat.stateful[path][0] is x:
             obj, sd = flat.stateful[path]
             visit(sd, path)
             obj.load_state_dict(sd)
@@ -179,13 +179,13 @@ def dump_structure(root: Node) -> bytes:
 
 
 def parse_structure(raw: bytes, checkpoint: str) -> Optional[Node]:
-    """The root node of a saved structure, validated; None if the checkpoint has none (or another binding's)."""
+    """The root node of a saved structure, validated; None if the checkpoint has none, or another binding's."""
     if not raw:
         return None
     try:
         doc = json.loads(raw)
-    except (ValueError, RecursionError) as e:
-        raise CorruptCheckpointError(f"checkpoint '{checkpoint}': the structure is not valid JSON ({e})") from None
+    except (ValueError, RecursionError):
+        return None  # not ours: the core keeps the structure opaque, and other bindings may store anything there
     if not isinstance(doc, dict) or "distckpt_structure" not in doc:
         return None
     version = doc["distckpt_structure"]

@@ -1,0 +1,117 @@
+"""Worker processes for the multi-process tests (spawned, so they live in an importable module)."""
+
+from __future__ import annotations
+
+import traceback
+
+import numpy as np
+
+GLOBAL_W = (12, 10)
+GLOBAL_EMB = (9, 16)
+
+
+def expected():
+    """The global arrays every test rank derives its pieces from."""
+    rng = np.random.default_rng(1234)
+    return {
+        "w": rng.standard_normal(GLOBAL_W).astype(np.float32),
+        "emb": rng.integers(-1000, 1000, GLOBAL_EMB).astype(np.int64),
+        "bias": np.linspace(0, 1, 7).astype(np.float64),
+        "f16": rng.standard_normal((5, 6)).astype(np.float16),
+    }
+
+
+def split(n, parts, k):
+    """[lo, hi) of part k of n split into `parts` nearly equal pieces."""
+    base, extra = divmod(n, parts)
+    lo = k * base + min(k, extra)
+    return lo, lo + base + (1 if k < extra else 0)
+
+
+def run(fn, rank, args, results):
+    try:
+        fn(rank, *args)
+        results.put((rank, None))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
+        results.put((rank, traceback.format_exc()))
+
+
+def save_rank(rank, world, rendezvous, path, async_path):
+    import distckpt
+
+    ex = expected()
+    with distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=60) as comm:
+        r0, r1 = split(GLOBAL_W[0], world, rank)  # w: row shards
+        c0, c1 = split(GLOBAL_EMB[1], world, rank)  # emb: column shards
+        h0, h1 = split(5, world, rank)  # f16: row shards, several per rank when it can (two half pieces)
+        mid = (h0 + h1) // 2
+        state = {
+            "model": {
+                "w": distckpt.Shard(ex["w"][r0:r1], GLOBAL_W, (r0, 0)),
+                "emb": distckpt.Shard(ex["emb"][:, c0:c1], GLOBAL_EMB, (0, c0)),
+                "bias": ex["bias"],  # replicated on every rank: written once
+                "f16": [distckpt.Shard(ex["f16"][h0:mid], (5, 6), (h0, 0)),
+                        distckpt.Shard(ex["f16"][mid:h1], (5, 6), (mid, 0))],
+            },
+            "step": 1000,
+            "world": world,
+        }
+        summary = distckpt.save(state, path, comm=comm, timeout=60)
+        # Replicas (bias, step, world) are written once: the data is exactly the arrays plus two JSON values.
+        assert summary.total_bytes == sum(a.nbytes for a in ex.values()) + len(b"1000") + len(str(world))
+        # The same state through async_save, mutated as soon as the call returns.
+        handle = distckpt.async_save(state, async_path, comm=comm, timeout=60)
+        state["model"]["w"].data[...] = -1
+        state["model"]["bias"][...] = -1
+        handle.result(timeout=120)
+        comm.barrier(timeout=60)
+
+
+def load_rank(rank, world, rendezvous, path):
+    import distckpt
+
+    ex = expected()
+    with distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=60) as comm:
+        c0, c1 = split(GLOBAL_W[1], world, rank)  # w: now column shards
+        r0, r1 = split(GLOBAL_EMB[0], world, rank)  # emb: now row shards
+        w = np.zeros((GLOBAL_W[0], c1 - c0), np.float32)
+        emb = np.zeros((r1 - r0, GLOBAL_EMB[1]), np.int64)
+        f16 = np.zeros((5, 6), np.float32)  # whole, and converted from F16
+        state = {
+            "model": {
+                "w": distckpt.Shard(w, GLOBAL_W, (0, c0)),
+                "emb": distckpt.Shard(emb, GLOBAL_EMB, (r0, 0)),
+                "bias": np.zeros(7),
+                "f16": f16,
+            },
+            "step": None,
+        }
+        distckpt.load(state, path, comm=comm, timeout=60)
+        np.testing.assert_array_equal(w, ex["w"][:, c0:c1])
+        np.testing.assert_array_equal(emb, ex["emb"][r0:r1])
+        np.testing.assert_array_equal(state["model"]["bias"], ex["bias"])
+        np.testing.assert_array_equal(f16, ex["f16"].astype(np.float32))
+        assert state["step"] == 1000
+        # Every rank can also read the whole checkpoint, and open it collectively.
+        everything = distckpt.load(None, path, comm=comm, timeout=60)
+        np.testing.assert_array_equal(everything["model"]["w"], ex["w"])
+        assert everything["world"] == 3
+        with distckpt.open(path, comm=comm, timeout=60) as reader:
+            np.testing.assert_array_equal(reader["model.emb"][r0:r1, 3], ex["emb"][r0:r1, 3])
+
+
+def absent_rank_save(rank, world, rendezvous, path):
+    """Every rank but the last connects and saves; the last exits without saving: the others must fail in time."""
+    import distckpt
+
+    comm = distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=30)
+    if rank == world - 1:
+        return
+    try:
+        distckpt.save({"a": np.ones(4)}, path, comm=comm, timeout=3)
+    except distckpt.Error as e:
+        if not isinstance(e, (distckpt.TimeoutError, distckpt.PeerError)):
+            raise
+        assert str(world - 1) in str(e), str(e)
+        return
+    raise AssertionError("save succeeded although a rank never called it")

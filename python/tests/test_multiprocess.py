@@ -1,0 +1,67 @@
+"""Several processes over the Gloo communicator: 3 ranks save, 2 ranks load with different shardings.
+
+Workers are spawned (multiprocessing "spawn") and talk over loopback with a file:// rendezvous in the test's
+temporary directory. Every wait is bounded, so a failure cannot hang pytest.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+
+import numpy as np
+import pytest
+
+import _workers
+import distckpt
+
+DEADLINE = 180  # seconds for a whole group of workers
+
+
+def run_ranks(fn, world, *args):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_workers.run, args=(fn, rank, (world, *args), results)) for rank in range(world)]
+    for p in procs:
+        p.start()
+    failures = []
+    try:
+        for _ in range(world):
+            try:
+                rank, error = results.get(timeout=DEADLINE)
+            except queue.Empty:
+                failures.append(f"no result within {DEADLINE} s")
+                break
+            if error:
+                failures.append(f"rank {rank}:\n{error}")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert not failures, "\n".join(failures)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+
+
+def test_three_ranks_save_two_ranks_load_resharded(tmp_path):
+    path, async_path = str(tmp_path / "ckpt"), str(tmp_path / "ckpt_async")
+    run_ranks(_workers.save_rank, 3, f"file://{tmp_path}/rdv_save", path, async_path)
+    run_ranks(_workers.load_rank, 2, f"file://{tmp_path}/rdv_load", path)
+    ex = _workers.expected()
+    # The async save holds the values from before each rank scribbled over its arrays.
+    for p in (path, async_path):
+        out = distckpt.load(None, p)
+        np.testing.assert_array_equal(out["model"]["w"], ex["w"])
+        np.testing.assert_array_equal(out["model"]["bias"], ex["bias"])
+        np.testing.assert_array_equal(out["model"]["emb"], ex["emb"])
+        np.testing.assert_array_equal(out["model"]["f16"], ex["f16"])
+    with distckpt.open(path) as r:
+        assert len(r.metadata["model.w"].chunks) == 3  # one row slab per saving rank
+        assert len(r.metadata["model.bias"].chunks) == 1  # the replica, written once
+
+
+def test_a_rank_that_never_saves_fails_the_others_in_time(tmp_path):
+    run_ranks(_workers.absent_rank_save, 3, f"file://{tmp_path}/rdv", str(tmp_path / "ckpt"))
+    with pytest.raises(distckpt.NotFoundError):
+        distckpt.open(tmp_path / "ckpt")

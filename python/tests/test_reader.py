@@ -1,0 +1,152 @@
+"""distckpt.open: metadata, lazy views, partial reads that read only the needed bytes (checked by I/O counters)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import sample
+
+import distckpt
+
+
+@pytest.fixture
+def matrix_ckpt(tmp_path):
+    a = sample((1024, 1024), np.float32)  # 4 MiB, rows of 4 KiB
+    path = tmp_path / "m"
+    distckpt.save({"a": a, "step": 3, "small": np.arange(5)}, path, checksum_block_size=4096)
+    return str(path), a
+
+
+def test_metadata_describes_dtype_shape_and_chunks(tmp_path):
+    full = sample((8, 6), np.float64)
+    shards = [distckpt.Shard(full[:5], (8, 6), (0, 0)), distckpt.Shard(full[5:], (8, 6), (5, 0))]
+    distckpt.save({"w": shards, "cfg": {"lr": 0.5}}, tmp_path / "c", user_metadata={"step": "9"})
+    with distckpt.open(tmp_path / "c") as r:
+        assert list(r.keys()) == ["cfg.lr", "w"] and len(r) == 2 and "w" in r and "x" not in r
+        m = r.metadata
+        assert m.format_version == (1, 0) and m.user == {"step": "9"} and m.total_bytes == full.nbytes + 3
+        w = m["w"]
+        assert (w.kind, w.dtype, w.shape, w.num_chunks, w.nbytes) == ("tensor", "F64", (8, 6), 2, full.nbytes)
+        assert w.numpy_dtype == np.float64
+        assert [(c.offsets, c.lengths) for c in w.chunks] == [((0, 0), (5, 6)), ((5, 0), (3, 6))]
+        assert all(c.file.startswith("data-") and c.file_offset % 4096 == 0 for c in w.chunks)
+        assert m["cfg.lr"].kind == "bytes"
+        view = r["w"]
+        assert (view.shape, view.dtype, view.ndim, view.size, len(view)) == ((8, 6), np.float64, 2, 48, 8)
+        np.testing.assert_array_equal(np.asarray(view), full)
+        np.testing.assert_array_equal(r.read("w"), full)
+        assert r["cfg.lr"] == 0.5
+        assert r.to_dict()["cfg"] == {"lr": 0.5}
+        with pytest.raises(KeyError):
+            r["missing"]
+        with pytest.raises(distckpt.NotFoundError, match="'missing'"):
+            r.read("missing")
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        (slice(None),),
+        (1,),
+        (-1, 2),
+        (slice(1, 3), slice(None), 0),
+        (Ellipsis, 1),
+        (slice(None, None, 2),),
+        (slice(None, None, -1), slice(3, 0, -2)),
+        (slice(5, 1),),
+        (0, Ellipsis, slice(-2, None)),
+        (np.int64(2), slice(1, 4, 3)),
+    ],
+    ids=repr,
+)
+def test_indexing_matches_numpy(tmp_path, index):
+    a = sample((4, 5, 6), np.int32)
+    distckpt.save({"a": a}, tmp_path / "c")
+    with distckpt.open(tmp_path / "c") as r:
+        got = r["a"][index]
+        np.testing.assert_array_equal(got, a[index])
+        assert got.shape == a[index].shape
+
+
+def test_bad_indices(tmp_path):
+    distckpt.save({"a": np.zeros((2, 3))}, tmp_path / "c")
+    with distckpt.open(tmp_path / "c") as r:
+        with pytest.raises(IndexError):
+            r["a"][2]
+        with pytest.raises(IndexError):
+            r["a"][0, 0, 0]
+        with pytest.raises(IndexError, match="fancy"):
+            r["a"][[0, 1]]
+
+
+def test_partial_read_reads_only_the_needed_bytes(matrix_ckpt):
+    path, a = matrix_ckpt
+    row_bytes = 1024 * 4
+    with distckpt.open(path, verify=False) as r:
+        assert r.io_stats.bytes_read == 0  # opening reads only the metadata
+        rows = r["a"][100:110]
+        np.testing.assert_array_equal(rows, a[100:110])
+        s = r.io_stats
+        assert s.bytes_read == 10 * row_bytes and s.bytes_delivered == 10 * row_bytes
+    with distckpt.open(path) as r:  # verifying rounds out to whole 4 KiB checksum blocks, and no further
+        np.testing.assert_array_equal(r["a"][100:110, 7:9], a[100:110, 7:9])
+        s = r.io_stats
+        assert s.bytes_delivered == 10 * 2 * 4
+        assert s.bytes_read == 10 * row_bytes and s.bytes_verified == 10 * row_bytes
+        assert s.bytes_read < a.nbytes / 100
+
+
+def test_full_read_and_out_buffer(matrix_ckpt):
+    path, a = matrix_ckpt
+    with distckpt.open(path) as r:
+        out = np.empty((2, 1024), np.float32)
+        assert r["a"].read((5, 0), (2, 1024), out=out) is out
+        np.testing.assert_array_equal(out, a[5:7])
+        with pytest.raises(distckpt.InvalidArgumentError, match="out must be"):
+            r["a"].read((5, 0), (2, 1024), out=np.empty((2, 1024), np.float64))
+        np.testing.assert_array_equal(r["a"][...], a)
+        assert r.io_stats.bytes_read >= a.nbytes
+
+
+def test_concurrent_reads_from_threads(matrix_ckpt):
+    path, a = matrix_ckpt
+    errors = []
+    with distckpt.open(path) as r:
+
+        def work(k):
+            try:
+                for i in range(20):
+                    lo = (k * 97 + i * 13) % 1000
+                    np.testing.assert_array_equal(r["a"][lo : lo + 24], a[lo : lo + 24])
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+
+
+def test_closed_reader(matrix_ckpt):
+    path, _ = matrix_ckpt
+    r = distckpt.open(path)
+    view = r["a"]
+    r.close()
+    r.close()
+    assert r.closed
+    with pytest.raises(distckpt.errors.StateError, match="closed"):
+        view[0]
+    with pytest.raises(distckpt.errors.StateError):
+        r.io_stats
+
+
+def test_verify_and_verify_progress(matrix_ckpt):
+    path, a = matrix_ckpt
+    seen = []
+    with distckpt.open(path) as r:
+        r.verify(progress=lambda d, t: seen.append((d, t)))
+    assert seen and seen[-1][0] == seen[-1][1]
