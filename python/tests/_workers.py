@@ -115,3 +115,49 @@ def absent_rank_save(rank, world, rendezvous, path):
         assert str(world - 1) in str(e), str(e)
         return
     raise AssertionError("save succeeded although a rank never called it")
+
+
+def torch_rank(rank, world, init_file, path):
+    """DTensors over a real torch.distributed gloo process group, with distckpt.comm.from_torch."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import Replicate, distribute_tensor, init_device_mesh
+    from torch.distributed.tensor import Shard as TShard
+
+    import distckpt
+    import distckpt.torch
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))  # fmt: skip
+    try:
+        comm = distckpt.comm.from_torch()
+        assert (comm.rank, comm.size, comm.kind) == (rank, world, "torch")
+        mesh = init_device_mesh("cpu", (world,))
+        full = torch.arange(70, dtype=torch.float32).reshape(10, 7)
+        state = {
+            "rows": distribute_tensor(full, mesh, [TShard(0)]),
+            "cols_bf16": distribute_tensor(full.to(torch.bfloat16), mesh, [TShard(1)]),  # 7 columns: uneven
+            "replicated": distribute_tensor(torch.ones(4), mesh, [Replicate()]),
+            "step": 7,
+        }
+        (shard,) = distckpt.torch.to_shards(state["rows"])
+        assert shard.global_shape == (10, 7) and shard.offsets == (5 * rank, 0)
+        distckpt.save(state, path, comm=comm, timeout=60)
+
+        # Load with other placements, filling the DTensors' local shards in place.
+        rows_as_cols = distribute_tensor(torch.zeros(10, 7), mesh, [TShard(1)])
+        cols_as_rows = distribute_tensor(torch.zeros(10, 7, dtype=torch.bfloat16), mesh, [TShard(0)])
+        target = {"rows": rows_as_cols, "cols_bf16": cols_as_rows, "step": None}
+        distckpt.load(target, path, comm=comm, timeout=60)
+        assert target["rows"] is rows_as_cols and target["step"] == 7
+        assert torch.equal(rows_as_cols.full_tensor(), full)
+        assert torch.equal(cols_as_rows.full_tensor(), full.to(torch.bfloat16))
+
+        created = distckpt.torch.load_dtensor(path, "rows", mesh, [TShard(1)])
+        assert created.placements == (TShard(1),) and torch.equal(created.full_tensor(), full)
+        comm.barrier(timeout=60)
+        comm.close()
+    finally:
+        dist.destroy_process_group()
