@@ -2,8 +2,12 @@
 // the exact-tiling validation), reports peak RSS and bytes per chunk, and times the LocalPlan / RankAssignment codecs
 // that carry the plans between ranks. Single-threaded, like the planner.
 //
-//   bazel run -c opt //bench/plan_scale -- [--ranks=N] [--tensors=N] [--repeat=N] [--shuffle=1]
+//   bazel run -c opt //bench/plan_scale -- [--ranks=N] [--tensors=N] [--repeat=N] [--shuffle=1] [--write=DIR]
+// --write=DIR also commits the planned checkpoint's metadata (zero checksums) at DIR, with sparse data files of the
+// planned sizes, so that bench/run can time opening it (bench_worker --mode open) at this scale.
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +20,8 @@
 #include <vector>
 
 #include "core/base/box.h"
+#include "core/format/checksum.h"
+#include "core/format/metadata.h"
 #include "core/plan/plan_codec.h"
 #include "core/plan/save_planner.h"
 
@@ -91,6 +97,48 @@ std::vector<LocalPlan> MakePlans(uint32_t ranks, uint32_t tensors, bool shuffle,
     p.bytes.push_back(LocalBytesDecl{"trainer_state", 1 << 20});
   }
   return plans;
+}
+
+// Commits `plan` at `dir` as a checkpoint: metadata with zero checksums, data files of the planned sizes (sparse).
+bool WriteCheckpoint(GlobalPlan plan, const std::string& dir) {
+  std::vector<ChunkChecksums> reports;
+  for (const auto& tasks : plan.per_rank) {
+    for (const WriteTask& t : tasks) {
+      ChunkChecksums c;
+      c.entry = t.entry;
+      c.chunk = t.chunk;
+      const uint64_t nblocks = NumChecksumBlocks(t.length, plan.metadata.checksum_block_size);
+      if (nblocks > 1) c.blocks.assign(nblocks, 0);
+      c.checksum = nblocks > 1 ? CombineBlockChecksums(c.blocks) : 0;
+      reports.push_back(std::move(c));
+    }
+  }
+  if (!FinalizeChecksums(reports, &plan).ok()) return false;
+  plan.metadata.writer = "plan_scale";
+  auto encoded = EncodeMetadata(std::move(plan.metadata));
+  if (!encoded.ok()) return false;
+  ::mkdir(dir.c_str(), 0755);
+  auto decoded = MetadataView::Parse(std::make_shared<const std::string>(*encoded), dir);
+  if (!decoded.ok()) return false;
+  for (size_t f = 0; f < decoded->num_files(); ++f) {
+    const std::string path = dir + "/" + std::string(decoded->file_name(f));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(decoded->file_size(f))) != 0) return false;
+    ::close(fd);
+  }
+  FILE* out = std::fopen((dir + "/" + kMetadataFileName).c_str(), "wb");
+  if (out == nullptr || std::fwrite(encoded->data(), 1, encoded->size(), out) != encoded->size()) return false;
+  std::fclose(out);
+  std::printf("wrote %s/%s: %zu bytes\n", dir.c_str(), kMetadataFileName, encoded->size());
+  return true;
+}
+
+const char* StringFlag(int argc, char** argv, const char* name) {
+  const size_t n = std::strlen(name);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
+  }
+  return nullptr;
 }
 
 uint32_t Flag(int argc, char** argv, const char* name, uint32_t fallback) {
@@ -200,6 +248,12 @@ int Main(int argc, char** argv) {
     if (!DecodeRankAssignment(m).ok()) return 1;
   }
   std::printf("RankAssignment encode+decode x%u: %.3f s, %.1f MiB\n", ranks, Now() - t0, assignment_bytes / 1048576.0);
+  if (const char* dir = StringFlag(argc, argv, "--write")) {
+    if (!WriteCheckpoint(std::move(plan).value(), dir)) {
+      std::fprintf(stderr, "cannot write the checkpoint at %s\n", dir);
+      return 1;
+    }
+  }
   return 0;
 }
 

@@ -1,0 +1,270 @@
+"""Writes bench/results/<date>-<host>.md (tables, ratios, targets) and the PNG bar chart from a driver.Bench run."""
+
+import datetime
+import os
+
+GB = 1e9
+MiB = 1 << 20
+
+
+def _fmt(st, scale, unit, digits=2):
+    if st is None:
+        return "n/a"
+    med, lo, hi, n = st
+    f = "%%.%df" % digits
+    return ("**" + f + "** %s (" + f + "–" + f + ")") % (med * scale, unit, lo * scale, hi * scale)
+
+
+def write(b):
+    date = datetime.date.today().isoformat()
+    host = b.machine_info["host"]
+    os.makedirs(b.args.out, exist_ok=True)
+    stem = "%s-%s%s" % (date, host, "-quick" if b.args.quick_mode else "")
+    md_path = os.path.join(b.args.out, stem + ".md")
+    png_path = os.path.join(b.args.out, stem + ".png")
+    S = b.stat
+
+    def med(key):
+        s = S(key)
+        return s[0] if s else None
+
+    def ratio(x, y):
+        return x / y if x is not None and y not in (None, 0) else None
+
+    def gbps(key):
+        return _fmt(S(key), 1 / GB, "GB/s")
+
+    def secs(key, scale=1.0, unit="s", digits=3):
+        return _fmt(S(key), scale, unit, digits)
+
+    L = []
+    L.append("# distckpt benchmarks: %s on %s%s" % (date, host, " (--quick: sizes too small to judge)"
+                                                     if b.args.quick_mode else ""))
+    L.append("")
+    L.append("Produced by `bench/run%s` in %.0f minutes. Each figure: **median** (min–max) of %d runs; within a run the "
+             "systems take turns in a rotating order. GB = 10^9 bytes. Throughput = bytes of the state (logical, "
+             "replicas counted once) / wall time of the slowest rank, timed from a barrier." %
+             (" --quick" if b.args.quick_mode else "", b.elapsed / 60, b.args.runs))
+    L.append("")
+    L.append("## Machine")
+    L.append("")
+    L.append("| what | value |")
+    L.append("|---|---|")
+    m = b.machine_info
+    for k in ("host", "cpu", "cores", "memory", "kernel", "filesystem", "disk_free", "fio", "torch", "cold_cache"):
+        L.append("| %s | %s |" % (k if k != "torch" else "torch, safetensors", m.get(k)))
+    L.append("| memcpy, one thread | %s |" % gbps("memcpy_1t"))
+    L.append("| memcpy, %d threads | %s |" % (m["cores"], gbps("memcpy_all")))
+    L.append("| fio seq write, %d jobs/files, 1 MiB, fsync at end (fsync included) | %s |" %
+             (b.args.save_ranks, gbps("fio_write_fsync")))
+    L.append("| fio seq write as fio reports it (end_fsync not counted) | %s |" % gbps("fio_write_nofsync_reported"))
+    L.append("| fio seq read, buffered, cold cache, %d jobs | %s |" % (b.args.save_ranks, gbps("fio_read_buffered")))
+    L.append("| fio seq read, O_DIRECT, %d jobs | %s |" % (b.args.save_ranks, gbps("fio_read_direct")))
+    L.append("")
+    L.append("State: %d tensors (bf16 weights + fp32 Adam moments), %.2f GiB, %.0f%% of the bytes replicated on every "
+             "saving rank; saved by %d ranks (rows), loaded by %d ranks (sharded tensors by columns, replicated ones "
+             "by rows). Every distckpt load checks every value it loaded (outside the timing); checksums are verified "
+             "on load (the default) unless noted." % (b.num_tensors, b.total_bytes / (1 << 30),
+                                                      100 * b.replicated_share, b.args.save_ranks, b.args.load_ranks))
+    L.append("")
+
+    L.append("## Results")
+    L.append("")
+    L.append("| scenario | distckpt | DCP thread_count=1 | DCP thread_count=4 | safetensors (1 process) | physical "
+             "limit | distckpt / limit | distckpt / best DCP |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    best_dcp_save = max(filter(None, [med("dcp1_save"), med("dcp4_save")]), default=None)
+    fio_read = max(filter(None, [med("fio_read_buffered"), med("fio_read_direct")]), default=None)
+
+    def r(x):
+        return "%.2f×" % x if x is not None else "n/a"
+
+    L.append("| (a) durable save, %d ranks | %s | %s | %s | %s | fio write+fsync %s | %s | %s |" % (
+        b.args.save_ranks, gbps("dckpt_save"), gbps("dcp1_save"), gbps("dcp4_save"), gbps("st_save"),
+        gbps("fio_write_fsync"), r(ratio(med("dckpt_save"), med("fio_write_fsync"))),
+        r(ratio(med("dckpt_save"), best_dcp_save))))
+    L.append("| (b) resharded load %d→%d, cold cache | %s | | %s | %s (not resharded) | fio read %s | %s | %s |" % (
+        b.args.save_ranks, b.args.load_ranks, gbps("dckpt_load_cold"), gbps("dcp_load_cold"), gbps("st_load_cold"),
+        _fmt((fio_read, fio_read, fio_read, 1) if fio_read else None, 1 / GB, "GB/s"),
+        r(ratio(med("dckpt_load_cold"), fio_read)), r(ratio(med("dckpt_load_cold"), med("dcp_load_cold")))))
+    L.append("| (b) resharded load, warm cache | %s | | %s | %s (lazy mmap) | memcpy %s | %s | %s |" % (
+        gbps("dckpt_load_warm"), gbps("dcp_load_warm"), gbps("st_load_warm"), gbps("memcpy_all"),
+        r(ratio(med("dckpt_load_warm"), med("memcpy_all"))), r(ratio(med("dckpt_load_warm"), med("dcp_load_warm")))))
+    L.append("| (b) warm, checksums not verified | %s | | | | memcpy %s | %s | |" % (
+        gbps("dckpt_load_warm_noverify"), gbps("memcpy_all"),
+        r(ratio(med("dckpt_load_warm_noverify"), med("memcpy_all")))))
+    L.append("| (c) async save: stall (time until control returns) | %s | | %s | | memcpy of each rank's state into "
+             "fresh buffers %s (prefaulted: %s) | %s | %s |" % (
+                 secs("dckpt_async_stall"), secs("dcp_async_stall"), secs("memcpy_state_fresh"),
+                 secs("memcpy_state_prefaulted"), r(ratio(med("dckpt_async_stall"), med("memcpy_state_fresh"))),
+                 r(ratio(med("dckpt_async_stall"), med("dcp_async_stall")))))
+    L.append("| (c) async save: total | %s | | %s | | | | %s |" % (
+        secs("dckpt_async_total"), secs("dcp_async_total"),
+        r(ratio(med("dckpt_async_total"), med("dcp_async_total")))))
+    ex = b.extra
+    if "dckpt_plan_median" in ex:
+        L.append("| (d) global plan, %s chunks | **%.3f s** (best %.3f) | %s | | | | | %s |" % (
+            "{:,}".format(ex.get("dckpt_chunks", 0)), ex["dckpt_plan_median"], ex["dckpt_plan_best"],
+            "%.2f s (%s chunks)" % (ex["dcp_plan"], "{:,}".format(ex["dcp_chunks"])) if "dcp_plan" in ex else "n/a",
+            r(ratio(ex.get("dcp_plan"), ex["dckpt_plan_median"])) + " faster" if "dcp_plan" in ex else ""))
+        L.append("| (d) metadata on disk | %.1f MiB (%.0f B/chunk) | %s | | | | | |" % (
+            ex["dckpt_meta_bytes"] / MiB, ex["dckpt_meta_bytes"] / max(1, ex.get("dckpt_chunks", 1)),
+            "%.1f MiB pickle (%.0f B/chunk)" % (ex["dcp_meta_bytes"] / MiB, ex["dcp_meta_bytes"] / ex["dcp_chunks"])
+            if "dcp_meta_bytes" in ex else "n/a"))
+        L.append("| (d) open metadata + look up one tensor (fresh process) | %s | %s (pickle.load + dict lookup) "
+                 "| | | | | %s |" % (secs("dckpt_open_lookup", 1e3, "ms", 1), secs("dcp_open_lookup", 1e3, "ms", 1),
+                                       r(ratio(med("dcp_open_lookup"), med("dckpt_open_lookup"))) + " faster"
+                                       if med("dcp_open_lookup") else ""))
+    L.append("| (e) peak RSS over the state, save (max over ranks) | %s | %s | %s | | | | |" % (
+        secs("rss_over_dckpt_save", 1 / MiB, "MiB", 0), secs("rss_over_dcp1_save", 1 / MiB, "MiB", 0),
+        secs("rss_over_dcp4_save", 1 / MiB, "MiB", 0)))
+    L.append("| (e) peak RSS over the state, load | %s | | %s | | | | |" % (
+        secs("rss_over_dckpt_load", 1 / MiB, "MiB", 0), secs("rss_over_dcp_load", 1 / MiB, "MiB", 0)))
+    L.append("| (e) peak RSS over the state, async save (includes the staged copy) | %s | | | | | | |" %
+             secs("rss_over_dckpt_async", 1 / MiB, "MiB", 0))
+    L.append("| (f) time to first tensor, %d GiB, cold | %s (Rust view()) | | | %s (safe_open + get_tensor) | | | "
+             "%s |" % (b.args.view_gib, secs("view_first_cold", 1e3, "ms", 2), secs("st_first_cold", 1e3, "ms", 2),
+                       r(ratio(med("st_first_cold"), med("view_first_cold"))) + " faster"
+                       if med("view_first_cold") else ""))
+    L.append("| (f) time to first tensor, warm | %s | | | %s | | | %s |" % (
+        secs("view_first_warm", 1e3, "ms", 3), secs("st_first_warm", 1e3, "ms", 3),
+        r(ratio(med("st_first_warm"), med("view_first_warm"))) + " faster" if med("view_first_warm") else ""))
+    L.append("| (f) full read (every element summed), cold | %s | | | %s | | | |" % (
+        secs("view_full_cold", 1e3, "ms", 0), secs("st_full_cold", 1e3, "ms", 0)))
+    L.append("| (f) full read, warm | %s | | | %s | | | |" % (
+        secs("view_full_warm", 1e3, "ms", 0), secs("st_full_warm", 1e3, "ms", 0)))
+    L.append("")
+    L.append("distckpt wrote %s data bytes + %s bytes of metadata; DCP's checkpoint is %s bytes on disk. On load, the "
+             "%d distckpt ranks read %s bytes from the data files in all (column slices need whole 1 MiB checksum "
+             "blocks, i.e. whole rows, so each rank reads most of every sharded tensor; the page cache serves the "
+             "repeats)." % ("{:,}".format(getattr(b, "ckpt_bytes", 0)), "{:,}".format(ex.get("dckpt_metadata_bytes", 0)),
+                            "{:,}".format(ex.get("dcp_bytes_on_disk", 0)), b.args.load_ranks,
+                            "{:,}".format(ex.get("dckpt_load_bytes_read", 0))))
+    L.append("")
+
+    # ---- targets ----
+    T = []
+
+    def target(name, value, ok, reason=""):
+        T.append((name, value, "n/a" if ok is None else ("**met**" if ok else "**not met**"), reason))
+
+    def check(x, op, y):
+        if x is None or y is None:
+            return None
+        return x >= y if op == ">=" else x <= y if op == "<=" else x < y
+
+    x = ratio(med("dckpt_save"), med("fio_write_fsync"))
+    target("(a) save ≥ 0.9 × fio write+fsync", r(x), check(x, ">=", 0.9))
+    x = ratio(med("dckpt_save"), best_dcp_save)
+    target("(a) save ≥ 3 × DCP at its best thread_count", r(x), check(x, ">=", 3))
+    x = ratio(med("dckpt_load_cold"), fio_read)
+    target("(b) cold resharded load ≥ 0.9 × fio read (the better of buffered and direct)", r(x), check(x, ">=", 0.9))
+    x = ratio(med("dckpt_load_warm"), med("memcpy_all"))
+    target("(b) warm load ≥ 0.8 × memcpy", r(x), check(x, ">=", 0.8))
+    x = ratio(med("dckpt_load_cold"), med("dcp_load_cold"))
+    target("(b) cold load ≥ 5 × DCP", r(x), check(x, ">=", 5))
+    x = ratio(med("dckpt_load_warm"), med("dcp_load_warm"))
+    target("(b) warm load ≥ 5 × DCP", r(x), check(x, ">=", 5))
+    x = ratio(med("dckpt_async_stall"), med("memcpy_state_fresh"))
+    target("(c) async stall ≤ 1.2 × memcpy of the state", r(x), check(x, "<=", 1.2))
+    x = ratio(med("dckpt_async_stall"), med("dcp_async_stall"))
+    target("(c) async stall below DCP's", r(x), check(x, "<", 1.0))
+    p = ex.get("dckpt_plan_median")
+    target("(d) global plan ≤ 1 s at ~1M chunks", "%.3f s" % p if p else "n/a", check(p, "<=", 1.0))
+    x = med("dckpt_open_lookup")
+    target("(d) open + lookup ≤ 50 ms", "%.1f ms" % (x * 1e3) if x else "n/a", check(x, "<=", 0.050))
+    pool = b.args.io_pool_bytes
+    for key, allowance, what in (("rss_over_dckpt_save", 64 * MiB, "save (no staging pool)"),
+                                 ("rss_over_dckpt_load", 64 * MiB + pool, "load (+ read bounce pool %d MiB)" %
+                                  (pool // MiB))):
+        x = med(key)
+        target("(e) RSS overhead ≤ %d MiB, %s" % (allowance // MiB, what), "%.0f MiB" % (x / MiB) if x else "n/a",
+               check(x, "<=", allowance))
+    x, y = med("view_first_cold"), med("st_first_cold")
+    target("(f) time to first tensor ≤ safetensors, cold", r(ratio(x, y)), check(x, "<=", y))
+    x, y = med("view_first_warm"), med("st_first_warm")
+    target("(f) time to first tensor ≤ safetensors, warm", r(ratio(x, y)), check(x, "<=", y))
+    b.targets = T
+    L.append("## Targets")
+    L.append("")
+    L.append("| target | measured (median ratio or value) | status |")
+    L.append("|---|---|---|")
+    for name, value, status, _ in T:
+        L.append("| %s | %s | %s |" % (name, value, status))
+    L.append("")
+    L.append("Where a target is not met, bench/NOTES.md gives the measured reason and the plan.")
+    L.append("")
+    if b.notes:
+        L.append("## Notes from this run")
+        L.append("")
+        for n in b.notes:
+            L.append("- " + n)
+        L.append("")
+    L.append("## Raw samples")
+    L.append("")
+    L.append("```")
+    for k in sorted(b.samples):
+        L.append("%s: %s" % (k, ", ".join("%.6g" % v for v in b.samples[k])))
+    if "plan_scale_output" in ex:
+        L.append("")
+        L.append("plan_scale:")
+        L.append(ex["plan_scale_output"])
+    L.append("```")
+    L.append("")
+    L.append("![chart](%s)" % os.path.basename(png_path))
+    with open(md_path, "w") as f:
+        f.write("\n".join(L) + "\n")
+    chart(b, png_path)
+    return md_path, png_path
+
+
+def chart(b, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("(a) durable save, GB/s", 1 / GB, [("distckpt", "dckpt_save"), ("DCP tc=1", "dcp1_save"),
+                                             ("DCP tc=4", "dcp4_save"), ("safetensors", "st_save"),
+                                             ("fio write+fsync", "fio_write_fsync")]),
+        ("(b) resharded load, cold, GB/s", 1 / GB, [("distckpt", "dckpt_load_cold"), ("DCP", "dcp_load_cold"),
+                                                    ("safetensors", "st_load_cold"),
+                                                    ("fio buffered", "fio_read_buffered"),
+                                                    ("fio direct", "fio_read_direct")]),
+        ("(b) resharded load, warm, GB/s", 1 / GB, [("distckpt", "dckpt_load_warm"),
+                                                    ("distckpt no verify", "dckpt_load_warm_noverify"),
+                                                    ("DCP", "dcp_load_warm"), ("memcpy", "memcpy_all")]),
+        ("(c) async save, seconds (lower is better)", 1, [("distckpt stall", "dckpt_async_stall"),
+                                                          ("DCP stall", "dcp_async_stall"),
+                                                          ("memcpy of state", "memcpy_state_fresh"),
+                                                          ("distckpt total", "dckpt_async_total"),
+                                                          ("DCP total", "dcp_async_total")]),
+        ("(d) open + lookup, ms (1M chunks)", 1e3, [("distckpt", "dckpt_open_lookup"),
+                                                    ("DCP pickle", "dcp_open_lookup")]),
+        ("(f) time to first tensor, ms", 1e3, [("view() cold", "view_first_cold"), ("safetensors cold", "st_first_cold"),
+                                               ("view() warm", "view_first_warm"),
+                                               ("safetensors warm", "st_first_warm")]),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    for ax, (title, scale, bars) in zip(axes.flat, panels):
+        names, meds, lo, hi = [], [], [], []
+        for name, key in bars:
+            st = b.stat(key)
+            if st is None:
+                continue
+            names.append(name)
+            meds.append(st[0] * scale)
+            lo.append((st[0] - st[1]) * scale)
+            hi.append((st[2] - st[0]) * scale)
+        colors = ["#1f77b4" if n.startswith("distckpt") or n.startswith("view") else
+                  "#7f7f7f" if n.startswith(("fio", "memcpy")) else "#ff7f0e" for n in names]
+        ax.bar(range(len(names)), meds, yerr=[lo, hi], color=colors, capsize=4)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        if "ms" in title and any(m > 0 for m in meds) and max(meds) / max(1e-9, min(m for m in meds if m > 0)) > 50:
+            ax.set_yscale("log")
+    fig.suptitle("distckpt vs torch.distributed.checkpoint, safetensors and the physical limit (%s; median, "
+                 "min–max bars)" % b.machine_info["host"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
