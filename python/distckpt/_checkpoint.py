@@ -268,7 +268,7 @@ class _Opened:
         self.encodings: Dict[str, str] = {}
         if self.root is not None:
             for node in _tree.iter_nodes(self.root):
-                name = node.get("array", node.get("object"))
+                name = _tree.leaf_name(node)
                 if name not in self.entries:
                     raise CorruptCheckpointError(f"checkpoint '{path}': the structure names '{name}', which is not an entry")
                 if "object" in node:
@@ -373,10 +373,10 @@ def _load_into(
     _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress)
     for leaf in objects:
         replacements[leaf.path] = ckpt.read_object(leaf.name, allow_pickle)
-    for p, finish in finishers.items():
+    for leaf_path, finish in finishers.items():
         value = finish()
         if value is not _arrays.SAME:
-            replacements[p] = value
+            replacements[leaf_path] = value
     return _tree.replace_leaves(state_dict, flat, replacements)
 
 
@@ -405,7 +405,7 @@ def _load_everything(
     used: Set[str] = set()
 
     def get(node: Dict[str, Any]) -> Any:
-        name = node.get("array", node.get("object"))
+        name = _tree.leaf_name(node)
         used.add(name)
         value = values[name]
         return value[()] if node.get("scalar") else value

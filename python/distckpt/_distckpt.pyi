@@ -6,7 +6,8 @@ milliseconds, 0 meaning the library default. Callbacks run on distckpt threads w
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from typing_extensions import Buffer
+# Any object with the buffer protocol (numpy arrays, bytes, bytearray, memoryview).
+Buffer = Any
 
 ProgressFn = Callable[[int, int], Any]
 

@@ -165,7 +165,8 @@ def replace_leaves(tree: Any, flat: Flat, replacements: Dict[Path, Any]) -> Any:
             len(p) > len(path) and p[: len(path)] == path for p in (*replacements, *flat.stateful)
         ):
             items = [visit(v, path + (i,)) for i, v in enumerate(x)]
-            return type(x)._make(items) if hasattr(type(x), "_make") else type(x)(items)
+            make = getattr(type(x), "_make", None)  # namedtuples
+            return make(items) if make is not None else type(x)(items)
         return x
 
     return visit(tree, ())
@@ -198,6 +199,7 @@ def parse_structure(raw: bytes, checkpoint: str) -> Optional[Node]:
         )
     root = doc.get("root")
     _validate(root, checkpoint, 0)
+    assert isinstance(root, dict)  # _validate checked it
     if "dict" not in root:
         raise CorruptCheckpointError(f"checkpoint '{checkpoint}': the structure's root is not a dict")
     return root
@@ -223,7 +225,7 @@ def _validate(node: Any, checkpoint: str, depth: int) -> None:
                 raise bad(f"dict key {k!r:.80} is not a string or an integer")
             _validate(item[1], checkpoint, depth + 1)
     elif "list" in node or "tuple" in node:
-        items = node.get("list", node.get("tuple"))
+        items = node["list"] if "list" in node else node["tuple"]
         if not isinstance(items, list):
             raise bad("'list' is not a list")
         for item in items:
@@ -244,10 +246,15 @@ def iter_nodes(node: Node) -> Iterator[Node]:
         for _, child in node["dict"]:
             yield from iter_nodes(child)
     elif "list" in node or "tuple" in node:
-        for child in node.get("list", node.get("tuple")):
+        for child in node["list"] if "list" in node else node["tuple"]:
             yield from iter_nodes(child)
     else:
         yield node
+
+
+def leaf_name(node: Node) -> str:
+    """The entry name of an array or object node."""
+    return str(node["array"] if "array" in node else node["object"])
 
 
 def build(node: Node, get: Callable[[Node], Any]) -> Any:

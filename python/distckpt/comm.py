@@ -169,7 +169,7 @@ def from_torch(process_group: Any = None) -> Communicator:
     is_world = group is dist.group.WORLD or group is None
 
     def global_rank(group_rank: int) -> int:
-        return group_rank if is_world else dist.get_global_rank(group, group_rank)
+        return group_rank if is_world else dist.get_global_rank(group, group_rank)  # type: ignore[arg-type]
 
     def to_tensor(view: memoryview) -> Any:
         t = torch.empty(len(view), dtype=torch.uint8)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -207,7 +207,9 @@ def _plan_index(index: Any, shape: Shape) -> Tuple[Shape, Shape, Tuple[Any, ...]
     if len(index) > len(shape):
         raise IndexError(f"too many indices for an array of {len(shape)} dimensions")
     index = index + (slice(None),) * (len(shape) - len(index))
-    offsets, lengths, post = [], [], []
+    offsets: List[int] = []
+    lengths: List[int] = []
+    post: List[Any] = []
     for d, (i, n) in enumerate(zip(index, shape)):
         if isinstance(i, slice):
             start, stop, step = i.indices(n)
@@ -324,7 +326,7 @@ class Reader(Mapping[str, Any]):
         used = set()
 
         def get(node: Dict[str, Any]) -> Any:
-            name = node.get("array", node.get("object"))
+            name = _tree.leaf_name(node)
             used.add(name)
             return values[name]
 
