@@ -28,7 +28,6 @@
 
 namespace py = pybind11;
 
-
 namespace distckpt_python {
 namespace {
 
