@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite of distckpt from a fresh clone on Debian 12: installs what is missing, then Bazel (C++ core,
 # C ABI, multi-process and multi-host tests), pytest (python/), cargo (rust/) and go (go/). Each language suite has
-# its own runner (<lang>/run_tests.sh) that sets up its toolchain and prints a "N passed, M failed" line.
+# its own runner (<lang>/run_tests.sh) that sets up its toolchain and prints a "N passed, M failed" line; then the
+# cross-language check (tests/crosslang/run.sh).
 # Ends with one line for everything: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +37,8 @@ echo "bazel: $p passed, $f failed"
 passed=$((passed + p))
 failed=$((failed + f))
 
-for lang in python rust go; do
-  runner="$lang/run_tests.sh"
+# The cross-language check runs last: it uses the toolchains the language runners set up.
+for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/crosslang/run.sh; do
   [[ -f "$runner" ]] || continue
   echo "== $runner"
   bash "$runner" >"$log" 2>&1
