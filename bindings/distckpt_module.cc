@@ -172,7 +172,8 @@ class Comm {
     if (!PyCallable_Check(allgather.ptr()) || !PyCallable_Check(broadcast.ptr())) {
       throw py::type_error("allgather and broadcast must be callable");
     }
-    if (!barrier.is_none() && !PyCallable_Check(barrier.ptr())) throw py::type_error("barrier must be callable or None");
+    if (!barrier.is_none() && !PyCallable_Check(barrier.ptr()))
+      throw py::type_error("barrier must be callable or None");
     auto c = std::shared_ptr<Comm>(new Comm());
     c->allgather_ = std::move(allgather);
     c->broadcast_ = std::move(broadcast);
@@ -225,8 +226,9 @@ class Comm {
   }
   void Close() {
     if (users_.load() > 0) {
-      throw NativeError(DCKPT_ESTATE, "the communicator is in use (an async save or a collective is running); "
-                                      "wait for it before closing the communicator");
+      throw NativeError(DCKPT_ESTATE,
+                        "the communicator is in use (an async save or a collective is running); "
+                        "wait for it before closing the communicator");
     }
     dckpt_comm* c = comm_;
     comm_ = nullptr;
@@ -890,8 +892,8 @@ PYBIND11_MODULE(_distckpt, m) {
   m.attr("ENTRY_BYTES") = static_cast<int>(DCKPT_ENTRY_BYTES);
 
   py::class_<Comm, std::shared_ptr<Comm>>(m, "Comm")
-      .def_static("gloo", &Comm::Gloo, py::arg("rank"), py::arg("world_size"), py::arg("rendezvous"),
-                  py::arg("prefix"), py::arg("iface"), py::arg("hostname"), py::arg("timeout_ms"))
+      .def_static("gloo", &Comm::Gloo, py::arg("rank"), py::arg("world_size"), py::arg("rendezvous"), py::arg("prefix"),
+                  py::arg("iface"), py::arg("hostname"), py::arg("timeout_ms"))
       .def_static("external", &Comm::External, py::arg("rank"), py::arg("size"), py::arg("allgather"),
                   py::arg("broadcast"), py::arg("barrier"))
       .def_property_readonly("rank", &Comm::rank)
@@ -917,8 +919,8 @@ PYBIND11_MODULE(_distckpt, m) {
       .def("free", &SaveFuture::Free);
 
   py::class_<Reader>(m, "Reader")
-      .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"), py::arg("io_threads"),
-                  py::arg("timeout_ms"))
+      .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"),
+                  py::arg("io_threads"), py::arg("timeout_ms"))
       .def("close", &Reader::Close)
       .def_property_readonly("closed", &Reader::closed)
       .def("info", &Reader::Info)
@@ -939,8 +941,8 @@ PYBIND11_MODULE(_distckpt, m) {
   m.def("save_async", &SaveAsync, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
         py::arg("progress"));
-  m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"), py::arg("io_threads"),
-        py::arg("timeout_ms"), py::arg("progress"));
-  m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"),
-        py::arg("max_shard_bytes"), py::arg("prefix"), py::arg("verify"), py::arg("progress"));
+  m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"),
+        py::arg("io_threads"), py::arg("timeout_ms"), py::arg("progress"));
+  m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"), py::arg("max_shard_bytes"),
+        py::arg("prefix"), py::arg("verify"), py::arg("progress"));
 }

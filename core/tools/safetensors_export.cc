@@ -21,13 +21,27 @@ std::string JsonQuote(std::string_view s) {
   out.push_back('"');
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -169,9 +183,8 @@ class TensorCopier {
     next_ ^= 1;
     DCKPT_RETURN_IF_ERROR(reader_->ReadRegion(t.name, box, buf, size));
     DCKPT_RETURN_IF_ERROR(Flush());
-    pending_ = std::async(std::launch::async, [file, pos, buf, size]() {
-      return std::make_pair(file->WriteAt(pos, buf, size), size);
-    });
+    pending_ = std::async(std::launch::async,
+                          [file, pos, buf, size]() { return std::make_pair(file->WriteAt(pos, buf, size), size); });
     return OkStatus();
   }
 
@@ -329,8 +342,8 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
     for (size_t i = 0; st.ok() && i < shard.tensors.size(); ++i) {
       st = copier.Copy(shard.tensors[i], file->get(), data_start + shard.tensors[i].begin);
     }
-    if (st.ok()) st = copier.Flush();
-    else (void)copier.Flush();
+    Status flushed = copier.Flush();  // always wait for the write in flight before touching the file again
+    if (st.ok()) st = flushed;
     if (st.ok()) st = (*file)->Truncate(data_start + data_size);
     if (st.ok()) st = (*file)->Sync();
     if (st.ok()) st = (*file)->Close();
@@ -346,8 +359,8 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
   for (const ShardFile& shard : shards) {
     for (const TensorToExport& t : shard.tensors) weight_map.emplace(t.name, &shard.name);
   }
-  std::string index = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(summary.total_size) +
-                      "\n  },\n  \"weight_map\": {";
+  std::string index =
+      "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(summary.total_size) + "\n  },\n  \"weight_map\": {";
   first = true;
   for (const auto& [name, file] : weight_map) {
     index += first ? "\n    " : ",\n    ";

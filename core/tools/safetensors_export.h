@@ -36,7 +36,7 @@ struct SafetensorsExportSummary {
   std::vector<std::string> files;  ///< the .safetensors files written, in order (names, not paths)
   std::string index_file;          ///< "<prefix>.safetensors.index.json"
   uint64_t num_tensors = 0;
-  uint64_t total_size = 0;         ///< tensor data bytes (the index's metadata.total_size)
+  uint64_t total_size = 0;  ///< tensor data bytes (the index's metadata.total_size)
   uint64_t skipped_bytes_entries = 0;
 };
 
