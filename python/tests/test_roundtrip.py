@@ -173,3 +173,26 @@ def test_bfloat16_values_survive_conversion_on_load(ckpt):
     f32 = np.zeros(3, np.float32)
     distckpt.load({"a": f32}, ckpt)
     np.testing.assert_array_equal(f32, [1.5, -2.25, 3.0])
+
+
+class DLPackOnly:
+    """An array from some other library that speaks only DLPack."""
+
+    def __init__(self, a):
+        self._a = a
+        self.shape = a.shape
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_sources(ckpt):
+    a = sample((3, 5), np.int16)
+    shards = [distckpt.Shard(DLPackOnly(a), (6, 5), (0, 0)), distckpt.Shard(a, (6, 5), (3, 0))]
+    distckpt.save({"x": DLPackOnly(a), "s": shards}, ckpt)
+    out = distckpt.load(None, ckpt)
+    np.testing.assert_array_equal(out["x"], a)
+    np.testing.assert_array_equal(out["s"], np.concatenate([a, a]))
