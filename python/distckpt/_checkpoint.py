@@ -270,7 +270,9 @@ class _Opened:
             for node in _tree.iter_nodes(self.root):
                 name = _tree.leaf_name(node)
                 if name not in self.entries:
-                    raise CorruptCheckpointError(f"checkpoint '{path}': the structure names '{name}', which is not an entry")
+                    raise CorruptCheckpointError(
+                        f"checkpoint '{path}': the structure names '{name}', which is not an entry"
+                    )
                 if "object" in node:
                     self.encodings[name] = node["encoding"]
 

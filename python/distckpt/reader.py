@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _dtypes, _native, _tree
 from .comm import Communicator, native_of
-from .errors import InvalidArgumentError, NotFoundError
+from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError
 
 __all__ = ["open", "Reader", "ArrayView", "CheckpointMetadata", "EntryMetadata", "ChunkMetadata", "IoStats"]
 
@@ -254,6 +254,10 @@ class Reader(Mapping[str, Any]):
         self._scalars: Dict[str, bool] = {}
         if self._root is not None:
             for node in _tree.iter_nodes(self._root):
+                if _tree.leaf_name(node) not in self._metadata:
+                    raise CorruptCheckpointError(
+                        f"checkpoint '{path}': the structure names '{_tree.leaf_name(node)}', which is not an entry"
+                    )
                 if "object" in node:
                     self._encodings[node["object"]] = node["encoding"]
                 elif node.get("scalar"):
