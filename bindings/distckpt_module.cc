@@ -224,6 +224,10 @@ class Comm {
     }
     CheckWithCallbacks(rc, &errors_);
   }
+  void Abort(const std::string& reason) {
+    dckpt_comm* c = get();
+    Check(dckpt_comm_abort(c, reason.c_str()));
+  }
   void Close() {
     if (users_.load() > 0) {
       throw NativeError(DCKPT_ESTATE,
@@ -900,6 +904,7 @@ PYBIND11_MODULE(_distckpt, m) {
       .def_property_readonly("size", &Comm::size)
       .def_property_readonly("closed", &Comm::closed)
       .def("barrier", &Comm::Barrier, py::arg("timeout_ms"))
+      .def("abort", &Comm::Abort, py::arg("reason"))
       .def("close", &Comm::Close);
 
   py::class_<State>(m, "State")

@@ -112,4 +112,12 @@ int dckpt_comm_barrier(dckpt_comm* comm, uint64_t timeout_ms) {
   })
 }
 
+int dckpt_comm_abort(dckpt_comm* comm, const char* reason) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(comm, "comm"));
+    comm->comm->Abort(reason ? reason : "no reason given");
+    return DCKPT_OK;
+  })
+}
+
 }  // extern "C"

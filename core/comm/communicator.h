@@ -36,6 +36,12 @@ class Communicator {
   /// `root`'s *data is copied to every rank's *data.
   virtual Status Broadcast(std::string* data, int root, std::chrono::milliseconds timeout) = 0;
   virtual Status Barrier(std::chrono::milliseconds timeout) = 0;
+
+  /// Tells the group this rank cannot take part any more (e.g. it failed before reaching a collective), so that
+  /// ranks waiting on it fail promptly, naming it, instead of waiting out their timeouts. Backends that own their
+  /// transport (Gloo) close it; others (single process, external: the host owns the transport) do nothing. The
+  /// communicator is unusable afterwards.
+  virtual void Abort(const std::string& reason) {}
 };
 
 /// The trivial group of one rank.

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import os
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -97,12 +98,28 @@ def save(
         The checkpoint's summary. The GIL is released while writing.
     """
     path = os.fspath(path)
-    state = _build_save_state(state_dict, allow_pickle, user_metadata)
+    with _abort_on_local_error(comm):
+        state = _build_save_state(state_dict, allow_pickle, user_metadata)
     info = _native.save(
         path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
         _native.timeout_ms(timeout), progress,
     )  # fmt: skip
     return SaveSummary(path=path, **info)
+
+
+@contextlib.contextmanager
+def _abort_on_local_error(comm: Optional[Communicator]) -> Iterator[None]:
+    """A rank that fails before its first collective tells the others at once, instead of leaving them to wait out
+    their timeouts."""
+    try:
+        yield
+    except BaseException as e:
+        if comm is not None and not comm.closed:
+            try:
+                comm.abort(f"{type(e).__name__}: {e}")
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        raise
 
 
 # ---- Asynchronous save ------------------------------------------------------------------------------------------------
@@ -240,7 +257,8 @@ def async_save(
         pending = list(_pending)
     for handle in pending:  # free the staging memory of saves that have finished
         handle.done()
-    state = _build_save_state(state_dict, allow_pickle, user_metadata)
+    with _abort_on_local_error(comm):
+        state = _build_save_state(state_dict, allow_pickle, user_metadata)
     future = _native.save_async(
         path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
         _native.timeout_ms(timeout), progress,
@@ -322,10 +340,13 @@ def load(
     ms = _native.timeout_ms(timeout)
     reader = _native.Reader.open(path, native_comm, verify, io_threads, ms)
     try:
-        ckpt = _Opened(reader, path)
-        if state_dict is None:
-            return _load_everything(ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
-        return _load_into(state_dict, ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
+        # A failure on this rank before the load's collectives (a missing entry, a refused pickle) aborts the group,
+        # so the other ranks fail at once instead of waiting out their timeouts.
+        with _abort_on_local_error(comm):
+            ckpt = _Opened(reader, path)
+            if state_dict is None:
+                return _load_everything(ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
+            return _load_into(state_dict, ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
     finally:
         reader.close()
 

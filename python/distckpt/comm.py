@@ -54,6 +54,12 @@ class Communicator:
         """Waits until every rank arrives; distckpt.TimeoutError names a missing rank after ``timeout`` seconds."""
         self.native.barrier(_native.timeout_ms(timeout))
 
+    def abort(self, reason: str) -> None:
+        """Tells the other ranks this rank cannot take part (it failed before reaching a collective): with Gloo its
+        connections close, so ranks waiting on it fail at once, naming it. The communicator is unusable afterwards.
+        ``save``/``load``/``async_save`` call this themselves when they fail before their first collective."""
+        self.native.abort(reason)
+
     def close(self) -> None:
         """Releases the communicator. Safe to call twice; raises StateError while an async save still uses it."""
         if self._native is not None:

@@ -117,6 +117,30 @@ def absent_rank_save(rank, world, rendezvous, path):
     raise AssertionError("save succeeded although a rank never called it")
 
 
+def local_error_save(rank, world, rendezvous, path):
+    """The last rank's state cannot be saved (an object that needs pickle): it raises before any collective, and its
+    abort makes the other ranks fail at once (well inside their 60 s timeout), naming it."""
+    import time
+
+    import distckpt
+
+    comm = distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=30)
+    state = {"a": np.ones(4), "extra": object() if rank == world - 1 else 1}
+    start = time.monotonic()
+    try:
+        distckpt.save(state, path, comm=comm, timeout=60)
+    except distckpt.Error as e:
+        elapsed = time.monotonic() - start
+        if rank == world - 1:
+            assert isinstance(e, distckpt.PickleNotAllowedError) or "pickle" in str(e), repr(e)
+            return
+        assert isinstance(e, distckpt.PeerError), repr(e)
+        assert f"rank {world - 1}" in str(e), str(e)
+        assert elapsed < 10, f"took {elapsed:.1f} s to notice the aborted rank"
+        return
+    raise AssertionError("save succeeded although a rank could not build its state")
+
+
 def torch_rank(rank, world, init_file, path):
     """DTensors over a real torch.distributed gloo process group, with distckpt.comm.from_torch."""
     from datetime import timedelta

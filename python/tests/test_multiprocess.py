@@ -61,6 +61,12 @@ def test_three_ranks_save_two_ranks_load_resharded(tmp_path):
         assert len(r.metadata["model.bias"].chunks) == 1  # the replica, written once
 
 
+def test_a_rank_that_fails_before_saving_aborts_the_others_at_once(tmp_path):
+    run_ranks(_workers.local_error_save, 3, f"file://{tmp_path}/rdv", str(tmp_path / "ckpt"))
+    with pytest.raises(distckpt.NotFoundError):
+        distckpt.open(tmp_path / "ckpt")
+
+
 def test_a_rank_that_never_saves_fails_the_others_in_time(tmp_path):
     run_ranks(_workers.absent_rank_save, 3, f"file://{tmp_path}/rdv", str(tmp_path / "ckpt"))
     with pytest.raises(distckpt.NotFoundError):

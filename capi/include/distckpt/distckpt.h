@@ -155,6 +155,10 @@ DCKPT_API int dckpt_comm_rank(int *out, const dckpt_comm *comm);
 DCKPT_API int dckpt_comm_size(int *out, const dckpt_comm *comm);
 /* Waits until every rank arrives; DCKPT_ETIMEOUT naming a missing rank after timeout_ms (0: the default). */
 DCKPT_API int dckpt_comm_barrier(dckpt_comm *comm, uint64_t timeout_ms);
+/* Tells the group this rank cannot take part (it failed before reaching a collective), so that ranks waiting on it
+ * fail at once, naming it, instead of waiting out their timeouts. With Gloo the connections are closed; with external
+ * callbacks it does nothing (the host owns the transport). The communicator is unusable afterwards. */
+DCKPT_API int dckpt_comm_abort(dckpt_comm *comm, const char *reason);
 
 /* ---- State: what a rank saves, or where it loads to ------------------------------------------------------------ */
 

@@ -707,6 +707,11 @@ class GlooCommunicator final : public Communicator {
     return st;
   }
 
+  void Abort(const std::string& reason) override {
+    if (broken_.ok()) broken_ = Status(StatusCode::kUser, "gloo: " + g_.Who() + " aborted: " + reason);
+    CloseConnections();
+  }
+
   void CloseConnections() {
     if (!g_.context) return;
     for (int p = 0; p < g_.size; ++p) {

@@ -70,6 +70,25 @@ TEST(GlooFailure, RankThatExitsBeforeABarrierIsNamedAtOnce) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
+TEST(GlooFailure, RankThatAbortsIsNamedAtOnceAndStaysUsableForNothing) {
+  const int n = 3;
+  const std::string store = FreshStore();
+  auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
+    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+    if (rank == 2) {
+      // A local failure before the collective: tell the others instead of letting them wait out the timeout.
+      (*comm)->Abort("could not build its state");
+      Status later = (*comm)->Barrier(kTimeout);
+      return later.code() == StatusCode::kState ? 0 : comm_testing::ReportInChild(rank, later);
+    }
+    const auto start = Clock::now();
+    Status st = (*comm)->Barrier(kTimeout);
+    return ExpectFailure(rank, st, {StatusCode::kPeer}, 2, start);
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
 TEST(GlooFailure, StoppedRankTimesOutAnAllGatherNamingIt) {
   const int n = 4;
   const std::string store = FreshStore();

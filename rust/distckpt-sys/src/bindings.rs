@@ -466,6 +466,12 @@ extern "C" {
 extern "C" {
     pub fn dckpt_comm_barrier(comm: *mut dckpt_comm, timeout_ms: u64) -> ::std::os::raw::c_int;
 }
+extern "C" {
+    pub fn dckpt_comm_abort(
+        comm: *mut dckpt_comm,
+        reason: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dckpt_state {
