@@ -83,6 +83,9 @@ def write(b):
         b.args.save_ranks, gbps("dckpt_save"), gbps("dcp1_save"), gbps("dcp4_save"), gbps("st_save"),
         gbps("fio_write_fsync"), r(ratio(med("dckpt_save"), med("fio_write_fsync"))),
         r(ratio(med("dckpt_save"), best_dcp_save))))
+    L.append("| (a) durable save, buffers not page-aligned | %s | | | | | %s | %s |" % (
+        gbps("dckpt_save_unaligned"), r(ratio(med("dckpt_save_unaligned"), med("fio_write_fsync"))),
+        r(ratio(med("dckpt_save_unaligned"), best_dcp_save))))
     L.append("| (b) resharded load %d→%d, cold cache | %s | | %s | %s (not resharded) | fio read %s | %s | %s |" % (
         b.args.save_ranks, b.args.load_ranks, gbps("dckpt_load_cold"), gbps("dcp_load_cold"), gbps("st_load_cold"),
         _fmt((fio_read, fio_read, fio_read, 1) if fio_read else None, 1 / GB, "GB/s"),
@@ -93,14 +96,21 @@ def write(b):
     L.append("| (b) warm, checksums not verified | %s | | | | memcpy %s | %s | |" % (
         gbps("dckpt_load_warm_noverify"), gbps("memcpy_all"),
         r(ratio(med("dckpt_load_warm_noverify"), med("memcpy_all")))))
-    L.append("| (c) async save: stall (time until control returns) | %s | | %s | | memcpy of each rank's state into "
-             "fresh buffers %s (prefaulted: %s) | %s | %s |" % (
-                 secs("dckpt_async_stall"), secs("dcp_async_stall"), secs("memcpy_state_fresh"),
-                 secs("memcpy_state_prefaulted"), r(ratio(med("dckpt_async_stall"), med("memcpy_state_fresh"))),
+    L.append("| (c) async save, steady state (2nd save; DCP with cache_staged_state_dict=True): stall until control "
+             "returns | %s | | %s | | memcpy of each rank's state into faulted-in buffers %s | %s | %s |" % (
+                 secs("dckpt_async_stall"), secs("dcp_async_stall"), secs("memcpy_state_prefaulted"),
+                 r(ratio(med("dckpt_async_stall"), med("memcpy_state_prefaulted"))),
                  r(ratio(med("dckpt_async_stall"), med("dcp_async_stall")))))
-    L.append("| (c) async save: total | %s | | %s | | | | %s |" % (
-        secs("dckpt_async_total"), secs("dcp_async_total"),
-        r(ratio(med("dckpt_async_total"), med("dcp_async_total")))))
+    L.append("| (c) async save, steady state: total | %s | | %s | | | | %s |" % (
+        secs("dckpt_async_total"), secs("dcp_async_total"), r(ratio(med("dckpt_async_total"), med("dcp_async_total")))))
+    L.append("| (c) async save, first save (fresh staging memory): stall | %s | | %s | | memcpy into fresh buffers %s "
+             "| %s | %s |" % (secs("dckpt_async_first_stall"), secs("dcp_async_first_stall"),
+                              secs("memcpy_state_fresh"),
+                              r(ratio(med("dckpt_async_first_stall"), med("memcpy_state_fresh"))),
+                              r(ratio(med("dckpt_async_first_stall"), med("dcp_async_first_stall")))))
+    L.append("| (c) async save, first save: total | %s | | %s | | | | %s |" % (
+        secs("dckpt_async_first_total"), secs("dcp_async_first_total"),
+        r(ratio(med("dckpt_async_first_total"), med("dcp_async_first_total")))))
     ex = b.extra
     if "dckpt_plan_median" in ex:
         L.append("| (d) global plan, %s chunks | **%.3f s** (best %.3f) | %s | | | | | %s |" % (
@@ -165,10 +175,15 @@ def write(b):
     target("(b) cold load ≥ 5 × DCP", r(x), check(x, ">=", 5))
     x = ratio(med("dckpt_load_warm"), med("dcp_load_warm"))
     target("(b) warm load ≥ 5 × DCP", r(x), check(x, ">=", 5))
-    x = ratio(med("dckpt_async_stall"), med("memcpy_state_fresh"))
-    target("(c) async stall ≤ 1.2 × memcpy of the state", r(x), check(x, "<=", 1.2))
+    x = ratio(med("dckpt_async_stall"), med("memcpy_state_prefaulted"))
+    target("(c) async stall ≤ 1.2 × memcpy of the state, steady state (into faulted-in memory)", r(x),
+           check(x, "<=", 1.2))
+    x = ratio(med("dckpt_async_first_stall"), med("memcpy_state_fresh"))
+    target("(c) async stall ≤ 1.2 × memcpy of the state, first save (into fresh memory)", r(x), check(x, "<=", 1.2))
     x = ratio(med("dckpt_async_stall"), med("dcp_async_stall"))
-    target("(c) async stall below DCP's", r(x), check(x, "<", 1.0))
+    target("(c) async stall below DCP's, steady state", r(x), check(x, "<", 1.0))
+    x = ratio(med("dckpt_async_first_stall"), med("dcp_async_first_stall"))
+    target("(c) async stall below DCP's, first save", r(x), check(x, "<", 1.0))
     p = ex.get("dckpt_plan_median")
     target("(d) global plan ≤ 1 s at ~1M chunks", "%.3f s" % p if p else "n/a", check(p, "<=", 1.0))
     x = med("dckpt_open_lookup")
@@ -176,7 +191,10 @@ def write(b):
     pool = b.args.io_pool_bytes
     for key, allowance, what in (("rss_over_dckpt_save", 64 * MiB, "save (no staging pool)"),
                                  ("rss_over_dckpt_load", 64 * MiB + pool, "load (+ read bounce pool %d MiB)" %
-                                  (pool // MiB))):
+                                  (pool // MiB)),
+                                 ("rss_over_dckpt_async", 64 * MiB + ex.get("dckpt_state_per_rank_async", 0),
+                                  "async save (+ staging pool = the rank's state, %d MiB)" %
+                                  (ex.get("dckpt_state_per_rank_async", 0) // MiB))):
         x = med(key)
         target("(e) RSS overhead ≤ %d MiB, %s" % (allowance // MiB, what), "%.0f MiB" % (x / MiB) if x else "n/a",
                check(x, "<=", allowance))
@@ -224,7 +242,8 @@ def chart(b, path):
     import matplotlib.pyplot as plt
 
     panels = [
-        ("(a) durable save, GB/s", 1 / GB, [("distckpt", "dckpt_save"), ("DCP tc=1", "dcp1_save"),
+        ("(a) durable save, GB/s", 1 / GB, [("distckpt", "dckpt_save"), ("distckpt unaligned", "dckpt_save_unaligned"),
+                                             ("DCP tc=1", "dcp1_save"),
                                              ("DCP tc=4", "dcp4_save"), ("safetensors", "st_save"),
                                              ("fio write+fsync", "fio_write_fsync")]),
         ("(b) resharded load, cold, GB/s", 1 / GB, [("distckpt", "dckpt_load_cold"), ("DCP", "dcp_load_cold"),
@@ -234,11 +253,11 @@ def chart(b, path):
         ("(b) resharded load, warm, GB/s", 1 / GB, [("distckpt", "dckpt_load_warm"),
                                                     ("distckpt no verify", "dckpt_load_warm_noverify"),
                                                     ("DCP", "dcp_load_warm"), ("memcpy", "memcpy_all")]),
-        ("(c) async save, seconds (lower is better)", 1, [("distckpt stall", "dckpt_async_stall"),
-                                                          ("DCP stall", "dcp_async_stall"),
-                                                          ("memcpy of state", "memcpy_state_fresh"),
-                                                          ("distckpt total", "dckpt_async_total"),
-                                                          ("DCP total", "dcp_async_total")]),
+        ("(c) async save, s (steady state; lower is better)", 1, [("distckpt stall", "dckpt_async_stall"),
+                                                                  ("DCP stall", "dcp_async_stall"),
+                                                                  ("memcpy of state", "memcpy_state_prefaulted"),
+                                                                  ("distckpt total", "dckpt_async_total"),
+                                                                  ("DCP total", "dcp_async_total")]),
         ("(d) open + lookup, ms (1M chunks)", 1e3, [("distckpt", "dckpt_open_lookup"),
                                                     ("DCP pickle", "dcp_open_lookup")]),
         ("(f) time to first tensor, ms", 1e3, [("view() cold", "view_first_cold"), ("safetensors cold", "st_first_cold"),
