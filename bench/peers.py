@@ -141,15 +141,18 @@ def dcp_async(args):
     # A separate gloo group for the checkpoint, as DCP's documentation recommends for async_save.
     ckpt_pg = dist.new_group(backend="gloo")
 
-    # One writer for both saves, with DCP's own staging cache on (cache_staged_state_dict=True), so that the second
-    # save is DCP's steady state, as the second distckpt save is distckpt's.
-    writer = dcp.FileSystemWriter(path, single_file_per_rank=True, sync_files=True, thread_count=args.threads,
-                                  cache_staged_state_dict=True)
+    # One stager for both saves: DCP's DefaultStager (CPU options: no pinned or shared memory, which need CUDA)
+    # caches the staged storages, so that the second save is DCP's steady state, as the second distckpt save is
+    # distckpt's. (FileSystemWriter's cache_staged_state_dict pins memory, which needs a GPU.)
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False, use_async_staging=False,
+                                          use_non_blocking_copy=False))
 
     def one(where):
+        writer = dcp.FileSystemWriter(where, single_file_per_rank=True, sync_files=True, thread_count=args.threads)
         dist.barrier()
         t0 = time.perf_counter()
-        fut = dcp.async_save(sd, checkpoint_id=where, storage_writer=writer, process_group=ckpt_pg)
+        fut = dcp.async_save(sd, storage_writer=writer, process_group=ckpt_pg, async_stager=stager)
         stall = time.perf_counter() - t0
         if hasattr(fut, "upload_completion"):  # AsyncSaveResponse (zero-overhead staging)
             fut.staging_completion.result()
@@ -161,6 +164,7 @@ def dcp_async(args):
     base = rss_now()
     first_stall, first_total = one(path + "-first")
     stall, total = one(path)
+    stager.close()
     first_stalls = gather_max(dist, first_stall)
     first_totals = gather_max(dist, first_total)
     stalls = gather_max(dist, stall)
