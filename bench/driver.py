@@ -6,7 +6,6 @@ drift of the (shared, noisy) disk affects them alike. Run through bench/run, whi
 """
 
 import argparse
-import datetime
 import json
 import os
 import platform
