@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/process_stats.h"
 #include "core/base/box.h"
 #include "core/format/checksum.h"
 #include "core/format/metadata.h"
@@ -28,23 +29,7 @@
 namespace distckpt {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// Resident set size now, from /proc (ru_maxrss only gives the peak).
-uint64_t CurrentRssBytes() {
-  long pages = 0, resident = 0;
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-  std::fclose(f);
-  return static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-uint64_t PeakRssBytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
-}
+using bench::Now;
 
 Box MakeBox(std::vector<uint64_t> off, std::vector<uint64_t> len) { return Box::Make(off, len).value(); }
 
@@ -160,7 +145,7 @@ int Main(int argc, char** argv) {
   double t0 = Now();
   const std::vector<LocalPlan> plans = MakePlans(ranks, tensors, shuffle, &boxes);
   const double build_s = Now() - t0;
-  const uint64_t rss_inputs = CurrentRssBytes();
+  const uint64_t rss_inputs = bench::CurrentRssBytes();
   std::printf(
       "plan_scale: %u ranks x %u tensors%s = %llu boxes (+%u bytes entries), inputs built in %.2f s, "
       "RSS %.0f MiB\n",
@@ -183,7 +168,7 @@ int Main(int argc, char** argv) {
     }
     times.push_back(dt);
     if (k == 0) {
-      peak_delta = PeakRssBytes() - rss_inputs;
+      peak_delta = bench::PeakRssBytes() - rss_inputs;
       // The validation share: CheckExactTiling again over every planned tensor, on its own.
       std::vector<Box> tiles;
       const double v0 = Now();
@@ -216,7 +201,7 @@ int Main(int argc, char** argv) {
   std::printf("  %zu chunks, %zu files, %.2f GiB of data; per-rank load %.1f..%.1f MiB\n", chunks, files,
               data_bytes / 1073741824.0, min_load / 1048576.0, max_load / 1048576.0);
   std::printf("  %.0f ns per input box; peak RSS %.0f MiB, planning added %.0f MiB = %.0f bytes per chunk\n",
-              times.front() * 1e9 / static_cast<double>(boxes), PeakRssBytes() / 1048576.0, peak_delta / 1048576.0,
+              times.front() * 1e9 / static_cast<double>(boxes), bench::PeakRssBytes() / 1048576.0, peak_delta / 1048576.0,
               static_cast<double>(peak_delta) / static_cast<double>(chunks));
 
   // The collective messages: every rank's LocalPlan to the coordinator, a RankAssignment back.

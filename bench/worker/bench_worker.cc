@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/common/process_stats.h"
 #include "core/base/wire.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/engine/load.h"
@@ -38,22 +39,7 @@
 namespace distckpt {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-uint64_t CurrentRss() {
-  long pages = 0, resident = 0;
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-  std::fclose(f);
-  return static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-uint64_t PeakRss() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
-}
+using bench::Now;
 
 [[noreturn]] void Die(const std::string& msg) {
   std::fprintf(stderr, "bench_worker: %s\n", msg.c_str());
@@ -257,7 +243,7 @@ int RunSave(const Args& a, Communicator* comm) {
   BuildState(&rs, a, true, world, rank);
   const std::string path = a.dir + "/ckpt";
   if (rank == 0) (void)DefaultStorage()->RemoveAll(path);
-  const double rss_base = static_cast<double>(CurrentRss());
+  const double rss_base = static_cast<double>(bench::CurrentRssBytes());
   (void)comm->Barrier(kDefaultCollectiveTimeout);
   SaveOptions so;
   so.sync = a.sync;
@@ -267,7 +253,7 @@ int RunSave(const Args& a, Communicator* comm) {
   const double dt = Now() - t0;
   if (!saved.ok()) Die("save failed: " + saved.status().ToString());
   auto secs = Gather(comm, dt);
-  auto peak = Gather(comm, static_cast<double>(PeakRss()));
+  auto peak = Gather(comm, static_cast<double>(bench::PeakRssBytes()));
   auto base = Gather(comm, rss_base);
   auto held = Gather(comm, static_cast<double>(rs.bytes));
   if (rank == 0) {
@@ -283,7 +269,7 @@ int RunLoad(const Args& a, Communicator* comm) {
   const uint64_t rank = comm->rank(), world = comm->size();
   RankState rs;
   BuildState(&rs, a, false, world, rank);
-  const double rss_base = static_cast<double>(CurrentRss());
+  const double rss_base = static_cast<double>(bench::CurrentRssBytes());
   (void)comm->Barrier(kDefaultCollectiveTimeout);
   ReadOptions ro;
   ro.verify = a.verify;
@@ -292,7 +278,7 @@ int RunLoad(const Args& a, Communicator* comm) {
   auto loaded = Load(a.dir + "/ckpt", rs.state, comm, ro);
   const double dt = Now() - t0;
   if (!loaded.ok()) Die("load failed: " + loaded.status().ToString());
-  const double peak_rss = static_cast<double>(PeakRss());
+  const double peak_rss = static_cast<double>(bench::PeakRssBytes());
   double bad = 0;
   if (a.check) {
     for (const Piece& p : rs.pieces) {
@@ -336,7 +322,7 @@ int RunAsync(const Args& a, Communicator* comm) {
   // second into the staging buffer the first one left in the pool (the steady state).
   double stall[2], total[2];
   uint64_t bytes = 0;
-  const double rss_base = static_cast<double>(CurrentRss());
+  const double rss_base = static_cast<double>(bench::CurrentRssBytes());
   for (int k = 0; k < 2; ++k) {
     const std::string where = path + (k == 0 ? "-first" : "");
     if (rank == 0) (void)DefaultStorage()->RemoveAll(where);
@@ -352,7 +338,7 @@ int RunAsync(const Args& a, Communicator* comm) {
   }
   auto stalls0 = Gather(comm, stall[0]), totals0 = Gather(comm, total[0]);
   auto stalls = Gather(comm, stall[1]), totals = Gather(comm, total[1]);
-  auto peak = Gather(comm, static_cast<double>(PeakRss()));
+  auto peak = Gather(comm, static_cast<double>(bench::PeakRssBytes()));
   auto base = Gather(comm, rss_base);
   auto held = Gather(comm, static_cast<double>(rs.bytes));
   if (rank == 0) {
