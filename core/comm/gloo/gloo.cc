@@ -1,4 +1,3 @@
-#include "core/comm/collective_call.h"
 #include "core/comm/gloo/gloo.h"
 
 #include <errno.h>
@@ -35,6 +34,7 @@
 #include "gloo/transport/tcp/attr.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "core/comm/collective_call.h"
 
 namespace distckpt {
 namespace internal_gloo {

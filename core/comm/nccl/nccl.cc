@@ -1,4 +1,3 @@
-#include "core/comm/collective_call.h"
 #include "core/comm/nccl/nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -15,6 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/comm/collective_call.h"
+#include "core/comm/layered_communicator.h"
+
 namespace distckpt {
 namespace internal_nccl {
 namespace {
@@ -24,8 +26,6 @@ using internal_comm::Clock;
 using internal_comm::Millis;
 using internal_comm::Op;
 using internal_comm::OpName;
-
-using Header = internal_comm::FixedHeader;
 
 StatusCode CodeOf(ncclResult_t r) {
   switch (r) {
@@ -71,10 +71,10 @@ class Staging {
   size_t capacity_ = 0;
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public internal_comm::LayeredCommunicator {
  public:
   NcclCommunicator(int rank, int size, int device, ncclComm_t comm, cudaStream_t stream)
-      : rank_(rank), size_(size), device_(device), comm_(comm), stream_(stream) {}
+      : LayeredCommunicator("nccl", rank, size), device_(device), comm_(comm), stream_(stream) {}
 
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
@@ -83,93 +83,8 @@ class NcclCommunicator final : public Communicator {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string name() const override { return "nccl"; }
-
-  Status AllGather(const std::string& mine, std::vector<std::string>* all, Millis timeout) override {
-    all->clear();
-    Call call;
-    DCKPT_RETURN_IF_ERROR(Begin(Op::kAllGather, -1, timeout, &call));
-    std::vector<std::string> out;
-    Status st = Finish(Guard(call, [&] { return AllGatherBytes(call, mine, &out); }));
-    if (st.ok()) *all = std::move(out);
-    return st;
-  }
-
-  Status Gather(const std::string& mine, int root, std::vector<std::string>* all, Millis timeout) override {
-    all->clear();
-    Call call;
-    DCKPT_RETURN_IF_ERROR(Begin(Op::kGather, root, timeout, &call));
-    std::vector<std::string> out;
-    Status st = Finish(Guard(call, [&] { return AllGatherBytes(call, mine, &out); }));
-    if (st.ok() && rank_ == root) *all = std::move(out);
-    return st;
-  }
-
-  Status Broadcast(std::string* data, int root, Millis timeout) override {
-    Call call;
-    DCKPT_RETURN_IF_ERROR(Begin(Op::kBroadcast, root, timeout, &call));
-    std::string received;
-    Status st = Finish(Guard(call, [&]() -> Status {
-      const bool is_root = rank_ == root;
-      Header h = MakeHeader(call, is_root ? data->size() : 0);
-      DCKPT_RETURN_IF_ERROR(BroadcastBytes(call, &h, sizeof(h), "the header"));
-      if (!is_root) DCKPT_RETURN_IF_ERROR(CheckHeader(call, h, root));
-      if (h.size == 0) return OkStatus();
-      if (is_root) return BroadcastBytes(call, &(*data)[0], data->size(), "the payload");
-      received.assign(static_cast<size_t>(h.size), '\0');
-      return BroadcastBytes(call, &received[0], received.size(), "the payload");
-    }));
-    if (st.ok() && rank_ != root) *data = std::move(received);
-    return st;
-  }
-
-  Status Barrier(Millis timeout) override {
-    Call call;
-    DCKPT_RETURN_IF_ERROR(Begin(Op::kBarrier, -1, timeout, &call));
-    std::vector<std::string> ignored;
-    return Finish(Guard(call, [&] { return AllGatherBytes(call, std::string(), &ignored); }));
-  }
-
  private:
-  std::string Who() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
-
-  Status Begin(Op op, int root, Millis timeout, Call* call) {
-    call->op = op;
-    call->root = root;
-    if (!broken_.ok()) {
-      return Status(StatusCode::kState, "nccl: " + OpName(static_cast<uint32_t>(op), root) + " on " + Who() +
-                                            " refused: the communicator is unusable after an earlier failure: " +
-                                            broken_.message());
-    }
-    if ((op == Op::kGather || op == Op::kBroadcast) && (root < 0 || root >= size_)) {
-      return InvalidArgument("nccl: " + std::string(op == Op::kGather ? "gather" : "broadcast") + " root " +
-                             std::to_string(root) + " is not a rank of this group of " + std::to_string(size_) +
-                             " (on " + Who() + ")");
-    }
-    call->seq = ++seq_;
-    call->timeout = timeout.count() < 0 ? Millis(0) : timeout;
-    call->deadline = Clock::now() + call->timeout;
-    cudaSetDevice(device_);
-    return OkStatus();
-  }
-
-  Status Finish(Status st) {
-    if (!st.ok()) broken_ = st;
-    return st;
-  }
-
-  template <typename F>
-  Status Guard(const Call& call, F&& f) {
-    try {
-      return f();
-    } catch (const std::bad_alloc&) {
-      return Status(StatusCode::kNoMemory, "nccl: " + call.Describe() + " on " + Who() + ": out of host memory");
-    } catch (const std::exception& e) {
-      return Internal("nccl: " + call.Describe() + " on " + Who() + ": " + e.what());
-    }
-  }
+  void OnBegin() override { cudaSetDevice(device_); }
 
   Status Fail(const Call& call, const std::string& what, StatusCode code, const std::string& detail) {
     return Status(code, "nccl: " + call.Describe() + " failed on " + Who() + " (" + what + "; timeout " +
@@ -217,12 +132,12 @@ class NcclCommunicator final : public Communicator {
     return NcclFail(call, what, r);
   }
 
-  // Every rank contributes `n` bytes at `send`; `recv` (size_ * n bytes) gets them in rank order.
-  Status AllGatherRaw(const Call& call, const void* send, size_t n, void* recv, const std::string& what) {
-    if (n > std::numeric_limits<size_t>::max() / (size_ + 1)) {
+  // Every rank contributes `n` bytes at `send`; `recv` (size() * n bytes) gets them in rank order.
+  Status RawAllGather(const Call& call, const void* send, size_t n, void* recv, const std::string& what) override {
+    if (n > std::numeric_limits<size_t>::max() / (size() + 1)) {
       return Fail(call, what, StatusCode::kNoMemory, std::to_string(n) + " bytes per rank do not fit");
     }
-    const size_t in = n, out = n * size_;
+    const size_t in = n, out = n * size();
     cudaError_t e = send_.Reserve(in);
     if (e == cudaSuccess) e = recv_.Reserve(out);
     if (e != cudaSuccess) return CudaFail(call, what, e);
@@ -239,73 +154,30 @@ class NcclCommunicator final : public Communicator {
     return OkStatus();
   }
 
-  Status BroadcastBytes(const Call& call, void* buf, size_t n, const std::string& what) {
+  Status RawBroadcast(const Call& call, void* buf, size_t n, const std::string& what) override {
     cudaError_t e = send_.Reserve(n);
     if (e != cudaSuccess) return CudaFail(call, what, e);
-    if (rank_ == call.root) {
+    if (rank() == call.root) {
       std::memcpy(send_.host(), buf, n);
       e = cudaMemcpyAsync(send_.device(), send_.host(), n, cudaMemcpyHostToDevice, stream_);
       if (e != cudaSuccess) return CudaFail(call, what, e);
     }
     DCKPT_RETURN_IF_ERROR(Enqueued(
         call, what, ncclBroadcast(send_.device(), send_.device(), n, ncclUint8, call.root, comm_, stream_)));
-    if (rank_ != call.root) {
+    if (rank() != call.root) {
       e = cudaMemcpyAsync(send_.host(), send_.device(), n, cudaMemcpyDeviceToHost, stream_);
       if (e != cudaSuccess) return CudaFail(call, what, e);
     }
     DCKPT_RETURN_IF_ERROR(Await(call, what));
-    if (rank_ != call.root) std::memcpy(buf, send_.host(), n);
+    if (rank() != call.root) std::memcpy(buf, send_.host(), n);
     return OkStatus();
   }
 
-  Header MakeHeader(const Call& call, size_t size) const {
-    Header h;
-    h.seq = call.seq;
-    h.op = static_cast<uint32_t>(call.op);
-    h.root = call.root;
-    h.size = size;
-    return h;
-  }
-
-  Status CheckHeader(const Call& call, const Header& h, int from) const {
-    if (h.seq == call.seq && h.op == static_cast<uint32_t>(call.op) && h.root == call.root) return OkStatus();
-    return InvalidArgument("nccl: collective mismatch at " + call.Describe() + ": " + Who() + " called " +
-                           OpName(static_cast<uint32_t>(call.op), call.root) + " but rank " + std::to_string(from) +
-                           " called " + OpName(h.op, h.root) + " #" + std::to_string(h.seq) +
-                           "; every rank must call the same collectives in the same order");
-  }
-
-  Status AllGatherBytes(const Call& call, const std::string& mine, std::vector<std::string>* out) {
-    const size_t n = static_cast<size_t>(size_);
-    Header h = MakeHeader(call, mine.size());
-    std::vector<Header> headers(n);
-    DCKPT_RETURN_IF_ERROR(AllGatherRaw(call, &h, sizeof(h), headers.data(), "the sizes"));
-    uint64_t max = 0;
-    for (size_t r = 0; r < n; ++r) {
-      DCKPT_RETURN_IF_ERROR(CheckHeader(call, headers[r], static_cast<int>(r)));
-      max = std::max(max, headers[r].size);
-    }
-    out->assign(n, std::string());
-    if (max == 0) return OkStatus();
-    std::string send(static_cast<size_t>(max), '\0');
-    std::memcpy(&send[0], mine.data(), mine.size());
-    std::string recv(n * static_cast<size_t>(max), '\0');
-    DCKPT_RETURN_IF_ERROR(AllGatherRaw(call, send.data(), send.size(), &recv[0], "the payloads"));
-    for (size_t r = 0; r < n; ++r) {
-      (*out)[r].assign(recv.data() + r * static_cast<size_t>(max), static_cast<size_t>(headers[r].size));
-    }
-    return OkStatus();
-  }
-
-  const int rank_;
-  const int size_;
   const int device_;
   ncclComm_t comm_;
   cudaStream_t stream_;
   Staging send_;
   Staging recv_;
-  uint64_t seq_ = 0;
-  Status broken_;
 };
 
 }  // namespace
