@@ -416,6 +416,7 @@ py::dict IoStatsDict(const dckpt_io_stats& s) {
   d["bytes_verified"] = s.bytes_verified;
   d["bytes_delivered"] = s.bytes_delivered;
   d["seconds"] = s.seconds;
+  d["bytes_mapped"] = s.bytes_mapped;
   return d;
 }
 

@@ -96,6 +96,10 @@ Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
     void* user = opts->progress_user_data;
     o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
   }
+  if (opts->version >= 3) {
+    o.map_files = opts->map_files != 0;
+    o.share_verification = opts->share_verification != 0;
+  }
   return o;
 }
 
@@ -348,7 +352,11 @@ int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
     DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(version, DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options"));
     dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
     defaults.version = version;
-    std::memcpy(opts, &defaults, version >= 2 ? sizeof defaults : offsetof(dckpt_read_options, progress));
+    // Write only the fields a caller built against `version` has room for.
+    const size_t size = version >= 3   ? sizeof defaults
+                        : version == 2 ? offsetof(dckpt_read_options, map_files)
+                                       : offsetof(dckpt_read_options, progress);
+    std::memcpy(opts, &defaults, size);
     return DCKPT_OK;
   })
 }
@@ -359,6 +367,7 @@ static void FillIoStats(dckpt_io_stats* out, const distckpt::IoStats& s, double 
   out->bytes_verified = s.bytes_verified;
   out->bytes_delivered = s.bytes_delivered;
   out->seconds = seconds;
+  if (out->version >= 2) out->bytes_mapped = s.bytes_mapped;
 }
 
 int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckpt_comm* comm,

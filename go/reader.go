@@ -416,6 +416,8 @@ type IOStats struct {
 	ReadCalls      uint64 `json:"read_calls"`
 	BytesVerified  uint64 `json:"bytes_verified"`
 	BytesDelivered uint64 `json:"bytes_delivered"`
+	// BytesMapped were delivered straight from the page cache through a mapping (not in BytesRead).
+	BytesMapped uint64 `json:"bytes_mapped"`
 }
 
 // IOStats returns the reader's I/O counters.
@@ -430,5 +432,11 @@ func (r *Reader) IOStats() (IOStats, error) {
 	if err := ccall(func() C.int { return C.dckpt_reader_io_stats(&s, p) }); err != nil {
 		return IOStats{}, err
 	}
-	return IOStats{uint64(s.bytes_read), uint64(s.read_calls), uint64(s.bytes_verified), uint64(s.bytes_delivered)}, nil
+	return IOStats{
+		BytesRead:      uint64(s.bytes_read),
+		ReadCalls:      uint64(s.read_calls),
+		BytesVerified:  uint64(s.bytes_verified),
+		BytesDelivered: uint64(s.bytes_delivered),
+		BytesMapped:    uint64(s.bytes_mapped),
+	}, nil
 }

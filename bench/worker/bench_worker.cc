@@ -6,7 +6,7 @@
 // torch.distributed.checkpoint side reads, so both systems save and load identical tensors and shardings.
 //
 //   launch -n 4 -- bench_worker --mode save  --spec S --dir D [--io-threads N] [--no-sync] [--unaligned]
-//   launch -n 3 -- bench_worker --mode load  --spec S --dir D [--no-verify] [--no-check]
+//   launch -n 3 -- bench_worker --mode load  --spec S --dir D [--no-verify] [--no-check] [--no-map] [--no-share]
 //   launch -n 4 -- bench_worker --mode async --spec S --dir D
 //   bench_worker --mode memcpy [--mib N]           memcpy bandwidth, one thread and every core
 //   bench_worker --mode open --dir D --name T      metadata open + one lookup, in a fresh process
@@ -172,6 +172,7 @@ struct Args {
   std::string mode, spec, dir, name;
   size_t io_threads = 0;
   bool sync = true, verify = true, check = true;
+  bool map = true, share = true;  // ReadOptions::map_files, ::share_verification
   bool unaligned = false;  // pieces start 64 bytes into a page (as torch's CPU allocator aligns them), not on one
   uint64_t mib = 1024;
   int repeat = 5;
@@ -274,6 +275,8 @@ int RunLoad(const Args& a, Communicator* comm) {
   ReadOptions ro;
   ro.verify = a.verify;
   ro.io_threads = a.io_threads;
+  ro.map_files = a.map;
+  ro.share_verification = a.share;
   const double t0 = Now();
   auto loaded = Load(a.dir + "/ckpt", rs.state, comm, ro);
   const double dt = Now() - t0;
@@ -293,14 +296,18 @@ int RunLoad(const Args& a, Communicator* comm) {
   auto base = Gather(comm, rss_base);
   auto held = Gather(comm, static_cast<double>(rs.bytes));
   auto read = Gather(comm, static_cast<double>(loaded->io.bytes_read));
+  auto mapped = Gather(comm, static_cast<double>(loaded->io.bytes_mapped));
+  auto verified = Gather(comm, static_cast<double>(loaded->io.bytes_verified));
   auto bads = Gather(comm, bad);
   double bytes = 0;
   for (double h : held) bytes += h;
   if (rank == 0) {
-    std::printf("RESULT {\"mode\": \"load\", \"seconds\": %.6f, \"bytes\": %.0f, \"bytes_read\": %s, \"bad\": %.0f, "
+    std::printf("RESULT {\"mode\": \"load\", \"seconds\": %.6f, \"bytes\": %.0f, \"bytes_read\": %s, "
+                "\"bytes_mapped\": %s, \"bytes_verified\": %s, \"bad\": %.0f, "
                 "\"checked\": %s, \"rank_seconds\": %s, \"rss_peak\": %s, \"rss_base\": %s, \"state_bytes\": %s}\n",
-                Max(secs), bytes, Json(read).c_str(), Max(bads), a.check ? "true" : "false", Json(secs).c_str(),
-                Json(peak).c_str(), Json(base).c_str(), Json(held).c_str());
+                Max(secs), bytes, Json(read).c_str(), Json(mapped).c_str(), Json(verified).c_str(), Max(bads),
+                a.check ? "true" : "false", Json(secs).c_str(), Json(peak).c_str(), Json(base).c_str(),
+                Json(held).c_str());
   }
   return Max(bads) == 0 ? 0 : 1;
 }
@@ -423,6 +430,8 @@ int Main(int argc, char** argv) {
     else if (k == "--no-sync") a.sync = false;
     else if (k == "--no-verify") a.verify = false;
     else if (k == "--no-check") a.check = false;
+    else if (k == "--no-map") a.map = false;
+    else if (k == "--no-share") a.share = false;
     else if (k == "--unaligned") a.unaligned = true;
     else Die("unknown argument " + k);
   }

@@ -112,6 +112,28 @@ int main(void) {
   CHECK(config_size == sizeof config);
   CHECK(memcmp(config_back, config, sizeof config) == 0);
   CHECK(stats.bytes_delivered == sizeof w + sizeof b + sizeof step + sizeof config);
+  /* Small files are written through the page cache, so the tensors came through the mapping, not read(). */
+  CHECK(stats.bytes_mapped + stats.bytes_read >= sizeof w + sizeof b + sizeof step);
+
+  /* A caller built against older struct versions: nothing past its fields is written. */
+  {
+    dckpt_read_options old_opts;
+    memset(&old_opts, 0xEE, sizeof old_opts);
+    CHECK_OK(dckpt_read_options_init(&old_opts, 2));
+    CHECK(old_opts.version == 2 && old_opts.verify == 1 && old_opts.progress == NULL);
+    CHECK(old_opts.map_files == (int)0xEEEEEEEE && old_opts.share_verification == (int)0xEEEEEEEE);
+    dckpt_io_stats old_stats;
+    memset(&old_stats, 0xEE, sizeof old_stats);
+    old_stats.version = 1;
+    CHECK_OK(dckpt_load(&old_stats, path, dst, NULL, &old_opts));
+    CHECK(old_stats.bytes_delivered == stats.bytes_delivered);
+    CHECK(old_stats.bytes_mapped == 0xEEEEEEEEEEEEEEEEull);
+    /* Version 3 options: mapping off means every byte comes through read(). */
+    dckpt_read_options no_map = DCKPT_READ_OPTIONS_INIT;
+    no_map.map_files = 0;
+    CHECK_OK(dckpt_load(&stats, path, dst, NULL, &no_map));
+    CHECK(stats.bytes_mapped == 0 && stats.bytes_read >= sizeof w + sizeof b + sizeof step);
+  }
   dckpt_state_free(dst);
 
   /* --- Offline reader. --- */

@@ -206,8 +206,11 @@ TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
 
   Box rows = Box::Make(std::vector<uint64_t>{1000, 0}, std::vector<uint64_t>{10, 1024}).value();  // 40 KiB
   std::vector<uint8_t> out(rows.volume() * 4);
+  // The counts below are of preads; mapped reads of cached data are checked in MappedReadsOfCachedData.
+  ReadOptions pread_only;
+  pread_only.map_files = false;
   {
-    ReadOptions ro;
+    ReadOptions ro = pread_only;
     ro.verify = false;
     auto r = Reader::Open(path, nullptr, ro).value();
     ASSERT_TRUE(r->ReadRegion("m", rows, out.data(), out.size()).ok());
@@ -215,7 +218,7 @@ TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
     EXPECT_EQ(r->io_stats().bytes_read, out.size());  // exactly the bytes needed
   }
   {
-    auto r = Reader::Open(path, nullptr, ReadOptions{}).value();
+    auto r = Reader::Open(path, nullptr, pread_only).value();
     ASSERT_TRUE(r->ReadRegion("m", rows, out.data(), out.size()).ok());
     EXPECT_EQ(out, FillBox(t, rows));
     // Verified: only the checksum block that holds the rows (1 MiB of 16 MiB).
@@ -223,7 +226,7 @@ TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
   }
   {
     // A column: strided, sparse. Without verification the reader reads run by run, not the whole chunk.
-    ReadOptions ro;
+    ReadOptions ro = pread_only;
     ro.verify = false;
     auto r = Reader::Open(path, nullptr, ro).value();
     Box col = Box::Make(std::vector<uint64_t>{0, 5}, std::vector<uint64_t>{4096, 1}).value();
@@ -232,6 +235,61 @@ TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
     EXPECT_EQ(c, FillBox(t, col));
     EXPECT_LT(r->io_stats().bytes_read, data.size() / 8);
   }
+}
+
+// Data in the page cache is read through a mapping of the file: the same bytes, no preads, and only the needed bytes
+// (plus the checksum blocks that hold them, hashed) are touched.
+TEST(EngineTest, MappedReadsOfCachedData) {
+  const std::string path = TempDir() + "/ckpt";
+  TestTensor t{"m", DType::kF32, {4096, 1024}, 11};  // 16 MiB, one chunk
+  Box whole = Box::Whole(t.shape).value();
+  std::vector<uint8_t> data = FillBox(t, whole);
+  State s;
+  ASSERT_TRUE(s.AddTensor("m", t.dtype, t.shape).ok());
+  ASSERT_TRUE(s.AddPiece("m", {0, 0}, t.shape, data.data()).ok());
+  SaveOptions so;
+  so.checksum_block_size = 1 << 20;
+  ASSERT_TRUE(Save(path, s, nullptr, so).ok());
+  const std::string file = path + "/data-00000.bin";
+  ASSERT_EQ(ReadAll(file).size(), data.size());  // now in the page cache (large saves bypass it)
+
+  auto r = Reader::Open(path, nullptr, ReadOptions{}).value();
+  auto f = r->File(0);
+  ASSERT_TRUE(f.ok());
+  if ((*f)->Map() == nullptr || !(*f)->Resident(0, data.size())) GTEST_SKIP() << "this filesystem cannot be mapped";
+  Box cols = Box::Make(std::vector<uint64_t>{0, 300}, std::vector<uint64_t>{4096, 100}).value();
+  std::vector<uint8_t> out(cols.volume() * 4);
+  ASSERT_TRUE(r->ReadRegion("m", cols, out.data(), out.size()).ok());
+  EXPECT_EQ(out, FillBox(t, cols));
+  IoStats io = r->io_stats();
+  EXPECT_EQ(io.bytes_read, 0u);
+  EXPECT_EQ(io.read_calls, 0u);
+  EXPECT_EQ(io.bytes_mapped, out.size());
+  EXPECT_EQ(io.bytes_verified, data.size());  // every block holds some of the columns
+
+  // The same through pread, for comparison: identical bytes.
+  ReadOptions ro;
+  ro.map_files = false;
+  auto r2 = Reader::Open(path, nullptr, ro).value();
+  std::vector<uint8_t> out2(out.size());
+  ASSERT_TRUE(r2->ReadRegion("m", cols, out2.data(), out2.size()).ok());
+  EXPECT_EQ(out2, out);
+  EXPECT_EQ(r2->io_stats().bytes_mapped, 0u);
+  EXPECT_EQ(r2->io_stats().bytes_read, data.size());
+
+  // A byte flipped in the cached file is caught on the mapped path too, naming the tensor, the file and the range.
+  {
+    std::fstream fs(file, std::ios::in | std::ios::out | std::ios::binary);
+    fs.seekp(5 * (1 << 20) + 12345);
+    fs.put(static_cast<char>(data[5 * (1 << 20) + 12345] ^ 0x10));
+  }
+  auto r3 = Reader::Open(path, nullptr, ReadOptions{}).value();
+  Status st = r3->ReadRegion("m", cols, out.data(), out.size());
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("'m'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("data-00000.bin"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("bytes 5242880..6291456"), std::string::npos) << st.message();
+  EXPECT_GT(r3->io_stats().bytes_mapped + r3->io_stats().bytes_verified, 0u);
 }
 
 // Saves a small two-tensor checkpoint and returns its path.

@@ -1,9 +1,12 @@
 #include "core/engine/load.h"
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "core/base/wire.h"
 #include "core/engine/coordinator_round.h"
+#include "core/engine/shared_verify.h"
 
 namespace distckpt {
 namespace {
@@ -14,10 +17,10 @@ std::string ShapeString(Span<const uint64_t> shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
-Status LoadLocal(Reader* reader, State& state) {
+// Plans every tensor piece of `state` into `batch` (nothing is read yet).
+Status PlanTensors(Reader* reader, State& state, ReadBatch* batch) {
   const MetadataView& meta = reader->metadata();
   const std::string& path = reader->path();
-  std::vector<Reader::EntryTargets> work;
   for (const TensorEntry& t : state.tensors()) {
     auto idx = meta.Find(t.name);
     if (!idx) return NotFound("checkpoint '" + path + "' has no entry '" + t.name + "'");
@@ -33,26 +36,65 @@ Status LoadLocal(Reader* reader, State& state) {
       return InvalidArgument("checkpoint '" + path + "': entry '" + t.name + "' has shape " + ShapeString(e.shape) +
                              " in the checkpoint but " + ShapeString(t.shape) + " in the destination");
     }
-    Reader::EntryTargets w{*idx, {}};
-    for (const TensorPiece& p : t.pieces) w.targets.push_back(ReadTarget{p.box, p.data});
-    work.push_back(std::move(w));
-  }
-  DCKPT_RETURN_IF_ERROR(reader->ReadMany(work));
-  for (BytesEntry& b : state.bytes()) {
-    DCKPT_ASSIGN_OR_RETURN(b.loaded_size, reader->ReadBytes(b.name, b.data, b.size));
+    std::vector<ReadTarget> targets;
+    for (const TensorPiece& p : t.pieces) targets.push_back(ReadTarget{p.box, p.data});
+    DCKPT_RETURN_IF_ERROR(batch->Add(*idx, targets));
   }
   return OkStatus();
+}
+
+// What this rank will verify, for ShareVerification.
+Result<VerifyClaim> Claim(Reader* reader, ReadBatch* batch) {
+  VerifyClaim claim;
+  DCKPT_ASSIGN_OR_RETURN(claim.ranges, batch->VerifiedRanges());
+  for (const FileRange& r : claim.ranges) {
+    if (!claim.identities.empty() && claim.identities.back().first == r.file) continue;
+    DCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, reader->File(r.file));
+    claim.identities.emplace_back(r.file, file->CacheIdentity());
+  }
+  return claim;
 }
 
 }  // namespace
 
 Result<LoadSummary> Load(const std::string& path, State& state, Communicator* comm, const ReadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  const bool collective = comm != nullptr && comm->size() > 1;
   auto reader = Reader::Open(path, comm, options);
-  Status st = reader.ok() ? LoadLocal(reader->get(), state) : reader.status();
-  if (comm != nullptr && comm->size() > 1) {
+  std::unique_ptr<ReadBatch> batch;
+  Status st = reader.status();
+  if (st.ok()) {
+    batch = std::make_unique<ReadBatch>(reader->get());
+    st = PlanTensors(reader->get(), state, batch.get());
+  }
+  if (collective) {
+    // Every rank takes part whatever its state, so that the collectives stay matched: first the plans' verified
+    // ranges (a rank that failed sends its error instead, and nobody starts reading), at the end the outcome.
+    VerifyClaim claim;
+    if (st.ok() && options.verify && options.share_verification) {
+      auto made = Claim(reader->get(), batch.get());
+      if (made.ok()) claim = std::move(made).value();
+      else st = made.status();
+    }
+    auto filter = ShareVerification(comm, st, claim, options.timeout);
+    if (!filter.ok()) return st.ok() ? filter.status().WithContext("loading '" + path + "'") : st;
+    batch->SetVerifyFilter(std::move(filter).value());
+  }
+  if (st.ok()) st = batch->Run(options.progress);
+  if (st.ok()) {
+    for (BytesEntry& b : state.bytes()) {
+      auto size = (*reader)->ReadBytes(b.name, b.data, b.size);
+      if (!size.ok()) {
+        st = size.status();
+        break;
+      }
+      b.loaded_size = *size;
+    }
+  }
+  if (collective) {
     // Everyone learns whether everyone succeeded (and who is missing), so no rank continues with a half-loaded model.
-    Status all = AgreeOnStatus(comm, st.WithContext("rank " + std::to_string(comm->rank())), options.timeout);
+    // A block another rank verified for this one is covered here too: its mismatch fails every rank.
+    Status all = AgreeOnStatus(comm, st, options.timeout);
     if (st.ok() && !all.ok()) return all.WithContext("loading '" + path + "'");
   }
   if (!st.ok()) return st;

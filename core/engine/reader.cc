@@ -140,21 +140,37 @@ class ReadExecutor {
   /// Reads and verifies a whole chunk without delivering it anywhere.
   void AddVerify(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, {}}); }
 
-  Status Run(const ProgressFn& progress) {
-    progress_ = progress;
-    // Plan every segment first so that progress reports a fixed total.
-    std::vector<std::pair<const Job*, Range>> work;
-    std::vector<Range> segments;
-    for (const Job& job : jobs_) {
-      segments.clear();
-      DCKPT_RETURN_IF_ERROR(Segments(job, &segments));
-      for (const Range& seg : segments) {
-        total_ += seg.hi - seg.lo;
-        work.emplace_back(&job, seg);
+  Result<std::vector<FileRange>> VerifiedRanges() {
+    DCKPT_RETURN_IF_ERROR(Prepare());
+    std::vector<FileRange> out;
+    for (const auto& [job, seg] : work_) {
+      if (!verify(*job)) continue;
+      const ChunkLocation loc = r_->meta_.entry(job->entry).chunk(job->chunk);
+      auto file = r_->File(loc.file);  // opened now, so that its CacheIdentity is known
+      if (!file.ok()) return r_->EntryError(job->entry, file.status());
+      out.push_back(FileRange{loc.file, loc.offset + seg.lo, loc.offset + seg.hi});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const FileRange& a, const FileRange& b) { return a.file != b.file ? a.file < b.file : a.lo < b.lo; });
+    size_t n = 0;
+    for (const FileRange& r : out) {
+      if (n > 0 && out[n - 1].file == r.file && r.lo <= out[n - 1].hi) {
+        out[n - 1].hi = std::max(out[n - 1].hi, r.hi);
+      } else {
+        out[n++] = r;
       }
     }
+    out.resize(n);
+    return out;
+  }
+
+  void SetVerifyFilter(VerifyFilter filter) { filter_ = std::move(filter); }
+
+  Status Run(const ProgressFn& progress) {
+    progress_ = progress;
+    DCKPT_RETURN_IF_ERROR(Prepare());
     TaskGroup group(r_->pool_.get());
-    for (const auto& [job, seg] : work) group.Run([this, job = job, seg = seg] { return RunSegment(*job, seg); });
+    for (const auto& [job, seg] : work_) group.Run([this, job = job, seg = seg] { return RunSegment(*job, seg); });
     return group.Wait();
   }
 
@@ -171,6 +187,22 @@ class ReadExecutor {
   };
 
   bool verify(const Job& job) const { return job.verify_only || r_->options_.verify; }
+
+  // Splits every job into segments, once: progress then reports a fixed total, and VerifiedRanges sees what Run does.
+  Status Prepare() {
+    if (prepared_) return OkStatus();
+    std::vector<Range> segments;
+    for (const Job& job : jobs_) {
+      segments.clear();
+      DCKPT_RETURN_IF_ERROR(Segments(job, &segments));
+      for (const Range& seg : segments) {
+        total_ += seg.hi - seg.lo;
+        work_.emplace_back(&job, seg);
+      }
+    }
+    prepared_ = true;
+    return OkStatus();
+  }
 
   // Chooses the byte ranges of the chunk to read, split into segments.
   Status Segments(const Job& job, std::vector<Range>* out) {
@@ -216,6 +248,13 @@ class ReadExecutor {
     auto file = r_->File(loc.file);
     if (!file.ok()) return r_->EntryError(job.entry, file.status());
 
+    // Data already in the page cache is hashed and scattered straight from a mapping of the file: no kernel copy,
+    // no bounce buffer, and only the bytes needed (plus the blocks this rank verifies) are touched.
+    const char* map = r_->options_.map_files ? (*file)->Map() : nullptr;
+    if (map != nullptr && (*file)->Resident(loc.offset + seg.lo, len)) {
+      return Deliver(job, e, loc, seg, map + loc.offset + seg.lo, /*mapped=*/true);
+    }
+
     // Read straight into a destination when one run covers the whole segment; otherwise into a bounce buffer.
     char* buf = nullptr;
     const Op* direct_op = nullptr;
@@ -249,6 +288,13 @@ class ReadExecutor {
     if (!st.ok()) return r_->EntryError(job.entry, st.WithContext("chunk #" + std::to_string(job.chunk)));
     r_->stats_.bytes_read += len;
     r_->stats_.read_calls += 1;
+    return Deliver(job, e, loc, seg, buf, /*mapped=*/false);
+  }
+
+  // Verifies the segment's bytes at `buf` (read or mapped) and copies the needed runs into the destinations.
+  Status Deliver(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf,
+                 bool mapped) {
+    const uint64_t len = seg.hi - seg.lo;
     if (verify(job)) DCKPT_RETURN_IF_ERROR(Verify(job, e, loc, seg, buf));
     uint64_t delivered = 0;
     for (const Op& op : job.ops) {
@@ -260,6 +306,7 @@ class ReadExecutor {
       });
     }
     r_->stats_.bytes_delivered += delivered;
+    if (mapped) r_->stats_.bytes_mapped += delivered;
     if (progress_) {
       uint64_t done = done_.fetch_add(len) + len;
       std::lock_guard<std::mutex> lock(progress_mu_);
@@ -271,7 +318,7 @@ class ReadExecutor {
   Status Verify(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf) {
     const uint64_t block = r_->meta_.checksum_block_size();
     const uint64_t nblocks = NumChecksumBlocks(loc.length, block);
-    r_->stats_.bytes_verified += seg.hi - seg.lo;
+    auto mine = [&](uint64_t off) { return !filter_ || filter_(loc.file, loc.offset + off); };
     auto mismatch = [&](uint64_t lo, uint64_t hi, uint64_t stored, uint64_t computed) {
       char hex[64];
       std::snprintf(hex, sizeof hex, "stored %016llx, computed %016llx", static_cast<unsigned long long>(stored),
@@ -282,6 +329,8 @@ class ReadExecutor {
                      std::to_string(loc.offset + hi) + " (" + hex + "); the data is corrupt: restore the file or re-save");
     };
     if (nblocks == 1) {
+      if (!mine(0)) return OkStatus();
+      r_->stats_.bytes_verified += loc.length;
       uint64_t h = Xxh3(buf, loc.length);
       if (h != loc.checksum) return mismatch(0, loc.length, loc.checksum, h);
       return OkStatus();
@@ -291,7 +340,9 @@ class ReadExecutor {
       return mismatch(0, loc.length, loc.checksum, CombineBlockChecksums(table));
     }
     for (uint64_t off = seg.lo; off < seg.hi; off += block) {
+      if (!mine(off)) continue;
       uint64_t n = std::min(block, loc.length - off);
+      r_->stats_.bytes_verified += n;
       uint64_t h = Xxh3(buf + (off - seg.lo), n);
       if (h != table[off / block]) return mismatch(off, off + n, table[off / block], h);
     }
@@ -302,6 +353,9 @@ class ReadExecutor {
   BufferPool pool_;
   std::vector<std::vector<TensorReadOp>> plans_;
   std::vector<Job> jobs_;
+  std::vector<std::pair<const Job*, Range>> work_;
+  bool prepared_ = false;
+  VerifyFilter filter_;
   ProgressFn progress_;
   std::mutex progress_mu_;
   std::atomic<uint64_t> done_{0};
@@ -400,10 +454,17 @@ const ChunkIndex& Reader::Index(size_t entry) {
   return *indexes_[entry];
 }
 
+ReadBatch::ReadBatch(Reader* reader) : ex_(std::make_unique<ReadExecutor>(reader)) {}
+ReadBatch::~ReadBatch() = default;
+Status ReadBatch::Add(size_t entry, const std::vector<ReadTarget>& targets) { return ex_->Add(entry, targets); }
+Result<std::vector<FileRange>> ReadBatch::VerifiedRanges() { return ex_->VerifiedRanges(); }
+void ReadBatch::SetVerifyFilter(VerifyFilter filter) { ex_->SetVerifyFilter(std::move(filter)); }
+Status ReadBatch::Run(const ProgressFn& progress) { return ex_->Run(progress); }
+
 Status Reader::ReadMany(const std::vector<EntryTargets>& work) {
-  ReadExecutor ex(this);
-  for (const EntryTargets& w : work) DCKPT_RETURN_IF_ERROR(ex.Add(w.entry, w.targets));
-  return ex.Run(options_.progress);
+  ReadBatch batch(this);
+  for (const EntryTargets& w : work) DCKPT_RETURN_IF_ERROR(batch.Add(w.entry, w.targets));
+  return batch.Run(options_.progress);
 }
 
 Status Reader::ReadTargets(size_t entry, const std::vector<ReadTarget>& targets) {
@@ -470,6 +531,7 @@ IoStats Reader::io_stats() const {
   s.read_calls = stats_.read_calls.load();
   s.bytes_verified = stats_.bytes_verified.load();
   s.bytes_delivered = stats_.bytes_delivered.load();
+  s.bytes_mapped = stats_.bytes_mapped.load();
   return s;
 }
 

@@ -27,6 +27,13 @@ struct ReadOptions {
   size_t io_threads = 0;          ///< 0: DefaultIoThreads()
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
+  /// Read data that is already in the page cache through a read-only mapping of the file (no kernel copy, and only
+  /// the bytes needed are touched); data not resident is read with pread. See ReadableFile::Map for the caveat.
+  bool map_files = true;
+  /// Load only: when several ranks on one host verify the same checksum blocks (resharded loads), each block is
+  /// hashed by one of them and every rank learns the outcome in the load's final status exchange. Ranks share only
+  /// blocks of files with the same ReadableFile::CacheIdentity (the same inode through the same page cache).
+  bool share_verification = true;
   /// Load only: called with (bytes read, bytes to read); non-zero aborts (kUser).
   std::function<int(uint64_t done, uint64_t total)> progress;
 };
@@ -37,7 +44,17 @@ struct IoStats {
   uint64_t read_calls = 0;       ///< pread calls
   uint64_t bytes_verified = 0;   ///< bytes hashed to check checksums
   uint64_t bytes_delivered = 0;  ///< bytes written into caller buffers
+  uint64_t bytes_mapped = 0;     ///< bytes served from the page cache through a mapping (not in bytes_read)
 };
+
+/// A byte range [lo, hi) of data file `file` (an index into the metadata's file table).
+struct FileRange {
+  uint32_t file = 0;
+  uint64_t lo = 0, hi = 0;
+};
+
+/// Says whether this process hashes the checksum block that starts at byte `offset` of data file `file`.
+using VerifyFilter = std::function<bool(uint32_t file, uint64_t offset)>;
 
 /// A destination for part of a tensor: a row-major host buffer holding `box`.
 struct ReadTarget {
@@ -47,6 +64,30 @@ struct ReadTarget {
 
 /// Progress callback: (done_bytes, total_bytes). Return non-zero to abort (kUser).
 using ProgressFn = std::function<int(uint64_t done, uint64_t total)>;
+
+class Reader;
+class ReadExecutor;
+
+/// A planned set of reads over one Reader: Add targets, optionally look at what will be verified and hand over a
+/// VerifyFilter, then Run once. Reader::ReadMany is Add + Run.
+class ReadBatch {
+ public:
+  explicit ReadBatch(Reader* reader);
+  ~ReadBatch();
+  ReadBatch(const ReadBatch&) = delete;
+  ReadBatch& operator=(const ReadBatch&) = delete;
+
+  /// Plans the reads of regions of entry `entry` (errors name the checkpoint and the entry).
+  Status Add(size_t entry, const std::vector<ReadTarget>& targets);
+  /// The checksum blocks Run will verify, as merged file ranges sorted by (file, lo). Opens the files involved.
+  Result<std::vector<FileRange>> VerifiedRanges();
+  /// Only blocks for which `filter` returns true are hashed (the others are someone else's to verify).
+  void SetVerifyFilter(VerifyFilter filter);
+  Status Run(const ProgressFn& progress);
+
+ private:
+  std::unique_ptr<ReadExecutor> ex_;
+};
 
 /// Thread-safe: several threads may read through one Reader at once.
 class Reader {
@@ -100,7 +141,7 @@ class Reader {
   std::mutex index_mu_;
   std::vector<std::unique_ptr<ChunkIndex>> indexes_;
   struct AtomicStats {
-    std::atomic<uint64_t> bytes_read{0}, read_calls{0}, bytes_verified{0}, bytes_delivered{0};
+    std::atomic<uint64_t> bytes_read{0}, read_calls{0}, bytes_verified{0}, bytes_delivered{0}, bytes_mapped{0};
   } stats_;
 };
 

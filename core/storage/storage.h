@@ -37,6 +37,18 @@ class ReadableFile {
   virtual Status ReadAt(uint64_t offset, void* data, size_t size) const = 0;
   virtual uint64_t size() const = 0;
   virtual const std::string& path() const = 0;
+
+  /// The whole file mapped read-only, or nullptr where the backend or the file cannot be mapped (the default). The
+  /// mapping lives as long as this object. Reading through it avoids the kernel's copy out of the page cache; the
+  /// price is that a file truncated by someone else while mapped raises SIGBUS on access, as with any mapped reader
+  /// (committed checkpoints are never modified in place, so this only happens when a file is sabotaged mid-read).
+  virtual const char* Map() const { return nullptr; }
+  /// True when every page of [offset, offset + size) is known to be in memory (the page cache), so that reading it
+  /// through Map() costs no I/O. False when unknown, not resident, or the file is not mapped.
+  virtual bool Resident(uint64_t offset, uint64_t size) const { return false; }
+  /// An identity of the bytes this file reads: two ReadableFiles (in any processes) with the same non-empty identity
+  /// read the same bytes from the same cache (for POSIX: the same inode on the same running kernel). Empty: unknown.
+  virtual std::string CacheIdentity() const { return {}; }
 };
 
 /// A storage backend. Paths are plain strings ("/a/b/c"); the backend defines what they mean.

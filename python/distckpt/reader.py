@@ -38,6 +38,7 @@ class IoStats:
     read_calls: int  #: read system calls
     bytes_verified: int  #: bytes hashed to check checksums
     bytes_delivered: int  #: bytes copied into caller buffers
+    bytes_mapped: int = 0  #: bytes delivered from the page cache through a mapping (not in bytes_read)
 
 
 class EntryMetadata:
@@ -344,7 +345,7 @@ class Reader(Mapping[str, Any]):
     def io_stats(self) -> IoStats:
         """Bytes and read calls since open: shows that partial reads read only what they need."""
         s = self._native.io_stats()
-        return IoStats(s["bytes_read"], s["read_calls"], s["bytes_verified"], s["bytes_delivered"])
+        return IoStats(s["bytes_read"], s["read_calls"], s["bytes_verified"], s["bytes_delivered"], s["bytes_mapped"])
 
     def verify(self, progress: Optional[Callable[[int, int], Any]] = None) -> None:
         """Reads every chunk and checks its checksums; CorruptCheckpointError names the first bad block."""

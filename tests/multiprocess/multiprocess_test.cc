@@ -62,6 +62,23 @@ TEST_P(ReshardMatrixTest, SaveOnNLoadOnEveryM) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ReshardMatrixTest, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& i) { return "N" + std::to_string(i.param); });
 
+// A flipped byte in a block that every loading rank needs ('big' is saved by rows and loaded by columns): the ranks on
+// this host split the hashing of shared blocks, so only one of them finds the mismatch; every rank must still fail,
+// and every rank's error must name the tensor and the data file.
+TEST(SharedVerificationTest, CorruptSharedBlockFailsEveryRank) {
+  const std::string path = MakeTempDir("shared-verify-") + "/ckpt";
+  ExpectAllOk(RunRanks(2, {"--mode", "save", "--path", path}), "save");
+  ExpectAllOk(RunRanks(1, {"--mode", "corrupt", "--path", path, "--entry", "big"}), "corrupt");
+  const std::vector<RankResult> results = RunRanks(3, {"--mode", "load", "--path", path});
+  ASSERT_EQ(results.size(), 3u);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 3) << "rank " << r << ":\n" << results[r].log;
+    EXPECT_NE(results[r].log.find("checksum mismatch"), std::string::npos) << results[r].log;
+    EXPECT_NE(results[r].log.find("'big'"), std::string::npos) << results[r].log;
+    EXPECT_NE(results[r].log.find("data-0000"), std::string::npos) << results[r].log;
+  }
+}
+
 // A rank that dies (SIGKILL) or stalls (SIGSTOP) halfway through its part of the operation.
 struct FailureCase {
   const char* name;

@@ -4,6 +4,7 @@
 //
 //   reshard_worker --mode save|load --path CKPT [--timeout-ms T] [--die-rank R --die-at PERCENT]
 //                  [--stall-rank R --stall-at PERCENT]
+//   reshard_worker --mode corrupt --path CKPT --entry NAME     (one process: flips a byte of NAME's first chunk)
 // Rank and world size come from the environment (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
 // Exit codes: 0 ok, 2 wrong values, 3 a dckpt call failed (the error is printed as "rank R: error: ...").
 #include <signal.h>
@@ -133,19 +134,42 @@ int Fail(const char* what, int rc) {
 
 }  // namespace
 
+// --mode corrupt --entry NAME: flips one byte in the middle of the entry's first chunk (no communicator).
+int Corrupt(const std::string& path, const std::string& entry) {
+  dckpt_reader* reader = nullptr;
+  int rc = dckpt_reader_open(&reader, path.c_str(), nullptr, nullptr);
+  if (rc != DCKPT_OK) return Fail("dckpt_reader_open", rc);
+  size_t index = 0;
+  dckpt_chunk_info chunk = DCKPT_CHUNK_INFO_INIT;
+  rc = dckpt_reader_find(&index, reader, entry.c_str());
+  if (rc == DCKPT_OK) rc = dckpt_reader_chunk(&chunk, reader, index, 0);
+  if (rc != DCKPT_OK) return Fail("finding the chunk", rc);
+  const std::string file = path + "/" + chunk.file;
+  const off_t at = static_cast<off_t>(chunk.file_offset + chunk.length / 2);
+  dckpt_reader_free(reader);
+  FILE* f = std::fopen(file.c_str(), "r+b");
+  if (f == nullptr || std::fseek(f, at, SEEK_SET) != 0) return 3;
+  const int c = std::fgetc(f);
+  if (c == EOF || std::fseek(f, at, SEEK_SET) != 0 || std::fputc(c ^ 0x20, f) == EOF || std::fclose(f) != 0) return 3;
+  std::printf("flipped byte %lld of %s\n", static_cast<long long>(at), file.c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  std::string mode, path;
+  std::string mode, path, entry;
   uint64_t timeout_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--mode") mode = v;
     else if (k == "--path") path = v;
+    else if (k == "--entry") entry = v;
     else if (k == "--timeout-ms") timeout_ms = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--die-rank") g_die_rank = std::atoi(v.c_str());
     else if (k == "--die-at") g_die_at = std::atoi(v.c_str());
     else if (k == "--stall-rank") g_stall_rank = std::atoi(v.c_str());
     else if (k == "--stall-at") g_stall_at = std::atoi(v.c_str());
   }
+  if (mode == "corrupt" && !path.empty()) return Corrupt(path, entry);
   if ((mode != "save" && mode != "load") || path.empty()) {
     std::fprintf(stderr, "usage: %s --mode save|load --path CKPT [--timeout-ms T] [--die-rank R --die-at PCT]\n",
                  argv[0]);

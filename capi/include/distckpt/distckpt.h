@@ -245,7 +245,7 @@ DCKPT_API void dckpt_save_future_free(dckpt_save_future *future);
 
 /* ---- Load and read ------------------------------------------------------------------------------------------- */
 
-#define DCKPT_READ_OPTIONS_VERSION 2
+#define DCKPT_READ_OPTIONS_VERSION 3
 typedef struct dckpt_read_options {
   unsigned version;
   int verify;          /* check checksums of every byte read (default 1) */
@@ -254,20 +254,28 @@ typedef struct dckpt_read_options {
   /* version >= 2 */
   dckpt_progress_fn progress; /* bytes this rank has read during dckpt_load; NULL: none */
   void *progress_user_data;
+  /* version >= 3 */
+  int map_files;          /* read data already in the page cache through a read-only mapping (default 1). A data
+                           * file truncated by another process while mapped raises SIGBUS, as with any mapped
+                           * reader; set 0 where files may be modified under a running load. */
+  int share_verification; /* dckpt_load: ranks on one host that read the same file split the hashing of the checksum
+                           * blocks they all need; a mismatch still fails every rank (default 1) */
 } dckpt_read_options;
-#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL}
+#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1}
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
-#define DCKPT_IO_STATS_VERSION 1
+#define DCKPT_IO_STATS_VERSION 2
 typedef struct dckpt_io_stats {
   unsigned version;
-  uint64_t bytes_read;      /* bytes read from data files */
+  uint64_t bytes_read;      /* bytes read from data files with read system calls */
   uint64_t read_calls;      /* read system calls */
-  uint64_t bytes_verified;  /* bytes hashed to check checksums */
+  uint64_t bytes_verified;  /* bytes hashed to check checksums (by this rank) */
   uint64_t bytes_delivered; /* bytes copied into caller buffers */
   double seconds;           /* for dckpt_load: wall time of the call */
+  /* version >= 2 */
+  uint64_t bytes_mapped;    /* bytes delivered straight from the page cache through a mapping (not in bytes_read) */
 } dckpt_io_stats;
-#define DCKPT_IO_STATS_INIT {DCKPT_IO_STATS_VERSION, 0, 0, 0, 0, 0.0}
+#define DCKPT_IO_STATS_INIT {DCKPT_IO_STATS_VERSION, 0, 0, 0, 0, 0.0, 0}
 
 /* Fills every piece and bytes entry of `state` from the checkpoint at `path`, resharding as needed: each rank reads
  * only the bytes its pieces need. Tensors must exist with the same dtype and global shape. Collective over `comm`.

@@ -14,18 +14,21 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -237,10 +240,83 @@ class PosixWritableFile final : public WritableFile {
   const std::string path_;
 };
 
+// cachestat(2), Linux 6.5; the same number on every architecture (the unified syscall table).
+constexpr long kSysCachestat = 451;
+
+// This boot of this kernel: files with the same (device, inode) under the same boot id share one page cache.
+const std::string& BootId() {
+  static const std::string id = [] {
+    std::string s;
+    if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+      char buf[64] = {0};
+      if (std::fgets(buf, sizeof buf, f) != nullptr) s = buf;
+      std::fclose(f);
+    }
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }();
+  return id;
+}
+
 class PosixReadableFile final : public ReadableFile {
  public:
-  PosixReadableFile(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
-  ~PosixReadableFile() override { ::close(fd_); }
+  PosixReadableFile(int fd, std::string path, const struct stat& st)
+      : fd_(fd), path_(std::move(path)), size_(static_cast<uint64_t>(st.st_size)) {
+    if (!BootId().empty()) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s:%llx:%llx:%llx:%lld.%09ld", BootId().c_str(),
+                    static_cast<unsigned long long>(st.st_dev), static_cast<unsigned long long>(st.st_ino),
+                    static_cast<unsigned long long>(st.st_size), static_cast<long long>(st.st_mtim.tv_sec),
+                    static_cast<long>(st.st_mtim.tv_nsec));
+      identity_ = buf;
+    }
+  }
+  ~PosixReadableFile() override {
+    if (map_ != nullptr) ::munmap(const_cast<char*>(map_), size_);
+    ::close(fd_);
+  }
+
+  const char* Map() const override {
+    std::call_once(map_once_, [this] {
+      if (size_ == 0 || size_ > static_cast<uint64_t>(SIZE_MAX)) return;
+      void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_SHARED, fd_, 0);
+      if (p != MAP_FAILED) map_ = static_cast<const char*>(p);
+    });
+    return map_;
+  }
+
+  bool Resident(uint64_t offset, uint64_t size) const override {
+    const char* base = Map();
+    if (base == nullptr || offset > size_ || size > size_ - offset) return false;
+    if (size == 0) return true;
+    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t lo = offset / page * page, hi = offset + size;
+    const size_t pages = static_cast<size_t>((hi - lo + page - 1) / page);
+    // cachestat (Linux >= 6.5) counts the cached pages of a range folio by folio; mincore looks up every page.
+    static std::atomic<bool> has_cachestat{true};
+    if (has_cachestat.load(std::memory_order_relaxed)) {
+      struct {
+        uint64_t off, len;
+      } range{lo, hi - lo};
+      struct {
+        uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+      } stat{};
+      if (::syscall(kSysCachestat, fd_, &range, &stat, 0) == 0) return stat.nr_cache >= pages;
+      // ENOSYS: an older kernel; EPERM: a file this process may not write (where mincore is limited too).
+      if (errno == ENOSYS) has_cachestat.store(false, std::memory_order_relaxed);
+    }
+    thread_local std::vector<unsigned char> vec;
+    if (vec.size() < pages) vec.resize(pages);
+    // mincore reports the page cache for files the caller may write; for others only pages this process has mapped
+    // already (Linux >= 5.0), so a false "not resident" only costs the pread path.
+    if (::mincore(const_cast<char*>(base + lo), static_cast<size_t>(hi - lo), vec.data()) != 0) return false;
+    for (size_t i = 0; i < pages; ++i) {
+      if ((vec[i] & 1) == 0) return false;
+    }
+    return true;
+  }
+
+  std::string CacheIdentity() const override { return identity_; }
 
   Status ReadAt(uint64_t offset, void* data, size_t size) const override {
     DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
@@ -271,6 +347,9 @@ class PosixReadableFile final : public ReadableFile {
   const int fd_;
   const std::string path_;
   const uint64_t size_;
+  std::string identity_;
+  mutable std::once_flag map_once_;
+  mutable const char* map_ = nullptr;
 };
 
 // Opens `path` for reading and checks it is not a directory (whose read() fails only later, with EISDIR).
@@ -356,7 +435,7 @@ class PosixStorage final : public Storage {
   Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& path) override {
     struct stat st;
     DCKPT_ASSIGN_OR_RETURN(const int fd, OpenForReading(path, &st));
-    return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, path, static_cast<uint64_t>(st.st_size)));
+    return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, path, st));
   }
 
   Result<std::string> ReadFile(const std::string& path, uint64_t max_size) override {

@@ -10,8 +10,8 @@ pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 2;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
-pub const DCKPT_READ_OPTIONS_VERSION: u32 = 2;
-pub const DCKPT_IO_STATS_VERSION: u32 = 1;
+pub const DCKPT_READ_OPTIONS_VERSION: u32 = 3;
+pub const DCKPT_IO_STATS_VERSION: u32 = 2;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 1;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
@@ -895,12 +895,14 @@ pub struct dckpt_read_options {
     pub timeout_ms: u64,
     pub progress: dckpt_progress_fn,
     pub progress_user_data: *mut ::std::os::raw::c_void,
+    pub map_files: ::std::os::raw::c_int,
+    pub share_verification: ::std::os::raw::c_int,
 }
 #[test]
 fn bindgen_test_layout_dckpt_read_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_read_options>(),
-        40usize,
+        48usize,
         concat!("Size of: ", stringify!(dckpt_read_options))
     );
     assert_eq!(
@@ -1010,6 +1012,40 @@ fn bindgen_test_layout_dckpt_read_options() {
         );
     }
     test_field_progress_user_data();
+    fn test_field_map_files() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).map_files) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(map_files)
+            )
+        );
+    }
+    test_field_map_files();
+    fn test_field_share_verification() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).share_verification) as usize - ptr as usize
+            },
+            44usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(share_verification)
+            )
+        );
+    }
+    test_field_share_verification();
 }
 extern "C" {
     pub fn dckpt_read_options_init(
@@ -1026,12 +1062,13 @@ pub struct dckpt_io_stats {
     pub bytes_verified: u64,
     pub bytes_delivered: u64,
     pub seconds: f64,
+    pub bytes_mapped: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_io_stats() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_io_stats>(),
-        48usize,
+        56usize,
         concat!("Size of: ", stringify!(dckpt_io_stats))
     );
     assert_eq!(
@@ -1141,6 +1178,23 @@ fn bindgen_test_layout_dckpt_io_stats() {
         );
     }
     test_field_seconds();
+    fn test_field_bytes_mapped() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_io_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_mapped) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_io_stats),
+                "::",
+                stringify!(bytes_mapped)
+            )
+        );
+    }
+    test_field_bytes_mapped();
 }
 extern "C" {
     pub fn dckpt_load(

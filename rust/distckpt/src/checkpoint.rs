@@ -137,6 +137,8 @@ pub struct IoStats {
     pub bytes_delivered: u64,
     /// For a load: wall time of the call.
     pub seconds: f64,
+    /// Bytes delivered straight from the page cache through a mapping (not counted in `bytes_read`).
+    pub bytes_mapped: u64,
 }
 
 impl IoStats {
@@ -147,6 +149,7 @@ impl IoStats {
             bytes_verified: s.bytes_verified,
             bytes_delivered: s.bytes_delivered,
             seconds: s.seconds,
+            bytes_mapped: s.bytes_mapped,
         }
     }
 }
