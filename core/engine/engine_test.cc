@@ -308,7 +308,7 @@ std::string SaveSmall(const std::string& dir, const std::string& name = "ckpt") 
   return path;
 }
 
-Status LoadSmall(const std::string& path, bool verify = true) {
+Status LoadSmall(const std::string& path, bool verify = true, bool map_files = true) {
   std::vector<float> a(1000), b(3000);
   State s;
   (void)s.AddTensor("layer.a", DType::kF32, {1000});
@@ -317,6 +317,7 @@ Status LoadSmall(const std::string& path, bool verify = true) {
   (void)s.AddPiece("layer.b", {0, 0}, {30, 100}, b.data());
   ReadOptions ro;
   ro.verify = verify;
+  ro.map_files = map_files;
   return Load(path, s, nullptr, ro).status();
 }
 
@@ -370,7 +371,8 @@ TEST(EngineBadInputTest, CorruptAndTruncatedMetadataNeverCrash) {
       for (int k = 0; k < 1 + i % 4; ++k) bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255);
     }
     WriteAll(meta_path, bad);
-    Status st = LoadSmall(path);
+    // The metadata is mapped (the default) or read into memory: both paths see the same bytes.
+    Status st = LoadSmall(path, /*verify=*/true, /*map_files=*/i % 2 == 0);
     // Either rejected with a clear error, or (a flip in padding/unused bytes) loads the right values.
     if (!st.ok()) {
       ++rejected;
@@ -378,6 +380,12 @@ TEST(EngineBadInputTest, CorruptAndTruncatedMetadataNeverCrash) {
     }
   }
   EXPECT_GT(rejected, 100);
+  for (bool map : {true, false}) {
+    WriteAll(meta_path, "");
+    Status empty = LoadSmall(path, true, map);
+    EXPECT_EQ(empty.code(), StatusCode::kCorrupt) << empty.ToString();
+    EXPECT_NE(empty.message().find(path), std::string::npos) << empty.message();
+  }
   WriteAll(meta_path, meta);
   EXPECT_TRUE(LoadSmall(path).ok());
   ::unlink(meta_path.c_str());

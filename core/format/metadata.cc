@@ -499,17 +499,27 @@ uint64_t EntryView::nbytes() const {
 // ---- MetadataView ----
 
 Result<MetadataView> MetadataView::Parse(std::shared_ptr<const std::string> buffer, const std::string& context) {
+  if (buffer == nullptr) return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: null buffer");
+  const void* data = buffer->data();
+  const size_t size = buffer->size();
+  return Parse(std::shared_ptr<const void>(std::move(buffer)), data, size, context);
+}
+
+Result<MetadataView> MetadataView::Parse(std::shared_ptr<const void> owner, const void* bytes, size_t size,
+                                         const std::string& context) {
   auto fail = [&context](StatusCode code, const std::string& msg) {
     return Status(code, context.empty() ? msg : context + ": " + msg);
   };
-  if (buffer == nullptr) return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: null buffer");
-  const size_t size = buffer->size();
-  const auto* data = reinterpret_cast<const uint8_t*>(buffer->data());
+  if (owner == nullptr || (bytes == nullptr && size > 0)) {
+    return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: null buffer");
+  }
+  const auto* data = static_cast<const uint8_t*>(bytes);
   if (size >= kMaxMetadataBytes || size >= FLATBUFFERS_MAX_BUFFER_SIZE) {
     return fail(StatusCode::kCorrupt, "metadata is " + std::to_string(size) + " bytes; the limit is " +
                                           std::to_string(kMaxMetadataBytes - 1));
   }
-  // std::string storage comes from operator new and is 16-aligned; zero-copy 64-bit views need at least 8.
+  // std::string storage comes from operator new and is 16-aligned, mappings are page-aligned; zero-copy 64-bit views
+  // need at least 8.
   if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
     return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: buffer is not 8-byte aligned in memory");
   }
@@ -554,7 +564,7 @@ Result<MetadataView> MetadataView::Parse(std::shared_ptr<const std::string> buff
   }
   const fb::Metadata* root = fb::GetMetadata(data);
   DCKPT_RETURN_IF_ERROR(Validator(root, size, context).Run());
-  return MetadataView(std::move(buffer), root);
+  return MetadataView(std::move(owner), size, root);
 }
 
 uint16_t MetadataView::format_major() const { return Root(root_)->format_major(); }

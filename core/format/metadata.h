@@ -104,6 +104,9 @@ class MetadataView {
  public:
   /// `context` (usually the checkpoint path) prefixes error messages.
   static Result<MetadataView> Parse(std::shared_ptr<const std::string> buffer, const std::string& context);
+  /// The same over `size` bytes at `data` (8-byte aligned, e.g. a mapped file) that live as long as `owner`.
+  static Result<MetadataView> Parse(std::shared_ptr<const void> owner, const void* data, size_t size,
+                                    const std::string& context);
 
   uint16_t format_major() const;
   uint16_t format_minor() const;
@@ -126,15 +129,17 @@ class MetadataView {
   std::optional<std::string_view> FindUser(std::string_view key) const;
   std::string_view structure() const;
 
-  size_t buffer_size() const { return buffer_->size(); }
+  size_t buffer_size() const { return size_; }
 
   /// Copies everything into a writer-side record (to rewrite or edit a checkpoint's metadata). The record is valid:
   /// EncodeMetadata accepts it and gives an equivalent buffer. Fields unknown to this reader are dropped.
   MetadataRecord ToRecord() const;
 
  private:
-  MetadataView(std::shared_ptr<const std::string> buffer, const void* root) : buffer_(std::move(buffer)), root_(root) {}
-  std::shared_ptr<const std::string> buffer_;
+  MetadataView(std::shared_ptr<const void> owner, size_t size, const void* root)
+      : owner_(std::move(owner)), size_(size), root_(root) {}
+  std::shared_ptr<const void> owner_;  // keeps the buffer alive
+  size_t size_ = 0;
   const void* root_ = nullptr;  // const fb::Metadata*
 };
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <functional>
 #include <random>
@@ -474,6 +476,26 @@ TEST(MetadataTest, WrongIdentifierAndGarbage) {
   // A buffer of only the header: root offset 8 points past the end.
   std::string header("\x08\x00\x00\x00" "DCK1", 8);
   EXPECT_EQ(ParseString(header).status().code(), StatusCode::kCorrupt);
+}
+
+// The form a mapped file uses: bytes owned by something else, kept alive by `owner`.
+TEST(MetadataTest, ParsesABufferItDoesNotOwn) {
+  auto storage = std::make_shared<std::vector<uint64_t>>();
+  const std::string encoded = *EncodeMetadata(ValidRecord());
+  storage->resize(encoded.size() / 8 + 2);
+  std::memcpy(storage->data(), encoded.data(), encoded.size());
+  Result<MetadataView> view = MetadataView::Parse(storage, storage->data(), encoded.size(), "borrowed");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  storage.reset();  // the view keeps the owner alive
+  EXPECT_EQ(view->buffer_size(), encoded.size());
+  EXPECT_EQ(view->num_entries(), ValidRecord().entries.size());
+  // Misaligned bytes and a missing owner are refused, never read.
+  auto shifted = std::make_shared<std::vector<uint64_t>>(encoded.size() / 8 + 2);
+  char* odd = reinterpret_cast<char*>(shifted->data()) + 4;
+  std::memcpy(odd, encoded.data(), encoded.size());
+  EXPECT_EQ(MetadataView::Parse(shifted, odd, encoded.size(), "x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MetadataView::Parse(nullptr, encoded.data(), encoded.size(), "x").status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(MetadataTest, EveryTruncationIsRejected) {
