@@ -160,6 +160,8 @@ class Bench:
         r = run_result([self.worker, "--mode", "memcpy", "--mib", str(self.args.memcpy_mib)], "memcpy")
         self.add("memcpy_1t", r["one_thread_Bps"])
         self.add("memcpy_all", r["all_threads_Bps"])
+        self.add("hash_all", r["hash_all_threads_Bps"])
+        self.add("hash_copy_all", r["hash_copy_all_threads_Bps"])
 
     def save_round(self, k):
         """(a) and (e): durable save, 4 ranks; fio write; safetensors save. Leaves checkpoints for the load round."""

@@ -55,6 +55,9 @@ def write(b):
         L.append("| %s | %s |" % (k if k != "torch" else "torch, safetensors", m.get(k)))
     L.append("| memcpy, one thread | %s |" % gbps("memcpy_1t"))
     L.append("| memcpy, %d threads | %s |" % (m["cores"], gbps("memcpy_all")))
+    L.append("| XXH3 of 1 MiB blocks, %d threads (from memory) | %s |" % (m["cores"], gbps("hash_all")))
+    L.append("| verified copy: XXH3 of each 1 MiB block, then memcpy of it while cached, %d threads | %s |" % (
+        m["cores"], gbps("hash_copy_all")))
     L.append("| fio seq write, %d jobs/files, 1 MiB, fsync at end (fsync included) | %s |" %
              (b.args.save_ranks, gbps("fio_write_fsync")))
     L.append("| fio seq write as fio reports it (end_fsync not counted) | %s |" % gbps("fio_write_nofsync_reported"))
@@ -100,6 +103,8 @@ def write(b):
     L.append("| (b) resharded load, warm cache | %s | | %s | %s (lazy mmap) | memcpy %s | %s | %s |" % (
         gbps("dckpt_load_warm"), gbps("dcp_load_warm"), gbps("st_load_warm"), gbps("memcpy_all"),
         r(ratio(med("dckpt_load_warm"), med("memcpy_all"))), r(ratio(med("dckpt_load_warm"), med("dcp_load_warm")))))
+    L.append("| (b) warm, against the verified-copy limit (hash + copy of every byte) | %s | | | | verified copy %s | %s | |" % (
+        gbps("dckpt_load_warm"), gbps("hash_copy_all"), r(ratio(med("dckpt_load_warm"), med("hash_copy_all")))))
     L.append("| (b) warm, checksums not verified | %s | | | | memcpy %s | %s | |" % (
         gbps("dckpt_load_warm_noverify"), gbps("memcpy_all"),
         r(ratio(med("dckpt_load_warm_noverify"), med("memcpy_all")))))
