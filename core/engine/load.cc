@@ -50,7 +50,7 @@ Result<VerifyClaim> Claim(Reader* reader, ReadBatch* batch) {
   for (const FileRange& r : claim.ranges) {
     if (!claim.identities.empty() && claim.identities.back().first == r.file) continue;
     DCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, reader->File(r.file));
-    claim.identities.emplace_back(r.file, file->CacheIdentity());
+    claim.identities.emplace_back(r.file, IdentityDigest(file->CacheIdentity()));
   }
   return claim;
 }

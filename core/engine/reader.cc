@@ -252,7 +252,10 @@ class ReadExecutor {
     // no bounce buffer, and only the bytes needed (plus the blocks this rank verifies) are touched.
     const char* map = r_->options_.map_files ? (*file)->Map() : nullptr;
     if (map != nullptr && (*file)->Resident(loc.offset + seg.lo, len)) {
-      return Deliver(job, e, loc, seg, map + loc.offset + seg.lo, /*mapped=*/true);
+      Status st = Deliver(job, e, loc, seg, map + loc.offset + seg.lo, /*mapped=*/true);
+      // Mapped pages count in the resident set: let them go once used, so a load's RSS stays flat (bench (e)).
+      (*file)->ReleaseMapped(loc.offset + seg.lo, len);
+      return st;
     }
 
     // Read straight into a destination when one run covers the whole segment; otherwise into a bounce buffer.

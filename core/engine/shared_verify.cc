@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/base/wire.h"
+#include "core/format/checksum.h"
 
 namespace distckpt {
 namespace {
@@ -25,13 +26,19 @@ bool Contains(const std::vector<FileRange>& sorted, uint64_t offset) {
 
 }  // namespace
 
+uint64_t IdentityDigest(const std::string& identity) {
+  if (identity.empty()) return 0;
+  const uint64_t h = Xxh3(identity.data(), identity.size());
+  return h == 0 ? 1 : h;
+}
+
 std::string EncodeVerifyClaim(const Status& local, const VerifyClaim& c) {
   WireWriter w;
   PutStatus(&w, local);
   w.Var(c.identities.size());
   for (const auto& [file, id] : c.identities) {
     w.Var(file);
-    w.Str(id);
+    w.U64(id);
   }
   w.Var(c.ranges.size());
   for (const FileRange& r : c.ranges) {
@@ -46,11 +53,11 @@ bool DecodeVerifyClaim(const std::string& msg, Status* st, VerifyClaim* c) {
   WireReader in(msg);
   if (!GetStatus(&in, st)) return false;
   uint64_t n;
-  if (!in.Count(&n, 2)) return false;
+  if (!in.Count(&n, 9)) return false;
   c->identities.resize(n);
   for (auto& [file, id] : c->identities) {
     uint64_t f;
-    if (!in.Var(&f) || f > UINT32_MAX || !in.Str(&id)) return false;
+    if (!in.Var(&f) || f > UINT32_MAX || !in.U64(&id)) return false;
     file = static_cast<uint32_t>(f);
   }
   if (!in.Count(&n, 3)) return false;
@@ -63,6 +70,12 @@ bool DecodeVerifyClaim(const std::string& msg, Status* st, VerifyClaim* c) {
   return in.done();
 }
 
+std::string VerifyClaimMessage(const Status& local, const VerifyClaim& claim) {
+  std::string msg = EncodeVerifyClaim(local, claim);
+  if (msg.size() > kMaxVerifyClaimBytes) msg = EncodeVerifyClaim(local, VerifyClaim{});
+  return msg;
+}
+
 VerifyFilter MakeVerifyFilter(const std::vector<VerifyClaim>& claims, int me) {
   if (me < 0 || static_cast<size_t>(me) >= claims.size()) return nullptr;
   // For each of my files: the other ranks reading the same bytes, with their ranges of that file.
@@ -72,7 +85,7 @@ VerifyFilter MakeVerifyFilter(const std::vector<VerifyClaim>& claims, int me) {
   };
   auto sharing = std::make_shared<std::map<uint32_t, std::vector<Peer>>>();
   for (const auto& [file, id] : claims[me].identities) {
-    if (id.empty()) continue;
+    if (id == 0) continue;
     std::vector<Peer> peers;
     for (size_t r = 0; r < claims.size(); ++r) {
       if (static_cast<int>(r) == me) continue;
@@ -112,7 +125,7 @@ VerifyFilter MakeVerifyFilter(const std::vector<VerifyClaim>& claims, int me) {
 Result<VerifyFilter> ShareVerification(Communicator* comm, const Status& local, const VerifyClaim& mine,
                                        std::chrono::milliseconds timeout) {
   std::vector<std::string> all;
-  DCKPT_RETURN_IF_ERROR(comm->AllGather(EncodeVerifyClaim(local, mine), &all, timeout));
+  DCKPT_RETURN_IF_ERROR(comm->AllGather(VerifyClaimMessage(local, mine), &all, timeout));
   if (!local.ok()) return local;
   std::vector<VerifyClaim> claims(all.size());
   for (size_t r = 0; r < all.size(); ++r) {

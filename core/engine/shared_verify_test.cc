@@ -36,7 +36,7 @@ TEST(SharedVerifyTest, EveryNeededBlockIsVerifiedByExactlyOneRankThatNeedsIt) {
     std::vector<VerifyClaim> claims(world);
     for (int r = 0; r < world; ++r) {
       for (uint32_t f = 0; f < files; ++f) {
-        claims[r].identities.emplace_back(f, "boot:dev:ino" + std::to_string(f));
+        claims[r].identities.emplace_back(f, IdentityDigest("boot:dev:ino" + std::to_string(f)));
         // A few block-aligned ranges out of 32 blocks, sorted and disjoint.
         uint64_t at = 0;
         while (at < 32) {
@@ -67,7 +67,7 @@ TEST(SharedVerifyTest, SharingIsBalanced) {
   // Three ranks that all need the same 3,000 blocks (a tensor saved by rows, loaded by columns).
   std::vector<VerifyClaim> claims(3);
   for (VerifyClaim& c : claims) {
-    c.identities = {{0, "same-inode"}};
+    c.identities = {{0, IdentityDigest("same-inode")}};
     c.ranges = {FileRange{0, 0, 3000 * kBlock}};
   }
   for (int r = 0; r < 3; ++r) {
@@ -83,12 +83,12 @@ TEST(SharedVerifyTest, SharingIsBalanced) {
 TEST(SharedVerifyTest, OnlyRanksReadingTheSameInodeShare) {
   std::vector<VerifyClaim> claims(3);
   for (VerifyClaim& c : claims) c.ranges = {FileRange{0, 0, 64 * kBlock}};
-  claims[0].identities = {{0, "host-a:inode"}};
-  claims[1].identities = {{0, "host-b:inode"}};  // another host: its own page cache
-  claims[2].identities = {{0, ""}};              // unknown: verifies everything itself
+  claims[0].identities = {{0, IdentityDigest("host-a:inode")}};
+  claims[1].identities = {{0, IdentityDigest("host-b:inode")}};  // another host: its own page cache
+  claims[2].identities = {{0, IdentityDigest("")}};  // unknown: verifies everything itself
   for (int r = 0; r < 3; ++r) EXPECT_FALSE(MakeVerifyFilter(claims, r)) << "rank " << r;
   // Same identity on ranks 0 and 1: they split; rank 2 (unknown) still verifies all of its blocks.
-  claims[1].identities = {{0, "host-a:inode"}};
+  claims[1].identities = {{0, IdentityDigest("host-a:inode")}};
   VerifyFilter f0 = MakeVerifyFilter(claims, 0), f1 = MakeVerifyFilter(claims, 1);
   ASSERT_TRUE(f0 && f1);
   EXPECT_FALSE(MakeVerifyFilter(claims, 2));
@@ -99,7 +99,7 @@ TEST(SharedVerifyTest, OnlyRanksReadingTheSameInodeShare) {
 
 TEST(SharedVerifyTest, ClaimsRoundTripAndMalformedOnesAreRejected) {
   VerifyClaim c;
-  c.identities = {{0, "x"}, {5, "y"}};
+  c.identities = {{0, IdentityDigest("x")}, {5, IdentityDigest("y")}};
   c.ranges = {FileRange{0, 4096, 8192}, FileRange{5, 0, 1ull << 40}};
   const std::string msg = EncodeVerifyClaim(Corrupt("bad block"), c);
   Status st;
@@ -110,7 +110,8 @@ TEST(SharedVerifyTest, ClaimsRoundTripAndMalformedOnesAreRejected) {
   ASSERT_EQ(back.ranges.size(), 2u);
   EXPECT_EQ(back.ranges[1].file, 5u);
   EXPECT_EQ(back.ranges[1].hi, 1ull << 40);
-  EXPECT_EQ(back.identities[1].second, "y");
+  EXPECT_EQ(back.identities[1].second, IdentityDigest("y"));
+  EXPECT_EQ(IdentityDigest(""), 0u);
   // Every truncation and every single-byte corruption decodes to false or to some claim, never a crash.
   for (size_t n = 0; n < msg.size(); ++n) EXPECT_FALSE(DecodeVerifyClaim(msg.substr(0, n), &st, &back)) << n;
   for (size_t i = 0; i < msg.size(); ++i) {
@@ -121,6 +122,15 @@ TEST(SharedVerifyTest, ClaimsRoundTripAndMalformedOnesAreRejected) {
       (void)DecodeVerifyClaim(bad, &st, &out);
     }
   }
+  // A claim too large to send goes out empty: that rank then hashes everything it reads itself.
+  VerifyClaim big;
+  big.identities = {{0, IdentityDigest("x")}};
+  for (uint64_t i = 0; i < 10000; ++i) big.ranges.push_back(FileRange{0, i * 2 * kBlock, (i * 2 + 1) * kBlock});
+  ASSERT_TRUE(DecodeVerifyClaim(VerifyClaimMessage(OkStatus(), big), &st, &back));
+  EXPECT_TRUE(st.ok());
+  EXPECT_TRUE(back.ranges.empty() && back.identities.empty());
+  ASSERT_TRUE(DecodeVerifyClaim(VerifyClaimMessage(OkStatus(), c), &st, &back));
+  EXPECT_EQ(back.ranges.size(), 2u);
   // A count larger than the message can hold is rejected before allocating.
   std::string huge = EncodeVerifyClaim(OkStatus(), VerifyClaim{});
   huge.back() = '\xff';

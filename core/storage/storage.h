@@ -46,6 +46,9 @@ class ReadableFile {
   /// True when every page of [offset, offset + size) is known to be in memory (the page cache), so that reading it
   /// through Map() costs no I/O. False when unknown, not resident, or the file is not mapped.
   virtual bool Resident(uint64_t offset, uint64_t size) const { return false; }
+  /// Drops this process's mapping of the pages that lie wholly inside [offset, offset + size) (they stay in the page
+  /// cache, and a later access maps them again), so that the resident set does not grow with the bytes read.
+  virtual void ReleaseMapped(uint64_t offset, uint64_t size) const {}
   /// An identity of the bytes this file reads: two ReadableFiles (in any processes) with the same non-empty identity
   /// read the same bytes from the same cache (for POSIX: the same inode on the same running kernel). Empty: unknown.
   virtual std::string CacheIdentity() const { return {}; }

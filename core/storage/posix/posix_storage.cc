@@ -316,6 +316,14 @@ class PosixReadableFile final : public ReadableFile {
     return true;
   }
 
+  void ReleaseMapped(uint64_t offset, uint64_t size) const override {
+    if (map_ == nullptr || offset > size_ || size > size_ - offset) return;
+    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t lo = (offset + page - 1) / page * page, hi = (offset + size) / page * page;
+    // On a shared file mapping MADV_DONTNEED only removes page table entries; the data stays in the page cache.
+    if (hi > lo) (void)::madvise(const_cast<char*>(map_ + lo), static_cast<size_t>(hi - lo), MADV_DONTNEED);
+  }
+
   std::string CacheIdentity() const override { return identity_; }
 
   Status ReadAt(uint64_t offset, void* data, size_t size) const override {
