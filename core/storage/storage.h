@@ -49,6 +49,11 @@ class ReadableFile {
   /// Drops this process's mapping of the pages that lie wholly inside [offset, offset + size) (they stay in the page
   /// cache, and a later access maps them again), so that the resident set does not grow with the bytes read.
   virtual void ReleaseMapped(uint64_t offset, uint64_t size) const {}
+  /// Another handle on the same file (the same inode, never a file since renamed over the path) with its own file
+  /// position and readahead state, or nullptr where the backend has none (then share this one). A thread that reads
+  /// a region front to back through its own handle looks sequential to the kernel, which then reads ahead into large
+  /// page-cache folios.
+  virtual std::unique_ptr<ReadableFile> Reopen() const { return nullptr; }
   /// An identity of the bytes this file reads: two ReadableFiles (in any processes) with the same non-empty identity
   /// read the same bytes from the same cache (for POSIX: the same inode on the same running kernel). Empty: unknown.
   virtual std::string CacheIdentity() const { return {}; }

@@ -326,6 +326,19 @@ class PosixReadableFile final : public ReadableFile {
 
   std::string CacheIdentity() const override { return identity_; }
 
+  std::unique_ptr<ReadableFile> Reopen() const override {
+    // /proc/self/fd/N opens the inode this descriptor refers to, not whatever the path names now.
+    const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+    const int fd = RetryOnEintr([&] { return ::open(self.c_str(), O_RDONLY | O_CLOEXEC); });
+    if (fd < 0) return nullptr;
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != size_) {
+      ::close(fd);
+      return nullptr;
+    }
+    return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, path_, st));
+  }
+
   Status ReadAt(uint64_t offset, void* data, size_t size) const override {
     DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
     char* p = static_cast<char*>(data);

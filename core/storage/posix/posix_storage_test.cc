@@ -193,6 +193,42 @@ TEST(PosixStorageTest, RenameFallbackNeverReplacesFilesOrDirectories) {
       StatusIs(PosixRenameNoReplaceFallback(dir + "/gone", dir + "/x"), StatusCode::kNotFound, {dir + "/gone"}));
 }
 
+// Map, Resident, ReleaseMapped, Reopen and CacheIdentity: the reader's fast paths see the same bytes as ReadAt, and
+// a reopened handle stays on the file it was opened from even after another file is renamed over its path.
+TEST(PosixStorageTest, MappedAndReopenedHandlesReadTheSameInode) {
+  auto storage = NewPosixStorage();
+  const std::string dir = MakeTempDir();
+  const std::string path = dir + "/data.bin";
+  std::string data(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+  ASSERT_TRUE(storage->WriteFileDurably(path, data).ok());
+  auto file = storage->OpenFile(path);
+  ASSERT_TRUE(file.ok());
+  const char* map = (*file)->Map();
+  ASSERT_NE(map, nullptr);
+  EXPECT_EQ((*file)->Map(), map);  // one mapping per handle
+  EXPECT_EQ(std::string(map, data.size()), data);
+  EXPECT_TRUE((*file)->Resident(0, data.size()));  // just written through the page cache
+  EXPECT_FALSE((*file)->Resident(1, data.size()));  // past the end
+  (*file)->ReleaseMapped(100, 2 * 4096);  // drops the mapping of page 1 only; the bytes stay readable
+  EXPECT_EQ(std::string(map, data.size()), data);
+  EXPECT_FALSE((*file)->CacheIdentity().empty());
+
+  std::unique_ptr<ReadableFile> again = (*file)->Reopen();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->CacheIdentity(), (*file)->CacheIdentity());
+  ASSERT_TRUE(storage->WriteFileDurably(dir + "/other.bin", std::string(data.size(), 'x')).ok());
+  ASSERT_EQ(::rename((dir + "/other.bin").c_str(), path.c_str()), 0);
+  std::unique_ptr<ReadableFile> after = (*file)->Reopen();
+  ASSERT_NE(after, nullptr);
+  std::string got(data.size(), '\0');
+  ASSERT_TRUE(after->ReadAt(0, &got[0], got.size()).ok());
+  EXPECT_EQ(got, data);  // the original inode, not the file now at the path
+  auto replaced = storage->OpenFile(path);
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_NE((*replaced)->CacheIdentity(), (*file)->CacheIdentity());
+}
+
 TEST(PosixStorageTest, OpeningADirectorySaysSo) {
   const std::string dir = MakeTempDir();
   ASSERT_FALSE(dir.empty());
