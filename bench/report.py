@@ -157,9 +157,10 @@ def write(b):
         secs("view_full_warm", 1e3, "ms", 0), secs("st_full_warm", 1e3, "ms", 0)))
     L.append("")
     L.append("distckpt wrote %s data bytes + %s bytes of metadata; DCP's checkpoint is %s bytes on disk. On load, the "
-             "%d distckpt ranks read %s bytes from the data files in all (column slices need whole 1 MiB checksum "
-             "blocks, i.e. whole rows, so each rank reads most of every sharded tensor; the page cache serves the "
-             "repeats)." % ("{:,}".format(getattr(b, "ckpt_bytes", 0)), "{:,}".format(ex.get("dckpt_metadata_bytes", 0)),
+             "%d distckpt ranks of the cold load read %s bytes from the data files with pread in all; the rest of what "
+             "they needed was already in the page cache (another rank had read it) and came through a mapping of the "
+             "file. Column slices need whole 1 MiB checksum blocks, i.e. whole rows; each shared block is hashed by "
+             "one rank of the host." % ("{:,}".format(getattr(b, "ckpt_bytes", 0)), "{:,}".format(ex.get("dckpt_metadata_bytes", 0)),
                             "{:,}".format(ex.get("dcp_bytes_on_disk", 0)), b.args.load_ranks,
                             "{:,}".format(int(ex.get("dckpt_load_bytes_read", 0)))))
     L.append("")
