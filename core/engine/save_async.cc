@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/base/stream_copy.h"
 #include "core/base/thread_pool.h"
 
 namespace distckpt {
@@ -149,7 +150,7 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
       for (uint64_t off = 0; off < c.n; off += kCopySliceBytes) {
         const uint64_t n = std::min(kCopySliceBytes, c.n - off);
         group.Run([c, off, n] {
-          if (n) std::memcpy(c.to + off, c.from + off, n);
+          if (n) StreamCopy(c.to + off, c.from + off, n);
           return OkStatus();
         });
       }
