@@ -192,17 +192,23 @@ TEST(EngineTest, RoundTripKPiecesToMPieces) {
   EXPECT_TRUE((*reader)->VerifyAll(nullptr).ok());
 }
 
+// Saves tensor `t` whole, in one chunk with 1 MiB checksum blocks, at `path`; returns its bytes.
+std::vector<uint8_t> SaveOneChunk(const std::string& path, const TestTensor& t) {
+  std::vector<uint8_t> data = FillBox(t, Box::Whole(t.shape).value());
+  State s;
+  EXPECT_TRUE(s.AddTensor(t.name, t.dtype, t.shape).ok());
+  EXPECT_TRUE(s.AddPiece(t.name, std::vector<uint64_t>(t.shape.size(), 0), t.shape, data.data()).ok());
+  SaveOptions so;
+  so.checksum_block_size = 1 << 20;
+  auto saved = Save(path, s, nullptr, so);
+  EXPECT_TRUE(saved.ok()) << saved.status().ToString();
+  return data;
+}
+
 TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
   const std::string path = TempDir() + "/ckpt";
   TestTensor t{"m", DType::kF32, {4096, 1024}, 7};  // 16 MiB, one chunk
-  Box whole = Box::Whole(t.shape).value();
-  std::vector<uint8_t> data = FillBox(t, whole);
-  State s;
-  ASSERT_TRUE(s.AddTensor("m", t.dtype, t.shape).ok());
-  ASSERT_TRUE(s.AddPiece("m", {0, 0}, t.shape, data.data()).ok());
-  SaveOptions so;
-  so.checksum_block_size = 1 << 20;
-  ASSERT_TRUE(Save(path, s, nullptr, so).ok());
+  const std::vector<uint8_t> data = SaveOneChunk(path, t);
 
   Box rows = Box::Make(std::vector<uint64_t>{1000, 0}, std::vector<uint64_t>{10, 1024}).value();  // 40 KiB
   std::vector<uint8_t> out(rows.volume() * 4);
@@ -242,14 +248,7 @@ TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
 TEST(EngineTest, MappedReadsOfCachedData) {
   const std::string path = TempDir() + "/ckpt";
   TestTensor t{"m", DType::kF32, {4096, 1024}, 11};  // 16 MiB, one chunk
-  Box whole = Box::Whole(t.shape).value();
-  std::vector<uint8_t> data = FillBox(t, whole);
-  State s;
-  ASSERT_TRUE(s.AddTensor("m", t.dtype, t.shape).ok());
-  ASSERT_TRUE(s.AddPiece("m", {0, 0}, t.shape, data.data()).ok());
-  SaveOptions so;
-  so.checksum_block_size = 1 << 20;
-  ASSERT_TRUE(Save(path, s, nullptr, so).ok());
+  const std::vector<uint8_t> data = SaveOneChunk(path, t);
   const std::string file = path + "/data-00000.bin";
   ASSERT_EQ(ReadAll(file).size(), data.size());  // now in the page cache (large saves bypass it)
 
