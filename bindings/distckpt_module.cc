@@ -436,10 +436,13 @@ dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, u
   return o;
 }
 
-dckpt_read_options ReadOptions(bool verify, unsigned io_threads, uint64_t timeout_ms, Progress* progress) {
+dckpt_read_options ReadOptions(bool verify, unsigned io_threads, uint64_t timeout_ms, Progress* progress,
+                               bool map_files = true, bool share_verification = true) {
   dckpt_read_options o;
   Check(dckpt_read_options_init(&o, DCKPT_READ_OPTIONS_VERSION));
   o.verify = verify ? 1 : 0;
+  o.map_files = map_files ? 1 : 0;
+  o.share_verification = share_verification ? 1 : 0;
   o.io_threads = io_threads;
   o.timeout_ms = timeout_ms;
   if (progress) {
@@ -554,9 +557,9 @@ std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std
 }
 
 py::dict Load(const std::string& path, State& state, std::shared_ptr<Comm> comm, bool verify, unsigned io_threads,
-              uint64_t timeout_ms, py::object progress) {
+              uint64_t timeout_ms, py::object progress, bool map_files, bool share_verification) {
   auto prog = MakeProgress(progress);
-  dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, prog.get());
+  dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, prog.get(), map_files, share_verification);
   dckpt_io_stats stats = DCKPT_IO_STATS_INIT;
   Comm::Use use(comm);
   dckpt_comm* c = use.get();
@@ -576,8 +579,8 @@ py::dict Load(const std::string& path, State& state, std::shared_ptr<Comm> comm,
 class Reader {
  public:
   static std::unique_ptr<Reader> Open(const std::string& path, std::shared_ptr<Comm> comm, bool verify,
-                                      unsigned io_threads, uint64_t timeout_ms) {
-    dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, nullptr);
+                                      unsigned io_threads, uint64_t timeout_ms, bool map_files) {
+    dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, nullptr, map_files);
     Comm::Use use(comm);
     dckpt_comm* c = use.get();
     dckpt_reader* r = nullptr;
@@ -926,7 +929,7 @@ PYBIND11_MODULE(_distckpt, m) {
 
   py::class_<Reader>(m, "Reader")
       .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"),
-                  py::arg("io_threads"), py::arg("timeout_ms"))
+                  py::arg("io_threads"), py::arg("timeout_ms"), py::arg("map_files") = true)
       .def("close", &Reader::Close)
       .def_property_readonly("closed", &Reader::closed)
       .def("info", &Reader::Info)
@@ -948,7 +951,8 @@ PYBIND11_MODULE(_distckpt, m) {
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
         py::arg("progress"));
   m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"),
-        py::arg("io_threads"), py::arg("timeout_ms"), py::arg("progress"));
+        py::arg("io_threads"), py::arg("timeout_ms"), py::arg("progress"), py::arg("map_files") = true,
+        py::arg("share_verification") = true);
   m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"), py::arg("max_shard_bytes"),
         py::arg("prefix"), py::arg("verify"), py::arg("progress"));
 }

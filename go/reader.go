@@ -16,6 +16,9 @@ import (
 type ReadOptions struct {
 	NoVerify  bool // skip checksum verification on Read (Verify always checks)
 	IOThreads int  // 0: the library's default
+	// NoMap reads everything with read calls instead of mapping the metadata and page-cache-resident data (a mapped
+	// file truncated by another process raises SIGBUS; set this where files may change under a reader).
+	NoMap bool
 }
 
 // Reader is an open, committed checkpoint. It is safe for concurrent use by several goroutines; Close waits for the
@@ -39,6 +42,9 @@ func Open(path string, opts *ReadOptions) (*Reader, error) {
 			copts.verify = 0
 		}
 		copts.io_threads = C.unsigned(opts.IOThreads)
+		if opts.NoMap {
+			copts.map_files = 0
+		}
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))

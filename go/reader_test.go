@@ -95,6 +95,28 @@ func TestReadWholeTensorsAndBytes(t *testing.T) {
 	}
 }
 
+func TestReadWithoutMappingReadsTheSameBytes(t *testing.T) {
+	path := writeFixture(t, fixtures.Options{Step: 1, Seed: 5})
+	r, err := distckpt.Open(path, &distckpt.ReadOptions{NoMap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, s := range fixtures.Standard {
+		got, err := r.Read(s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fixtures.Encode(s.Name, s.DType, s.Shape, 5); !bytes.Equal(got, want) {
+			t.Fatalf("%s: read %d bytes that differ from the saved ones", s.Name, len(got))
+		}
+	}
+	st, err := r.IOStats()
+	if err != nil || st.BytesMapped != 0 || st.BytesRead == 0 {
+		t.Fatalf("io stats without mapping = %+v, %v", st, err)
+	}
+}
+
 func TestReadRegionAcrossPieces(t *testing.T) {
 	r := open(t, writeFixture(t, fixtures.Options{Step: 1}))
 	s := fixtures.Standard[1] // model.layers.0.w, saved as a 2x2 grid

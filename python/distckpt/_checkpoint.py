@@ -312,6 +312,8 @@ def load(
     io_threads: int = 0,
     timeout: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
+    map_files: bool = True,
+    share_verification: bool = True,
 ) -> Any:
     """Loads a checkpoint into ``state_dict`` in place, resharding as needed, like ``torch.distributed.checkpoint``.
 
@@ -326,7 +328,10 @@ def load(
     With ``state_dict=None`` the whole checkpoint is returned as a new nested dict of numpy arrays and values (the
     single-process case; BF16/FP8 need ``ml_dtypes``).
 
-    Collective over ``comm``. The GIL is released while reading.
+    Collective over ``comm``. The GIL is released while reading. ``map_files`` reads data already in the page cache
+    through a mapping of the file (turn it off where files may be truncated under a running load: a truncated mapped
+    file raises SIGBUS); ``share_verification`` lets the ranks of one host hash each shared checksum block once
+    (``capi/API.md``, "How data is read").
 
     Returns:
         ``state_dict`` (the same object), or the new nested dict.
@@ -338,15 +343,16 @@ def load(
     path = os.fspath(path)
     native_comm = native_of(comm)
     ms = _native.timeout_ms(timeout)
-    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms)
+    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms, map_files)
+    mapping = (map_files, share_verification)
     try:
         # A failure on this rank before the load's collectives (a missing entry, a refused pickle) aborts the group,
         # so the other ranks fail at once instead of waiting out their timeouts.
         with _abort_on_local_error(comm):
             ckpt = _Opened(reader, path)
             if state_dict is None:
-                return _load_everything(ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
-            return _load_into(state_dict, ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress)
+                return _load_everything(ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress, mapping)
+            return _load_into(state_dict, ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress, mapping)
     finally:
         reader.close()
 
@@ -359,7 +365,7 @@ def _check_pickle(names: List[str], ckpt: _Opened, allow_pickle: bool) -> None:
 
 def _load_into(
     state_dict: MutableMapping[str, Any], ckpt: _Opened, native_comm: Any, allow_pickle: bool, verify: bool,
-    io_threads: int, ms: int, progress: Optional[ProgressFn],
+    io_threads: int, ms: int, progress: Optional[ProgressFn], mapping: Tuple[bool, bool],
 ) -> Any:  # fmt: skip
     flat = _tree.flatten(state_dict, _arrays.is_load_target)
     missing = [leaf.name for leaf in flat.leaves if leaf.name not in ckpt.entries]
@@ -393,7 +399,7 @@ def _load_into(
             state.add_piece(leaf.name, [0] * len(shape), list(shape), _arrays.bytes_view(a), True)
             replacements[leaf.path] = a
 
-    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress)
+    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress, *mapping)
     for leaf in objects:
         replacements[leaf.path] = ckpt.read_object(leaf.name, allow_pickle)
     for leaf_path, finish in finishers.items():
@@ -405,7 +411,7 @@ def _load_into(
 
 def _load_everything(
     ckpt: _Opened, native_comm: Any, allow_pickle: bool, verify: bool, io_threads: int, ms: int,
-    progress: Optional[ProgressFn],
+    progress: Optional[ProgressFn], mapping: Tuple[bool, bool],
 ) -> Dict[Any, Any]:  # fmt: skip
     _check_pickle(list(ckpt.encodings), ckpt, allow_pickle)
     state = _native.State()
@@ -417,7 +423,7 @@ def _load_everything(
         state.add_tensor(name, code, list(shape))
         state.add_piece(name, [0] * len(shape), list(shape), _arrays.bytes_view(a), True)
         arrays[name] = a
-    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress)
+    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress, *mapping)
     values: Dict[str, Any] = dict(arrays)
     for name, (kind, _, _) in ckpt.entries.items():
         if kind == _BYTES:

@@ -75,7 +75,9 @@ class SaveFuture:
 
 class Reader:
     @staticmethod
-    def open(path: str, comm: Optional[Comm], verify: bool, io_threads: int, timeout_ms: int) -> Reader: ...
+    def open(
+        path: str, comm: Optional[Comm], verify: bool, io_threads: int, timeout_ms: int, map_files: bool = True
+    ) -> Reader: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...
@@ -121,6 +123,8 @@ def load(
     io_threads: int,
     timeout_ms: int,
     progress: Optional[ProgressFn],
+    map_files: bool = True,
+    share_verification: bool = True,
 ) -> Dict[str, Any]: ...
 def export_safetensors(
     ckpt_path: str,

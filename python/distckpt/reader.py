@@ -378,14 +378,16 @@ def open(  # noqa: A001 - distckpt.open mirrors h5py.File / safetensors.safe_ope
     allow_pickle: bool = False,
     io_threads: int = 0,
     timeout: Optional[float] = None,
+    map_files: bool = True,
 ) -> Reader:
     """Opens a committed checkpoint for reading. The metadata is verified and validated before use.
 
     With ``comm`` the call is collective: rank 0 reads the metadata once and broadcasts it. ``verify`` checks the
-    checksums of every block a read touches.
+    checksums of every block a read touches. ``map_files`` reads the metadata and cached data through mappings of the
+    files (``capi/API.md``, "How data is read"); ``io_stats.bytes_mapped`` counts what came that way.
     """
     path = os.fspath(path)
-    native = _native.Reader.open(path, native_of(comm), verify, io_threads, _native.timeout_ms(timeout))
+    native = _native.Reader.open(path, native_of(comm), verify, io_threads, _native.timeout_ms(timeout), map_files)
     try:
         return Reader(native, path, allow_pickle)
     except BaseException:

@@ -153,3 +153,15 @@ def test_verify_and_verify_progress(matrix_ckpt):
     with distckpt.open(path) as r:
         r.verify(progress=lambda d, t: seen.append((d, t)))
     assert seen and seen[-1][0] == seen[-1][1]
+
+
+def test_map_files_off_reads_everything_with_read_calls(matrix_ckpt):
+    path, a = matrix_ckpt
+    with distckpt.open(path, map_files=False) as r:
+        np.testing.assert_array_equal(r["a"][...], a)
+        s = r.io_stats
+        assert s.bytes_mapped == 0 and s.bytes_read >= a.nbytes and s.read_calls > 0
+    # load() takes the same switch (and share_verification, which only matters with several ranks on one host).
+    out = {"a": np.zeros_like(a)}
+    distckpt.load(out, path, map_files=False, share_verification=False)
+    np.testing.assert_array_equal(out["a"], a)

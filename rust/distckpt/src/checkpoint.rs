@@ -25,11 +25,16 @@ pub struct ReadOptions {
     pub io_threads: u32,
     /// Collective timeout; `None` means the library's default (10 minutes).
     pub timeout: Option<Duration>,
+    /// Read data already in the page cache through a mapping of the file (default true). A mapped file truncated by
+    /// another process raises SIGBUS: turn this off where files may change under a running reader.
+    pub map_files: bool,
+    /// In a collective load, ranks on one host hash each shared checksum block once (default true).
+    pub share_verification: bool,
 }
 
 impl Default for ReadOptions {
     fn default() -> Self {
-        ReadOptions { verify: true, io_threads: 0, timeout: None }
+        ReadOptions { verify: true, io_threads: 0, timeout: None, map_files: true, share_verification: true }
     }
 }
 
@@ -40,6 +45,8 @@ impl ReadOptions {
         raw.verify = self.verify as i32;
         raw.io_threads = self.io_threads;
         raw.timeout_ms = crate::timeout_ms(self.timeout);
+        raw.map_files = self.map_files as i32;
+        raw.share_verification = self.share_verification as i32;
         Ok(raw)
     }
 }

@@ -151,3 +151,18 @@ fn handles_are_send_and_sync_as_the_c_threading_page_says() {
     send::<distckpt::Error>();
     sync::<distckpt::Error>();
 }
+
+#[test]
+fn reads_with_and_without_mapping_agree() {
+    let mapped = Checkpoint::open(&fixture("mlp")).unwrap();
+    let opts = ReadOptions { map_files: false, ..Default::default() };
+    let plain = Checkpoint::open_with(&fixture("mlp"), None, &opts).unwrap();
+    let a: Vec<f32> = mapped.read("fc1.weight").unwrap();
+    let b: Vec<f32> = plain.read("fc1.weight").unwrap();
+    assert_eq!(a, b);
+    let s = plain.io_stats();
+    assert_eq!(s.bytes_mapped, 0);
+    assert!(s.bytes_read >= (a.len() * 4) as u64, "{s:?}");
+    let m = mapped.io_stats();
+    assert!(m.bytes_read + m.bytes_mapped >= (a.len() * 4) as u64, "{m:?}");
+}
