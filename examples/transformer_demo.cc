@@ -239,13 +239,16 @@ int Main(int argc, char** argv) {
   }
   uint64_t bad_all = SumOverRanks(comm.get(), bad), checked_all = SumOverRanks(comm.get(), checked);
   uint64_t read_all = SumOverRanks(comm.get(), loaded->io.bytes_read);
+  uint64_t mapped_all = SumOverRanks(comm.get(), loaded->io.bytes_mapped);
+  uint64_t hashed_all = SumOverRanks(comm.get(), loaded->io.bytes_verified);
   const double slowest = MaxOverRanks(comm.get(), static_cast<uint64_t>(loaded->seconds * 1e6)) / 1e6;
   if (rank == 0) {
     std::printf("load: %" PRIu64 " ranks, resharded (sharded tensors by columns, replicated ones by rows)\n", world);
     std::printf("  loaded the %.1f MiB state in %.3f s (slowest rank): %.2f GB/s; checksums verified\n",
                 logical / 1048576.0, slowest, logical / slowest / 1e9);
-    std::printf("  read %.1f MiB from the data files (whole checksum blocks, so column slices read full rows)\n",
-                read_all / 1048576.0);
+    std::printf("  read %.1f MiB with read calls, %.1f MiB straight from the page cache through a mapping; "
+                "hashed %.1f MiB (each shared checksum block once per host)\n",
+                read_all / 1048576.0, mapped_all / 1048576.0, hashed_all / 1048576.0);
     std::printf("  checked %.1f MiB on all ranks: %s\n", checked_all / 1048576.0,
                 bad_all == 0 ? "every value matches" : "MISMATCH");
   }
