@@ -173,13 +173,14 @@ class ReadExecutor {
     // to back through the stream's own file handles: every stream looks sequential to the kernel, whose readahead
     // then fills the page cache with large folios (a later mapped read of them costs a fraction of the page faults)
     // and keeps the disk busy with large requests.
-    std::vector<size_t> order(work_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    auto where = [this](size_t i) {
+    std::vector<std::pair<std::pair<uint32_t, uint64_t>, size_t>> keyed(work_.size());  // ((file, offset), index)
+    for (size_t i = 0; i < work_.size(); ++i) {
       const ChunkLocation loc = r_->meta_.entry(work_[i].first->entry).chunk(work_[i].first->chunk);
-      return std::make_pair(loc.file, loc.offset + work_[i].second.lo);
-    };
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return where(a) < where(b); });
+      keyed[i] = {{loc.file, loc.offset + work_[i].second.lo}, i};
+    }
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<size_t> order(keyed.size());
+    for (size_t i = 0; i < keyed.size(); ++i) order[i] = keyed[i].second;
     const size_t streams = std::max<size_t>(1, std::min(r_->pool_->size(), order.size()));
     TaskGroup group(r_->pool_.get());
     size_t begin = 0;
