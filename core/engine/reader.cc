@@ -142,25 +142,18 @@ class ReadExecutor {
 
   Result<std::vector<FileRange>> VerifiedRanges() {
     DCKPT_RETURN_IF_ERROR(Prepare());
-    std::vector<FileRange> out;
-    for (const auto& [job, seg] : work_) {
-      if (!verify(*job)) continue;
-      const ChunkLocation loc = r_->meta_.entry(job->entry).chunk(job->chunk);
-      auto file = r_->File(loc.file);  // opened now, so that its CacheIdentity is known
-      if (!file.ok()) return r_->EntryError(job->entry, file.status());
-      out.push_back(FileRange{loc.file, loc.offset + seg.lo, loc.offset + seg.hi});
-    }
-    std::sort(out.begin(), out.end(),
-              [](const FileRange& a, const FileRange& b) { return a.file != b.file ? a.file < b.file : a.lo < b.lo; });
-    size_t n = 0;
-    for (const FileRange& r : out) {
-      if (n > 0 && out[n - 1].file == r.file && r.lo <= out[n - 1].hi) {
-        out[n - 1].hi = std::max(out[n - 1].hi, r.hi);
+    std::vector<FileRange> out;  // work_ is in (file, offset) order: merging neighbours is enough
+    for (const Work& w : work_) {
+      if (!verify(*w.job)) continue;
+      auto file = r_->File(w.file);  // opened now, so that its CacheIdentity is known
+      if (!file.ok()) return r_->EntryError(w.job->entry, file.status());
+      const uint64_t lo = w.offset, hi = w.offset + (w.seg.hi - w.seg.lo);
+      if (!out.empty() && out.back().file == w.file && lo <= out.back().hi) {
+        out.back().hi = std::max(out.back().hi, hi);
       } else {
-        out[n++] = r;
+        out.push_back(FileRange{w.file, lo, hi});
       }
     }
-    out.resize(n);
     return out;
   }
 
@@ -169,34 +162,24 @@ class ReadExecutor {
   Status Run(const ProgressFn& progress) {
     progress_ = progress;
     DCKPT_RETURN_IF_ERROR(Prepare());
-    // The segments, in file order, are cut into one contiguous stream per I/O thread (equal bytes), each read front
-    // to back through the stream's own file handles: every stream looks sequential to the kernel, whose readahead
-    // then fills the page cache with large folios (a later mapped read of them costs a fraction of the page faults)
-    // and keeps the disk busy with large requests.
-    std::vector<std::pair<std::pair<uint32_t, uint64_t>, size_t>> keyed(work_.size());  // ((file, offset), index)
-    for (size_t i = 0; i < work_.size(); ++i) {
-      const ChunkLocation loc = r_->meta_.entry(work_[i].first->entry).chunk(work_[i].first->chunk);
-      keyed[i] = {{loc.file, loc.offset + work_[i].second.lo}, i};
-    }
-    std::sort(keyed.begin(), keyed.end());
-    std::vector<size_t> order(keyed.size());
-    for (size_t i = 0; i < keyed.size(); ++i) order[i] = keyed[i].second;
-    const size_t streams = std::max<size_t>(1, std::min(r_->pool_->size(), order.size()));
+    // The segments (in file order, see Prepare) are cut into one contiguous stream per I/O thread (equal bytes), each
+    // read front to back through the stream's own file handles: every stream looks sequential to the kernel, whose
+    // readahead then fills the page cache with large folios (a later mapped read of them costs a fraction of the
+    // page faults) and keeps the disk busy with large requests.
+    const size_t streams = std::max<size_t>(1, std::min(r_->pool_->size(), work_.size()));
     TaskGroup group(r_->pool_.get());
     size_t begin = 0;
     uint64_t bytes = 0;
-    for (size_t s = 0; s < streams && begin < order.size(); ++s) {
+    for (size_t s = 0; s < streams && begin < work_.size(); ++s) {
       const uint64_t until = total_ / streams * (s + 1);
       size_t end = begin;
-      while (end < order.size() && (s + 1 == streams || bytes < until || end == begin)) {
-        bytes += work_[order[end]].second.hi - work_[order[end]].second.lo;
+      while (end < work_.size() && (s + 1 == streams || bytes < until || end == begin)) {
+        bytes += work_[end].seg.hi - work_[end].seg.lo;
         ++end;
       }
-      group.Run([this, &order, begin, end] {
+      group.Run([this, begin, end] {
         std::vector<std::unique_ptr<ReadableFile>> own(r_->files_.size());
-        for (size_t i = begin; i < end; ++i) {
-          DCKPT_RETURN_IF_ERROR(RunSegment(*work_[order[i]].first, work_[order[i]].second, &own));
-        }
+        for (size_t i = begin; i < end; ++i) DCKPT_RETURN_IF_ERROR(RunSegment(*work_[i].job, work_[i].seg, &own));
         return OkStatus();
       });
       begin = end;
@@ -218,18 +201,23 @@ class ReadExecutor {
 
   bool verify(const Job& job) const { return job.verify_only || r_->options_.verify; }
 
-  // Splits every job into segments, once: progress then reports a fixed total, and VerifiedRanges sees what Run does.
+  // Splits every job into segments, once, sorted by their place in the data files: progress then reports a fixed
+  // total, VerifiedRanges sees what Run does, and Run can cut the list into sequential streams.
   Status Prepare() {
     if (prepared_) return OkStatus();
     std::vector<Range> segments;
     for (const Job& job : jobs_) {
       segments.clear();
       DCKPT_RETURN_IF_ERROR(Segments(job, &segments));
+      const ChunkLocation loc = r_->meta_.entry(job.entry).chunk(job.chunk);
       for (const Range& seg : segments) {
         total_ += seg.hi - seg.lo;
-        work_.emplace_back(&job, seg);
+        work_.push_back(Work{&job, seg, loc.file, loc.offset + seg.lo});
       }
     }
+    std::sort(work_.begin(), work_.end(), [](const Work& a, const Work& b) {
+      return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+    });
     prepared_ = true;
     return OkStatus();
   }
@@ -393,7 +381,13 @@ class ReadExecutor {
   BufferPool pool_;
   std::vector<std::vector<TensorReadOp>> plans_;
   std::vector<Job> jobs_;
-  std::vector<std::pair<const Job*, Range>> work_;
+  struct Work {
+    const Job* job;
+    Range seg;        // within the chunk
+    uint32_t file;    // where the segment starts in the data files
+    uint64_t offset;
+  };
+  std::vector<Work> work_;
   bool prepared_ = false;
   VerifyFilter filter_;
   ProgressFn progress_;
