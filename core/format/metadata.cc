@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -51,6 +52,7 @@ static_assert(static_cast<uint8_t>(fb::EntryKind::Tensor) == static_cast<uint8_t
                   static_cast<uint8_t>(fb::EntryKind::Bytes) == static_cast<uint8_t>(EntryKind::kBytes),
               "schema EntryKind values differ from metadata.h");
 static_assert(sizeof(kMetadataFileIdentifier) == flatbuffers::kFileIdentifierLength + 1, "identifier is 4 bytes");
+static_assert(sizeof(kMetadataTrailerMagic) == 9 && kMetadataTrailerBytes == 16, "trailer: 8-byte sum + 8-byte magic");
 
 // Nesting is Metadata -> entries -> Entry -> name: depth 3. A little slack, nothing more.
 constexpr flatbuffers::uoffset_t kMaxVerifierDepth = 16;
@@ -527,6 +529,24 @@ Result<MetadataView> MetadataView::Parse(std::shared_ptr<const void> owner, cons
     return fail(StatusCode::kCorrupt, "metadata is truncated (" + std::to_string(size) +
                                           " bytes) or not a distckpt metadata file");
   }
+  // The trailer comes first: once it matches, no byte of the file is damaged, so every later error is a real
+  // property of the file. FORMAT.md pins the trailer for every later version, so a mismatch is corruption even in a
+  // file whose version this reader does not know.
+  std::optional<uint64_t> checksum;
+  if (size >= 8 + kMetadataTrailerBytes && std::memcmp(data + size - 8, kMetadataTrailerMagic, 8) == 0) {
+    size -= kMetadataTrailerBytes;
+    uint64_t stored;
+    std::memcpy(&stored, data + size, 8);  // little-endian host (static_assert above)
+    const uint64_t computed = Xxh3(data, size);
+    if (stored != computed) {
+      char hex[64];
+      std::snprintf(hex, sizeof hex, "stored %016llx, computed %016llx", static_cast<unsigned long long>(stored),
+                    static_cast<unsigned long long>(computed));
+      return fail(StatusCode::kCorrupt, std::string("metadata checksum mismatch (") + hex +
+                                            "): the file is damaged; restore it from a copy or re-save");
+    }
+    checksum = stored;
+  }
   if (!flatbuffers::BufferHasIdentifier(data, fb::MetadataIdentifier())) {
     return fail(StatusCode::kCorrupt, "not a distckpt metadata file (file identifier is not \"" +
                                           std::string(kMetadataFileIdentifier) + "\")");
@@ -563,8 +583,14 @@ Result<MetadataView> MetadataView::Parse(std::shared_ptr<const void> owner, cons
                 "field is invalid)");
   }
   const fb::Metadata* root = fb::GetMetadata(data);
+  if (!checksum && root->format_minor() >= 1) {
+    // 1.1 and later always end with the trailer: without it the file was truncated or its last bytes damaged.
+    return fail(StatusCode::kCorrupt, "metadata of format " + std::to_string(root->format_major()) + "." +
+                                          std::to_string(root->format_minor()) +
+                                          " has no checksum trailer: the file is truncated or damaged");
+  }
   DCKPT_RETURN_IF_ERROR(Validator(root, size, context).Run());
-  return MetadataView(std::move(owner), size, root);
+  return MetadataView(std::move(owner), checksum ? size + kMetadataTrailerBytes : size, root, checksum);
 }
 
 uint16_t MetadataView::format_major() const { return Root(root_)->format_major(); }
@@ -816,11 +842,20 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
 
   // A writer must never produce a file its reader rejects: run the full reader over the result.
   auto buffer = std::make_shared<std::string>(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  AppendMetadataTrailer(buffer.get());
   {
     Result<MetadataView> check = MetadataView::Parse(buffer, "metadata being written");
     if (!check.ok()) return Status(StatusCode::kInvalidArgument, check.status().message());
   }
   return std::move(*buffer);
+}
+
+void AppendMetadataTrailer(std::string* bytes) {
+  const uint64_t sum = Xxh3(bytes->data(), bytes->size());
+  char le[8];
+  std::memcpy(le, &sum, 8);  // little-endian host
+  bytes->append(le, 8);
+  bytes->append(kMetadataTrailerMagic, 8);
 }
 
 bool IsValidFileName(std::string_view name) {

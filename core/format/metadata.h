@@ -19,7 +19,8 @@
 namespace distckpt {
 
 constexpr uint16_t kFormatMajor = 1;
-constexpr uint16_t kFormatMinor = 0;
+/// 1.1 added the checksum trailer (FORMAT.md section 2.3). Readers still accept 1.0 files, which have none.
+constexpr uint16_t kFormatMinor = 1;
 /// Data chunks start on this boundary inside data files.
 constexpr uint64_t kChunkAlignment = 4096;
 /// Default size of a checksum block (see FORMAT.md "Checksums").
@@ -28,6 +29,10 @@ constexpr uint64_t kDefaultChecksumBlockSize = 1 << 20;
 constexpr char kMetadataFileName[] = "metadata.dckpt";
 /// FlatBuffers file_identifier of the metadata file.
 constexpr char kMetadataFileIdentifier[] = "DCK1";
+/// The metadata file of format 1.1 and later ends with this trailer: XXH3-64 (seed 0, little-endian) of every byte
+/// before the trailer, then the 8 bytes of kMetadataTrailerMagic. FORMAT.md section 2.3.
+constexpr size_t kMetadataTrailerBytes = 16;
+constexpr char kMetadataTrailerMagic[] = "DCKPTSUM";  // 8 bytes; the NUL is not written
 /// Marks a chunk that has a single checksum block (no entry in block_checksums).
 constexpr uint32_t kNoBlockTable = 0xFFFFFFFFu;
 /// Upper bound on a metadata file a reader accepts (FlatBuffers' own limit is 2 GiB). Exclusive: FlatBuffers'
@@ -75,9 +80,14 @@ struct MetadataRecord {
   std::string structure;  ///< Opaque description a binding uses to rebuild nested state (JSON by convention).
 };
 
-/// Serialises `record` (entries sorted by name, user keys sorted) into a FlatBuffers buffer with the file_identifier.
-/// Fails if the record itself would not pass validation (duplicate names, bad file names...).
+/// Serialises `record` (entries sorted by name, user keys sorted) into the bytes of a metadata file: a FlatBuffers
+/// buffer with the file_identifier, followed by the checksum trailer. Fails if the record itself would not pass
+/// validation (duplicate names, bad file names...).
 Result<std::string> EncodeMetadata(MetadataRecord record);
+
+/// Appends the checksum trailer (kMetadataTrailerBytes) over all of `*bytes`. EncodeMetadata does this; tests and
+/// fuzzers that build raw FlatBuffers use it to get past the checksum to the verifier and the validator.
+void AppendMetadataTrailer(std::string* bytes);
 
 /// Read-only view of one entry inside a MetadataView. Pointers borrow from the view's buffer.
 struct EntryView {
@@ -98,8 +108,9 @@ struct EntryView {
   uint64_t nbytes() const;
 };
 
-/// A verified, validated metadata buffer. Construction runs the FlatBuffers verifier and every semantic check of
-/// FORMAT.md "Reader obligations", so every field read through it can be trusted. Cheap to copy (shared buffer).
+/// A verified, validated metadata buffer. Construction checks the checksum trailer, then runs the FlatBuffers verifier
+/// and every semantic check of FORMAT.md "Reader obligations", so every field read through it can be trusted. Cheap to
+/// copy (shared buffer).
 class MetadataView {
  public:
   /// `context` (usually the checkpoint path) prefixes error messages.
@@ -129,18 +140,22 @@ class MetadataView {
   std::optional<std::string_view> FindUser(std::string_view key) const;
   std::string_view structure() const;
 
+  /// Size of the whole metadata file, trailer included.
   size_t buffer_size() const { return size_; }
+  /// The checksum stored in the trailer (and checked), or nullopt for a format 1.0 file, which has none.
+  std::optional<uint64_t> checksum() const { return checksum_; }
 
   /// Copies everything into a writer-side record (to rewrite or edit a checkpoint's metadata). The record is valid:
   /// EncodeMetadata accepts it and gives an equivalent buffer. Fields unknown to this reader are dropped.
   MetadataRecord ToRecord() const;
 
  private:
-  MetadataView(std::shared_ptr<const void> owner, size_t size, const void* root)
-      : owner_(std::move(owner)), size_(size), root_(root) {}
+  MetadataView(std::shared_ptr<const void> owner, size_t size, const void* root, std::optional<uint64_t> checksum)
+      : owner_(std::move(owner)), size_(size), root_(root), checksum_(checksum) {}
   std::shared_ptr<const void> owner_;  // keeps the buffer alive
   size_t size_ = 0;
   const void* root_ = nullptr;  // const fb::Metadata*
+  std::optional<uint64_t> checksum_;
 };
 
 /// True if `name` is a valid data file name: non-empty, <= 255 bytes, no '/', '\\' or NUL, not "." or "..",

@@ -1,5 +1,7 @@
-// Mutation smoke test: random damage to a valid metadata buffer must either be rejected cleanly or produce a view
-// whose every field satisfies the reader invariants, re-derived here independently of the validator.
+// Mutation tests. Damage to a metadata file is always detected (the checksum trailer). Behind the checksum, as a
+// hostile *writer* would produce it (mutated FlatBuffers bytes with a valid trailer), every buffer is either rejected
+// cleanly or gives a view whose every field satisfies the reader invariants, re-derived here independently of the
+// validator.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -63,30 +65,38 @@ std::string CheckInvariants(const MetadataView& v) {
   return "";
 }
 
-void Mutate(const std::string& valid, uint64_t seed, int iterations) {
+// Applies one random kind of damage to `*buf`.
+void Damage(std::string* buf, std::mt19937_64& rng) {
+  switch (rng() % 8) {
+    case 0:  // truncate
+      buf->resize(rng() % buf->size());
+      break;
+    case 1:  // overwrite a 4-byte word (offsets, lengths) with a small or huge value
+      if (buf->size() >= 4) {
+        const size_t pos = (rng() % (buf->size() / 4)) * 4;
+        const uint32_t val = rng() % 2 ? static_cast<uint32_t>(rng() % 64) : static_cast<uint32_t>(rng());
+        std::memcpy(&(*buf)[pos], &val, 4);
+      }
+      break;
+    default: {  // flip 1-4 random bits or bytes
+      const int n = 1 + static_cast<int>(rng() % 4);
+      for (int k = 0; k < n; ++k) {
+        char& c = (*buf)[rng() % buf->size()];
+        c = static_cast<char>(rng() % 2 ? c ^ (1 << (rng() % 8)) : static_cast<char>(rng()));
+      }
+    }
+  }
+}
+
+// `fb_bytes`: a FlatBuffers buffer without the trailer. Every mutant gets a valid trailer, as a hostile writer would
+// give it, so the damage reaches the verifier and the validator.
+void MutateBehindChecksum(const std::string& fb_bytes, uint64_t seed, int iterations) {
   std::mt19937_64 rng(seed);
   int accepted = 0;
   for (int iter = 0; iter < iterations; ++iter) {
-    std::string buf = valid;
-    switch (rng() % 8) {
-      case 0:  // truncate
-        buf.resize(rng() % buf.size());
-        break;
-      case 1:  // overwrite a 4-byte word (offsets, lengths) with a small or huge value
-        if (buf.size() >= 4) {
-          const size_t pos = (rng() % (buf.size() / 4)) * 4;
-          const uint32_t val = rng() % 2 ? static_cast<uint32_t>(rng() % 64) : static_cast<uint32_t>(rng());
-          std::memcpy(&buf[pos], &val, 4);
-        }
-        break;
-      default: {  // flip 1-4 random bits or bytes
-        const int n = 1 + static_cast<int>(rng() % 4);
-        for (int k = 0; k < n; ++k) {
-          const size_t pos = rng() % buf.size();
-          buf[pos] = static_cast<char>(rng() % 2 ? buf[pos] ^ (1 << (rng() % 8)) : static_cast<char>(rng()));
-        }
-      }
-    }
+    std::string buf = fb_bytes;
+    Damage(&buf, rng);
+    AppendMetadataTrailer(&buf);
     Result<MetadataView> view = MetadataView::Parse(testing_util::Share(buf), "mut");
     if (!view.ok()) {
       const StatusCode code = view.status().code();
@@ -111,17 +121,42 @@ void Mutate(const std::string& valid, uint64_t seed, int iterations) {
   EXPECT_LT(accepted, iterations);
 }
 
+std::string WithoutTrailer(const std::string& file) { return file.substr(0, file.size() - kMetadataTrailerBytes); }
+
 TEST(MetadataMutationTest, EncodedRecord) {
   Result<std::string> valid = EncodeMetadata(testing_util::ValidRecord());
   ASSERT_TRUE(valid.ok());
-  Mutate(*valid, 20240601, 20000);
+  MutateBehindChecksum(WithoutTrailer(*valid), 20240601, 20000);
 }
 
 TEST(MetadataMutationTest, RawRecordWithUnknownFields) {
   testing_util::RawMetadata m = testing_util::ToRaw(testing_util::ValidRecord());
   m.unknown_fields = true;
   m.format_minor = kFormatMinor + 1;
-  Mutate(testing_util::RawEncode(m), 77, 5000);
+  m.trailer = false;
+  MutateBehindChecksum(testing_util::RawEncode(m), 77, 5000);
+}
+
+// Damage to a written file, whatever it is: the file either still holds exactly its original bytes or is refused as
+// corrupt. Never a view of other content.
+TEST(MetadataMutationTest, DamageToAFileIsAlwaysDetected) {
+  Result<std::string> valid = EncodeMetadata(testing_util::ValidRecord());
+  ASSERT_TRUE(valid.ok());
+  std::mt19937_64 rng(4242);
+  int unchanged = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string buf = *valid;
+    Damage(&buf, rng);
+    Result<MetadataView> view = MetadataView::Parse(testing_util::Share(buf), "mut");
+    if (buf == *valid) {
+      ++unchanged;  // the damage happened to write the same bytes back
+      ASSERT_TRUE(view.ok());
+      continue;
+    }
+    ASSERT_FALSE(view.ok()) << "iteration " << iter << ": damaged metadata accepted";
+    ASSERT_EQ(view.status().code(), StatusCode::kCorrupt) << view.status().ToString();
+  }
+  EXPECT_LT(unchanged, 200);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 
 #include "core/format/checksum.h"
 #include "core/format/metadata_test_util.h"
+#include "core/format/schema_generated.h"
+#include "flatbuffers/flatbuffers.h"
 
 namespace distckpt {
 namespace {
@@ -196,7 +198,7 @@ std::vector<Hostile> HostileCases() {
   return {
       // Header.
       {"no format version", [](RawMetadata& m) { m.format_major = 0; }, kCorrupt, "no format version"},
-      {"future major", [](RawMetadata& m) { m.format_major = 2; }, StatusCode::kVersion, "format version 2.0"},
+      {"future major", [](RawMetadata& m) { m.format_major = 2; }, StatusCode::kVersion, "format version 2."},
       {"block size 0", [](RawMetadata& m) { m.checksum_block_size = 0; }, kCorrupt, "checksum_block_size 0"},
       {"block size not pow2", [](RawMetadata& m) { m.checksum_block_size = 5000; }, kCorrupt, "checksum_block_size 5000"},
       {"block size too small", [](RawMetadata& m) { m.checksum_block_size = 2048; }, kCorrupt, "checksum_block_size"},
@@ -461,8 +463,9 @@ TEST(MetadataTest, NamesInMessagesAreEscapedAndShortened) {
 }
 
 TEST(MetadataTest, WrongIdentifierAndGarbage) {
-  std::string buf = RawEncode(ToRaw(ValidRecord()));
-  std::string wrong = buf;
+  RawMetadata m = ToRaw(ValidRecord());
+  m.trailer = false;  // else the checksum reports the damage first
+  std::string wrong = RawEncode(m);
   wrong[4] = 'X';
   Result<MetadataView> view = ParseString(wrong);
   ASSERT_FALSE(view.ok());
@@ -507,6 +510,92 @@ TEST(MetadataTest, EveryTruncationIsRejected) {
       EXPECT_EQ(view.status().code(), StatusCode::kCorrupt);
     }
   }
+}
+
+// Format 1.1: the file ends with XXH3-64 of everything before it and the magic, and the reader checks it first.
+TEST(MetadataTest, EncodedFileEndsWithItsChecksumTrailer) {
+  const std::string buf = *EncodeMetadata(ValidRecord());
+  ASSERT_GT(buf.size(), kMetadataTrailerBytes);
+  EXPECT_EQ(buf.substr(buf.size() - 8), "DCKPTSUM");
+  uint64_t stored;
+  std::memcpy(&stored, buf.data() + buf.size() - 16, 8);
+  EXPECT_EQ(stored, Xxh3(buf.data(), buf.size() - 16));
+  Result<MetadataView> view = ParseString(buf);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->format_minor(), 1);
+  EXPECT_EQ(view->checksum(), stored);
+  EXPECT_EQ(view->buffer_size(), buf.size());
+}
+
+// The defect the trailer fixes: a flipped bit in a user value, the structure string or a stored chunk checksum used
+// to load silently. Now every single-bit flip anywhere in the file is refused as corrupt.
+TEST(MetadataTest, EverySingleBitFlipIsDetected) {
+  for (const std::string& valid : {*EncodeMetadata(ValidRecord()), *EncodeMetadata(MetadataRecord())}) {
+    for (size_t pos = 0; pos < valid.size(); ++pos) {
+      for (int bit = 0; bit < 8; ++bit) {
+        std::string buf = valid;
+        buf[pos] = static_cast<char>(buf[pos] ^ (1 << bit));
+        Result<MetadataView> view = ParseString(buf);
+        ASSERT_FALSE(view.ok()) << "bit " << bit << " of byte " << pos << " of " << valid.size() << " flipped";
+        ASSERT_EQ(view.status().code(), StatusCode::kCorrupt) << view.status().ToString();
+      }
+    }
+  }
+}
+
+TEST(MetadataTest, ChecksumMismatchIsCorruptAndSaysSo) {
+  std::string buf = *EncodeMetadata(ValidRecord());
+  buf[buf.size() / 2] ^= 0x10;
+  Result<MetadataView> view = ParseString(buf);
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(view.status().message().rfind("/ckpt/step10: metadata checksum mismatch (stored ", 0), 0u)
+      << view.status().message();
+}
+
+// Bytes appended after the trailer, or a trailer cut off: the file no longer ends with the magic, and a 1.1 file
+// without its trailer is refused (it is never read as an unprotected 1.0 file).
+TEST(MetadataTest, MissingOrDisplacedTrailerIsCorrupt) {
+  const std::string valid = *EncodeMetadata(ValidRecord());
+  for (const std::string& buf : {valid + std::string(8, '\0'), valid + "DCKPTSUM", valid.substr(0, valid.size() - 16),
+                                 valid.substr(0, valid.size() - 8)}) {
+    Result<MetadataView> view = ParseString(buf);
+    ASSERT_FALSE(view.ok()) << buf.size();
+    EXPECT_EQ(view.status().code(), StatusCode::kCorrupt) << view.status().ToString();
+  }
+  Result<MetadataView> bare = ParseString(valid.substr(0, valid.size() - 16));
+  EXPECT_NE(bare.status().message().find("has no checksum trailer"), std::string::npos) << bare.status().ToString();
+}
+
+// Format 1.0 files have no trailer and stay readable (the golden v1_all_dtypes checkpoint is one).
+TEST(MetadataTest, Format10FileWithoutTrailerIsAccepted) {
+  RawMetadata m = ToRaw(ValidRecord());
+  m.format_minor = 0;
+  m.trailer = false;
+  Result<MetadataView> view = ParseString(RawEncode(m));
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->format_minor(), 0);
+  EXPECT_FALSE(view->checksum().has_value());
+  // A 1.0 file that carries a trailer anyway gets it checked.
+  m.trailer = true;
+  std::string buf = RawEncode(m);
+  ASSERT_TRUE(ParseString(buf).ok());
+  buf[10] ^= 1;
+  EXPECT_EQ(ParseString(buf).status().code(), StatusCode::kCorrupt);
+}
+
+// What a 1.0 reader does with a 1.1 file: it runs the FlatBuffers verifier over the whole file and reads the fields.
+// The trailer lies outside every table, vector and string, so such a reader accepts the file and ignores the trailer
+// (FORMAT.md section 7: a compatible addition, which an old reader cannot check and safely ignores).
+TEST(MetadataTest, TrailerIsInvisibleToAFlatBuffersReaderOfTheWholeFile) {
+  const std::string buf = *EncodeMetadata(ValidRecord());
+  flatbuffers::Verifier verifier(reinterpret_cast<const uint8_t*>(buf.data()), buf.size());
+  EXPECT_TRUE(fb::VerifyMetadataBuffer(verifier));
+  const fb::Metadata* root = fb::GetMetadata(buf.data());
+  EXPECT_EQ(root->format_major(), 1);
+  EXPECT_EQ(root->format_minor(), 1);
+  EXPECT_EQ(root->entries()->size(), ValidRecord().entries.size());
+  EXPECT_EQ(std::string(root->structure()->c_str()), ValidRecord().structure);
 }
 
 TEST(MetadataTest, FutureMajorVersionIsAVersionError) {

@@ -185,7 +185,9 @@ std::string RawEncode(const RawMetadata& m) {
   }
   const Offset<fb::Metadata> root(b.EndTable(start));
   fb::FinishMetadataBuffer(b, root);
-  return std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  std::string out(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
+  if (m.trailer) AppendMetadataTrailer(&out);
+  return out;
 }
 
 }  // namespace testing_util

@@ -49,12 +49,15 @@ struct RawMetadata {
   bool unknown_fields = false;
   /// Makes every entry's chunk vectors point at entry 0's (FlatBuffers allows shared sub-objects).
   bool share_chunk_vectors = false;
+  /// Ends the buffer with a valid checksum trailer, as every writer of format 1.1 does (a hostile field then reaches
+  /// the verifier and the validator). False: a bare FlatBuffers buffer, as format 1.0 writers made.
+  bool trailer = true;
 };
 
 /// Copies a record as-is (no sorting, no canonicalisation).
 RawMetadata ToRaw(const MetadataRecord& record);
 
-/// Encodes without any check, in the schema's layout.
+/// Encodes without any check, in the schema's layout (plus the trailer unless `m.trailer` is false).
 std::string RawEncode(const RawMetadata& m);
 
 inline std::shared_ptr<const std::string> Share(std::string s) { return std::make_shared<const std::string>(std::move(s)); }

@@ -2,21 +2,46 @@
 // the change broke compatibility: fix the reader, never regenerate the goldens.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
+#include "core/format/checksum.h"
 #include "tests/golden/golden_values.h"
 
 namespace distckpt {
 namespace golden {
 namespace {
 
-std::string GoldenDir() {
+// One committed golden checkpoint per format version, with the exact bytes it must keep (XXH3-64 of each file): a
+// golden is never regenerated, so a changed digest means someone rewrote history.
+struct Golden {
+  const char* dir;
+  uint16_t format_minor;
+  bool has_metadata_checksum;
+  uint64_t metadata_digest;
+  uint64_t data_digest;
+};
+
+const Golden kGoldens[] = {
+    {"v1_all_dtypes", 0, false, 0x062661bd2ba7ceb7ull, 0xcc879087ad328e58ull},
+    {"v1_1_all_dtypes", 1, true, 0xc2aa5804ac3575abull, 0xcc879087ad328e58ull},
+};
+
+std::string GoldenDir(const Golden& g) {
   const char* src = std::getenv("TEST_SRCDIR");
   const char* ws = std::getenv("TEST_WORKSPACE");
-  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/tests/golden/v1_all_dtypes";
+  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/tests/golden/" + g.dir;
+}
+
+uint64_t FileDigest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(bytes.empty()) << path;
+  return Xxh3(bytes.data(), bytes.size());
 }
 
 std::vector<uint8_t> Expected(const GoldenTensor& t, const Box& box) {
@@ -35,11 +60,20 @@ std::vector<uint8_t> Expected(const GoldenTensor& t, const Box& box) {
   return out;
 }
 
-TEST(GoldenTest, V1AllDtypesLoadsToKnownValues) {
-  auto reader = Reader::Open(GoldenDir(), nullptr, ReadOptions{});
+class GoldenTest : public ::testing::TestWithParam<Golden> {};
+
+TEST_P(GoldenTest, FilesAreByteForByteAsCommitted) {
+  EXPECT_EQ(FileDigest(GoldenDir(GetParam()) + "/metadata.dckpt"), GetParam().metadata_digest);
+  EXPECT_EQ(FileDigest(GoldenDir(GetParam()) + "/data-00000.bin"), GetParam().data_digest);
+}
+
+TEST_P(GoldenTest, AllDtypesLoadToKnownValues) {
+  auto reader = Reader::Open(GoldenDir(GetParam()), nullptr, ReadOptions{});
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   const MetadataView& m = (*reader)->metadata();
   EXPECT_EQ(m.format_major(), 1);
+  EXPECT_EQ(m.format_minor(), GetParam().format_minor);
+  EXPECT_EQ(m.checksum().has_value(), GetParam().has_metadata_checksum);
   EXPECT_EQ(m.FindUser("step").value(), "42");
   EXPECT_EQ(std::string(m.structure()), "{\"golden\": true}");
   ASSERT_TRUE((*reader)->VerifyAll(nullptr).ok());
@@ -72,6 +106,9 @@ TEST(GoldenTest, V1AllDtypesLoadsToKnownValues) {
   ASSERT_TRUE(size.ok());
   EXPECT_EQ(blob.substr(0, *size), GoldenBytesValue());
 }
+
+INSTANTIATE_TEST_SUITE_P(Versions, GoldenTest, ::testing::ValuesIn(kGoldens),
+                         [](const ::testing::TestParamInfo<Golden>& i) { return std::string(i.param.dir); });
 
 }  // namespace
 }  // namespace golden

@@ -1,4 +1,5 @@
-// Writes the golden checkpoints committed under tests/golden/. Run once per format version, never to "fix" a test:
+// Writes the golden checkpoint of the current format version under tests/golden/ (v<major>_<minor>_all_dtypes; the
+// 1.0 one is v1_all_dtypes). Run once per format version, never to "fix" a test, and never over a committed golden:
 //   bazel run //tests/golden:make_golden -- $PWD/tests/golden
 // The committed checkpoints must stay readable forever (golden_test).
 #include <cstdio>
@@ -6,6 +7,7 @@
 #include <vector>
 
 #include "core/engine/save.h"
+#include "core/format/metadata.h"
 #include "core/storage/storage.h"
 #include "tests/golden/golden_values.h"
 
@@ -18,7 +20,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
     return 2;
   }
-  const std::string path = std::string(argv[1]) + "/v1_all_dtypes";
+  const std::string path = std::string(argv[1]) + "/v" + std::to_string(kFormatMajor) + "_" +
+                           std::to_string(kFormatMinor) + "_all_dtypes";
   State state;
   std::vector<std::vector<uint8_t>> buffers;
   for (const GoldenTensor& t : AllDtypesTensors()) {
@@ -48,7 +51,6 @@ int Main(int argc, char** argv) {
   state.SetStructure("{\"golden\": true}");
   SaveOptions so;
   so.checksum_block_size = 4096;
-  so.overwrite = true;
   auto r = Save(path, state, nullptr, so);
   if (!r.ok()) {
     std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
