@@ -184,7 +184,9 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
                     "' does not exist (create it first)");
   }
 
-  StagedCheckpoint staged(storage, final_clean, StagingPath(final_clean, nonce), overwrite);
+  // What the commit must still find at the final path (compare-and-swap against racing saves).
+  DCKPT_ASSIGN_OR_RETURN(std::string expected, storage->Identity(final_clean));
+  StagedCheckpoint staged(storage, final_clean, StagingPath(final_clean, nonce), overwrite, nonce, std::move(expected));
   const std::string context = "creating staging directory for checkpoint '" + final_clean + "'";
   DCKPT_RETURN_IF_ERROR(storage->CreateDir(staged.staging_dir_).WithContext(context));
   // The marker says who was writing and when, so a staging directory left by a crash can be judged and removed.
@@ -203,44 +205,78 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
 StagedCheckpoint StagedCheckpoint::Join(Storage* storage, const std::string& final_path, const std::string& nonce,
                                         bool overwrite) {
   const std::string final_clean = StripTrailingSlashes(final_path);
-  return StagedCheckpoint(storage, final_clean, StagingPath(final_clean, nonce), overwrite);
+  return StagedCheckpoint(storage, final_clean, StagingPath(final_clean, nonce), overwrite, nonce, "");
 }
 
-Status StagedCheckpoint::Commit() {
+Status StagedCheckpoint::Commit(std::chrono::milliseconds lock_timeout) {
   const std::string context = "committing checkpoint '" + final_path_ + "' from '" + staging_dir_ + "'";
-  // Marker gone + directory synced before the rename: whatever appears at final_path is complete.
+  // Marker gone + directory synced before the move: whatever appears at final_path is complete.
   DCKPT_RETURN_IF_ERROR(storage_->RemoveAll(StagingFile(kStagingMarkerName)).WithContext(context));
   DCKPT_RETURN_IF_ERROR(storage_->SyncDir(staging_dir_).WithContext(context));
 
-  std::string replaced;  // where the previous checkpoint waits while the new one moves in
-  if (overwrite_) {
-    Result<bool> exists = storage_->Exists(final_path_);
-    if (!exists.ok()) return exists.status().WithContext(context);
-    if (*exists) {
-      replaced = ReplacedPath(final_path_, NewNonce());
-      DCKPT_RETURN_IF_ERROR(storage_->Rename(final_path_, replaced).WithContext(context));
+  std::string previous;  // where the replaced checkpoint ends up, removed once the lock is released
+  {
+    // Commits into one directory take turns, so that the check below and the move cannot interleave with another
+    // save's. Without locks (some network filesystems) the no-replace rename still stops a non-overwrite race.
+    auto lock = storage_->LockDirectory(ParentDir(final_path_), lock_timeout);
+    if (!lock.ok() && lock.status().code() != StatusCode::kUnsupported) return lock.status().WithContext(context);
+    Result<std::string> current = storage_->Identity(final_path_);
+    if (!current.ok()) return current.status().WithContext(context);
+    if (*current != expected_) {
+      return Status(StatusCode::kExists,
+                    context + ": another save committed a checkpoint at '" + final_path_ +
+                        "' (or something else changed what is there) while this save was running; this save "
+                        "committed nothing and left what is there untouched");
     }
+    Result<std::string> moved = current->empty() ? Result<std::string>(std::string()) : SwapIntoPlace(context);
+    if (!moved.ok()) return moved.status();
+    previous = std::move(moved).value();
+    if (current->empty()) DCKPT_RETURN_IF_ERROR(RenameIntoPlace(context));
+    DCKPT_RETURN_IF_ERROR(storage_->SyncDir(ParentDir(final_path_)).WithContext(context));
   }
-  Status renamed = storage_->Rename(staging_dir_, final_path_);
-  if (!renamed.ok()) {
-    if (!replaced.empty()) {
-      Status restored = storage_->Rename(replaced, final_path_);
-      if (!restored.ok()) {
-        return Status(renamed.code(),
-                      context + ": " + renamed.message() + "; moving the previous checkpoint back from '" + replaced +
-                          "' also failed (" + restored.message() + "); it is intact there, rename it back by hand");
-      }
-    }
-    return renamed.WithContext(context);
-  }
-  DCKPT_RETURN_IF_ERROR(storage_->SyncDir(ParentDir(final_path_)).WithContext(context));
-  if (!replaced.empty()) {
+  if (!previous.empty()) {
     // The new checkpoint is durable at final_path, so the commit has succeeded whatever happens next. A failed
     // removal leaves a "<final>.dckpt-old-<nonce>" directory that ParseReplacedName recognises for cleanup; it is
     // not reported as a failed save.
-    (void)storage_->RemoveAll(replaced);
+    (void)storage_->RemoveAll(previous);
   }
   return OkStatus();
+}
+
+Status StagedCheckpoint::RenameIntoPlace(const std::string& context) {
+  Status renamed = storage_->Rename(staging_dir_, final_path_);
+  if (renamed.code() == StatusCode::kExists) {
+    // Something appeared at the final path after the check (a writer that does not take the lock).
+    return Status(StatusCode::kExists, context + ": '" + final_path_ +
+                                           "' appeared while this save was committing; this save committed nothing");
+  }
+  return renamed.WithContext(context);
+}
+
+Result<std::string> StagedCheckpoint::SwapIntoPlace(const std::string& context) {
+  // First the new checkpoint takes the name of a replaced one: from here on, whatever a crash leaves under a
+  // ".dckpt-old-" name is garbage, and the final path holds the old checkpoint until the swap.
+  const std::string incoming = ReplacedPath(final_path_, nonce_);
+  DCKPT_RETURN_IF_ERROR(storage_->Rename(staging_dir_, incoming).WithContext(context));
+  staging_dir_ = incoming;  // what Abort removes if the rest fails
+  Status swapped = storage_->Exchange(incoming, final_path_);
+  if (swapped.ok()) return incoming;  // now holds the previous checkpoint
+  if (swapped.code() != StatusCode::kUnsupported) return swapped.WithContext(context);
+  // No atomic swap here: move the previous checkpoint aside, then the new one in. Between the two renames the final
+  // path is empty (FORMAT.md section 6 says where that leaves a crash).
+  const std::string aside = ReplacedPath(final_path_, NewNonce());
+  DCKPT_RETURN_IF_ERROR(storage_->Rename(final_path_, aside).WithContext(context));
+  Status renamed = storage_->Rename(incoming, final_path_);
+  if (!renamed.ok()) {
+    Status restored = storage_->Rename(aside, final_path_);
+    if (!restored.ok()) {
+      return Status(renamed.code(), context + ": " + renamed.message() + "; moving the previous checkpoint back from '" +
+                                        aside + "' also failed (" + restored.message() +
+                                        "); it is intact there, rename it back by hand");
+    }
+    return renamed.WithContext(context);
+  }
+  return aside;
 }
 
 Status StagedCheckpoint::Abort() {

@@ -3,6 +3,7 @@
 #ifndef DISTCKPT_CORE_STORAGE_STORAGE_H_
 #define DISTCKPT_CORE_STORAGE_STORAGE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,6 +60,29 @@ class ReadableFile {
   virtual std::string CacheIdentity() const { return {}; }
 };
 
+/// A directory opened once, for reading the files directly inside it. Files are reached through this handle, never by
+/// resolving the directory's path again and never through a symbolic link, so a directory renamed, replaced or removed
+/// after it was opened stays the one this handle reads (a file removed from it is gone). This is how a checkpoint is
+/// read: nothing outside it can be opened, and what it is cannot change under an open reader. Thread-safe. Must not
+/// outlive the Storage that opened it.
+class Directory {
+ public:
+  virtual ~Directory() = default;
+  /// The path it was opened with (for messages).
+  virtual const std::string& path() const = 0;
+  /// Opens the regular file `name` (a plain name, no '/') for reading. kNotFound if it is missing; kCorrupt, without
+  /// opening it, if it is a symbolic link, a directory, a FIFO, a device or anything else but a regular file.
+  virtual Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& name) = 0;
+  /// Whether anything named `name` is in the directory (a symbolic link counts; it is not followed).
+  virtual Result<bool> Exists(const std::string& name) = 0;
+};
+
+/// Held while a commit moves a checkpoint into place (Storage::LockDirectory); destroying it releases the lock.
+class DirectoryLock {
+ public:
+  virtual ~DirectoryLock() = default;
+};
+
 /// A storage backend. Paths are plain strings ("/a/b/c"); the backend defines what they mean.
 /// All methods are thread-safe. Error messages name the path and say what failed.
 class Storage {
@@ -87,6 +111,23 @@ class Storage {
   virtual Status RemoveAll(const std::string& path) = 0;
   /// Names (not paths) in a directory, sorted.
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
+
+  /// Opens the directory `path` for reading files inside it (see Directory). Symbolic links within `path` itself are
+  /// followed (a link "latest" -> "step-100" opens step-100); nothing is followed below it. kNotFound if it is missing
+  /// or not a directory.
+  virtual Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& path) = 0;
+  /// An identity of what is at `path` (a final symbolic link is not followed) that changes when anything else is put
+  /// there, or when it is renamed; empty when nothing is there. The commit uses it to notice that another save
+  /// replaced a checkpoint while this one ran.
+  virtual Result<std::string> Identity(const std::string& path) = 0;
+  /// Swaps `a` and `b` in one atomic step; both must exist. kUnsupported where the backend or the filesystem cannot
+  /// (the commit then falls back to two renames).
+  virtual Status Exchange(const std::string& a, const std::string& b) = 0;
+  /// Takes an exclusive lock that serialises commits into directory `dir` across threads and processes, waiting at
+  /// most `timeout` (kTimeout after that). kUnsupported where the filesystem has no such locks (the commit then goes on
+  /// without). The lock is released when the returned object is destroyed, or when the process dies.
+  virtual Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& dir,
+                                                               std::chrono::milliseconds timeout) = 0;
 };
 
 /// The real filesystem through POSIX calls (pread/pwrite, fsync, rename).
@@ -116,8 +157,12 @@ std::string ReplacedPath(const std::string& final_path, const std::string& nonce
 bool ParseReplacedName(const std::string& name, std::string* final_name);
 
 /// A checkpoint being written under a staging name. Protocol (FORMAT.md "Commit"): create staging dir and marker ->
-/// write + fsync data files -> write + fsync metadata -> remove marker -> fsync staging dir -> rename to the final
+/// write + fsync data files -> write + fsync metadata -> remove marker -> fsync staging dir -> move to the final
 /// path -> fsync the parent directory.
+///
+/// Racing saves to one path: Create records what is at the final path; Commit, holding the parent directory's commit
+/// lock, moves the new checkpoint in only if the same thing is still there (compare-and-swap). Of two saves to one
+/// path, the first to commit wins and the other fails with kExists, committing nothing.
 class StagedCheckpoint {
  public:
   /// Coordinator side: fails with kExists if final_path exists (and !overwrite); creates the staging directory.
@@ -132,20 +177,29 @@ class StagedCheckpoint {
   const std::string& final_path() const { return final_path_; }
   std::string StagingFile(const std::string& name) const { return staging_dir_ + "/" + name; }
 
-  /// Makes the checkpoint visible at final_path. With overwrite, an existing checkpoint is moved aside first and
-  /// removed after the rename.
-  Status Commit();
+  /// Makes the checkpoint visible at final_path, if what is there is still what Create found (else kExists). With
+  /// overwrite, the previous checkpoint is swapped out in one atomic step where the storage can (Exchange), so the final
+  /// path holds the old or the new checkpoint at every instant, and is removed afterwards; elsewhere it is renamed
+  /// aside first. Waits at most `lock_timeout` for another commit into the same directory.
+  Status Commit(std::chrono::milliseconds lock_timeout = std::chrono::seconds(60));
   /// Removes the staging directory. Safe to call after a failed Commit.
   Status Abort();
 
  private:
-  StagedCheckpoint(Storage* storage, std::string final_path, std::string staging_dir, bool overwrite)
+  StagedCheckpoint(Storage* storage, std::string final_path, std::string staging_dir, bool overwrite,
+                   std::string nonce, std::string expected)
       : storage_(storage), final_path_(std::move(final_path)), staging_dir_(std::move(staging_dir)),
-        overwrite_(overwrite) {}
+        overwrite_(overwrite), nonce_(std::move(nonce)), expected_(std::move(expected)) {}
+  // The two ways into place: a rename where nothing is there, a swap (returning where the previous checkpoint went)
+  // where an overwrite replaces one.
+  Status RenameIntoPlace(const std::string& context);
+  Result<std::string> SwapIntoPlace(const std::string& context);
   Storage* storage_;
   std::string final_path_;
   std::string staging_dir_;
   bool overwrite_;
+  std::string nonce_;
+  std::string expected_;  // Identity() of the final path when Create ran ("" = nothing there)
 };
 
 }  // namespace distckpt

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <thread>
 #include <utility>
@@ -84,11 +86,14 @@ Status SaveCheckpoint(Storage* storage, const std::string& final_path, const std
   return staged->Commit();
 }
 
-// Forwards to a real backend, failing the Nth Rename (1-based) with an I/O error: the commit's error paths.
-class FailingRenameStorage final : public Storage {
+// Forwards to a real backend, failing the Nth Rename (1-based; 0: none) with an I/O error, and making Exchange fail
+// or be unsupported: the commit's error paths, and its fallback where a filesystem cannot exchange.
+class FaultyCommitStorage final : public Storage {
  public:
-  FailingRenameStorage(Storage* base, int fail_rename_number) : base_(base), fail_at_(fail_rename_number) {}
-  std::string name() const override { return base_->name() + "+failing-rename"; }
+  enum class ExchangeMode { kPass, kUnsupported, kFail };
+  FaultyCommitStorage(Storage* base, int fail_rename_number, ExchangeMode exchange = ExchangeMode::kPass)
+      : base_(base), fail_at_(fail_rename_number), exchange_(exchange) {}
+  std::string name() const override { return base_->name() + "+faulty-commit"; }
   Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& p) override { return base_->CreateFile(p); }
   Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& p) override { return base_->OpenFile(p); }
   Result<std::string> ReadFile(const std::string& p, uint64_t max) override { return base_->ReadFile(p, max); }
@@ -104,10 +109,21 @@ class FailingRenameStorage final : public Storage {
   }
   Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
   Result<std::vector<std::string>> ListDir(const std::string& p) override { return base_->ListDir(p); }
+  Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& p) override { return base_->OpenDirectory(p); }
+  Result<std::string> Identity(const std::string& p) override { return base_->Identity(p); }
+  Status Exchange(const std::string& a, const std::string& b) override {
+    if (exchange_ == ExchangeMode::kUnsupported) return Status(StatusCode::kUnsupported, "no exchange here");
+    if (exchange_ == ExchangeMode::kFail) return IoError("injected failure exchanging '" + a + "' and '" + b + "'");
+    return base_->Exchange(a, b);
+  }
+  Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& d, std::chrono::milliseconds t) override {
+    return base_->LockDirectory(d, t);
+  }
 
  private:
   Storage* base_;
   int fail_at_;
+  ExchangeMode exchange_;
   int renames_ = 0;
 };
 
@@ -491,15 +507,113 @@ TEST_P(StorageConformanceTest, FailedOverwriteCommitPutsTheOldCheckpointBack) {
   const std::map<std::string, std::string> v1 = {{"data", std::string(5000, 'o')}, {"metadata", "v1"}};
   DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, v1, false));
 
-  // Rename #1 parks the old checkpoint, #2 (staging -> final) fails, #3 moves the old one back.
-  FailingRenameStorage failing(storage(), 2);
-  DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint staged, StagedCheckpoint::Create(&failing, final_path, NewNonce(), true));
-  DCKPT_ASSERT_OK(failing.WriteFileDurably(staged.StagingFile("metadata"), "v2"));
-  EXPECT_TRUE(StatusIs(staged.Commit(), StatusCode::kIo, {final_path, staged.staging_dir(), "injected"}));
-  EXPECT_EQ(SnapshotTree(storage(), final_path), v1);
-  DCKPT_ASSERT_OK(staged.Abort());
+  using Mode = FaultyCommitStorage::ExchangeMode;
+  // Without an atomic exchange: rename #1 gives the new checkpoint its parked name, #2 parks the old one, #3 (new ->
+  // final) fails, #4 moves the old one back. With one: the exchange itself fails.
+  for (const auto& [fail_rename, mode] : {std::pair<int, Mode>{3, Mode::kUnsupported}, {0, Mode::kFail}}) {
+    FaultyCommitStorage faulty(storage(), fail_rename, mode);
+    DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint staged,
+                               StagedCheckpoint::Create(&faulty, final_path, NewNonce(), true));
+    DCKPT_ASSERT_OK(faulty.WriteFileDurably(staged.StagingFile("metadata"), "v2"));
+    EXPECT_TRUE(StatusIs(staged.Commit(), StatusCode::kIo, {final_path, "injected"}));
+    EXPECT_EQ(SnapshotTree(storage(), final_path), v1);
+    DCKPT_ASSERT_OK(staged.Abort());
+    DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
+    EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
+  }
+}
+
+// The overwrite where the storage cannot exchange: two renames, and still nothing left behind.
+TEST_P(StorageConformanceTest, OverwriteWithoutExchangeFallsBackToTwoRenames) {
+  const std::string final_path = Path("ckpt");
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "v1"}}, false));
+  FaultyCommitStorage no_exchange(storage(), 0, FaultyCommitStorage::ExchangeMode::kUnsupported);
+  DCKPT_ASSERT_OK(SaveCheckpoint(&no_exchange, final_path, {{"metadata", "v2"}}, true));
+  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata", "v2"}}));
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
+}
+
+// Records what is at one path after every change the commit makes, to check that it is never missing or partial.
+class ObservingStorage final : public Storage {
+ public:
+  ObservingStorage(Storage* base, std::string watched) : base_(base), watched_(std::move(watched)) {}
+  std::vector<std::map<std::string, std::string>> seen;
+  std::string name() const override { return base_->name(); }
+  Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& p) override { return base_->CreateFile(p); }
+  Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& p) override { return base_->OpenFile(p); }
+  Result<std::string> ReadFile(const std::string& p, uint64_t max) override { return base_->ReadFile(p, max); }
+  Status WriteFileDurably(const std::string& p, const std::string& d) override {
+    return Observe(base_->WriteFileDurably(p, d));
+  }
+  Result<uint64_t> FileSize(const std::string& p) override { return base_->FileSize(p); }
+  Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
+  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
+  Status CreateDir(const std::string& p) override { return Observe(base_->CreateDir(p)); }
+  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  Status Rename(const std::string& from, const std::string& to) override { return Observe(base_->Rename(from, to)); }
+  Status RemoveAll(const std::string& p) override { return Observe(base_->RemoveAll(p)); }
+  Result<std::vector<std::string>> ListDir(const std::string& p) override { return base_->ListDir(p); }
+  Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& p) override { return base_->OpenDirectory(p); }
+  Result<std::string> Identity(const std::string& p) override { return base_->Identity(p); }
+  Status Exchange(const std::string& a, const std::string& b) override { return Observe(base_->Exchange(a, b)); }
+  Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& d, std::chrono::milliseconds t) override {
+    return base_->LockDirectory(d, t);
+  }
+
+ private:
+  Status Observe(Status st) {
+    seen.push_back(SnapshotTree(base_, watched_));
+    return st;
+  }
+  Storage* base_;
+  std::string watched_;
+};
+
+TEST_P(StorageConformanceTest, OverwriteNeverLeavesTheFinalPathEmptyOrPartial) {
+  const std::string final_path = Path("ckpt");
+  const std::map<std::string, std::string> v1 = {{"data", "old data"}, {"metadata", "v1"}};
+  const std::map<std::string, std::string> v2 = {{"data", "new data"}, {"extra", "x"}, {"metadata", "v2"}};
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, v1, false));
+  ObservingStorage observing(storage(), final_path);
+  DCKPT_ASSERT_OK(SaveCheckpoint(&observing, final_path, v2, true));
+  ASSERT_FALSE(observing.seen.empty());
+  bool switched = false;
+  for (size_t i = 0; i < observing.seen.size(); ++i) {
+    const auto& at = observing.seen[i];
+    if (at == v2) switched = true;
+    EXPECT_TRUE(at == (switched ? v2 : v1)) << "after step " << i << " the final path holds " << at.size()
+                                            << " files: neither the old nor the new checkpoint";
+  }
+  EXPECT_TRUE(switched);
+}
+
+// Two saves to one path, both overwriting: the first to commit wins, the other commits nothing and says why.
+TEST_P(StorageConformanceTest, OfTwoRacingOverwritesTheSecondCommitFails) {
+  const std::string final_path = Path("ckpt");
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "v1"}}, false));
+  DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint first, StagedCheckpoint::Create(storage(), final_path, NewNonce(), true));
+  DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint second,
+                             StagedCheckpoint::Create(storage(), final_path, NewNonce(), true));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(first.StagingFile("metadata"), "first"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(second.StagingFile("metadata"), "second"));
+  DCKPT_ASSERT_OK(first.Commit());
+  EXPECT_TRUE(StatusIs(second.Commit(), StatusCode::kExists, {final_path, "another save", "committed nothing"}));
+  DCKPT_ASSERT_OK(second.Abort());
+  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata", "first"}}));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
+  EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
+}
+
+// An overwrite that found nothing at the path, racing a save that commits there first.
+TEST_P(StorageConformanceTest, OverwriteOfNothingFailsIfACheckpointAppearedMeanwhile) {
+  const std::string final_path = Path("ckpt");
+  DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint late, StagedCheckpoint::Create(storage(), final_path, NewNonce(), true));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(late.StagingFile("metadata"), "late"));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "early"}}, false));
+  EXPECT_TRUE(StatusIs(late.Commit(), StatusCode::kExists, {final_path}));
+  DCKPT_ASSERT_OK(late.Abort());
+  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata", "early"}}));
 }
 
 TEST_P(StorageConformanceTest, CommitNeverReplacesACheckpointThatAppearedMeanwhile) {
@@ -593,6 +707,108 @@ TEST_P(StorageConformanceTest, AStagingDirectoryLeftByACrashIsRecognisable) {
   DCKPT_ASSERT_OK(storage()->RemoveAll(staging_dir));
   DCKPT_ASSERT_OK_AND_ASSIGN(names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Directories, identities, exchange, commit lock
+
+TEST_P(StorageConformanceTest, ADirectoryHandleKeepsReadingTheDirectoryItOpened) {
+  const std::string ckpt = Path("ckpt");
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), ckpt, {{"data", "old data"}, {"metadata", "v1"}}, false));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Directory> dir, storage()->OpenDirectory(ckpt + "/"));
+  EXPECT_EQ(dir->path(), ckpt);
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReadableFile> meta, dir->OpenFile("metadata"));
+  // The path is overwritten, which moves the old directory aside and removes it. A file opened before keeps its
+  // bytes; a name looked up through the handle now is gone, and is never the new checkpoint's file of that name.
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), ckpt, {{"data", "new data"}, {"metadata", "v2"}}, true));
+  std::string got(2, '\0');
+  DCKPT_ASSERT_OK(meta->ReadAt(0, &got[0], 2));
+  EXPECT_EQ(got, "v1");
+  EXPECT_EQ(dir->OpenFile("data").status().code(), StatusCode::kNotFound);
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Directory> fresh, storage()->OpenDirectory(ckpt));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReadableFile> data, fresh->OpenFile("data"));
+  std::string now(8, '\0');
+  DCKPT_ASSERT_OK(data->ReadAt(0, &now[0], 8));
+  EXPECT_EQ(now, "new data");
+}
+
+TEST_P(StorageConformanceTest, ADirectoryHandleFollowsItsDirectoryThroughARename) {
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("a")));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(Path("a/f"), "first"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Directory> dir, storage()->OpenDirectory(Path("a")));
+  DCKPT_ASSERT_OK(storage()->Rename(Path("a"), Path("b")));
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("a")));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(Path("a/f"), "impostor"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReadableFile> f, dir->OpenFile("f"));
+  std::string got(5, '\0');
+  DCKPT_ASSERT_OK(f->ReadAt(0, &got[0], 5));
+  EXPECT_EQ(got, "first");
+  DCKPT_ASSERT_OK_AND_ASSIGN(bool exists, dir->Exists("f"));
+  EXPECT_TRUE(exists);
+  DCKPT_ASSERT_OK_AND_ASSIGN(exists, dir->Exists("g"));
+  EXPECT_FALSE(exists);
+  // Removed: its files are gone, and nothing else is found in their place.
+  DCKPT_ASSERT_OK(storage()->RemoveAll(Path("b")));
+  EXPECT_EQ(dir->OpenFile("f").status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(StorageConformanceTest, ADirectoryHandleOpensOnlyRegularFilesByPlainName) {
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("d")));
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("d/sub")));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(Path("d/sub/f"), "x"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Directory> dir, storage()->OpenDirectory(Path("d")));
+  EXPECT_TRUE(StatusIs(dir->OpenFile("sub").status(), StatusCode::kCorrupt, {Path("d/sub"), "not a regular file"}));
+  for (const char* bad : {"sub/f", "", ".", ".."}) {
+    EXPECT_EQ(dir->OpenFile(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_TRUE(StatusIs(dir->OpenFile("missing").status(), StatusCode::kNotFound, {Path("d/missing")}));
+  EXPECT_EQ(storage()->OpenDirectory(Path("nope")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(storage()->OpenDirectory(Path("d/sub/f")).status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(StorageConformanceTest, IdentityChangesWhenSomethingElseIsPutThere) {
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string none, storage()->Identity(Path("x")));
+  EXPECT_EQ(none, "");
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("x")));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string first, storage()->Identity(Path("x")));
+  EXPECT_NE(first, "");
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string again, storage()->Identity(Path("x")));
+  EXPECT_EQ(again, first);
+  DCKPT_ASSERT_OK(storage()->Rename(Path("x"), Path("y")));
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("x")));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string second, storage()->Identity(Path("x")));
+  EXPECT_NE(second, first);
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(Path("f"), "1"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string file, storage()->Identity(Path("f")));
+  EXPECT_NE(file, "");
+  EXPECT_NE(file, second);
+}
+
+TEST_P(StorageConformanceTest, ExchangeSwapsTwoDirectoriesOrIsUnsupported) {
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("a"), {{"metadata", "A"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("b"), {{"metadata", "B"}, {"more", "b"}}, false));
+  Status st = storage()->Exchange(Path("a"), Path("b"));
+  if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.ToString();
+  DCKPT_ASSERT_OK(st);
+  EXPECT_EQ(SnapshotTree(storage(), Path("a")), (std::map<std::string, std::string>{{"metadata", "B"}, {"more", "b"}}));
+  EXPECT_EQ(SnapshotTree(storage(), Path("b")), (std::map<std::string, std::string>{{"metadata", "A"}}));
+  EXPECT_EQ(storage()->Exchange(Path("a"), Path("missing")).code(), StatusCode::kNotFound);
+}
+
+TEST_P(StorageConformanceTest, TheCommitLockIsExclusiveAndTimesOut) {
+  auto first = storage()->LockDirectory(root(), std::chrono::seconds(5));
+  if (first.status().code() == StatusCode::kUnsupported) GTEST_SKIP() << first.status().ToString();
+  DCKPT_ASSERT_OK(first.status());
+  std::atomic<int> second_code{-1};
+  std::thread other([&] {
+    auto second = storage()->LockDirectory(root(), std::chrono::milliseconds(100));
+    second_code = static_cast<int>(second.status().code());
+  });
+  other.join();
+  EXPECT_EQ(second_code.load(), static_cast<int>(StatusCode::kTimeout));
+  first->reset();
+  auto third = storage()->LockDirectory(root(), std::chrono::milliseconds(100));
+  DCKPT_EXPECT_OK(third.status());
 }
 
 }  // namespace

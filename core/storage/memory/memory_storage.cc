@@ -4,9 +4,13 @@
 // carry the errno a filesystem would give (so codes and wording match the posix backend), a file handle keeps
 // working after its name is renamed or removed (it shares the file's bytes, like an inode), creating an entry in a
 // missing directory fails, and Rename never replaces. Paths are normalised lexically: "//a/./b/" is "/a/b", and a
-// relative path is taken from "/".
+// relative path is taken from "/". Every directory and file has an id that moves with it (like an inode number), so a
+// Directory handle keeps reading the directory it opened after a rename, and Identity notices a replacement. There
+// are no symbolic links.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -28,8 +32,12 @@ namespace {
 // bad_alloc rather than fail with a Status.
 constexpr uint64_t kMaxMemoryFileSize = uint64_t{1} << 34;
 
+// Ids of directories and files, never reused.
+std::atomic<uint64_t> next_id{1};
+
 // One file's bytes, shared between the namespace and every open handle.
 struct MemoryNode {
+  const uint64_t id = next_id++;
   std::mutex mu;
   std::vector<char> data;
 };
@@ -150,7 +158,7 @@ class MemoryReadableFile final : public ReadableFile {
 
 class MemoryStorage final : public Storage {
  public:
-  MemoryStorage() { dirs_.insert("/"); }
+  MemoryStorage() { dirs_.emplace("/", next_id++); }
 
   std::string name() const override { return "memory"; }
 
@@ -232,7 +240,7 @@ class MemoryStorage final : public Storage {
     const std::string what = "creating directory " + Quoted(path);
     if (dirs_.count(p) != 0 || files_.count(p) != 0) return ErrnoError(EEXIST, what);
     DCKPT_RETURN_IF_ERROR(CheckParentLocked(p, what));
-    dirs_.insert(p);
+    dirs_.emplace(p, next_id++);
     return OkStatus();
   }
 
@@ -251,15 +259,8 @@ class MemoryStorage final : public Storage {
     if (f == "/") return ErrnoError(EBUSY, what);
     if (dirs_.count(t) != 0 || files_.count(t) != 0) return ErrnoError(EEXIST, what);
     DCKPT_RETURN_IF_ERROR(CheckParentLocked(t, what));
-    if (!is_dir) {
-      files_[t] = std::move(files_[f]);
-      files_.erase(f);
-      return OkStatus();
-    }
-    const std::string from_prefix = ChildPrefix(f);
-    if (StartsWith(t, from_prefix)) return ErrnoError(EINVAL, what);  // into its own subtree
-    MoveSubtree(&dirs_, f, t);
-    MoveSubtree(&files_, f, t);
+    if (is_dir && StartsWith(t, ChildPrefix(f))) return ErrnoError(EINVAL, what);  // into its own subtree
+    MoveEntryLocked(f, t);
     return OkStatus();
   }
 
@@ -297,7 +298,88 @@ class MemoryStorage final : public Storage {
     return names;
   }
 
+  Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& path) override;
+
+  Result<std::string> Identity(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string p = Normalize(path);
+    if (auto d = dirs_.find(p); d != dirs_.end()) return "d" + std::to_string(d->second);
+    if (auto f = files_.find(p); f != files_.end()) return "f" + std::to_string(f->second->id);
+    return std::string();
+  }
+
+  Status Exchange(const std::string& a, const std::string& b) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string pa = Normalize(a), pb = Normalize(b);
+    const std::string what = "exchanging " + Quoted(a) + " and " + Quoted(b);
+    for (const std::string& p : {pa, pb}) {
+      if (dirs_.count(p) == 0 && files_.count(p) == 0) return ErrnoError(ENOENT, what);
+      if (p == "/") return ErrnoError(EBUSY, what);
+    }
+    if (pa == pb) return OkStatus();
+    if (StartsWith(pb, ChildPrefix(pa)) || StartsWith(pa, ChildPrefix(pb))) return ErrnoError(EINVAL, what);
+    // Through a name that cannot exist (normalised paths never contain "//"), all under one lock: atomic.
+    const std::string tmp = pa + "//exchange";
+    MoveEntryLocked(pa, tmp);
+    MoveEntryLocked(pb, pa);
+    MoveEntryLocked(tmp, pb);
+    return OkStatus();
+  }
+
+  Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& dir,
+                                                       std::chrono::milliseconds timeout) override;
+
+  // For MemoryDirectory: opens `name` inside the directory with id `dir_id`, wherever it is now.
+  Result<std::unique_ptr<ReadableFile>> OpenInDirectory(uint64_t dir_id, const std::string& shown_path,
+                                                        const std::string& name) {
+    std::shared_ptr<MemoryNode> node;
+    const std::string what = "opening " + Quoted(shown_path + "/" + name) + " for reading";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      DCKPT_ASSIGN_OR_RETURN(const std::string dir, DirectoryPathLocked(dir_id, what));
+      const std::string p = ChildPrefix(dir) + name;
+      if (dirs_.count(p) != 0) {
+        return Corrupt(Quoted(shown_path + "/" + name) + " is a directory, not a regular file; distckpt opens only "
+                       "regular files inside a checkpoint");
+      }
+      DCKPT_ASSIGN_OR_RETURN(node, FindFileLocked(p, what));
+    }
+    uint64_t size;
+    {
+      std::lock_guard<std::mutex> lock(node->mu);
+      size = node->data.size();
+    }
+    return std::unique_ptr<ReadableFile>(new MemoryReadableFile(std::move(node), shown_path + "/" + name, size));
+  }
+
+  Result<bool> ExistsInDirectory(uint64_t dir_id, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto dir = DirectoryPathLocked(dir_id, "");
+    if (!dir.ok()) return false;
+    const std::string p = ChildPrefix(*dir) + name;
+    return dirs_.count(p) != 0 || files_.count(p) != 0;
+  }
+
  private:
+  // The current path of the directory with id `id`; ENOENT once it has been removed.
+  Result<std::string> DirectoryPathLocked(uint64_t id, const std::string& what) const {
+    for (const auto& [path, dir_id] : dirs_) {
+      if (dir_id == id) return path;
+    }
+    return ErrnoError(ENOENT, what);
+  }
+
+  // Renames one file, or one directory with everything below it (the caller has checked both names).
+  void MoveEntryLocked(const std::string& from, const std::string& to) {
+    if (files_.count(from) != 0) {
+      files_[to] = std::move(files_[from]);
+      files_.erase(from);
+      return;
+    }
+    MoveSubtree(&dirs_, from, to);
+    MoveSubtree(&files_, from, to);
+  }
+
   static const std::string& KeyOf(const std::string& key) { return key; }
   template <typename V>
   static const std::string& KeyOf(const std::pair<const std::string, V>& kv) {
@@ -328,12 +410,10 @@ class MemoryStorage final : public Storage {
       c->insert(std::move(node));
     }
   }
-  static const std::string& NodeKey(const std::set<std::string>::node_type& n) { return n.value(); }
   template <typename N>
   static const std::string& NodeKey(const N& n) {
     return n.key();
   }
-  static void RekeyNode(std::set<std::string>::node_type* n, std::string key) { n->value() = std::move(key); }
   template <typename N>
   static void RekeyNode(N* n, std::string key) {
     n->key() = std::move(key);
@@ -383,9 +463,63 @@ class MemoryStorage final : public Storage {
   }
 
   std::mutex mu_;  // guards the namespace (dirs_, files_); each node's bytes have their own mutex
-  std::set<std::string> dirs_;
+  std::mutex locks_mu_;
+  std::map<std::string, std::shared_ptr<std::timed_mutex>> locks_;  // LockDirectory's, by normalised path
+  std::map<std::string, uint64_t> dirs_;  // path -> directory id
   std::map<std::string, std::shared_ptr<MemoryNode>> files_;
 };
+
+class MemoryDirectory final : public Directory {
+ public:
+  MemoryDirectory(MemoryStorage* storage, uint64_t id, std::string path)
+      : storage_(storage), id_(id), path_(std::move(path)) {}
+  const std::string& path() const override { return path_; }
+  Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& name) override {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return InvalidArgument("'" + name + "' is not a plain file name inside " + Quoted(path_));
+    }
+    return storage_->OpenInDirectory(id_, path_, name);
+  }
+  Result<bool> Exists(const std::string& name) override { return storage_->ExistsInDirectory(id_, name); }
+
+ private:
+  MemoryStorage* const storage_;
+  const uint64_t id_;
+  const std::string path_;
+};
+
+class MemoryDirectoryLock final : public DirectoryLock {
+ public:
+  explicit MemoryDirectoryLock(std::shared_ptr<std::timed_mutex> mu) : mu_(std::move(mu)) {}
+  ~MemoryDirectoryLock() override { mu_->unlock(); }
+
+ private:
+  std::shared_ptr<std::timed_mutex> mu_;
+};
+
+Result<std::unique_ptr<Directory>> MemoryStorage::OpenDirectory(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string p = Normalize(path);
+  auto it = dirs_.find(p);
+  if (it == dirs_.end()) return ErrnoError(ENOENT, "opening directory " + Quoted(path));
+  return std::unique_ptr<Directory>(new MemoryDirectory(this, it->second, StripTrailingSlashes(path)));
+}
+
+Result<std::unique_ptr<DirectoryLock>> MemoryStorage::LockDirectory(const std::string& dir,
+                                                                    std::chrono::milliseconds timeout) {
+  std::shared_ptr<std::timed_mutex> mu;
+  {
+    std::lock_guard<std::mutex> lock(locks_mu_);
+    std::shared_ptr<std::timed_mutex>& slot = locks_[Normalize(dir)];
+    if (!slot) slot = std::make_shared<std::timed_mutex>();
+    mu = slot;
+  }
+  if (!mu->try_lock_for(timeout)) {
+    return Status(StatusCode::kTimeout, "another save has been committing into " + Quoted(dir) + " for over " +
+                                            std::to_string(timeout.count()) + " ms; nothing was committed");
+  }
+  return std::unique_ptr<DirectoryLock>(new MemoryDirectoryLock(std::move(mu)));
+}
 
 }  // namespace
 }  // namespace internal_storage

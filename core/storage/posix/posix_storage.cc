@@ -14,7 +14,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -23,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -38,6 +42,9 @@
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)  // linux/fs.h; older libcs do not define it
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
 #endif
 
 namespace distckpt {
@@ -441,15 +448,126 @@ Status RemoveTree(int dir_fd, const std::string& name, const std::string& path) 
   return OkStatus();
 }
 
+// Creates (or truncates) `path` for writing. A symbolic link at `path` is refused, never written through: a link
+// planted where a checkpoint file is about to be written must not redirect the write outside the checkpoint.
+Result<int> CreateForWriting(const std::string& path) {
+  const int fd =
+      RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644); });
+  if (fd >= 0) return fd;
+  const int err = errno;
+  struct stat st;
+  if (err == ELOOP && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    return InvalidArgument("refusing to write " + Quoted(path) + ": it is a symbolic link (distckpt never writes "
+                           "through links; remove it)");
+  }
+  return ErrnoError(err, "creating " + Quoted(path) + " for writing");
+}
+
+// Lifts this process's soft limit on open descriptors to its hard limit, once. A reader pins every data file of a
+// checkpoint with a descriptor, and checkpoints of thousands of ranks have thousands of files, while many systems
+// start processes with a soft limit of 1024 (Go's runtime lifts it the same way at start-up). True if it was raised.
+bool RaiseOpenFileLimit() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return false;
+  rl.rlim_cur = rl.rlim_max;
+  return ::setrlimit(RLIMIT_NOFILE, &rl) == 0;
+}
+
+const char* FileTypeName(mode_t mode) {
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
+Status NotARegularFile(const std::string& path, mode_t mode) {
+  return Corrupt(Quoted(path) + " is " + FileTypeName(mode) +
+                 ", not a regular file; distckpt opens only regular files inside a checkpoint and never follows links "
+                 "(replace it with the file itself)");
+}
+
+// A directory held open by its descriptor; files inside are opened with openat, never through a link.
+class PosixDirectory final : public Directory {
+ public:
+  PosixDirectory(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixDirectory() override { ::close(fd_); }
+
+  const std::string& path() const override { return path_; }
+
+  Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& name) override {
+    const std::string full = path_ + "/" + name;
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return InvalidArgument("'" + name + "' is not a plain file name inside " + Quoted(path_));
+    }
+    // Look first, so that a FIFO or a device is never opened (opening one can block, or act on the device).
+    struct stat st;
+    if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return ErrnoError(errno, "opening " + Quoted(full) + " for reading");
+    }
+    if (!S_ISREG(st.st_mode)) return NotARegularFile(full, st.st_mode);
+    // O_NOFOLLOW and O_NONBLOCK cover a swap between the look and the open: a link is refused, and a FIFO put there
+    // meanwhile opens without blocking and is refused by the fstat below.
+    const int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
+    int fd = RetryOnEintr([&] { return ::openat(fd_, name.c_str(), flags); });
+    if (fd < 0 && errno == EMFILE && RaiseOpenFileLimit()) {
+      fd = RetryOnEintr([&] { return ::openat(fd_, name.c_str(), flags); });
+    }
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ELOOP) return NotARegularFile(full, S_IFLNK);
+      if (err == EMFILE) {
+        return ErrnoError(err, "opening " + Quoted(full) + " for reading (this process has too many open files; "
+                                   "raise `ulimit -n`)");
+      }
+      return ErrnoError(err, "opening " + Quoted(full) + " for reading");
+    }
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoError(err, "reading the size of " + Quoted(full));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return NotARegularFile(full, st.st_mode);
+    }
+    (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, full, st));
+  }
+
+  Result<bool> Exists(const std::string& name) override {
+    struct stat st;
+    if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return true;
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return ErrnoError(errno, "checking whether " + Quoted(path_ + "/" + name) + " exists");
+  }
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
+class PosixDirectoryLock final : public DirectoryLock {
+ public:
+  explicit PosixDirectoryLock(int fd) : fd_(fd) {}
+  ~PosixDirectoryLock() override { ::close(fd_); }  // closing the descriptor releases the flock
+
+ private:
+  const int fd_;
+};
+
 class PosixStorage final : public Storage {
  public:
   std::string name() const override { return "posix"; }
 
   Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& path) override {
-    const int fd = RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); });
-    if (fd < 0) return ErrnoError(errno, "creating " + Quoted(path) + " for writing");
+    DCKPT_ASSIGN_OR_RETURN(const int fd, CreateForWriting(path));
     // Optional: a filesystem that refuses O_DIRECT (EINVAL) just gets every write through the page cache.
-    const int direct_fd = RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC); });
+    const int direct_fd =
+        RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC); });
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, direct_fd, path));
   }
 
@@ -489,9 +607,7 @@ class PosixStorage final : public Storage {
   }
 
   Status WriteFileDurably(const std::string& path, const std::string& data) override {
-    const int raw_fd =
-        RetryOnEintr([&] { return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); });
-    if (raw_fd < 0) return ErrnoError(errno, "creating " + Quoted(path) + " for writing");
+    DCKPT_ASSIGN_OR_RETURN(const int raw_fd, CreateForWriting(path));
     ScopedFd fd(raw_fd);
     DCKPT_RETURN_IF_ERROR(PwriteAll(fd.get(), 0, data.data(), data.size(), path));
     // fsync, not fdatasync: this is the metadata path (small files), where the inode matters as much as the bytes.
@@ -569,6 +685,67 @@ class PosixStorage final : public Storage {
     DCKPT_RETURN_IF_ERROR(st);
     std::sort(names.begin(), names.end());
     return names;
+  }
+
+  Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& path) override {
+    const std::string clean = StripTrailingSlashes(path);
+    int fd = RetryOnEintr([&] { return ::open(clean.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+    if (fd < 0 && errno == EMFILE && RaiseOpenFileLimit()) {
+      fd = RetryOnEintr([&] { return ::open(clean.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+    }
+    if (fd < 0) return ErrnoError(errno == ENOTDIR ? ENOENT : errno, "opening directory " + Quoted(clean));
+    return std::unique_ptr<Directory>(new PosixDirectory(fd, clean));
+  }
+
+  Result<std::string> Identity(const std::string& path) override {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return std::string();
+      return ErrnoError(errno, "looking at " + Quoted(path));
+    }
+    // The inode, and its change time: a rename, or a new inode that reuses a freed number, changes one of them.
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%llx:%llx:%lld.%09ld", static_cast<unsigned long long>(st.st_dev),
+                  static_cast<unsigned long long>(st.st_ino), static_cast<long long>(st.st_ctim.tv_sec),
+                  static_cast<long>(st.st_ctim.tv_nsec));
+    return std::string(buf);
+  }
+
+  Status Exchange(const std::string& a, const std::string& b) override {
+#ifdef SYS_renameat2
+    const long rc = RetryOnEintr(
+        [&] { return ::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE); });
+    if (rc == 0) return OkStatus();
+    // ENOSYS: kernel before 3.15; EINVAL: this filesystem cannot exchange (NFS, some FUSE filesystems).
+    if (errno != ENOSYS && errno != EINVAL) return ErrnoError(errno, "exchanging " + Quoted(a) + " and " + Quoted(b));
+#endif
+    return Status(StatusCode::kUnsupported, "exchanging " + Quoted(a) + " and " + Quoted(b) +
+                                                ": this filesystem has no atomic exchange");
+  }
+
+  Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& dir,
+                                                       std::chrono::milliseconds timeout) override {
+    const int fd = RetryOnEintr([&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+    if (fd < 0) return ErrnoError(errno, "opening directory " + Quoted(dir) + " to lock it");
+    std::unique_ptr<DirectoryLock> lock(new PosixDirectoryLock(fd));
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(200);
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK) {
+        // EBADF, ENOLCK, EINVAL, EOPNOTSUPP: a filesystem without directory locks (NFS maps flock onto byte-range
+        // locks, which need a descriptor open for writing).
+        return Status(StatusCode::kUnsupported, "locking directory " + Quoted(dir) + ": " + std::strerror(errno));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Status(StatusCode::kTimeout, "another save has been committing into " + Quoted(dir) + " for over " +
+                                                std::to_string(timeout.count()) +
+                                                " ms (its process may be stopped); nothing was committed");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+    }
+    return lock;
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,6 +274,114 @@ TEST(PosixStorageTest, LargeAlignedWritesMixDirectAndBufferedIo) {
   EXPECT_EQ(got.compare(third + 512, big - 512, aligned, big - 512), 0);
   EXPECT_EQ(got.compare(small_at, 100, unaligned, 100), 0);
   EXPECT_EQ(got.find_first_not_of('\0', big), second);  // the gap between writes reads as zeros
+}
+
+// Nothing outside a checkpoint: a directory handle refuses links, FIFOs and devices inside it, without opening them
+// (a FIFO would block the reader forever; a device could be anything). The directory itself may be reached through a
+// link ("latest" -> "step-100").
+TEST(PosixStorageTest, ADirectoryHandleRefusesLinksFifosAndDevicesWithoutOpeningThem) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/outside", "secret outside the checkpoint"));
+  DCKPT_ASSERT_OK(storage->CreateDir(dir + "/step-100"));
+  const std::string ckpt = dir + "/step-100";
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(ckpt + "/regular", "inside"));
+  ASSERT_EQ(::symlink((dir + "/outside").c_str(), (ckpt + "/abs-link").c_str()), 0);
+  ASSERT_EQ(::symlink("../outside", (ckpt + "/rel-link").c_str()), 0);
+  ASSERT_EQ(::symlink("regular", (ckpt + "/inner-link").c_str()), 0);  // even one that stays inside
+  ASSERT_EQ(::symlink("/dev/zero", (ckpt + "/dev-link").c_str()), 0);
+  ASSERT_EQ(::symlink("/proc/self/mem", (ckpt + "/mem-link").c_str()), 0);
+  ASSERT_EQ(::mkfifo((ckpt + "/fifo").c_str(), 0644), 0);
+  ASSERT_EQ(::symlink((dir + "/step-100").c_str(), (dir + "/latest").c_str()), 0);
+
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Directory> handle, storage->OpenDirectory(dir + "/latest"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReadableFile> ok, handle->OpenFile("regular"));
+  EXPECT_EQ(ok->size(), 6u);
+  for (const char* name : {"abs-link", "rel-link", "inner-link", "dev-link", "mem-link"}) {
+    EXPECT_TRUE(StatusIs(handle->OpenFile(name).status(), StatusCode::kCorrupt,
+                         {dir + "/latest/" + name, "symbolic link", "never follows links"}))
+        << name;
+    DCKPT_ASSERT_OK_AND_ASSIGN(bool exists, handle->Exists(name));
+    EXPECT_TRUE(exists) << name;
+  }
+  EXPECT_TRUE(StatusIs(handle->OpenFile("fifo").status(), StatusCode::kCorrupt, {"fifo", "a FIFO"}));
+  // A device node inside: /dev/null's type, made where mknod is allowed.
+  if (::mknod((ckpt + "/dev").c_str(), S_IFCHR | 0644, ::makedev(1, 3)) == 0) {
+    EXPECT_TRUE(StatusIs(handle->OpenFile("dev").status(), StatusCode::kCorrupt, {"a device"}));
+  }
+}
+
+TEST(PosixStorageTest, WritesNeverGoThroughALinkPlantedAtTheTarget) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/victim", "do not touch"));
+  ASSERT_EQ(::symlink((dir + "/victim").c_str(), (dir + "/data-00000.bin").c_str()), 0);
+  ASSERT_EQ(::symlink((dir + "/victim").c_str(), (dir + "/metadata.dckpt").c_str()), 0);
+  EXPECT_TRUE(StatusIs(storage->CreateFile(dir + "/data-00000.bin").status(), StatusCode::kInvalidArgument,
+                       {dir + "/data-00000.bin", "symbolic link"}));
+  EXPECT_TRUE(StatusIs(storage->WriteFileDurably(dir + "/metadata.dckpt", "x"), StatusCode::kInvalidArgument,
+                       {"symbolic link"}));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string victim, storage->ReadFile(dir + "/victim", 100));
+  EXPECT_EQ(victim, "do not touch");
+}
+
+// The commit lock holds across processes (flock), and a process that dies holding it releases it.
+TEST(PosixStorageTest, TheCommitLockHoldsAcrossProcessesAndDiesWithItsHolder) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  std::fflush(nullptr);
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    auto lock = NewPosixStorage()->LockDirectory(dir, std::chrono::seconds(5));
+    const char c = lock.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();  // holds the lock until killed
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  EXPECT_EQ(storage->LockDirectory(dir, std::chrono::milliseconds(200)).status().code(), StatusCode::kTimeout);
+  ::kill(holder, SIGKILL);
+  int status;
+  ::waitpid(holder, &status, 0);
+  DCKPT_EXPECT_OK(storage->LockDirectory(dir, std::chrono::seconds(5)).status());
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+// A reader pins every data file of a checkpoint with a descriptor; a soft limit too low for that is lifted to the
+// hard limit instead of failing the open.
+TEST(PosixStorageTest, OpeningPastTheSoftDescriptorLimitLiftsIt) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  DCKPT_ASSERT_OK(NewPosixStorage()->WriteFileDurably(dir + "/f", "x"));
+  const int rc = RunInChild([&] {
+    struct rlimit rl;
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_max < 512) return 0;  // nothing to lift here
+    rl.rlim_cur = 64;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    std::unique_ptr<Storage> storage = NewPosixStorage();
+    auto dir_handle = storage->OpenDirectory(dir);
+    if (!dir_handle.ok()) return 1;
+    std::vector<std::unique_ptr<ReadableFile>> held;
+    for (int i = 0; i < 200; ++i) {
+      auto f = (*dir_handle)->OpenFile("f");
+      if (!f.ok()) {
+        std::fprintf(stderr, "open #%d: %s\n", i, f.status().ToString().c_str());
+        return 2;
+      }
+      held.push_back(std::move(f).value());
+    }
+    return 0;
+  });
+  EXPECT_EQ(rc, 0);
 }
 
 }  // namespace
