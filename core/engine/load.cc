@@ -60,7 +60,10 @@ Result<VerifyClaim> Claim(Reader* reader, ReadBatch* batch) {
 Result<LoadSummary> Load(const std::string& path, State& state, Communicator* comm, const ReadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const bool collective = comm != nullptr && comm->size() > 1;
-  auto reader = Reader::Open(path, comm, options);
+  // Only the files this rank reads are opened (a load on many ranks would otherwise open every file on every rank),
+  // through the directory opened with the metadata, so a checkpoint replaced mid-load fails the load instead of
+  // mixing two checkpoints.
+  auto reader = Reader::Open(path, comm, options, FilePinning::kOnFirstUse);
   std::unique_ptr<ReadBatch> batch;
   Status st = reader.status();
   if (st.ok()) {

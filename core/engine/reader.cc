@@ -396,11 +396,12 @@ class ReadExecutor {
   uint64_t total_ = 0;
 };
 
-Reader::Reader(std::string path, MetadataView meta, const ReadOptions& options)
-    : path_(std::move(path)), meta_(std::move(meta)), options_(options) {
+Reader::Reader(std::string path, MetadataView meta, const ReadOptions& options, std::unique_ptr<Directory> dir)
+    : path_(std::move(path)), meta_(std::move(meta)), options_(options), dir_(std::move(dir)) {
   storage_ = options.storage ? options.storage : DefaultStorage();
   pool_ = std::make_unique<ThreadPool>(options.io_threads ? options.io_threads : DefaultIoThreads());
   files_.resize(meta_.num_files());
+  file_errors_.resize(meta_.num_files());
   indexes_.resize(meta_.num_entries());
 }
 
@@ -408,13 +409,27 @@ Reader::~Reader() = default;
 
 namespace {
 
-Result<std::string> ReadMetadataFile(Storage* storage, const std::string& path) {
-  auto data = storage->ReadFile(path + "/" + kMetadataFileName, kMaxMetadataBytes);
-  if (data.ok()) return data;
-  if (data.status().code() != StatusCode::kNotFound) return data.status();
-  auto is_dir = storage->IsDirectory(path);
-  if (!is_dir.ok() || !*is_dir) return NotFound("checkpoint '" + path + "' does not exist");
-  auto staging = storage->Exists(path + "/" + kStagingMarkerName);
+// The checkpoint's directory. A missing one, or a path that is not a directory, is "does not exist".
+Result<std::unique_ptr<Directory>> OpenCheckpointDirectory(Storage* storage, const std::string& path) {
+  auto dir = storage->OpenDirectory(path);
+  if (dir.status().code() == StatusCode::kNotFound) {
+    return NotFound("checkpoint '" + path + "' does not exist (" + dir.status().message() + ")");
+  }
+  return dir;
+}
+
+// metadata.dckpt inside `dir`, opened (not read). Missing: says whether the directory is an unfinished save.
+Result<std::unique_ptr<ReadableFile>> OpenMetadataFile(Directory* dir, const std::string& path) {
+  auto file = dir->OpenFile(kMetadataFileName);
+  if (file.ok()) {
+    if ((*file)->size() >= kMaxMetadataBytes) {
+      return Corrupt("'" + (*file)->path() + "' is " + std::to_string((*file)->size()) +
+                     " bytes, over the metadata limit of " + std::to_string(kMaxMetadataBytes - 1));
+    }
+    return file;
+  }
+  if (file.status().code() != StatusCode::kNotFound) return file.status();
+  auto staging = dir->Exists(kStagingMarkerName);
   if (staging.ok() && *staging) {
     return NotFound("'" + path + "' is an incomplete checkpoint (a staging directory that was never committed); "
                     "it can be removed");
@@ -422,46 +437,94 @@ Result<std::string> ReadMetadataFile(Storage* storage, const std::string& path) 
   return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName);
 }
 
+Result<std::string> ReadWhole(const ReadableFile& file) {
+  std::string bytes(static_cast<size_t>(file.size()), '\0');
+  DCKPT_RETURN_IF_ERROR(file.ReadAt(0, bytes.data(), bytes.size()));
+  return bytes;
+}
+
+// A rank other than 0 of a collective open: its own view of the directory must hold the metadata file rank 0 read
+// (same size, same last 16 bytes: for format 1.1 the checksum of the whole file). Otherwise the checkpoint was
+// replaced between rank 0's read and this rank's open, and this rank would pin another checkpoint's data files.
+Status CheckSameMetadata(Directory* dir, const std::string& path, const std::string& broadcast) {
+  DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, OpenMetadataFile(dir, path));
+  const size_t tail = std::min<size_t>(broadcast.size(), kMetadataTrailerBytes);
+  std::string mine(tail, '\0');
+  if (file->size() == broadcast.size()) DCKPT_RETURN_IF_ERROR(file->ReadAt(file->size() - tail, mine.data(), tail));
+  if (file->size() != broadcast.size() || mine != broadcast.substr(broadcast.size() - tail)) {
+    return Status(StatusCode::kState, "checkpoint '" + path + "' changed while it was being opened: this rank's " +
+                                          kMetadataFileName + " differs from the one rank 0 read (the checkpoint " +
+                                          "was overwritten or replaced meanwhile); open it again");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
-Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicator* comm, const ReadOptions& options) {
+Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicator* comm, const ReadOptions& options,
+                                             FilePinning pinning) {
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  std::string bytes;
+  auto dir = OpenCheckpointDirectory(storage, path);
+  const std::string context = path + "/" + kMetadataFileName;
+  std::shared_ptr<const void> owner;  // whatever holds the metadata bytes
+  const char* data = nullptr;
+  size_t size = 0;
   if (comm != nullptr && comm->size() > 1) {
     // Rank 0 reads the metadata once and broadcasts it: one read of the shared filesystem instead of one per rank,
     // and every rank sees the same bytes (or the same error).
     WireWriter w;
     if (comm->rank() == 0) {
-      auto data = ReadMetadataFile(storage, path);
-      PutStatus(&w, data.status());
-      if (data.ok()) w.Str(*data);
+      Result<std::string> bytes = [&]() -> Result<std::string> {
+        if (!dir.ok()) return dir.status();
+        DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, OpenMetadataFile(dir->get(), path));
+        return ReadWhole(*file);
+      }();
+      PutStatus(&w, bytes.status());
+      if (bytes.ok()) w.Str(*bytes);
     }
     std::string msg = w.Take();
     DCKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, 0, options.timeout).WithContext("opening '" + path + "'"));
     WireReader in(msg);
     Status st;
+    auto bytes = std::make_shared<std::string>();
     if (!GetStatus(&in, &st)) return Internal("opening '" + path + "': malformed metadata broadcast");
     if (!st.ok()) return st;
-    if (!in.Str(&bytes)) return Internal("opening '" + path + "': malformed metadata broadcast");
-  } else if (options.map_files) {
+    if (!in.Str(bytes.get())) return Internal("opening '" + path + "': malformed metadata broadcast");
+    if (!dir.ok()) return dir.status();
+    if (comm->rank() != 0) DCKPT_RETURN_IF_ERROR(CheckSameMetadata(dir->get(), path, *bytes));
+    data = bytes->data();
+    size = bytes->size();
+    owner = std::move(bytes);
+  } else {
+    if (!dir.ok()) return dir.status();
+    DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, OpenMetadataFile(dir->get(), path));
     // One process: map the metadata file instead of copying it into fresh memory (at 1M chunks, 63 MiB: the copy
     // and the page faults of the new buffer cost more than verifying and validating it; bench/NOTES.md).
-    auto opened = storage->OpenFile(path + "/" + kMetadataFileName);
-    if (opened.ok() && (*opened)->size() < kMaxMetadataBytes && (*opened)->Map() != nullptr) {
-      std::shared_ptr<const ReadableFile> file(std::move(opened).value());
-      const char* data = file->Map();
-      const size_t size = static_cast<size_t>(file->size());
-      DCKPT_ASSIGN_OR_RETURN(MetadataView meta, MetadataView::Parse(std::move(file), data, size, path));
-      return std::unique_ptr<Reader>(new Reader(path, std::move(meta), options));
+    if (options.map_files && file->Map() != nullptr) {
+      data = file->Map();
+      size = static_cast<size_t>(file->size());
+      owner = std::shared_ptr<const ReadableFile>(std::move(file));
+    } else {
+      DCKPT_ASSIGN_OR_RETURN(std::string read, ReadWhole(*file));
+      auto bytes = std::make_shared<std::string>(std::move(read));
+      data = bytes->data();
+      size = bytes->size();
+      owner = std::move(bytes);
     }
-    // Not mappable (another backend, an empty or oversized file) or not there: the read path reports it.
-    DCKPT_ASSIGN_OR_RETURN(bytes, ReadMetadataFile(storage, path));
-  } else {
-    DCKPT_ASSIGN_OR_RETURN(bytes, ReadMetadataFile(storage, path));
   }
-  auto buffer = std::make_shared<const std::string>(std::move(bytes));
-  DCKPT_ASSIGN_OR_RETURN(MetadataView meta, MetadataView::Parse(buffer, path));
-  return std::unique_ptr<Reader>(new Reader(path, std::move(meta), options));
+  DCKPT_ASSIGN_OR_RETURN(MetadataView meta, MetadataView::Parse(std::move(owner), data, size, context));
+  std::unique_ptr<Reader> reader(new Reader(path, std::move(meta), options, std::move(dir).value()));
+  if (pinning == FilePinning::kAllAtOpen) {
+    for (uint32_t i = 0; i < reader->meta_.num_files(); ++i) {
+      auto opened = reader->OpenDataFile(i);
+      if (opened.ok()) {
+        reader->files_[i] = std::move(opened).value();
+      } else {
+        reader->file_errors_[i] = opened.status();
+      }
+    }
+  }
+  return reader;
 }
 
 Status Reader::EntryError(size_t entry, const Status& st) const {
@@ -472,27 +535,51 @@ Status Reader::EntryError(size_t entry, const std::string& msg) const {
   return EntryError(entry, InvalidArgument(msg));
 }
 
+Result<std::unique_ptr<ReadableFile>> Reader::OpenDataFile(uint32_t index) {
+  const std::string name(meta_.file_name(index));
+  const std::string fpath = path_ + "/" + name;
+  auto opened = dir_->OpenFile(name);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kNotFound) {
+      return Corrupt("data file '" + fpath + "' is missing from the checkpoint (it was damaged, or removed or " +
+                     "replaced after the checkpoint was opened)");
+    }
+    return opened.status();
+  }
+  const uint64_t want = meta_.file_size(index);
+  if ((*opened)->size() != want) {
+    return Corrupt("data file '" + fpath + "' has " + std::to_string((*opened)->size()) +
+                   " bytes but the metadata says " + std::to_string(want) +
+                   ((*opened)->size() < want ? " (truncated)" : " (modified)"));
+  }
+  return opened;
+}
+
 Result<const ReadableFile*> Reader::File(uint32_t index) {
   std::lock_guard<std::mutex> lock(files_mu_);
   if (index >= files_.size()) return Internal("file index out of range");
+  if (!file_errors_[index].ok()) return file_errors_[index];
   if (!files_[index]) {
-    const std::string fpath = path_ + "/" + std::string(meta_.file_name(index));
-    auto opened = storage_->OpenFile(fpath);
-    if (!opened.ok()) {
-      if (opened.status().code() == StatusCode::kNotFound) {
-        return Corrupt("data file '" + fpath + "' is missing from the checkpoint");
-      }
-      return opened.status();
-    }
-    const uint64_t want = meta_.file_size(index);
-    if ((*opened)->size() != want) {
-      return Corrupt("data file '" + fpath + "' has " + std::to_string((*opened)->size()) +
-                     " bytes but the metadata says " + std::to_string(want) +
-                     ((*opened)->size() < want ? " (truncated)" : " (modified)"));
-    }
-    files_[index] = std::move(opened).value();
+    DCKPT_ASSIGN_OR_RETURN(files_[index], OpenDataFile(index));
   }
   return files_[index].get();
+}
+
+Result<const char*> Reader::MappedFile(uint32_t index) {
+  if (!options_.map_files) {
+    return Status(StatusCode::kUnsupported, "checkpoint '" + path_ + "' was opened with map_files off: nothing is " +
+                                                "mapped, so nothing can raise SIGBUS");
+  }
+  DCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, File(index));
+  if (file->size() == 0) {
+    static const char kEmpty[8] = {};
+    return kEmpty;
+  }
+  const char* map = file->Map();
+  if (map == nullptr) {
+    return Status(StatusCode::kUnsupported, "data file '" + file->path() + "' cannot be mapped by this storage");
+  }
+  return map;
 }
 
 const ChunkIndex& Reader::Index(size_t entry) {

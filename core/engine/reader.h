@@ -89,12 +89,26 @@ class ReadBatch {
   std::unique_ptr<ReadExecutor> ex_;
 };
 
+/// When a Reader opens the data files of its checkpoint.
+enum class FilePinning {
+  /// All of them while it opens: the reader then reads the checkpoint it opened, whatever happens to the path later
+  /// (an overwrite, a removal). A file that cannot be opened then fails the reads that need it, with the error of
+  /// open time. What dckpt_reader_open does.
+  kAllAtOpen,
+  /// Each on first use, through the directory opened with the metadata: a load opens only the files it reads. A
+  /// checkpoint replaced or removed meanwhile gives an error (its files are gone), never another checkpoint's data.
+  kOnFirstUse,
+};
+
 /// Thread-safe: several threads may read through one Reader at once.
 class Reader {
  public:
-  /// Opens the checkpoint at `path`. With a communicator of several ranks the call is collective: rank 0 reads the
-  /// metadata file once and broadcasts it, and every rank verifies and validates it itself.
-  static Result<std::unique_ptr<Reader>> Open(const std::string& path, Communicator* comm, const ReadOptions& options);
+  /// Opens the checkpoint at `path`: its directory once (a symbolic link to the directory itself is followed), then
+  /// the metadata and the data files inside it, never through a link. With a communicator of several ranks the call
+  /// is collective: rank 0 reads the metadata file once and broadcasts it, every rank verifies and validates it
+  /// itself and checks that its own directory holds the same metadata file.
+  static Result<std::unique_ptr<Reader>> Open(const std::string& path, Communicator* comm, const ReadOptions& options,
+                                              FilePinning pinning = FilePinning::kAllAtOpen);
   ~Reader();
 
   const std::string& path() const { return path_; }
@@ -120,14 +134,19 @@ class Reader {
 
   IoStats io_stats() const;
 
-  /// Data file `index` of the metadata, opened on first use; its size is checked against the metadata.
+  /// Data file `index` of the metadata (pinned at open, or opened now); its size is checked against the metadata.
   Result<const ReadableFile*> File(uint32_t index);
+  /// The whole data file `index` mapped read-only (pages come from the page cache as they are touched; the mapping
+  /// lives as long as the reader), or kUnsupported where the reader was opened with map_files off or the file cannot
+  /// be mapped. See ReadableFile::Map for what a truncation of the file by someone else does.
+  Result<const char*> MappedFile(uint32_t index);
   /// The (cached) spatial index over the chunks of entry `entry`.
   const ChunkIndex& Index(size_t entry);
 
  private:
   friend class ReadExecutor;
-  Reader(std::string path, MetadataView meta, const ReadOptions& options);
+  Reader(std::string path, MetadataView meta, const ReadOptions& options, std::unique_ptr<Directory> dir);
+  Result<std::unique_ptr<ReadableFile>> OpenDataFile(uint32_t index);
   Status EntryError(size_t entry, const Status& st) const;
   Status EntryError(size_t entry, const std::string& msg) const;  // kInvalidArgument
 
@@ -136,8 +155,10 @@ class Reader {
   ReadOptions options_;
   Storage* storage_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Directory> dir_;  // the checkpoint's directory, as opened
   std::mutex files_mu_;
   std::vector<std::unique_ptr<ReadableFile>> files_;
+  std::vector<Status> file_errors_;  // why files_[i] could not be opened at open time (kAllAtOpen)
   std::mutex index_mu_;
   std::vector<std::unique_ptr<ChunkIndex>> indexes_;
   struct AtomicStats {

@@ -234,7 +234,8 @@ Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, St
 
 // Rank 0's side of the commit round: every rank's checksums -> metadata -> commit. Fills the summary.
 Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std::string>& reports_in,
-                           GlobalPlan* plan, StagedCheckpoint* staged, SaveSummary* summary) {
+                           GlobalPlan* plan, StagedCheckpoint* staged, std::chrono::milliseconds timeout,
+                           SaveSummary* summary) {
   std::vector<ChunkChecksums> all;
   for (size_t r = 0; r < reports_in.size(); ++r) {
     Status peer;
@@ -253,7 +254,9 @@ Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std
   DCKPT_ASSIGN_OR_RETURN(std::string encoded, EncodeMetadata(std::move(plan->metadata)));
   summary->metadata_bytes = encoded.size();
   DCKPT_RETURN_IF_ERROR(storage->WriteFileDurably(staged->StagingFile(kMetadataFileName), encoded));
-  return staged->Commit();
+  // Another save committing into the same directory holds its lock for milliseconds; wait well inside the time the
+  // other ranks wait for this round.
+  return staged->Commit(std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(60)));
 }
 
 }  // namespace
@@ -318,7 +321,7 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
   summary.path = path;
   auto final_msg = CoordinatorRound(comm, write_status, EncodeReports(OkStatus(), reports, bytes_written),
                                     options.timeout, [&](std::vector<std::string>& reports_in) {
-    Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, &summary);
+    Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, options.timeout, &summary);
     if (!st.ok()) abort_staging();
     return EncodeFinal(st, summary);
   });

@@ -443,6 +443,28 @@ TEST(SafetensorsExportTest, CorruptDataIsReportedWhenVerifying) {
   EXPECT_TRUE(ExportSafetensors(ckpt, out, no_verify).ok());
 }
 
+// A data file replaced by a link to a valid copy outside the checkpoint: refused, with or without verification,
+// and nothing is written.
+TEST(SafetensorsExportTest, NeverReadsThroughALinkInsideTheCheckpoint) {
+  std::vector<TestTensor> tensors = {MakeTensor("a", DType::kF32, {128})};
+  const std::string dir = TempDir("ckpt");
+  const std::string ckpt = dir + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  const std::string data_file = ckpt + "/data-00000.bin";
+  ASSERT_EQ(::rename(data_file.c_str(), (dir + "/outside.bin").c_str()), 0);
+  ASSERT_EQ(::symlink((dir + "/outside.bin").c_str(), data_file.c_str()), 0);
+  for (const bool verify : {true, false}) {
+    SafetensorsExportOptions opts;
+    opts.verify = verify;
+    const std::string out = TempDir("out");
+    auto r = ExportSafetensors(ckpt, out, opts);
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(data_file + "' is a symbolic link"), std::string::npos)
+        << r.status().ToString();
+    EXPECT_TRUE(ListDir(out).empty());
+  }
+}
+
 TEST(SafetensorsExportTest, JsonQuoteEscapes) {
   EXPECT_EQ(internal_safetensors::JsonQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
   EXPECT_EQ(internal_safetensors::JsonQuote("\xc3\xa9"), "\"\xc3\xa9\"");
