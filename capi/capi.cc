@@ -486,6 +486,30 @@ int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t
   })
 }
 
+int dckpt_reader_map_chunk(const void** data, uint64_t* size, dckpt_reader* reader, size_t entry, size_t chunk) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(data, "data"));
+    DCKPT_RETURN_IF_FAILED(NotNull(size, "size"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    const distckpt::MetadataView& m = reader->reader->metadata();
+    if (entry >= m.num_entries()) return Report(distckpt::InvalidArgument("entry index out of range"));
+    distckpt::EntryView e = m.entry(entry);
+    if (chunk >= e.num_chunks) {
+      return Report(distckpt::InvalidArgument("entry '" + std::string(e.name) + "' has " + std::to_string(e.num_chunks) +
+                                              " chunks; index " + std::to_string(chunk) + " is out of range"));
+    }
+    const distckpt::ChunkLocation loc = e.chunk(chunk);
+    auto mapped = reader->reader->MappedFile(loc.file);
+    if (!mapped.ok()) {
+      return Report(mapped.status().WithContext("checkpoint '" + reader->reader->path() + "': entry '" +
+                                                std::string(e.name) + "'"));
+    }
+    *data = *mapped + loc.offset;  // the metadata was validated: the chunk lies inside the file, whose size was checked
+    *size = loc.length;
+    return DCKPT_OK;
+  })
+}
+
 int dckpt_reader_read(dckpt_reader* reader, const char* name, size_t ndim, const uint64_t* offsets,
                       const uint64_t* lengths, void* dst, uint64_t dst_size) {
   DCKPT_GUARD({

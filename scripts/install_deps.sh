@@ -13,6 +13,7 @@ PACKAGES=(
   redis-server iproute2                               # Redis rendezvous tests, network-namespace tests
   fio                                                 # measuring the disk in benchmarks
   pybind11-dev python3-dev python3-venv               # the Python extension (bindings/) and python/run_tests.sh
+  bindgen libclang-dev                                # distckpt-sys: regenerating bindings, and the staleness test
 )
 
 missing=()

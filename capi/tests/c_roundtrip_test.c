@@ -174,6 +174,25 @@ int main(void) {
   CHECK_OK(dckpt_reader_user_get(&value, reader, "framework"));
   CHECK(strcmp(value, "plain-c") == 0);
   CHECK_OK(dckpt_reader_verify(reader, NULL, NULL));
+
+  /* Zero-copy: chunk 1 of model.w (rows 2..5) straight from the mapping of the pinned data file. */
+  {
+    const void *mapped = NULL;
+    uint64_t mapped_size = 0;
+    CHECK_OK(dckpt_reader_map_chunk(&mapped, &mapped_size, reader, idx, 1));
+    CHECK(mapped_size == 4 * COLS * sizeof(float));
+    CHECK(mapped != NULL && memcmp(mapped, w + 2 * COLS, (size_t)mapped_size) == 0);
+    CHECK(dckpt_reader_map_chunk(&mapped, &mapped_size, reader, idx, 2) == DCKPT_EINVAL);
+    CHECK(dckpt_reader_map_chunk(&mapped, &mapped_size, reader, 99, 0) == DCKPT_EINVAL);
+    /* map_files = 0: the mode in which nothing is mapped (so nothing can raise SIGBUS). */
+    dckpt_read_options no_map = DCKPT_READ_OPTIONS_INIT;
+    no_map.map_files = 0;
+    dckpt_reader *unmapped = NULL;
+    CHECK_OK(dckpt_reader_open(&unmapped, path, NULL, &no_map));
+    CHECK(dckpt_reader_map_chunk(&mapped, &mapped_size, unmapped, idx, 1) == DCKPT_EUNSUPPORTED);
+    CHECK(strstr(dckpt_error_last(), "SIGBUS") != NULL);
+    dckpt_reader_free(unmapped);
+  }
   dckpt_reader_free(reader);
   dckpt_reader_free(NULL); /* _free accepts NULL */
   dckpt_state_free(NULL);

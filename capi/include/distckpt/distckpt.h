@@ -256,8 +256,9 @@ typedef struct dckpt_read_options {
   void *progress_user_data;
   /* version >= 3 */
   int map_files;          /* read data already in the page cache through a read-only mapping (default 1). A data
-                           * file truncated by another process while mapped raises SIGBUS, as with any mapped
-                           * reader; set 0 where files may be modified under a running load. */
+                           * file truncated in place by another process while mapped raises SIGBUS, as with any
+                           * mapped reader; 0: nothing is mapped (reads use pread, a truncation is a clean
+                           * DCKPT_ECORRUPT), the mode for files that may be modified under a running reader. */
   int share_verification; /* dckpt_load: ranks on one host that read the same file split the hashing of the checksum
                            * blocks they all need; a mismatch still fails every rank (default 1) */
 } dckpt_read_options;
@@ -337,6 +338,17 @@ typedef struct dckpt_chunk_info {
 } dckpt_chunk_info;
 #define DCKPT_CHUNK_INFO_INIT {DCKPT_CHUNK_INFO_VERSION, 0, NULL, NULL, NULL, 0, 0, 0}
 DCKPT_API int dckpt_reader_chunk(dckpt_chunk_info *out, const dckpt_reader *reader, size_t entry, size_t chunk);
+
+/* Zero-copy access to chunk `chunk` of entry `entry` (indices as in dckpt_reader_chunk): *data points at its *size
+ * bytes (row-major, little-endian, at a 4 KiB-aligned offset of a read-only mapping of its data file), valid until
+ * dckpt_reader_free. Pages are read from storage when first touched. The bytes are NOT verified: call
+ * dckpt_reader_verify_chunk first where that matters. The data file is the one the reader pinned when it opened, so an
+ * overwrite or a removal of the checkpoint does not change what *data shows. A data file truncated in place by another
+ * process while mapped raises SIGBUS on access, as with any mapped reader: open with map_files = 0 where that can
+ * happen (this function then returns DCKPT_EUNSUPPORTED, and nothing the reader does can raise SIGBUS).
+ * DCKPT_EUNSUPPORTED also where the storage cannot map. */
+DCKPT_API int dckpt_reader_map_chunk(const void **data, uint64_t *size, dckpt_reader *reader, size_t entry,
+                                     size_t chunk);
 
 /* Reads the box [offsets, offsets + lengths) of tensor `name` into `dst`, row-major; dst_size must be exactly its
  * volume * dtype size. Only the needed bytes are read (rounded out to checksum blocks when verifying). */

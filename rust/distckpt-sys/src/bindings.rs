@@ -1751,6 +1751,15 @@ extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 extern "C" {
+    pub fn dckpt_reader_map_chunk(
+        data: *mut *const ::std::os::raw::c_void,
+        size: *mut u64,
+        reader: *mut dckpt_reader,
+        entry: usize,
+        chunk: usize,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
     pub fn dckpt_reader_read(
         reader: *mut dckpt_reader,
         name: *const ::std::os::raw::c_char,

@@ -12,7 +12,7 @@ use crate::comm::Comm;
 use crate::dtype::check_element;
 use crate::error::check;
 use crate::progress::Progress;
-use crate::view::Mapping;
+use crate::view::OwnedChunk;
 use crate::{Dtype, Element, Error, ErrorCode, Result};
 
 /// Options for [`Checkpoint::open_with`] and [`crate::LoadState::load`] (`dckpt_read_options`).
@@ -25,8 +25,9 @@ pub struct ReadOptions {
     pub io_threads: u32,
     /// Collective timeout; `None` means the library's default (10 minutes).
     pub timeout: Option<Duration>,
-    /// Read data already in the page cache through a mapping of the file (default true). A mapped file truncated by
-    /// another process raises SIGBUS: turn this off where files may change under a running reader.
+    /// Read data already in the page cache through a mapping of the file, and view tensors in place (default true). A
+    /// mapped file truncated in place by another process raises SIGBUS. Off: nothing is mapped, so nothing can raise
+    /// SIGBUS; reads use pread and [`Checkpoint::view`] returns a verified copy kept by the `Checkpoint`.
     pub map_files: bool,
     /// In a collective load, ranks on one host hash each shared checksum block once (default true).
     pub share_verification: bool,
@@ -166,12 +167,15 @@ impl IoStats {
 /// `Send` and `Sync`: the C reader is thread-safe (capi/API.md), so any number of threads may read, view and verify
 /// through one `Checkpoint` at once. Dropping it frees the reader and unmaps the data files, which the borrow
 /// checker keeps from racing with any of that.
+///
+/// The reader pins the checkpoint's data files when it opens (descriptors opened relative to the checkpoint directory,
+/// never through a link): an overwrite or a removal of the path afterwards does not change what it reads or views.
 pub struct Checkpoint {
     raw: *mut sys::dckpt_reader,
     path: PathBuf,
-    /// Whole-file read-only mappings, made on the first view into each data file and kept until drop: views borrow
-    /// from them, so entries are never removed.
-    pub(crate) maps: Mutex<HashMap<String, Arc<Mapping>>>,
+    /// Views' copies where the reader maps nothing (`map_files: false`), by entry index, kept until drop: views
+    /// borrow from them, so entries are never removed.
+    pub(crate) owned: Mutex<HashMap<usize, Arc<OwnedChunk>>>,
 }
 
 unsafe impl Send for Checkpoint {}
@@ -242,7 +246,7 @@ impl Checkpoint {
         } else {
             result?;
         }
-        Ok(Checkpoint { raw, path, maps: Mutex::new(HashMap::new()) })
+        Ok(Checkpoint { raw, path, owned: Mutex::new(HashMap::new()) })
     }
 
     /// The path it was opened with.

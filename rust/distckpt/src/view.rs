@@ -1,17 +1,18 @@
 //! Zero-copy views: a tensor stored as one chunk is a typed slice of a read-only memory map of its data file.
 //!
 //! The format puts every chunk at a multiple of 4 KiB (FORMAT.md section 4) and stores elements little-endian in
-//! row-major order, so a single-chunk tensor is already laid out as a Rust `[T]` on a little-endian machine. Each data
-//! file is mapped once, whole, on first use (offset 0, so the page size never matters) and stays mapped until the
-//! `Checkpoint` is dropped; a view costs a metadata lookup and no system call after that. Pages are read by the
-//! kernel on first touch, and only those touched.
+//! row-major order, so a single-chunk tensor is already laid out as a Rust `[T]` on a little-endian machine. The
+//! mapping is the C reader's (`dckpt_reader_map_chunk`): of the data file it pinned when it opened, reached through the
+//! checkpoint's directory and never through a link. An overwrite or a removal of the checkpoint therefore never changes
+//! a view, and a view costs a metadata lookup and no system call once the file is mapped. Pages are read by the kernel
+//! on first touch, and only those touched.
 //!
-//! Like every mmap-based loader (safetensors, candle), this relies on committed checkpoints being immutable: a data
-//! file truncated or rewritten in place while views exist makes reads fault (SIGBUS) or change under the view.
-//! distckpt itself never modifies a committed checkpoint; an overwrite replaces the directory by rename.
+//! Like every mmap-based loader (safetensors, candle), a view faults (SIGBUS) if someone truncates its data file in
+//! place; distckpt itself never modifies a committed checkpoint. Opened with `ReadOptions { map_files: false, .. }`
+//! nothing is mapped: a view is then a verified copy of the tensor, made once and kept by the `Checkpoint`, and nothing
+//! can raise SIGBUS.
 
 use std::ffi::c_void;
-use std::fs::File;
 use std::ops::Deref;
 use std::os::raw::{c_int, c_long};
 use std::sync::Arc;
@@ -24,55 +25,22 @@ use crate::{Dtype, Element, Error, ErrorCode, Result};
 #[cfg(target_os = "linux")]
 mod libc {
     use super::*;
-    pub const PROT_READ: c_int = 1;
-    pub const MAP_SHARED: c_int = 1;
     pub const SC_PAGESIZE: c_int = 30;
     extern "C" {
-        pub fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
-        pub fn munmap(addr: *mut c_void, len: usize) -> c_int;
         pub fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
         pub fn sysconf(name: c_int) -> c_long;
     }
 }
 
-/// A read-only mapping of a whole data file.
-pub(crate) struct Mapping {
-    ptr: *mut u8,
+/// A tensor copied out of the checkpoint (views of a reader opened with `map_files: false`), 8-byte aligned.
+pub(crate) struct OwnedChunk {
+    words: Vec<u64>,
     len: usize,
 }
 
-// The mapping is read-only and never remapped while it exists.
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        #[cfg(target_os = "linux")]
-        if self.len > 0 {
-            unsafe { libc::munmap(self.ptr.cast(), self.len) };
-        }
-    }
-}
-
-impl Mapping {
-    #[cfg(target_os = "linux")]
-    fn map(file: &File) -> std::io::Result<Mapping> {
-        use std::os::unix::io::AsRawFd;
-        let len = usize::try_from(file.metadata()?.len()).map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
-        if len == 0 {
-            return Ok(Mapping { ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), len: 0 });
-        }
-        // MAP_SHARED: pages come straight from the page cache, with no private copy-on-write bookkeeping.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
-        if p as isize == -1 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Mapping { ptr: p.cast(), len })
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn map(_file: &File) -> std::io::Result<Mapping> {
-        Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "memory-mapped views are implemented for Linux only"))
+impl OwnedChunk {
+    fn bytes(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.len) }
     }
 }
 
@@ -260,31 +228,22 @@ impl Checkpoint {
                         format!("{}: its chunk holds {} bytes, the tensor {}", self.describe(name), chunk.length, entry.nbytes()),
                     ));
                 };
-                let map = self.mapping(chunk.file)?;
-                let start = usize::try_from(chunk.file_offset).ok();
-                let end = start.and_then(|s| s.checked_add(len)).filter(|e| *e <= map.len);
-                let (Some(start), Some(_)) = (start, end) else {
-                    return Err(Error::new(
-                        ErrorCode::Corrupt,
-                        format!(
-                            "{}: bytes {}..{} of data file '{}' lie past its end ({} bytes): the file is truncated",
-                            self.describe(name),
-                            chunk.file_offset,
-                            chunk.file_offset.saturating_add(chunk.length),
-                            chunk.file,
-                            map.len
-                        ),
-                    ));
-                };
-                let ptr = unsafe { map.ptr.add(start) };
+                let bytes = self.chunk_bytes(&entry, len)?;
+                let ptr = bytes.as_ptr();
                 if (ptr as usize) % std::mem::align_of::<T>() != 0 {
                     return Err(Error::new(
                         ErrorCode::Unsupported,
-                        format!("{}: its chunk at offset {start} is not aligned for {}", self.describe(name), std::any::type_name::<T>()),
+                        format!(
+                            "{}: its chunk at offset {} is not aligned for {}",
+                            self.describe(name),
+                            chunk.file_offset,
+                            std::any::type_name::<T>()
+                        ),
                     ));
                 }
-                // Sound: in bounds of a mapping that lives as long as `self` (never removed from `maps`), aligned,
-                // every bit pattern is a valid `T` (Element is sealed to plain old data), and read-only.
+                // Sound: `len` bytes inside the reader's mapping (or an owned copy never removed from `owned`), both
+                // living as long as `self`; aligned; every bit pattern is a valid `T` (Element is sealed to plain old
+                // data); read-only.
                 unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), len / elem) }
             }
             n => {
@@ -301,21 +260,49 @@ impl Checkpoint {
         Ok(TensorView { data, entry })
     }
 
-    /// The mapping of data file `file`, made on first use.
-    fn mapping(&self, file: &str) -> Result<Arc<Mapping>> {
-        let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = maps.get(file) {
-            return Ok(m.clone());
+    /// The `len` bytes of the single chunk of `entry`: the reader's mapping of its pinned data file, or, where the
+    /// reader maps nothing (`map_files: false`), a verified copy made on first use and kept until drop.
+    fn chunk_bytes(&self, entry: &Entry<'_>, len: usize) -> Result<&[u8]> {
+        let mut data: *const c_void = std::ptr::null();
+        let mut size: u64 = 0;
+        let rc = unsafe { distckpt_sys::dckpt_reader_map_chunk(&mut data, &mut size, self.raw(), entry.index(), 0) };
+        if rc == distckpt_sys::DCKPT_EUNSUPPORTED {
+            return self.owned_copy(entry, len);
         }
-        // The file name comes from validated metadata: a plain name, no separators or "..".
-        let path = self.path().join(file);
-        let io = |what: &str, e: std::io::Error| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { ErrorCode::Corrupt } else { ErrorCode::Io };
-            Error::new(code, format!("{what} data file '{file}' of checkpoint '{}': {e}", self.path().display()))
-        };
-        let f = File::open(&path).map_err(|e| io("opening", e))?;
-        let m = Arc::new(Mapping::map(&f).map_err(|e| io("mapping", e))?);
-        maps.insert(file.to_string(), m.clone());
-        Ok(m)
+        check(rc)?;
+        if size != len as u64 {
+            return Err(Error::new(ErrorCode::Internal, format!("{}: mapped {size} bytes, expected {len}", self.describe(entry.name()))));
+        }
+        // Sound: the C reader keeps the mapping until dckpt_reader_free, which only Drop calls.
+        Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) })
+    }
+
+    fn owned_copy(&self, entry: &Entry<'_>, len: usize) -> Result<&[u8]> {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(chunk) = owned.get(&entry.index()) {
+            let bytes: &[u8] = chunk.bytes();
+            // Sound: the Arc's buffer is never moved or freed while `self` lives (entries are never removed).
+            return Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) });
+        }
+        let mut chunk = OwnedChunk { words: vec![0u64; len.div_ceil(8)], len };
+        let shape = entry.shape();
+        let zeros = vec![0u64; shape.len()];
+        let name = crate::checkpoint::cstring(entry.name(), "entry name")?;
+        check(unsafe {
+            distckpt_sys::dckpt_reader_read(
+                self.raw(),
+                name.as_ptr(),
+                shape.len(),
+                zeros.as_ptr(),
+                shape.as_ptr(),
+                chunk.words.as_mut_ptr().cast(),
+                len as u64,
+            )
+        })?;
+        let chunk = Arc::new(chunk);
+        let bytes: &[u8] = chunk.bytes();
+        let out = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+        owned.insert(entry.index(), chunk);
+        Ok(out)
     }
 }
