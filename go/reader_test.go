@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -244,5 +245,68 @@ func TestFinalizerReleasesUnclosedReaders(t *testing.T) {
 	r := open(t, path)
 	if _, err := r.Read("model.embed"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Issue 10: a Reader pins the checkpoint's files when it opens. After the path is replaced (removed and written again,
+// or overwritten) or removed, it keeps reading what it opened, with verification on (no false corruption) or off (no
+// other checkpoint's data).
+func TestAnOpenReaderKeepsReadingTheCheckpointItOpened(t *testing.T) {
+	for _, noVerify := range []bool{false, true} {
+		path := writeFixture(t, fixtures.Options{Step: 1, Seed: 1})
+		r, err := distckpt.Open(path, &distckpt.ReadOptions{NoVerify: noVerify})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fixtures.Standard[0].Name
+		want, err := r.Read(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+		fixtures.Write(t, path, fixtures.Options{Step: 2, Seed: 2})
+		got, err := r.Read(name)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("noVerify=%v: after the path was replaced: err %v, same bytes %v", noVerify, err, bytes.Equal(got, want))
+		}
+		if fresh := open(t, path); fresh != nil {
+			if other, _ := fresh.Read(name); bytes.Equal(other, want) {
+				t.Fatal("the replacement has the same bytes: the test proves nothing")
+			}
+		}
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.Read(name); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("noVerify=%v: after a removal: %v", noVerify, err)
+		}
+		r.Close()
+	}
+}
+
+// A data file that is a symbolic link (here to a valid copy outside) is refused, naming it; a link to the checkpoint
+// directory itself works.
+func TestALinkInsideTheCheckpointIsRefused(t *testing.T) {
+	path := writeFixture(t, fixtures.Options{Step: 1})
+	latest := filepath.Join(filepath.Dir(path), "latest")
+	if err := os.Symlink(filepath.Base(path), latest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(t, latest).Read(fixtures.Standard[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(path, "data-00000.bin")
+	outside := filepath.Join(t.TempDir(), "outside.bin")
+	if err := os.Rename(data, outside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, data); err != nil {
+		t.Fatal(err)
+	}
+	_, err := open(t, path).Read(fixtures.Standard[0].Name)
+	if !errors.Is(err, distckpt.ErrCorrupt) || !strings.Contains(err.Error(), "data-00000.bin' is a symbolic link") {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -26,7 +26,7 @@ def test_metadata_describes_dtype_shape_and_chunks(tmp_path):
     with distckpt.open(tmp_path / "c") as r:
         assert list(r.keys()) == ["cfg.lr", "w"] and len(r) == 2 and "w" in r and "x" not in r
         m = r.metadata
-        assert m.format_version == (1, 0) and m.user == {"step": "9"} and m.total_bytes == full.nbytes + 3
+        assert m.format_version == (1, 1) and m.user == {"step": "9"} and m.total_bytes == full.nbytes + 3
         w = m["w"]
         assert (w.kind, w.dtype, w.shape, w.num_chunks, w.nbytes) == ("tensor", "F64", (8, 6), 2, full.nbytes)
         assert w.numpy_dtype == np.float64
@@ -165,3 +165,39 @@ def test_map_files_off_reads_everything_with_read_calls(matrix_ckpt):
     out = {"a": np.zeros_like(a)}
     distckpt.load(out, path, map_files=False, share_verification=False)
     np.testing.assert_array_equal(out["a"], a)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+@pytest.mark.parametrize("map_files", [True, False])
+def test_an_open_reader_keeps_reading_the_checkpoint_it_opened(tmp_path, verify, map_files):
+    # Issue 10: after an overwrite an open reader used to read the new files against the old metadata (false
+    # corruption with verification on, the new checkpoint's data with it off). It pins its files when it opens.
+    old, new = np.arange(4096, dtype=np.float32), np.arange(4096, dtype=np.float32) + 1e5
+    path = tmp_path / "ckpt"
+    distckpt.save({"w": old}, path)
+    with distckpt.open(path, verify=verify, map_files=map_files) as r:
+        distckpt.save({"w": new}, path, overwrite=True)
+        np.testing.assert_array_equal(r.read("w"), old)
+        np.testing.assert_array_equal(np.asarray(r["w"][100:200]), old[100:200])
+        with distckpt.open(path) as fresh:
+            np.testing.assert_array_equal(fresh.read("w"), new)
+        import shutil
+
+        shutil.rmtree(path)
+        np.testing.assert_array_equal(r.read("w"), old)
+
+
+def test_a_data_file_that_is_a_link_is_refused(tmp_path):
+    import os
+
+    path = tmp_path / "step-1"
+    distckpt.save({"w": np.arange(10.0)}, path)
+    os.symlink("step-1", tmp_path / "latest")  # a link to the checkpoint itself is fine
+    np.testing.assert_array_equal(distckpt.load(None, tmp_path / "latest")["w"], np.arange(10.0))
+    data = path / "data-00000.bin"
+    os.rename(data, tmp_path / "outside.bin")
+    os.symlink(tmp_path / "outside.bin", data)  # a valid copy: following it would "work"
+    with pytest.raises(distckpt.CorruptCheckpointError, match="data-00000.bin' is a symbolic link"):
+        distckpt.load(None, path)
+    with distckpt.open(path) as r, pytest.raises(distckpt.CorruptCheckpointError, match="symbolic link"):
+        r.read("w")

@@ -13,7 +13,7 @@ func TestInspectText(t *testing.T) {
 	ckpt := filepath.Join(store(t, 3), "step-3")
 	out, errOut, code := cli(t, "inspect", ckpt, "--layout", "model.layers.0.w")
 	wantCode(t, code, exitOK, out, errOut)
-	for _, s := range []string{"format      1.0", "step=3", "model.embed", "F32", "[64, 32]", "BF16", "optim.step",
+	for _, s := range []string{"format      1.1", "step=3", "model.embed", "F32", "[64, 32]", "BF16", "optim.step",
 		"I64", "[]", fixtures.BytesEntry, "bytes", "layout of model.layers.0.w", "[0:16, 32:64]", "data-00000.bin"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("inspect output lacks %q:\n%s", s, out)

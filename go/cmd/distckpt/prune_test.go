@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -247,5 +248,120 @@ func TestPruneRefusals(t *testing.T) {
 	}
 	if strings.Join(remaining(t, dir), " ") != "step-1" {
 		t.Fatal("a refused prune deleted something")
+	}
+}
+
+// snapshotTree maps every path under root (not following links) to its content, or to "dir" / "link -> target".
+func snapshotTree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		switch {
+		case d.Type()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			out[rel] = "link -> " + target
+		case d.IsDir():
+			out[rel] = "dir"
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out[rel] = string(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Issue 10: prune never deletes anything outside the directory it was given, whatever links are inside it: links in
+// checkpoints (to files and directories outside), a link in place of a data file, top-level links to checkpoints and
+// directories outside named like checkpoints, staging and leftover directories, and a checkpoint swapped for a link
+// between the scan and its deletion.
+func TestPruneNeverDeletesAnythingOutsideItsDirectory(t *testing.T) {
+	base := t.TempDir()
+	outside := filepath.Join(base, "outside")
+	if err := os.MkdirAll(filepath.Join(outside, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"precious", "sub/also-precious"} {
+		if err := os.WriteFile(filepath.Join(outside, f), []byte("keep "+f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fixtures.Write(t, filepath.Join(outside, "step-0"), fixtures.Options{Step: 0})
+	before := snapshotTree(t, outside)
+
+	dir := filepath.Join(base, "store")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for s := 1; s <= 6; s++ {
+		fixtures.Write(t, filepath.Join(dir, "step-"+itoa(s)), fixtures.Options{Step: s, Seed: float32(s)})
+	}
+	link := func(target, name string) {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link(outside, "step-1/evil-dir")
+	link(filepath.Join(outside, "precious"), "step-1/evil-file")
+	link("../../outside/sub", "step-2/relative-evil")
+	data := filepath.Join(dir, "step-3", "data-00000.bin")
+	if err := os.Remove(data); err != nil {
+		t.Fatal(err)
+	}
+	link(filepath.Join(outside, "precious"), "step-3/data-00000.bin")
+	link(filepath.Join(outside, "step-0"), "step-0")  // an old checkpoint outside, by step
+	link(outside, "x.dckpt-staging-00000000000000aa") // staging-shaped links
+	link(outside, "x.dckpt-old-00000000000000bb")     // leftover-shaped links
+	link(filepath.Join(outside, "sub"), "y.dckpt-deleting-00000000000000cc")
+	staging := fixtures.Staging(t, dir, "z", "00000000000000dd", fixtures.Hostname(t), fixtures.DeadPID(t), 3*time.Hour)
+	if err := os.Symlink(outside, filepath.Join(staging, "evil")); err != nil {
+		t.Fatal(err)
+	}
+	fixtures.Age(t, staging, 3*time.Hour)
+
+	// Between the scan and the deletions, step-4 is swapped for a link to the outside directory.
+	defer func(f func(string) error) { removeAll = f }(removeAll)
+	swapped := false
+	removeAll = func(path string) error {
+		if !swapped {
+			swapped = true
+			victim := filepath.Join(dir, "step-4")
+			if err := os.RemoveAll(victim); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, victim); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return os.RemoveAll(path)
+	}
+	var o pruneOut
+	cliJSON(t, &o, "prune", "--keep-last", "1", "--grace", "0s", dir)
+	if !swapped {
+		t.Fatalf("nothing was deleted: %+v", o.Actions)
+	}
+	if after := snapshotTree(t, outside); !reflect.DeepEqual(after, before) {
+		t.Fatalf("prune changed what lies outside its directory:\nbefore %v\nafter  %v", before, after)
+	}
+	for _, kept := range []string{"step-0", "x.dckpt-staging-00000000000000aa", "x.dckpt-old-00000000000000bb",
+		"y.dckpt-deleting-00000000000000cc", "step-6"} {
+		if _, err := os.Lstat(filepath.Join(dir, kept)); err != nil {
+			t.Errorf("%s is gone: links are never followed or deleted by prune, and the newest checkpoint stays", kept)
+		}
+	}
+	for _, gone := range []string{"step-1", "step-2", "step-3", filepath.Base(staging)} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); err == nil {
+			t.Errorf("%s is still there", gone)
+		}
 	}
 }
