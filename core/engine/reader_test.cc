@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/base/wire.h"
+#include "core/comm/communicator.h"
 #include "core/engine/load.h"
 #include "core/engine/save.h"
 #include "core/storage/storage.h"
@@ -236,6 +238,53 @@ TEST(ReaderTest, AMissingCheckpointOrAnUnfinishedSaveIsNotFound) {
   auto half = Reader::Open(dir + "/half", nullptr, ReadOptions{});
   EXPECT_EQ(half.status().code(), StatusCode::kNotFound);
   EXPECT_NE(half.status().message().find("incomplete checkpoint"), std::string::npos) << half.status().ToString();
+}
+
+// Rank 1 of a two-rank open, whose broadcast delivers what rank 0 read: `bytes` (a metadata file).
+class RankOneOfTwo final : public Communicator {
+ public:
+  explicit RankOneOfTwo(std::string bytes) : bytes_(std::move(bytes)) {}
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  std::string name() const override { return "test"; }
+  Status AllGather(const std::string&, std::vector<std::string>*, std::chrono::milliseconds) override {
+    return Internal("not used");
+  }
+  Status Gather(const std::string&, int, std::vector<std::string>*, std::chrono::milliseconds) override {
+    return Internal("not used");
+  }
+  Status Broadcast(std::string* data, int, std::chrono::milliseconds) override {
+    WireWriter w;
+    PutStatus(&w, OkStatus());
+    w.Str(bytes_);
+    *data = w.Take();
+    return OkStatus();
+  }
+  Status Barrier(std::chrono::milliseconds) override { return OkStatus(); }
+
+ private:
+  std::string bytes_;
+};
+
+// A checkpoint replaced between rank 0's read of the metadata and this rank's open: this rank would pin the new
+// checkpoint's files under the old metadata. It notices, and says so.
+TEST(ReaderTest, ACollectiveOpenNoticesACheckpointReplacedBetweenRanks) {
+  const std::string path = TempDir() + "/ckpt";
+  SaveVersion(path, 1, false);
+  const std::string rank0_read = ReadAll(path + "/metadata.dckpt");
+  {
+    RankOneOfTwo comm(rank0_read);
+    auto same = Reader::Open(path, &comm, ReadOptions{});
+    ASSERT_TRUE(same.ok()) << same.status().ToString();
+    EXPECT_EQ(*ReadA(same->get()), Values(1, 4096, 1));
+  }
+  SaveVersion(path, 2, /*overwrite=*/true);
+  RankOneOfTwo comm(rank0_read);
+  auto changed = Reader::Open(path, &comm, ReadOptions{});
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.status().code(), StatusCode::kState);
+  EXPECT_NE(changed.status().message().find("changed while it was being opened"), std::string::npos)
+      << changed.status().ToString();
 }
 
 // Metadata damage names the metadata file (format 1.1's checksum).
