@@ -579,8 +579,10 @@ py::dict Load(const std::string& path, State& state, std::shared_ptr<Comm> comm,
 class Reader {
  public:
   static std::unique_ptr<Reader> Open(const std::string& path, std::shared_ptr<Comm> comm, bool verify,
-                                      unsigned io_threads, uint64_t timeout_ms, bool map_files) {
-    dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, nullptr, map_files);
+                                      unsigned io_threads, uint64_t timeout_ms, bool map_files,
+                                      bool share_verification, bool pin_files) {
+    dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, nullptr, map_files, share_verification);
+    o.pin_files = pin_files ? 1 : 0;
     Comm::Use use(comm);
     dckpt_comm* c = use.get();
     dckpt_reader* r = nullptr;
@@ -726,6 +728,25 @@ class Reader {
     }
     if (rc == kClosed) CheckOpen(rc);
     CheckCall(rc, prog.get(), nullptr);
+  }
+
+  /// Loads a State from the checkpoint this reader opened (collective over `comm`, as it was opened).
+  py::dict Load(State& state, std::shared_ptr<Comm> comm, py::object progress) {
+    auto prog = MakeProgress(progress);
+    dckpt_io_stats stats = DCKPT_IO_STATS_INIT;
+    Comm::Use use(comm);
+    dckpt_comm* c = use.get();
+    int rc = kClosed;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (reader_) {
+        rc = dckpt_reader_load(&stats, reader_, state.get(), c, prog ? &ProgressTrampoline : nullptr, prog.get());
+      }
+    }
+    if (rc == kClosed) CheckOpen(rc);
+    CheckCall(rc, prog.get(), comm);
+    return IoStatsDict(stats);
   }
 
   void VerifyChunk(size_t entry, size_t chunk) {
@@ -929,7 +950,9 @@ PYBIND11_MODULE(_distckpt, m) {
 
   py::class_<Reader>(m, "Reader")
       .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"),
-                  py::arg("io_threads"), py::arg("timeout_ms"), py::arg("map_files") = true)
+                  py::arg("io_threads"), py::arg("timeout_ms"), py::arg("map_files") = true,
+                  py::arg("share_verification") = true, py::arg("pin_files") = true)
+      .def("load", &Reader::Load, py::arg("state"), py::arg("comm").none(true), py::arg("progress"))
       .def("close", &Reader::Close)
       .def_property_readonly("closed", &Reader::closed)
       .def("info", &Reader::Info)

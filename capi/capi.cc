@@ -353,7 +353,8 @@ int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
     dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
     defaults.version = version;
     // Write only the fields a caller built against `version` has room for.
-    const size_t size = version >= 3   ? sizeof defaults
+    const size_t size = version >= 4   ? sizeof defaults
+                        : version == 3 ? offsetof(dckpt_read_options, pin_files)
                         : version == 2 ? offsetof(dckpt_read_options, map_files)
                                        : offsetof(dckpt_read_options, progress);
     std::memcpy(opts, &defaults, size);
@@ -394,9 +395,30 @@ int dckpt_reader_open(dckpt_reader** out, const char* path, dckpt_comm* comm, co
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     auto o = distckpt::capi::ToReadOptions(opts);
     if (!o.ok()) return Report(o.status());
-    auto r = distckpt::Reader::Open(path, distckpt::capi::CommOf(comm), *o);
+    const bool pin = opts == nullptr || opts->version < 4 || opts->pin_files != 0;
+    auto r = distckpt::Reader::Open(path, distckpt::capi::CommOf(comm), *o,
+                                    pin ? distckpt::FilePinning::kAllAtOpen : distckpt::FilePinning::kOnFirstUse);
     if (!r.ok()) return Report(r.status());
     *out = new dckpt_reader{std::move(r).value()};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_load(dckpt_io_stats* stats, dckpt_reader* reader, dckpt_state* state, dckpt_comm* comm,
+                      dckpt_progress_fn progress, void* progress_user_data) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    if (stats) {
+      DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats"));
+    }
+    distckpt::ProgressFn fn;
+    if (progress) fn = [progress, progress_user_data](uint64_t done, uint64_t total) {
+      return progress(done, total, progress_user_data);
+    };
+    auto r = distckpt::Load(reader->reader.get(), state->state, distckpt::capi::CommOf(comm), fn);
+    if (!r.ok()) return Report(r.status());
+    if (stats) FillIoStats(stats, r->io, r->seconds);
     return DCKPT_OK;
   })
 }

@@ -128,6 +128,31 @@ int main(void) {
     CHECK_OK(dckpt_load(&old_stats, path, dst, NULL, &old_opts));
     CHECK(old_stats.bytes_delivered == stats.bytes_delivered);
     CHECK(old_stats.bytes_mapped == 0xEEEEEEEEEEEEEEEEull);
+    /* A version 3 struct has no pin_files: init must not write it. */
+    {
+      dckpt_read_options v3;
+      memset(&v3, 0xEE, sizeof v3);
+      CHECK_OK(dckpt_read_options_init(&v3, 3));
+      CHECK(v3.version == 3 && v3.map_files == 1 && v3.share_verification == 1);
+      CHECK(v3.pin_files == (int)0xEEEEEEEE);
+    }
+    /* Loading through an open reader (everything from the checkpoint it opened), files opened on first use. */
+    {
+      dckpt_read_options lazy = DCKPT_READ_OPTIONS_INIT;
+      CHECK(lazy.pin_files == 1);
+      lazy.pin_files = 0;
+      dckpt_reader *opened = NULL;
+      CHECK_OK(dckpt_reader_open(&opened, path, NULL, &lazy));
+      memset(col0, 0xff, sizeof col0);
+      step_back = 0;
+      dckpt_io_stats via_reader = DCKPT_IO_STATS_INIT;
+      CHECK_OK(dckpt_reader_load(&via_reader, opened, dst, NULL, NULL, NULL));
+      for (r = 0; r < ROWS; r++) CHECK(col0[r] == w[r * COLS + 0]);
+      CHECK(step_back == step);
+      CHECK(via_reader.bytes_delivered == sizeof w + sizeof b + sizeof step + sizeof config);
+      CHECK(dckpt_reader_load(NULL, NULL, dst, NULL, NULL, NULL) == DCKPT_EINVAL);
+      dckpt_reader_free(opened);
+    }
     /* Version 3 options: mapping off means every byte comes through read(). */
     dckpt_read_options no_map = DCKPT_READ_OPTIONS_INIT;
     no_map.map_files = 0;

@@ -55,27 +55,23 @@ Result<VerifyClaim> Claim(Reader* reader, ReadBatch* batch) {
   return claim;
 }
 
-}  // namespace
-
-Result<LoadSummary> Load(const std::string& path, State& state, Communicator* comm, const ReadOptions& options) {
+// The load proper, for a reader that opened, or failed to open with `st`: every rank takes part in the collectives
+// whatever its state, so that they stay matched.
+Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, State& state, Communicator* comm,
+                        const ReadOptions& options, const ProgressFn& progress) {
   const auto start = std::chrono::steady_clock::now();
   const bool collective = comm != nullptr && comm->size() > 1;
-  // Only the files this rank reads are opened (a load on many ranks would otherwise open every file on every rank),
-  // through the directory opened with the metadata, so a checkpoint replaced mid-load fails the load instead of
-  // mixing two checkpoints.
-  auto reader = Reader::Open(path, comm, options, FilePinning::kOnFirstUse);
   std::unique_ptr<ReadBatch> batch;
-  Status st = reader.status();
   if (st.ok()) {
-    batch = std::make_unique<ReadBatch>(reader->get());
-    st = PlanTensors(reader->get(), state, batch.get());
+    batch = std::make_unique<ReadBatch>(reader);
+    st = PlanTensors(reader, state, batch.get());
   }
   if (collective) {
-    // Every rank takes part whatever its state, so that the collectives stay matched: first the plans' verified
-    // ranges (a rank that failed sends its error instead, and nobody starts reading), at the end the outcome.
+    // First the plans' verified ranges (a rank that failed sends its error instead, and nobody starts reading), at
+    // the end the outcome.
     VerifyClaim claim;
     if (st.ok() && options.verify && options.share_verification) {
-      auto made = Claim(reader->get(), batch.get());
+      auto made = Claim(reader, batch.get());
       if (made.ok()) claim = std::move(made).value();
       else st = made.status();
     }
@@ -83,10 +79,10 @@ Result<LoadSummary> Load(const std::string& path, State& state, Communicator* co
     if (!filter.ok()) return st.ok() ? filter.status().WithContext("loading '" + path + "'") : st;
     batch->SetVerifyFilter(std::move(filter).value());
   }
-  if (st.ok()) st = batch->Run(options.progress);
+  if (st.ok()) st = batch->Run(progress);
   if (st.ok()) {
     for (BytesEntry& b : state.bytes()) {
-      auto size = (*reader)->ReadBytes(b.name, b.data, b.size);
+      auto size = reader->ReadBytes(b.name, b.data, b.size);
       if (!size.ok()) {
         st = size.status();
         break;
@@ -102,10 +98,31 @@ Result<LoadSummary> Load(const std::string& path, State& state, Communicator* co
   }
   if (!st.ok()) return st;
   LoadSummary summary;
-  summary.io = (*reader)->io_stats();
+  summary.io = reader->io_stats();
   summary.entries = static_cast<uint32_t>(state.tensors().size() + state.bytes().size());
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+}  // namespace
+
+Result<LoadSummary> Load(const std::string& path, State& state, Communicator* comm, const ReadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  // Only the files this rank reads are opened (a load on many ranks would otherwise open every file on every rank),
+  // through the directory opened with the metadata, so a checkpoint replaced mid-load fails the load instead of
+  // mixing two checkpoints.
+  auto reader = Reader::Open(path, comm, options, FilePinning::kOnFirstUse);
+  auto summary = Run(reader.ok() ? reader->get() : nullptr, reader.status(), path, state, comm, options,
+                     options.progress);
+  if (summary.ok()) {
+    summary->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return summary;
+}
+
+Result<LoadSummary> Load(Reader* reader, State& state, Communicator* comm, const ProgressFn& progress) {
+  if (reader == nullptr) return InvalidArgument("Load: null reader");
+  return Run(reader, OkStatus(), reader->path(), state, comm, reader->options(), progress);
 }
 
 }  // namespace distckpt

@@ -23,6 +23,12 @@ struct LoadSummary {
 /// failure on one rank fails all of them).
 Result<LoadSummary> Load(const std::string& path, State& state, Communicator* comm, const ReadOptions& options);
 
+/// The same through an open reader: from the checkpoint it opened, with its options (verify, mapping, shared
+/// verification, timeout), without reading the metadata again. Collective when `comm` has several ranks; `comm` must
+/// be the communicator the reader was opened with (every rank opened it). A binding that reads the structure and
+/// bytes entries through a reader loads its tensors this way, so that everything comes from one checkpoint.
+Result<LoadSummary> Load(Reader* reader, State& state, Communicator* comm, const ProgressFn& progress);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_CORE_ENGINE_LOAD_H_

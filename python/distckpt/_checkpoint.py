@@ -343,16 +343,20 @@ def load(
     path = os.fspath(path)
     native_comm = native_of(comm)
     ms = _native.timeout_ms(timeout)
-    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms, map_files)
-    mapping = (map_files, share_verification)
+    # One reader for the structure, the bytes entries and the tensors: everything comes from the checkpoint it opened.
+    # One process pins every data file at once (it then loads that checkpoint whatever happens to the path meanwhile);
+    # on many ranks each opens only the files it reads, on first use (a checkpoint replaced meanwhile fails the load,
+    # it is never mixed with another).
+    pin_files = native_comm is None
+    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms, map_files, share_verification, pin_files)
     try:
         # A failure on this rank before the load's collectives (a missing entry, a refused pickle) aborts the group,
         # so the other ranks fail at once instead of waiting out their timeouts.
         with _abort_on_local_error(comm):
             ckpt = _Opened(reader, path)
             if state_dict is None:
-                return _load_everything(ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress, mapping)
-            return _load_into(state_dict, ckpt, native_comm, allow_pickle, verify, io_threads, ms, progress, mapping)
+                return _load_everything(ckpt, native_comm, allow_pickle, progress)
+            return _load_into(state_dict, ckpt, native_comm, allow_pickle, progress)
     finally:
         reader.close()
 
@@ -364,8 +368,8 @@ def _check_pickle(names: List[str], ckpt: _Opened, allow_pickle: bool) -> None:
 
 
 def _load_into(
-    state_dict: MutableMapping[str, Any], ckpt: _Opened, native_comm: Any, allow_pickle: bool, verify: bool,
-    io_threads: int, ms: int, progress: Optional[ProgressFn], mapping: Tuple[bool, bool],
+    state_dict: MutableMapping[str, Any], ckpt: _Opened, native_comm: Any, allow_pickle: bool,
+    progress: Optional[ProgressFn],
 ) -> Any:  # fmt: skip
     flat = _tree.flatten(state_dict, _arrays.is_load_target)
     missing = [leaf.name for leaf in flat.leaves if leaf.name not in ckpt.entries]
@@ -399,7 +403,7 @@ def _load_into(
             state.add_piece(leaf.name, [0] * len(shape), list(shape), _arrays.bytes_view(a), True)
             replacements[leaf.path] = a
 
-    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress, *mapping)
+    ckpt.reader.load(state, native_comm, progress)
     for leaf in objects:
         replacements[leaf.path] = ckpt.read_object(leaf.name, allow_pickle)
     for leaf_path, finish in finishers.items():
@@ -410,8 +414,7 @@ def _load_into(
 
 
 def _load_everything(
-    ckpt: _Opened, native_comm: Any, allow_pickle: bool, verify: bool, io_threads: int, ms: int,
-    progress: Optional[ProgressFn], mapping: Tuple[bool, bool],
+    ckpt: _Opened, native_comm: Any, allow_pickle: bool, progress: Optional[ProgressFn]
 ) -> Dict[Any, Any]:  # fmt: skip
     _check_pickle(list(ckpt.encodings), ckpt, allow_pickle)
     state = _native.State()
@@ -423,7 +426,7 @@ def _load_everything(
         state.add_tensor(name, code, list(shape))
         state.add_piece(name, [0] * len(shape), list(shape), _arrays.bytes_view(a), True)
         arrays[name] = a
-    _native.load(ckpt.path, state, native_comm, verify, io_threads, ms, progress, *mapping)
+    ckpt.reader.load(state, native_comm, progress)
     values: Dict[str, Any] = dict(arrays)
     for name, (kind, _, _) in ckpt.entries.items():
         if kind == _BYTES:

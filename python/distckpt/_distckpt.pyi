@@ -76,8 +76,16 @@ class SaveFuture:
 class Reader:
     @staticmethod
     def open(
-        path: str, comm: Optional[Comm], verify: bool, io_threads: int, timeout_ms: int, map_files: bool = True
+        path: str,
+        comm: Optional[Comm],
+        verify: bool,
+        io_threads: int,
+        timeout_ms: int,
+        map_files: bool = True,
+        share_verification: bool = True,
+        pin_files: bool = True,
     ) -> Reader: ...
+    def load(self, state: State, comm: Optional[Comm], progress: Optional[ProgressFn]) -> Dict[str, int]: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...

@@ -201,3 +201,28 @@ def test_a_data_file_that_is_a_link_is_refused(tmp_path):
         distckpt.load(None, path)
     with distckpt.open(path) as r, pytest.raises(distckpt.CorruptCheckpointError, match="symbolic link"):
         r.read("w")
+
+
+def test_load_takes_everything_from_one_checkpoint(tmp_path, monkeypatch):
+    # load() reads the structure and object entries through a reader, then the tensors. It used to load the tensors
+    # by path, reading the metadata a second time: a checkpoint overwritten in between gave the old structure and
+    # objects with the new tensors. Now the tensors come through the same reader.
+    from distckpt import _checkpoint
+
+    path = tmp_path / "ckpt"
+    distckpt.save({"w": np.full(1000, 1.0), "note": "v1"}, path)
+    opened = _checkpoint._Opened
+    written = [1]
+
+    class OverwrittenRightAfterOpening(opened):  # type: ignore[misc, valid-type]
+        def __init__(self, reader, p):
+            super().__init__(reader, p)
+            written.append(written[-1] + 1)
+            v = written[-1]
+            distckpt.save({"w": np.full(1000, float(v)), "note": f"v{v}"}, path, overwrite=True)
+
+    monkeypatch.setattr(_checkpoint, "_Opened", OverwrittenRightAfterOpening)
+    everything = distckpt.load(None, path)  # opens v1; v2 replaces it right away
+    assert everything["note"] == "v1" and (everything["w"] == 1.0).all()
+    into = distckpt.load({"w": np.zeros(1000), "note": None}, path)  # opens v2; v3 replaces it
+    assert into["note"] == "v2" and (into["w"] == 2.0).all()

@@ -245,7 +245,7 @@ DCKPT_API void dckpt_save_future_free(dckpt_save_future *future);
 
 /* ---- Load and read ------------------------------------------------------------------------------------------- */
 
-#define DCKPT_READ_OPTIONS_VERSION 3
+#define DCKPT_READ_OPTIONS_VERSION 4
 typedef struct dckpt_read_options {
   unsigned version;
   int verify;          /* check checksums of every byte read (default 1) */
@@ -261,8 +261,14 @@ typedef struct dckpt_read_options {
                            * DCKPT_ECORRUPT), the mode for files that may be modified under a running reader. */
   int share_verification; /* dckpt_load: ranks on one host that read the same file split the hashing of the checksum
                            * blocks they all need; a mismatch still fails every rank (default 1) */
+  /* version >= 4 */
+  int pin_files;          /* dckpt_reader_open: open every data file now (default 1), so that the reader keeps
+                           * reading the checkpoint it opened whatever happens to the path later. 0: each file on
+                           * first use, through the checkpoint directory opened with the metadata (for a reader on
+                           * many ranks that each read a few files, as a load does); a checkpoint replaced or removed
+                           * meanwhile then fails those reads, it is never mixed with another. */
 } dckpt_read_options;
-#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1}
+#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1}
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
 #define DCKPT_IO_STATS_VERSION 2
@@ -284,7 +290,9 @@ typedef struct dckpt_io_stats {
 DCKPT_API int dckpt_load(dckpt_io_stats *stats, const char *path, dckpt_state *state, dckpt_comm *comm,
                          const dckpt_read_options *opts);
 
-/* An open checkpoint. Thread-safe: several threads may read through one reader at once. */
+/* An open checkpoint. Thread-safe: several threads may read through one reader at once. It reads only the checkpoint
+ * it opened: files inside it are opened relative to its directory and never through a symbolic link (capi/API.md,
+ * "What a reader opens"). */
 typedef struct dckpt_reader dckpt_reader;
 
 /* Opens a committed checkpoint; the metadata is verified and validated before use. With a communicator the call is
@@ -292,6 +300,13 @@ typedef struct dckpt_reader dckpt_reader;
 DCKPT_API int dckpt_reader_open(dckpt_reader **out, const char *path, dckpt_comm *comm,
                                 const dckpt_read_options *opts);
 DCKPT_API void dckpt_reader_free(dckpt_reader *reader);
+/* Loads `state` as dckpt_load does, from the checkpoint `reader` opened and with the reader's options, without reading
+ * its metadata again: a binding that reads the structure or bytes entries through a reader loads the tensors this way,
+ * so that everything comes from one checkpoint. Collective over `comm`, which must be the communicator the reader was
+ * opened with (NULL for both in a single process). `progress` (may be NULL) reports this rank's bytes. `stats` may be
+ * NULL; its counters are the reader's since it was opened. Not to be run concurrently on one reader. */
+DCKPT_API int dckpt_reader_load(dckpt_io_stats *stats, dckpt_reader *reader, dckpt_state *state, dckpt_comm *comm,
+                                dckpt_progress_fn progress, void *progress_user_data);
 
 #define DCKPT_CHECKPOINT_INFO_VERSION 1
 typedef struct dckpt_checkpoint_info {

@@ -10,7 +10,7 @@ pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 2;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
-pub const DCKPT_READ_OPTIONS_VERSION: u32 = 3;
+pub const DCKPT_READ_OPTIONS_VERSION: u32 = 4;
 pub const DCKPT_IO_STATS_VERSION: u32 = 2;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 1;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
@@ -897,12 +897,13 @@ pub struct dckpt_read_options {
     pub progress_user_data: *mut ::std::os::raw::c_void,
     pub map_files: ::std::os::raw::c_int,
     pub share_verification: ::std::os::raw::c_int,
+    pub pin_files: ::std::os::raw::c_int,
 }
 #[test]
 fn bindgen_test_layout_dckpt_read_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_read_options>(),
-        48usize,
+        56usize,
         concat!("Size of: ", stringify!(dckpt_read_options))
     );
     assert_eq!(
@@ -1046,6 +1047,23 @@ fn bindgen_test_layout_dckpt_read_options() {
         );
     }
     test_field_share_verification();
+    fn test_field_pin_files() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pin_files) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(pin_files)
+            )
+        );
+    }
+    test_field_pin_files();
 }
 extern "C" {
     pub fn dckpt_read_options_init(
@@ -1220,6 +1238,16 @@ extern "C" {
 }
 extern "C" {
     pub fn dckpt_reader_free(reader: *mut dckpt_reader);
+}
+extern "C" {
+    pub fn dckpt_reader_load(
+        stats: *mut dckpt_io_stats,
+        reader: *mut dckpt_reader,
+        state: *mut dckpt_state,
+        comm: *mut dckpt_comm,
+        progress: dckpt_progress_fn,
+        progress_user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
