@@ -485,17 +485,26 @@ int dckpt_reader_find(size_t* index, const dckpt_reader* reader, const char* nam
   })
 }
 
+// Entry `entry` of the metadata, after checking that it has a chunk `chunk`.
+static distckpt::Result<distckpt::EntryView> EntryWithChunk(const distckpt::MetadataView& m, size_t entry,
+                                                            size_t chunk) {
+  if (entry >= m.num_entries()) return distckpt::InvalidArgument("entry index out of range");
+  distckpt::EntryView e = m.entry(entry);
+  if (chunk >= e.num_chunks) {
+    return distckpt::InvalidArgument("entry '" + std::string(e.name) + "' has " + std::to_string(e.num_chunks) +
+                                     " chunks; index " + std::to_string(chunk) + " is out of range");
+  }
+  return e;
+}
+
 int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t entry, size_t chunk) {
   DCKPT_GUARD({
     DCKPT_CHECK_OUT_STRUCT(out, DCKPT_CHUNK_INFO_VERSION, "dckpt_chunk_info");
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     const distckpt::MetadataView& m = reader->reader->metadata();
-    if (entry >= m.num_entries()) return Report(distckpt::InvalidArgument("entry index out of range"));
-    distckpt::EntryView e = m.entry(entry);
-    if (chunk >= e.num_chunks) {
-      return Report(distckpt::InvalidArgument("entry '" + std::string(e.name) + "' has " + std::to_string(e.num_chunks) +
-                                              " chunks; index " + std::to_string(chunk) + " is out of range"));
-    }
+    auto found = EntryWithChunk(m, entry, chunk);
+    if (!found.ok()) return Report(found.status());
+    const distckpt::EntryView e = *found;
     distckpt::ChunkLocation loc = e.chunk(chunk);
     out->ndim = e.ndim();
     out->offsets = e.chunk_offsets + chunk * e.ndim();
@@ -514,12 +523,9 @@ int dckpt_reader_map_chunk(const void** data, uint64_t* size, dckpt_reader* read
     DCKPT_RETURN_IF_FAILED(NotNull(size, "size"));
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     const distckpt::MetadataView& m = reader->reader->metadata();
-    if (entry >= m.num_entries()) return Report(distckpt::InvalidArgument("entry index out of range"));
-    distckpt::EntryView e = m.entry(entry);
-    if (chunk >= e.num_chunks) {
-      return Report(distckpt::InvalidArgument("entry '" + std::string(e.name) + "' has " + std::to_string(e.num_chunks) +
-                                              " chunks; index " + std::to_string(chunk) + " is out of range"));
-    }
+    auto found = EntryWithChunk(m, entry, chunk);
+    if (!found.ok()) return Report(found.status());
+    const distckpt::EntryView e = *found;
     const distckpt::ChunkLocation loc = e.chunk(chunk);
     auto mapped = reader->reader->MappedFile(loc.file);
     if (!mapped.ok()) {

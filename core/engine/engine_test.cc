@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/engine_test_util.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
@@ -25,26 +26,9 @@
 namespace distckpt {
 namespace {
 
-std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  std::string base = t ? t : "/tmp";
-  static int counter = 0;
-  std::string dir = base + "/engine_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << data;
-}
+using testing_util::ReadAll;
+using testing_util::TempDir;
+using testing_util::WriteAll;
 
 bool Exists(const std::string& path) {
   struct stat st;

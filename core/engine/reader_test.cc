@@ -19,27 +19,15 @@
 #include "core/base/wire.h"
 #include "core/comm/communicator.h"
 #include "core/engine/load.h"
+#include "core/engine/engine_test_util.h"
 #include "core/engine/save.h"
 #include "core/storage/storage.h"
 
 namespace distckpt {
 namespace {
 
-std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  static int counter = 0;
-  std::string dir = std::string(t ? t : "/tmp") + "/reader_test_" + std::to_string(getpid()) + "_" +
-                    std::to_string(counter++);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing_util::ReadAll;
+using testing_util::TempDir;
 
 // A checkpoint of two tensors, saved in two pieces each (so two ranks' worth of chunks in one file), whose values
 // are a function of `version`: two versions of one checkpoint are told apart by any element.
