@@ -18,8 +18,8 @@
 
 #include "core/base/wire.h"
 #include "core/comm/communicator.h"
-#include "core/engine/load.h"
 #include "core/engine/engine_test_util.h"
+#include "core/engine/load.h"
 #include "core/engine/save.h"
 #include "core/storage/storage.h"
 
