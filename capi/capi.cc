@@ -431,6 +431,22 @@ void dckpt_reader_free(dckpt_reader* reader) { delete reader; }
     if (Status st_ = distckpt::capi::CheckVersion((ptr)->version, VERSION, what); !st_.ok()) return Report(st_); \
   } while (0)
 
+// A borrowed C string for a string of the metadata. An optional string the file leaves out (writer, a user value, the
+// structure) has no storage: it is handed out as "", never as NULL, which callers would pass on to strlen or Python.
+static const char* BorrowedCString(std::string_view s) { return s.data() != nullptr ? s.data() : ""; }
+
+// Entry `entry` of the metadata, after checking that it has a chunk `chunk`.
+static distckpt::Result<distckpt::EntryView> EntryWithChunk(const distckpt::MetadataView& m, size_t entry,
+                                                            size_t chunk) {
+  if (entry >= m.num_entries()) return distckpt::InvalidArgument("entry index out of range");
+  distckpt::EntryView e = m.entry(entry);
+  if (chunk >= e.num_chunks) {
+    return distckpt::InvalidArgument("entry '" + std::string(e.name) + "' has " + std::to_string(e.num_chunks) +
+                                     " chunks; index " + std::to_string(chunk) + " is out of range");
+  }
+  return e;
+}
+
 int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
   DCKPT_GUARD({
     DCKPT_CHECK_OUT_STRUCT(out, DCKPT_CHECKPOINT_INFO_VERSION, "dckpt_checkpoint_info");
@@ -438,7 +454,7 @@ int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
     const distckpt::MetadataView& m = reader->reader->metadata();
     out->format_major = m.format_major();
     out->format_minor = m.format_minor();
-    out->writer = m.writer().data();
+    out->writer = BorrowedCString(m.writer());
     out->num_entries = m.num_entries();
     out->num_files = m.num_files();
     uint64_t total = 0;
@@ -483,18 +499,6 @@ int dckpt_reader_find(size_t* index, const dckpt_reader* reader, const char* nam
     *index = *i;
     return DCKPT_OK;
   })
-}
-
-// Entry `entry` of the metadata, after checking that it has a chunk `chunk`.
-static distckpt::Result<distckpt::EntryView> EntryWithChunk(const distckpt::MetadataView& m, size_t entry,
-                                                            size_t chunk) {
-  if (entry >= m.num_entries()) return distckpt::InvalidArgument("entry index out of range");
-  distckpt::EntryView e = m.entry(entry);
-  if (chunk >= e.num_chunks) {
-    return distckpt::InvalidArgument("entry '" + std::string(e.name) + "' has " + std::to_string(e.num_chunks) +
-                                     " chunks; index " + std::to_string(chunk) + " is out of range");
-  }
-  return e;
 }
 
 int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t entry, size_t chunk) {
@@ -587,8 +591,8 @@ int dckpt_reader_user(const char** key, const char** value, const dckpt_reader* 
     const distckpt::MetadataView& m = reader->reader->metadata();
     if (index >= m.num_user()) return Report(distckpt::InvalidArgument("user metadata index out of range"));
     auto kv = m.user(index);
-    *key = kv.first.data();
-    *value = kv.second.data();
+    *key = BorrowedCString(kv.first);
+    *value = BorrowedCString(kv.second);
     return DCKPT_OK;
   })
 }
@@ -600,7 +604,7 @@ int dckpt_reader_user_get(const char** value, const dckpt_reader* reader, const 
     DCKPT_RETURN_IF_FAILED(NotNull(key, "key"));
     auto v = reader->reader->metadata().FindUser(key);
     if (!v) return Report(distckpt::NotFound("checkpoint '" + reader->reader->path() + "' has no user key '" + key + "'"));
-    *value = v->data();
+    *value = BorrowedCString(*v);
     return DCKPT_OK;
   })
 }
@@ -611,7 +615,7 @@ int dckpt_reader_structure(const char** data, size_t* size, const dckpt_reader* 
     DCKPT_RETURN_IF_FAILED(NotNull(size, "size"));
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     std::string_view s = reader->reader->metadata().structure();
-    *data = s.data();
+    *data = BorrowedCString(s);
     *size = s.size();
     return DCKPT_OK;
   })

@@ -123,7 +123,7 @@ std::string RawEncode(const RawMetadata& m) {
   std::vector<Offset<fb::KeyValue>> user;
   for (const auto& kv : m.user) {
     const auto key = b.CreateString(kv.first);
-    const auto value = b.CreateString(kv.second);
+    const Offset<flatbuffers::String> value = m.omit_optional_strings ? 0 : b.CreateString(kv.second);
     user.push_back(fb::CreateKeyValue(b, key, value));
   }
   std::vector<Offset<fb::Entry>> entries;
@@ -162,8 +162,8 @@ std::string RawEncode(const RawMetadata& m) {
     }
     entries.push_back(Offset<fb::Entry>(b.EndTable(start)));
   }
-  const auto writer = b.CreateString(m.writer);
-  const auto structure = b.CreateString(m.structure);
+  const Offset<flatbuffers::String> writer = m.omit_optional_strings ? 0 : b.CreateString(m.writer);
+  const Offset<flatbuffers::String> structure = m.omit_optional_strings ? 0 : b.CreateString(m.structure);
   const auto files_vec = b.CreateVector(files);
   const auto entries_vec = b.CreateVector(entries);
   const auto user_vec = b.CreateVector(user);

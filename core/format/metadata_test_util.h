@@ -49,6 +49,9 @@ struct RawMetadata {
   bool unknown_fields = false;
   /// Makes every entry's chunk vectors point at entry 0's (FlatBuffers allows shared sub-objects).
   bool share_chunk_vectors = false;
+  /// Leaves out the optional strings: writer, structure and every user value (a valid file; the reference writer never
+  /// does this).
+  bool omit_optional_strings = false;
   /// Ends the buffer with a valid checksum trailer, as every writer of format 1.1 does (a hostile field then reaches
   /// the verifier and the validator). False: a bare FlatBuffers buffer, as format 1.0 writers made.
   bool trailer = true;

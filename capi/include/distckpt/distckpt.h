@@ -313,7 +313,7 @@ typedef struct dckpt_checkpoint_info {
   unsigned version;
   unsigned format_major;
   unsigned format_minor;
-  const char *writer;           /* borrowed */
+  const char *writer;           /* borrowed; "" when the checkpoint names none (never NULL) */
   size_t num_entries;
   size_t num_files;
   uint64_t total_bytes;         /* data bytes */
@@ -375,11 +375,13 @@ DCKPT_API int dckpt_reader_read_bytes(uint64_t *size, dckpt_reader *reader, cons
                                       uint64_t capacity);
 
 DCKPT_API int dckpt_reader_num_user(size_t *out, const dckpt_reader *reader);
-/* Key/value `index` of the user metadata (sorted by key); both borrowed. */
+/* Key/value `index` of the user metadata (sorted by key); both borrowed, never NULL (a value the file leaves out is
+ * ""). */
 DCKPT_API int dckpt_reader_user(const char **key, const char **value, const dckpt_reader *reader, size_t index);
 /* DCKPT_ENOTFOUND if the key is absent. */
 DCKPT_API int dckpt_reader_user_get(const char **value, const dckpt_reader *reader, const char *key);
-/* The structure description saved with dckpt_state_set_structure (borrowed; may be empty). */
+/* The structure description saved with dckpt_state_set_structure (borrowed; "" with size 0 when there is none, never
+ * NULL). */
 DCKPT_API int dckpt_reader_structure(const char **data, size_t *size, const dckpt_reader *reader);
 
 /* Reads and checks every chunk; DCKPT_ECORRUPT names the entry, chunk, file and byte range of the first bad block. */
