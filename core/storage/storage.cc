@@ -232,7 +232,8 @@ Status StagedCheckpoint::Commit(std::chrono::milliseconds lock_timeout) {
     if (!moved.ok()) return moved.status();
     previous = std::move(moved).value();
     if (current->empty()) DCKPT_RETURN_IF_ERROR(RenameIntoPlace(context));
-    DCKPT_RETURN_IF_ERROR(storage_->SyncDir(ParentDir(final_path_)).WithContext(context));
+    Status synced = storage_->SyncDir(ParentDir(final_path_));
+    if (!synced.ok()) return UndoMove(previous, synced.WithContext(context));
   }
   if (!previous.empty()) {
     // The new checkpoint is durable at final_path, so the commit has succeeded whatever happens next. A failed
@@ -241,6 +242,26 @@ Status StagedCheckpoint::Commit(std::chrono::milliseconds lock_timeout) {
     (void)storage_->RemoveAll(previous);
   }
   return OkStatus();
+}
+
+Status StagedCheckpoint::UndoMove(const std::string& previous, const Status& why) {
+  // The move happened but cannot be made durable: a save that reports failure must not leave its checkpoint at the
+  // final path, so put things back as they were (the previous checkpoint, or nothing) and let Abort remove the new one.
+  Status undone;
+  if (previous.empty()) {
+    undone = storage_->Rename(final_path_, staging_dir_);
+  } else {
+    undone = storage_->Exchange(previous, final_path_);
+    if (undone.code() == StatusCode::kUnsupported) {
+      undone = storage_->Rename(final_path_, staging_dir_);
+      if (undone.ok()) undone = storage_->Rename(previous, final_path_);
+    } else if (undone.ok()) {
+      staging_dir_ = previous;  // the new checkpoint is back under its parked name
+    }
+  }
+  if (undone.ok()) return why;
+  return Status(why.code(), why.message() + "; undoing the move also failed (" + undone.message() + "): '" +
+                                final_path_ + "' may hold the new checkpoint, complete but perhaps not durable");
 }
 
 Status StagedCheckpoint::RenameIntoPlace(const std::string& context) {

@@ -193,6 +193,8 @@ class StagedCheckpoint {
   // The two ways into place: a rename where nothing is there, a swap (returning where the previous checkpoint went)
   // where an overwrite replaces one.
   Status RenameIntoPlace(const std::string& context);
+  // After a move that cannot be made durable: puts back what was there and returns `why`.
+  Status UndoMove(const std::string& previous, const Status& why);
   Result<std::string> SwapIntoPlace(const std::string& context);
   Storage* storage_;
   std::string final_path_;
