@@ -23,11 +23,12 @@ atomically, never half-deleted under its own name), then removed.
 
 Never deleted: a checkpoint that a symbolic link in DIR points to; a checkpoint with a staging directory of the same
 name next to it (an overwrite may be committing); corrupt or unreadable checkpoints (they might be a newer format
-version: look at them with ls and inspect); complete-unrenamed staging directories.
+version: look at them with ls and inspect); symbolic links themselves (never followed).
 
 Garbage is removed once it has been idle (newest modification time of the directory and the files in it) for longer
-than --grace: <name>.dckpt-staging-<nonce> directories left by crashed writers, <name>.dckpt-old-<nonce> directories
-left by overwrites, and <name>.dckpt-deleting-<nonce> left by an interrupted prune. A staging directory whose STAGING
+than --grace: <name>.dckpt-staging-<nonce> directories left by crashed writers (complete-unrenamed ones too: their save
+died before its rename and never reported success), <name>.dckpt-old-<nonce> directories left by overwrites, and
+<name>.dckpt-deleting-<nonce> left by an interrupted prune. A staging directory whose STAGING
 marker names a process on this host that is still running is never removed, however old.
 
 --dry-run prints the plan and deletes nothing. Exit status: 0 done; 3 a deletion failed (the rest went on).
@@ -111,10 +112,17 @@ func planPrune(entries []*entry, p prunePolicy, now time.Time) (actions []*prune
 				pinned[e.FinalName] = "a staging directory next to it may be committing over it"
 			}
 		case statusUnrenamed:
-			keep(e, fmt.Sprintf("complete but not renamed: a commit may be in progress; if not, rename it to %q",
-				e.FinalName))
-			if e.FinalName != "" {
-				pinned[e.FinalName] = "a staging directory next to it may be committing over it"
+			// Every rank had finished, but the save died before its rename: it never reported success, so it is
+			// garbage once nothing has touched it for the grace period (FORMAT.md section 6).
+			if idle <= p.grace {
+				keep(e, fmt.Sprintf("complete but not renamed, active %s ago: a commit may be in progress",
+					humanDuration(idle)))
+				if e.FinalName != "" {
+					pinned[e.FinalName] = "a staging directory next to it may be committing over it"
+				}
+			} else {
+				del(e, fmt.Sprintf("a save that died before its rename (it never reported success); idle %s",
+					humanDuration(idle)))
 			}
 		case statusReplaced, statusDeleting:
 			if idle <= p.grace {

@@ -130,7 +130,8 @@ func TestPruneStagingRules(t *testing.T) {
 		"other host, recent":        {fixtures.Staging(t, dir, "s5", "05", "elsewhere.example", 12, time.Minute), "keep"},
 		"garbage marker, old":       {fixtures.Staging(t, dir, "s6", "06", host, dead, old), "delete"},
 		"no marker, no data, old":   {fixtures.Staging(t, dir, "s7", "07", host, dead, old), "delete"},
-		"no marker, metadata (old)": {write(t, dir, "s8.dckpt-staging-08", fixtures.Options{Step: 8}), "keep"},
+		"no marker, metadata (old)": {write(t, dir, "s8.dckpt-staging-08", fixtures.Options{Step: 8}), "delete"},
+		"no marker, metadata (new)": {write(t, dir, "s9.dckpt-staging-09", fixtures.Options{Step: 9}), "keep"},
 	}
 	if err := os.WriteFile(filepath.Join(cases["garbage marker, old"].path, "STAGING"), []byte("\x00\x01"), 0o644); err != nil {
 		t.Fatal(err)
