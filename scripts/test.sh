@@ -2,7 +2,7 @@
 # Runs every test suite of distckpt from a fresh clone on Debian 12: installs what is missing, then Bazel (C++ core,
 # C ABI, multi-process and multi-host tests), pytest (python/), cargo (rust/) and go (go/). Each language suite has
 # its own runner (<lang>/run_tests.sh) that sets up its toolchain and prints a "N passed, M failed" line; then the
-# cross-language check (tests/crosslang/run.sh).
+# cross-language check (tests/crosslang/run.sh) and the crash-consistency suite with the Go CLI (tests/crash/run.sh).
 # Ends with one line for everything: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +38,7 @@ passed=$((passed + p))
 failed=$((failed + f))
 
 # The cross-language check runs last: it uses the toolchains the language runners set up.
-for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/crosslang/run.sh; do
+for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/crosslang/run.sh tests/crash/run.sh; do
   [[ -f "$runner" ]] || continue
   echo "== $runner"
   bash "$runner" >"$log" 2>&1

@@ -97,6 +97,9 @@ int Main(int argc, char** argv) {
       if (!done.ok()) return Error(rank, done.status());
     }
     std::printf("rank %d: saved\n", rank);
+    // How many storage operations the save took here: the crash suite kills saves at each of them.
+    if (fault_storage) std::printf("rank %d: operations: %llu\n", rank,
+                                   static_cast<unsigned long long>(fault_storage->operations()));
     return 0;
   }
   ReadOptions ro;
