@@ -18,13 +18,16 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/engine/reader.h"
 #include "core/storage/storage.h"
 #include "tests/faults/test_state.h"
 #include "tests/launcher/launcher.h"
@@ -121,7 +124,9 @@ class CrashSuite : public ::testing::Test {
   };
   static Measured Measure(const Mode& m, bool overwrite, int fault_rank) {
     const std::string dir = MakeTempDir("measure-");
-    if (overwrite) EXPECT_EQ(CheckSaved(RunSave(kModes[0], dir + "/ckpt", 1, false, "", 0, kLong)), "");
+    if (overwrite) {
+      EXPECT_EQ(CheckSaved(RunSave(kModes[0], dir + "/ckpt", 1, false, "", 0, kLong)), "");
+    }
     const auto start = std::chrono::steady_clock::now();
     const auto results = RunSave(m, dir + "/ckpt", 2, overwrite, "any:*:nth=1000000000:kill", fault_rank, kLong);
     Measured out;
@@ -252,6 +257,112 @@ TEST_F(CrashSuite, AKilledSaveLeavesTheOldOrTheNewCheckpointAndRecognisableLefto
               static_cast<unsigned long long>(seed), failures);
   for (const auto& [k, n] : outcomes) std::printf("  %4d  %s\n", n, k.c_str());
   EXPECT_EQ(failures, 0);
+}
+
+// ---- Concurrency --------------------------------------------------------------------------------------------------
+
+// Which variant the checkpoint at `path` holds, checked exactly: -1 if it does not load exactly as any.
+int64_t VariantOf(const std::string& path) {
+  auto reader = Reader::Open(path, nullptr, ReadOptions{});
+  if (!reader.ok()) return -1;
+  auto step = (*reader)->metadata().FindUser("step");
+  if (!step) return -1;
+  const uint64_t v = std::strtoull(std::string(*step).c_str(), nullptr, 10);
+  // Through the same reader: the path may be swapped to another checkpoint at any moment.
+  return CheckCheckpoint(reader->get(), v, kMiB).empty() ? static_cast<int64_t>(v) : -1;
+}
+
+// While one job writes checkpoints into a directory (new ones by one process, overwrites of one by three ranks), a
+// reader lists the directory over and over, and opens and checks every name that is not a leftover: each is a
+// committed checkpoint that loads exactly, and `distckpt ls --json` never lists a leftover as committed.
+TEST_F(CrashSuite, AReaderListingWhileAJobWritesSeesOnlyCommittedCheckpoints) {
+  const std::string dir = MakeTempDir("listing-");
+  ASSERT_EQ(CheckSaved(RunSave(kModes[0], dir + "/latest", 100, false, "", 0, kLong)), "");
+  std::atomic<bool> writing{true};
+  std::string writer_error;
+  std::thread writer([&] {
+    for (int i = 1; i <= 6 && writer_error.empty(); ++i) {
+      writer_error = CheckSaved(RunSave(kModes[0], dir + "/step-" + std::to_string(i), i, false, "", 0, kLong));
+      if (writer_error.empty()) {
+        writer_error = CheckSaved(RunSave(kModes[2], dir + "/latest", 100 + i, true, "", 0, kLong));
+      }
+    }
+    writing = false;
+  });
+  const char* cli = std::getenv("DCKPT_CLI");
+  int listings = 0, checked = 0, leftovers_seen = 0;
+  std::vector<std::string> problems;
+  while (writing.load() && problems.size() < 5) {
+    ++listings;
+    const std::vector<std::string> names = *DefaultStorage()->ListDir(dir);
+    for (const std::string& name : names) {
+      if (IsLeftoverName(name)) {
+        ++leftovers_seen;
+        continue;
+      }
+      const int64_t v = VariantOf(dir + "/" + name);
+      ++checked;
+      if (v < 0) problems.push_back("'" + name + "' was listed but is not a committed checkpoint that loads exactly");
+    }
+    if (cli != nullptr && *cli != '\0') {
+      std::string out;
+      Shell(std::string(cli) + " ls --json '" + dir + "'", &out);
+      for (const auto& [name, status] : LsJson(out)) {
+        if (status == "committed" && IsLeftoverName(name)) problems.push_back("ls lists '" + name + "' as committed");
+      }
+    }
+  }
+  writer.join();
+  ASSERT_EQ(writer_error, "");
+  std::printf("%d listings, %d checkpoints opened and checked, %d leftovers (saves in progress) skipped by name\n",
+              listings, checked, leftovers_seen);
+  for (const std::string& p : problems) ADD_FAILURE() << p;
+  EXPECT_GT(listings, 3);
+  EXPECT_EQ(VariantOf(dir + "/latest"), 106);
+}
+
+struct Race {
+  const char* name;
+  int mode;  // index into kModes
+  bool overwrite;
+};
+
+// Two jobs save to one path at once (each job's first data write stalls for a moment, so that both have started
+// before either commits). Exactly one wins; the other fails with a clear "exists" error naming the path and commits
+// nothing; the winner's checkpoint loads exactly, and nothing of the loser's is left.
+TEST_F(CrashSuite, OfTwoJobsSavingToOnePathOneWinsAndTheOtherSaysWhy) {
+  const Race kRaces[] = {{"single", 0, false}, {"single-overwrite", 0, true}, {"async", 1, false},
+                         {"async-overwrite", 1, true}, {"3-ranks", 2, false}, {"3-ranks-overwrite", 2, true}};
+  const int rounds = static_cast<int>(EnvOr("DCKPT_RACE_ROUNDS", 2));
+  for (const Race& race : kRaces) {
+    for (int round = 0; round < rounds; ++round) {
+      SCOPED_TRACE(std::string(race.name) + " round " + std::to_string(round));
+      const std::string dir = MakeTempDir("race-");
+      const std::string path = dir + "/ckpt";
+      if (race.overwrite) {
+        ASSERT_EQ(CheckSaved(RunSave(kModes[0], path, 7, false, "", 0, kLong)), "");
+      }
+      std::vector<RankResult> a, b;
+      const std::string stall = "write:data-:nth=1:stall=400ms";
+      std::thread ta([&] { a = RunSave(kModes[race.mode], path, 1, race.overwrite, stall, 0, kLong); });
+      std::thread tb([&] { b = RunSave(kModes[race.mode], path, 2, race.overwrite, stall, 0, kLong); });
+      ta.join();
+      tb.join();
+      const bool a_won = CheckSaved(a).empty(), b_won = CheckSaved(b).empty();
+      ASSERT_NE(a_won, b_won) << "exactly one job must win:\n" << CheckSaved(a) << CheckSaved(b);
+      const std::vector<RankResult>& loser = a_won ? b : a;
+      for (const RankResult& r : loser) {
+        EXPECT_EQ(r.exit_code, 3) << r.log;
+        EXPECT_FALSE(r.timed_out) << r.log;
+        EXPECT_TRUE(r.log.find("exists") != std::string::npos || r.log.find("another save") != std::string::npos)
+            << r.log;
+        EXPECT_NE(r.log.find(path), std::string::npos) << r.log;
+      }
+      EXPECT_EQ(VariantOf(path), a_won ? 1 : 2);
+      const std::vector<std::string> left = *DefaultStorage()->ListDir(dir);
+      EXPECT_EQ(left, std::vector<std::string>{"ckpt"}) << "the loser left something behind";
+    }
+  }
 }
 
 }  // namespace

@@ -72,14 +72,18 @@ void TestState::DropBuffers() {
 }
 
 std::string CheckCheckpoint(const std::string& path, uint64_t variant, uint64_t mib) {
-  TestState loaded(/*for_save=*/false, 0, 1, variant, mib);
-  if (!loaded.status().ok()) return loaded.status().ToString();
-  auto summary = Load(path, loaded.state(), nullptr, ReadOptions{});
-  if (!summary.ok()) return summary.status().ToString();
-  std::string why = loaded.Mismatch();
   auto reader = Reader::Open(path, nullptr, ReadOptions{});
   if (!reader.ok()) return reader.status().ToString();
-  auto step = (*reader)->metadata().FindUser("step");
+  return CheckCheckpoint(reader->get(), variant, mib);
+}
+
+std::string CheckCheckpoint(Reader* reader, uint64_t variant, uint64_t mib) {
+  TestState loaded(/*for_save=*/false, 0, 1, variant, mib);
+  if (!loaded.status().ok()) return loaded.status().ToString();
+  auto summary = Load(reader, loaded.state(), nullptr, ProgressFn());
+  if (!summary.ok()) return summary.status().ToString();
+  std::string why = loaded.Mismatch();
+  auto step = reader->metadata().FindUser("step");
   if (!step || *step != std::to_string(variant)) why += "wrong user metadata; ";
   return why;
 }

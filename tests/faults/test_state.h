@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/engine/reader.h"
 #include "core/engine/state.h"
 
 namespace distckpt {
@@ -43,6 +44,8 @@ class TestState {
 /// Whether the checkpoint at `path` holds exactly the values of `variant` (as saved by any number of ranks):
 /// "" if so, else why not (an error, or the differences).
 std::string CheckCheckpoint(const std::string& path, uint64_t variant, uint64_t mib);
+/// The same through an open reader: everything checked comes from the one checkpoint it pinned when it opened.
+std::string CheckCheckpoint(Reader* reader, uint64_t variant, uint64_t mib);
 
 }  // namespace testing_util
 }  // namespace distckpt

@@ -72,22 +72,23 @@ std::vector<RankResult> Launch(const LaunchSpec& spec) {
     pids[r] = pid;
   }
 
+  // Each launch reaps only its own children (never waitpid(-1)): several launches may run at once in one process,
+  // from different threads.
   int remaining = n;
   while (remaining > 0) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
     const auto now = std::chrono::steady_clock::now();
-    if (pid > 0) {
-      for (int r = 0; r < n; ++r) {
-        if (pids[r] != pid) continue;
-        results[r].seconds = std::chrono::duration<double>(now - start).count();
-        if (WIFEXITED(status)) results[r].exit_code = WEXITSTATUS(status);
-        if (WIFSIGNALED(status)) results[r].signal = WTERMSIG(status);
-        pids[r] = -1;
-        --remaining;
-      }
-      continue;
+    for (int r = 0; r < n; ++r) {
+      if (pids[r] <= 0) continue;
+      int status = 0;
+      const pid_t pid = waitpid(pids[r], &status, WNOHANG);
+      if (pid != pids[r]) continue;
+      results[r].seconds = std::chrono::duration<double>(now - start).count();
+      if (WIFEXITED(status)) results[r].exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) results[r].signal = WTERMSIG(status);
+      pids[r] = -1;
+      --remaining;
     }
+    if (remaining == 0) break;
     if (now - start > spec.timeout) {
       for (int r = 0; r < n; ++r) {
         if (pids[r] > 0) {
