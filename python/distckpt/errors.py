@@ -11,6 +11,7 @@ already catch ``ValueError``, ``TimeoutError`` or ``MemoryError`` keep working::
     ├── InvalidArgumentError (ValueError)      DCKPT_EINVAL
     ├── NotFoundError (LookupError)            DCKPT_ENOTFOUND
     ├── CorruptCheckpointError                 DCKPT_ECORRUPT
+    │   └── UnsafePickleError                  raised by Python: a DCP pickle names a global outside the allow-list
     ├── VersionError                           DCKPT_EVERSION
     ├── StorageError                           DCKPT_EIO
     │   └── NoSpaceError                       DCKPT_ENOSPC
@@ -49,6 +50,7 @@ __all__ = [
     "StateError",
     "InternalError",
     "PickleNotAllowedError",
+    "UnsafePickleError",
     "STATUS_TO_ERROR",
     "error_from_status",
 ]
@@ -87,6 +89,11 @@ class NotFoundError(Error, LookupError):
 
 class CorruptCheckpointError(Error):
     """Checksum mismatch, invalid metadata, or a truncated or missing data file."""
+
+
+class UnsafePickleError(CorruptCheckpointError):
+    """A pickle from a checkpoint (DCP's .metadata) names a global or opcode outside the allow-list: it was refused
+    before anything in it ran. The message names the file and the global."""
 
 
 class VersionError(Error):

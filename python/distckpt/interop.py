@@ -8,6 +8,7 @@ safetensors headers itself (validated like safetensors does) and saves memory-ma
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -15,9 +16,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _dtypes, _native, _tree
+from . import _dcp_metadata, _dtypes, _native, _safetensors_header, _tree
 from ._checkpoint import SaveSummary, save
-from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError, UnsupportedError
+from .errors import (
+    CorruptCheckpointError,
+    Error,
+    InvalidArgumentError,
+    NotFoundError,
+    PickleNotAllowedError,
+    UnsupportedError,
+)
 
 __all__ = ["export_safetensors", "import_safetensors", "import_torch_dcp", "parse_size"]
 
@@ -77,13 +85,7 @@ def export_safetensors(
 
 # ---- Import ---------------------------------------------------------------------------------------------------------
 
-#: safetensors dtype -> distckpt C enum name. F4, F6_* and F8_E8M0 have no distckpt dtype.
-_ST_DTYPES = {
-    "BOOL": "BOOL", "U8": "U8", "I8": "I8", "U16": "U16", "I16": "I16", "U32": "U32", "I32": "I32", "U64": "U64",
-    "I64": "I64", "F16": "F16", "BF16": "BF16", "F32": "F32", "F64": "F64", "C64": "C64", "F8_E4M3": "F8_E4M3FN",
-    "F8_E5M2": "F8_E5M2",
-}  # fmt: skip
-_MAX_HEADER = 100_000_000  # safetensors' own limit
+_ST_DTYPES = _safetensors_header.ST_DTYPES  # safetensors dtype -> distckpt C enum name
 
 
 def _safetensors_files(paths: Union[PathLike, Sequence[PathLike]]) -> List[str]:
@@ -111,44 +113,10 @@ def _safetensors_files(paths: Union[PathLike, Sequence[PathLike]]) -> List[str]:
 
 def _read_header(path: str) -> Tuple[Dict[str, Any], int, int]:
     """(header, data start, file size) of a safetensors file, with every offset checked before use."""
-    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise CorruptCheckpointError(f"'{path}' is not a safetensors file: shorter than 8 bytes")
-        n = int.from_bytes(head, "little")
-        if n > _MAX_HEADER or 8 + n > size:
-            raise CorruptCheckpointError(f"'{path}': header length {n} is invalid for a file of {size} bytes")
-        raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except ValueError as e:
-        raise CorruptCheckpointError(f"'{path}': the header is not JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise CorruptCheckpointError(f"'{path}': the header is not a JSON object")
-    data_size = size - 8 - n
-    for name, info in header.items():
-        if name == "__metadata__":
-            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
-                raise CorruptCheckpointError(f"'{path}': __metadata__ must map strings to strings")
-            continue
-        try:
-            dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-        except (TypeError, KeyError, ValueError):
-            raise CorruptCheckpointError(f"'{path}': tensor '{name}' lacks dtype, shape or data_offsets") from None
-        if dtype not in _ST_DTYPES:
-            raise UnsupportedError(f"'{path}': tensor '{name}' has dtype {dtype}, which distckpt does not support")
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise CorruptCheckpointError(f"'{path}': tensor '{name}' has an invalid shape {shape!r}")
-        code = _dtypes.CODES[_ST_DTYPES[dtype]]
-        nbytes = int(np.prod(shape, dtype=object)) * _dtypes.itemsize(code)
-        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= data_size):
-            raise CorruptCheckpointError(f"'{path}': tensor '{name}' has data_offsets outside the file")
-        if end - begin != nbytes:
-            raise CorruptCheckpointError(
-                f"'{path}': tensor '{name}' spans {end - begin} bytes; its shape and dtype need {nbytes}"
-            )
-    return header, 8 + n, size
+        size = os.fstat(f.fileno()).st_size
+        header, start = _safetensors_header.parse_header(f, size, path)
+    return header, start, size
 
 
 def import_safetensors(
@@ -212,24 +180,80 @@ def import_torch_dcp(
     (``model.layers.0.weight``). Non-tensor values become JSON entries; values JSON cannot represent need
     ``allow_pickle=True``.
 
-    Caution: DCP's own metadata file and its non-tensor values are pickles, so reading a DCP checkpoint can run code
-    from it: convert only checkpoints you trust. Needs torch; runs in one process and holds the state in memory.
+    DCP's own metadata file is a pickle: it is read by a restricted reader (distckpt._dcp_metadata) that allows only
+    the classes DCP metadata holds and checks the result before torch sees it, so a hostile ``.metadata`` cannot run
+    code (UnsafePickleError, a CorruptCheckpointError, names the file). DCP's non-tensor values are pickles too: they
+    are loaded with ``torch.load(weights_only=True)``, which takes plain values (numbers, strings, lists, dicts...);
+    others fail with PickleNotAllowedError. ``allow_pickle=True`` trusts the checkpoint: torch reads the metadata
+    itself, loads every value with full pickle, and values JSON cannot represent are saved with pickle. Needs
+    torch; runs in one process and holds the state in memory.
     """
+    dcp_dir = os.fspath(dcp_dir)
+    meta_path = os.path.join(dcp_dir, ".metadata")
+    if not os.path.isfile(meta_path):
+        raise NotFoundError(f"'{dcp_dir}' is not a torch.distributed.checkpoint directory (no .metadata file)")
+    # Checked before torch is even imported: a file the restricted reader refuses never reaches pickle.
+    meta_bytes = None if allow_pickle else _dcp_metadata.read(meta_path)[0]
     try:
+        import torch  # noqa: PLC0415
         from torch.distributed.checkpoint import FileSystemReader  # noqa: PLC0415
         from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner  # noqa: PLC0415
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict  # noqa: PLC0415
     except ImportError as e:
         raise UnsupportedError(f"import_torch_dcp needs torch with torch.distributed ({e})") from None
 
-    dcp_dir = os.fspath(dcp_dir)
-    if not os.path.isfile(os.path.join(dcp_dir, ".metadata")):
-        raise NotFoundError(f"'{dcp_dir}' is not a torch.distributed.checkpoint directory (no .metadata file)")
+    class _RestrictedReader(FileSystemReader):  # type: ignore[misc,valid-type]
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            metadata = _dcp_metadata.to_torch(meta_bytes, meta_path)
+            if hasattr(metadata, "storage_meta") and hasattr(self, "load_id"):  # torch >= 2.4, as torch's reader does
+                if metadata.storage_meta is None:
+                    from torch.distributed.checkpoint.metadata import StorageMeta  # noqa: PLC0415
+
+                    metadata.storage_meta = StorageMeta()
+                metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    class _Planner(_EmptyStateDictLoadPlanner):  # type: ignore[misc,valid-type]
+        def load_bytes(self, read_item: Any, value: Any) -> None:
+            if not allow_pickle:
+                fqn = getattr(getattr(read_item, "dest_index", None), "fqn", "?")
+                try:
+                    obj = torch.load(value, weights_only=True)
+                except Exception as e:  # noqa: BLE001 - torch's unpickler refused the value
+                    raise PickleNotAllowedError(
+                        f"'{dcp_dir}': the value of '{fqn}' is a pickle of more than plain data; pass "
+                        f"allow_pickle=True to load it (only for a checkpoint you trust) ({str(e)[:200]})"
+                    ) from None
+                value = io.BytesIO()
+                torch.save(obj, value)  # plain data, handed on to torch's own planner
+                value.seek(0)
+            super().load_bytes(read_item, value)
+
     state: Dict[str, Any] = {}
+    reader = FileSystemReader(dcp_dir) if allow_pickle else _RestrictedReader(dcp_dir)
     # What torch's own dcp_to_torch_save does: an empty state dict grown from the metadata, in one process.
-    _load_state_dict(state, storage_reader=FileSystemReader(dcp_dir), planner=_EmptyStateDictLoadPlanner(),
-                     no_dist=True)  # fmt: skip
+    try:
+        _load_state_dict(state, storage_reader=reader, planner=_Planner(), no_dist=True)
+    except Error:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch's errors on a checkpoint it cannot read
+        inner = _dcp_error_cause(e)
+        if isinstance(inner, Error):
+            raise inner from None
+        raise CorruptCheckpointError(f"'{dcp_dir}': torch cannot read the DCP checkpoint ({str(e)[:500]})") from e
     meta = {"converted_from": "torch.distributed.checkpoint"}
     meta.update(user_metadata or {})
     return save(state, ckpt_path, overwrite=overwrite, allow_pickle=allow_pickle, user_metadata=meta,
                 progress=progress)  # fmt: skip
+
+
+def _dcp_error_cause(e: BaseException) -> BaseException:
+    """The distckpt error inside torch's CheckpointException (which wraps each rank's failure), or ``e``."""
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict):
+        for failure in failures.values():
+            inner = getattr(failure, "exception", failure)
+            if isinstance(inner, BaseException):
+                return inner
+    cause = e.__cause__ or e.__context__
+    return cause if isinstance(cause, Error) else e
