@@ -1,4 +1,5 @@
-// Writes a few valid metadata buffers as the fuzzer's seed corpus: make_seeds <dir>.
+// Writes a few valid metadata buffers as the metadata fuzzer's seed corpus: make_seeds <dir>. Each seed is a mode
+// byte (see metadata_fuzz.cc) then the file: once with mode 0 (parsed as is) and once with mode 1 (trailer fixed up).
 #include <cstdio>
 #include <string>
 
@@ -14,10 +15,13 @@ int main(int argc, char** argv) {
   const std::string seeds[] = {*EncodeMetadata(testing_util::ValidRecord()), *EncodeMetadata(MetadataRecord()),
                                testing_util::RawEncode(future)};
   int n = 0;
-  for (const std::string& s : seeds) {
-    const std::string path = std::string(argv[1]) + "/seed-" + std::to_string(n++) + ".dckpt";
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr || std::fwrite(s.data(), 1, s.size(), f) != s.size() || std::fclose(f) != 0) return 1;
+  for (const std::string& file : seeds) {
+    for (const char mode : {'\0', '\1'}) {
+      const std::string s = mode + file;
+      const std::string path = std::string(argv[1]) + "/seed-" + std::to_string(n++) + ".dckpt";
+      FILE* f = std::fopen(path.c_str(), "wb");
+      if (f == nullptr || std::fwrite(s.data(), 1, s.size(), f) != s.size() || std::fclose(f) != 0) return 1;
+    }
   }
   return 0;
 }
