@@ -79,17 +79,21 @@ _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 # ---- Stand-ins: what the allowed globals resolve to while parsing ---------------------------------------------------
 
 
+class _Refused(Exception):
+    """A stand-in refuses what the pickle does with it; _unpickle turns it into a CorruptCheckpointError."""
+
+
 def _no_build(obj: Any, state: Any) -> None:
     # BUILD on anything but a record would change a shared object (a class, a function, a constant): refused, so
     # that to_torch, which replays the same opcodes over torch's real objects, never does that to torch's.
-    raise CorruptCheckpointError(f"the pickle changes the state of {_short(obj)}, which DCP metadata never does")
+    raise _Refused(f"the pickle changes the state of {_short(obj)}, which DCP metadata never does")
 
 
 class _Frozen(type):
     """Metaclass of the stand-in classes: a pickle can neither set their attributes nor BUILD on them."""
 
     def __setattr__(cls, name: str, value: Any) -> None:
-        raise CorruptCheckpointError(f"the pickle sets the attribute {_short(name)} of a class")
+        raise _Refused(f"the pickle sets the attribute {_short(name)} of a class")
 
     def __setstate__(cls, state: Any) -> None:
         _no_build(cls, state)
@@ -123,7 +127,7 @@ class _Token:
         object.__setattr__(self, "name", name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise CorruptCheckpointError("the pickle changes a torch constant")
+        raise _Refused("the pickle changes a torch constant")
 
     def __setstate__(self, state: Any) -> None:
         _no_build(self, state)
@@ -144,7 +148,7 @@ class _Function:
         return self.fn(*args)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise CorruptCheckpointError("the pickle sets an attribute of a function")
+        raise _Refused("the pickle sets an attribute of a function")
 
     def __setstate__(self, state: Any) -> None:
         _no_build(self, state)
@@ -152,25 +156,25 @@ class _Function:
 
 def _get_layout(name: Any) -> _Token:  # torch.serialization._get_layout("torch.strided")
     if not (isinstance(name, str) and name in _LAYOUTS):
-        raise CorruptCheckpointError(f"unknown torch layout {str(name)[:60]!r}")
+        raise _Refused(f"unknown torch layout {str(name)[:60]!r}")
     return _Token("layout", name)
 
 
 def _mem_format(value: Any) -> _Token:  # _MEM_FORMAT_ENCODING(0)
     if type(value) is not int or value not in _MEM_FORMATS:
-        raise CorruptCheckpointError(f"unknown torch memory-format encoding {str(value)[:60]!r}")
+        raise _Refused(f"unknown torch memory-format encoding {str(value)[:60]!r}")
     return _Token("memory_format", _MEM_FORMATS[value])
 
 
 def _path(*parts: Any) -> str:  # pathlib.PosixPath("/", "tmp", "ckpt") -> "/tmp/ckpt"
     if not all(isinstance(p, str) for p in parts):
-        raise CorruptCheckpointError("a pathlib path in the metadata has a part that is not a string")
+        raise _Refused("a pathlib path in the metadata has a part that is not a string")
     return posixpath.join("", *parts)
 
 
 def _ordered_dict(*args: Any) -> Dict[Any, Any]:  # collections.OrderedDict(): filled by SETITEMS afterwards
     if args:
-        raise CorruptCheckpointError("collections.OrderedDict is called with arguments")
+        raise _Refused("collections.OrderedDict is called with arguments")
     return {}
 
 
@@ -247,6 +251,8 @@ def _unpickle(data: bytes, path: str, resolve: Callable[[str, str], Any]) -> Any
         return _Unpickler(data, path, resolve).load()
     except CorruptCheckpointError:
         raise
+    except _Refused as e:
+        raise CorruptCheckpointError(f"'{path}': the DCP metadata pickle is refused: {e}") from None
     except MemoryError:
         raise  # pass 1 exists so that this cannot happen: let it show
     except Exception as e:  # noqa: BLE001 - any failure of pickle's machinery on hostile bytes is corruption
