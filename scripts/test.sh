@@ -2,7 +2,9 @@
 # Runs every test suite of distckpt from a fresh clone on Debian 12: installs what is missing, then Bazel (C++ core,
 # C ABI, multi-process and multi-host tests), pytest (python/), cargo (rust/) and go (go/). Each language suite has
 # its own runner (<lang>/run_tests.sh) that sets up its toolchain and prints a "N passed, M failed" line; then the
-# cross-language check (tests/crosslang/run.sh) and the crash-consistency suite with the Go CLI (tests/crash/run.sh).
+# cross-language check (tests/crosslang/run.sh) and the crash-consistency suite with the Go CLI (tests/crash/run.sh),
+# then a short smoke of every fuzz target (scripts/fuzz.sh, FUZZ_SMOKE_SECONDS each, default 15): one
+# "fuzz <target>: N passed, M failed" line per target, a missing clang-14 or atheris counting as a failure.
 # Ends with one line for everything: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +50,17 @@ for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/crossl
   count "$log"
   if [[ $rc -ne 0 && $failed -eq $before ]]; then failed=$((failed + 1)); fi
 done
+
+echo "== scripts/fuzz.sh ${FUZZ_SMOKE_SECONDS:-15}"
+bash scripts/fuzz.sh "${FUZZ_SMOKE_SECONDS:-15}" >"$log" 2>&1
+rc=$?
+tail -40 "$log"
+p=$(grep -E "^fuzz [a-z_]+: [0-9]+ passed" "$log" | grep -oE "[0-9]+ passed" | awk '{s += $1} END {print s + 0}')
+f=$(grep -E "^fuzz [a-z_]+: [0-9]+ passed" "$log" | grep -oE "[0-9]+ failed" | awk '{s += $1} END {print s + 0}')
+if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
+echo "fuzz: $p passed, $f failed"
+passed=$((passed + p))
+failed=$((failed + f))
 
 echo "tests: ${passed} passed, ${failed} failed"
 [[ $failed -eq 0 ]]
