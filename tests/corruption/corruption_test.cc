@@ -56,7 +56,10 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// Replaces what is at `path` with a new regular file (never writes through a link a damage planted there: a link
+// to the pristine copy would damage every later trial's source). Does nothing where a directory is.
 void WriteFile(const std::string& path, const std::string& bytes) {
+  ::unlink(path.c_str());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
 }
@@ -105,6 +108,15 @@ class CorruptionSuite : public ::testing::Test {
       }
     }
     files_.push_back("metadata.dckpt");
+    for (const std::string& f : files_) pristine_bytes_.push_back(ReadFile(base_ + "/pristine/" + f));
+  }
+
+  // The trials' source is what it was when the suite began (a damage never reached it).
+  static std::string PristineChanged() {
+    for (size_t i = 0; i < files_.size(); ++i) {
+      if (ReadFile(base_ + "/pristine/" + files_[i]) != pristine_bytes_[i]) return files_[i];
+    }
+    return "";
   }
 
   static std::string EntryAt(const std::string& file, uint64_t offset) {
@@ -233,11 +245,13 @@ class CorruptionSuite : public ::testing::Test {
 
   static std::string base_;
   static std::vector<std::string> files_;  // the three data files, then metadata.dckpt
+  static std::vector<std::string> pristine_bytes_;  // their bytes in the pristine checkpoint
   static ChunkMap chunks_;
 };
 
 std::string CorruptionSuite::base_;
 std::vector<std::string> CorruptionSuite::files_;
+std::vector<std::string> CorruptionSuite::pristine_bytes_;
 ChunkMap CorruptionSuite::chunks_;
 
 bool Names(const std::string& log, const Damage& d) {
@@ -265,6 +279,9 @@ TEST_F(CorruptionSuite, EveryDamageIsAnErrorNamingTheFileOrAnExactLoad) {
       d.files.insert(d.files.end(), more.files.begin(), more.files.end());
       d.entry.clear();
     }
+    const std::string source_changed = PristineChanged();
+    ASSERT_EQ(source_changed, "") << "trial " << t << " (" << d.kind << ": " << d.what
+                                  << ") changed the pristine copy's " << source_changed << ": a bug in the suite";
     // One trial in eight loads collectively on two ranks (broadcast metadata, shared verification).
     const int world = t % 8 == 7 ? 2 : 1;
     const std::vector<RankResult> results = RunWorker(world, {"--mode", "check", "--path", dir});
