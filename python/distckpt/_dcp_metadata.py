@@ -434,7 +434,8 @@ class _Checker:
                 raise self.bad("planner_data is not a dict")
             self.spend(len(pd))
             for fqn, keys in pd.items():
-                planner[self.string(fqn, "a planner_data FQN")] = self.path_key(keys, fqn)
+                fqn = self.string(fqn, "a planner_data FQN")  # before path_key, which names it in messages
+                planner[fqn] = self.path_key(keys, fqn)
         storage: List[DcpStorageInfo] = []
         sd = f.get("storage_data")
         if sd is not None:
