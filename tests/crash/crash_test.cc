@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -146,6 +147,64 @@ class CrashSuite : public ::testing::Test {
     return "";
   }
 
+  // After a killed save of variant 2 into `dir` (a new checkpoint step-2 beside step-1 of variant 1, or an
+  // overwrite of step-1): what is wrong with what the path and the directory hold, checked with the CLI's ls and
+  // prune too when `cli` names it. Sets whether the new checkpoint was committed and how many leftovers there were.
+  static std::vector<std::string> CheckAfterKill(const std::string& dir, bool overwrite, const char* cli,
+                                                 bool* new_committed, int* leftovers) {
+    const std::string previous = dir + "/step-1", path = overwrite ? previous : dir + "/step-2";
+    std::vector<std::string> problems;
+    *new_committed = false;
+    *leftovers = 0;
+    const bool old_ok = CheckCheckpoint(previous, 1, kMiB).empty();
+    if (overwrite) {
+      *new_committed = !old_ok && CheckCheckpoint(path, 2, kMiB).empty();
+      if (!old_ok && !*new_committed) problems.push_back("the path holds neither the old nor the new checkpoint");
+    } else {
+      if (!old_ok) problems.push_back("the previous checkpoint changed: " + CheckCheckpoint(previous, 1, kMiB));
+      if (*DefaultStorage()->Exists(path)) {
+        const std::string why = CheckCheckpoint(path, 2, kMiB);
+        *new_committed = why.empty();
+        if (!*new_committed) problems.push_back("the new path holds something that does not load exactly: " + why);
+      }
+    }
+    const std::vector<std::string> listed = *DefaultStorage()->ListDir(dir);
+    for (const std::string& name : listed) {
+      if (name == "step-1" || (name == "step-2" && *new_committed)) continue;
+      if (IsLeftoverName(name)) {
+        ++*leftovers;
+      } else {
+        problems.push_back("unrecognisable leftover '" + name + "'");
+      }
+    }
+    if (cli != nullptr && *cli != '\0') {
+      std::string out;
+      const int rc = Shell(std::string(cli) + " ls --json '" + dir + "'", &out);
+      if (rc != 0) problems.push_back("ls failed: " + out);
+      for (const auto& [name, status] : LsJson(out)) {
+        if (status == "committed" && name != "step-1" && name != "step-2") {
+          problems.push_back("ls lists the leftover '" + name + "' as committed");
+        }
+        if (status != "committed" && (name == "step-1" || (name == "step-2" && *new_committed))) {
+          problems.push_back("ls lists '" + name + "' as " + status);
+        }
+      }
+      if (Shell(std::string(cli) + " prune --keep-last 5 --grace 0s --json '" + dir + "'", &out) != 0) {
+        problems.push_back("prune failed: " + out);
+      }
+      const std::vector<std::string> after_prune = *DefaultStorage()->ListDir(dir);
+      for (const std::string& name : after_prune) {
+        if (name != "step-1" && !(name == "step-2" && *new_committed)) {
+          problems.push_back("prune left '" + name + "'");
+        }
+      }
+      if (!CheckCheckpoint(overwrite ? path : previous, *new_committed && overwrite ? 2 : 1, kMiB).empty()) {
+        problems.push_back("prune damaged a committed checkpoint");
+      }
+    }
+    return problems;
+  }
+
   static constexpr std::chrono::milliseconds kLong{120000};
 };
 
@@ -189,56 +248,9 @@ TEST_F(CrashSuite, AKilledSaveLeavesTheOldOrTheNewCheckpointAndRecognisableLefto
     }
     const auto results = RunSave(m, path, 2, overwrite, faults, victim, after);
 
-    // What the path and the directory hold now.
-    std::vector<std::string> problems;
-    const bool old_ok = CheckCheckpoint(previous, 1, kMiB).empty();
     bool new_committed = false;
-    if (overwrite) {
-      new_committed = !old_ok && CheckCheckpoint(path, 2, kMiB).empty();
-      if (!old_ok && !new_committed) problems.push_back("the path holds neither the old nor the new checkpoint");
-    } else {
-      if (!old_ok) problems.push_back("the previous checkpoint changed: " + CheckCheckpoint(previous, 1, kMiB));
-      if (*DefaultStorage()->Exists(path)) {
-        const std::string why = CheckCheckpoint(path, 2, kMiB);
-        new_committed = why.empty();
-        if (!new_committed) problems.push_back("the new path holds something that does not load exactly: " + why);
-      }
-    }
     int leftovers = 0;
-    const std::vector<std::string> listed = *DefaultStorage()->ListDir(dir);
-    for (const std::string& name : listed) {
-      if (name == "step-1" || (name == "step-2" && new_committed)) continue;
-      if (IsLeftoverName(name)) {
-        ++leftovers;
-      } else {
-        problems.push_back("unrecognisable leftover '" + name + "'");
-      }
-    }
-    if (cli != nullptr && *cli != '\0') {
-      std::string out;
-      const int rc = Shell(std::string(cli) + " ls --json '" + dir + "'", &out);
-      if (rc != 0) problems.push_back("ls failed: " + out);
-      for (const auto& [name, status] : LsJson(out)) {
-        if (status == "committed" && name != "step-1" && name != "step-2") {
-          problems.push_back("ls lists the leftover '" + name + "' as committed");
-        }
-        if (status != "committed" && (name == "step-1" || (name == "step-2" && new_committed))) {
-          problems.push_back("ls lists '" + name + "' as " + status);
-        }
-      }
-      if (Shell(std::string(cli) + " prune --keep-last 5 --grace 0s --json '" + dir + "'", &out) != 0) {
-        problems.push_back("prune failed: " + out);
-      }
-      const std::vector<std::string> after_prune = *DefaultStorage()->ListDir(dir);
-      for (const std::string& name : after_prune) {
-        if (name != "step-1" && !(name == "step-2" && new_committed)) {
-          problems.push_back("prune left '" + name + "'");
-        }
-      }
-      if (!CheckCheckpoint(overwrite ? path : previous, new_committed && overwrite ? 2 : 1, kMiB).empty()) {
-        problems.push_back("prune damaged a committed checkpoint");
-      }
-    }
+    const std::vector<std::string> problems = CheckAfterKill(dir, overwrite, cli, &new_committed, &leftovers);
     const std::string outcome = std::string(new_committed ? "new committed" : "old only") +
                                 (leftovers ? ", leftovers cleaned" : "");
     outcomes[std::string(m.name) + (overwrite ? " overwrite " : " new ") + (at_step ? "at-step" : "at-time") + " -> " +
@@ -256,6 +268,48 @@ TEST_F(CrashSuite, AKilledSaveLeavesTheOldOrTheNewCheckpointAndRecognisableLefto
   std::printf("crash suite: %llu trials, seed %llu, %d failed\n", static_cast<unsigned long long>(trials),
               static_cast<unsigned long long>(seed), failures);
   for (const auto& [k, n] : outcomes) std::printf("  %4d  %s\n", n, k.c_str());
+  EXPECT_EQ(failures, 0);
+}
+
+// Not at random: every storage operation of every mode and scenario in turn, each a trial of its own (a kill at
+// the N-th operation on the victim rank: the first write, each fsync, the metadata, the commit's lock, rename or
+// exchange, the cleanup). Same checks as above. DCKPT_CRASH_SWEEP_STRIDE > 1 takes every k-th step only.
+TEST_F(CrashSuite, ASaveKilledAtEveryStorageStepLeavesTheOldOrTheNewCheckpoint) {
+  const uint64_t stride = std::max<uint64_t>(1, EnvOr("DCKPT_CRASH_SWEEP_STRIDE", 1));
+  const char* cli = std::getenv("DCKPT_CLI");
+  struct Case {
+    int mode;
+    bool overwrite;
+    int victim;
+  };
+  const Case kCases[] = {{0, false, 0}, {0, true, 0}, {1, false, 0}, {1, true, 0},
+                         {2, false, 0}, {2, true, 0}, {2, false, 1}, {2, true, 1}};
+  int trials = 0, committed = 0, failures = 0;
+  for (const Case& c : kCases) {
+    const Mode& m = kModes[c.mode];
+    const uint64_t n = Measure(m, c.overwrite, c.victim).ops;
+    for (uint64_t step = 1; step <= n; step += stride) {
+      const std::string dir = MakeTempDir("sweep-");
+      const std::string path = dir + (c.overwrite ? "/step-1" : "/step-2");
+      ASSERT_EQ(CheckSaved(RunSave(kModes[0], dir + "/step-1", 1, false, "", 0, kLong)), "");
+      const auto results =
+          RunSave(m, path, 2, c.overwrite, "any:*:nth=" + std::to_string(step) + ":kill", c.victim, kLong);
+      bool new_committed = false;
+      int leftovers = 0;
+      const std::vector<std::string> problems = CheckAfterKill(dir, c.overwrite, cli, &new_committed, &leftovers);
+      ++trials;
+      committed += new_committed;
+      if (problems.empty()) continue;
+      ++failures;
+      std::string all, logs;
+      for (const std::string& p : problems) all += "\n  " + p;
+      for (const RankResult& r : results) logs += r.log;
+      ADD_FAILURE() << m.name << (c.overwrite ? " overwrite" : " new") << ", rank " << c.victim << " killed at step "
+                    << step << " of " << n << ":" << all << "\n" << logs;
+    }
+  }
+  std::printf("crash sweep: %d trials (every storage step of 8 mode/scenario/rank cases), %d committed the new "
+              "checkpoint, %d failed\n", trials, committed, failures);
   EXPECT_EQ(failures, 0);
 }
 

@@ -16,7 +16,7 @@ if ! (cd go/cmd/distckpt && PKG_CONFIG_PATH="$root/lib/pkgconfig" GOPROXY=off GO
 fi
 bazel test //tests/crash:crash_test --test_output=all --test_env=DCKPT_CLI="$work/distckpt" \
   --test_env=DCKPT_CRASH_TRIALS --test_env=DCKPT_CRASH_SEED --test_env=DCKPT_RACE_ROUNDS --test_timeout=3600 2>&1 |
-  grep -E "crash suite|listings|^  +[0-9]+  |Failure|trial [0-9]+|^  [a-z]|PASSED|FAILED|ERROR" | grep -v linux-sandbox
+  grep -E "crash suite|crash sweep|listings|^  +[0-9]+  |Failure|trial [0-9]+|^  [a-z]|PASSED|FAILED|ERROR" | grep -v linux-sandbox
 rc=${PIPESTATUS[0]}
 if [[ $rc -eq 0 ]]; then echo "crash: 1 passed, 0 failed"; else echo "crash: 0 passed, 1 failed"; fi
 exit $rc
