@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -162,6 +163,26 @@ std::string NewNonce() {
   return buf;
 }
 
+namespace {
+
+// An overwrite removes what it replaces, so it replaces only a checkpoint (a directory with a metadata file, damaged
+// or not) or an empty directory: never a directory of other files, nor a file. A symbolic link at the path is
+// replaced as a link; its target is never touched.
+Status CheckReplaceable(Storage* storage, const std::string& path) {
+  const std::string why = "'" + path + "' exists and is not a distckpt checkpoint: overwrite replaces only a "
+                          "checkpoint (a directory holding metadata.dckpt) or an empty directory, and never removes "
+                          "anything else; move it away or choose another path";
+  DCKPT_ASSIGN_OR_RETURN(bool is_dir, storage->IsDirectory(path));
+  if (!is_dir) return Status(StatusCode::kExists, why);
+  DCKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, storage->ListDir(path));
+  if (names.empty()) return OkStatus();
+  // The metadata file's name is fixed by FORMAT.md (kMetadataFileName in core/format, which storage does not use).
+  if (std::find(names.begin(), names.end(), "metadata.dckpt") == names.end()) return Status(StatusCode::kExists, why);
+  return OkStatus();
+}
+
+}  // namespace
+
 Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::string& final_path,
                                                   const std::string& nonce, bool overwrite) {
   if (!internal_storage::IsLowerHex(nonce, 0)) {
@@ -177,6 +198,7 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
     return Status(StatusCode::kExists,
                   "checkpoint '" + final_clean + "' already exists; pass overwrite or choose another path");
   }
+  if (exists) DCKPT_RETURN_IF_ERROR(CheckReplaceable(storage, final_clean));
   const std::string parent = ParentDir(final_clean);
   DCKPT_ASSIGN_OR_RETURN(bool parent_is_dir, storage->IsDirectory(parent));
   if (!parent_is_dir) {

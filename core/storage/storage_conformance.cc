@@ -448,12 +448,12 @@ TEST_P(StorageConformanceTest, StagedCheckpointCommitsAtomicallyIntoPlace) {
     DCKPT_ASSERT_OK(f->Sync());
     DCKPT_ASSERT_OK(f->Close());
   }
-  DCKPT_ASSERT_OK(storage()->WriteFileDurably(staged.StagingFile("metadata"), "meta"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(staged.StagingFile("metadata.dckpt"), "meta"));
   DCKPT_ASSERT_OK_AND_ASSIGN(bool visible, storage()->Exists(final_path));
   EXPECT_FALSE(visible) << "nothing may appear at the final path before Commit";
 
   DCKPT_ASSERT_OK(staged.Commit());
-  const std::map<std::string, std::string> expected = {{"data-1", "rank one"}, {"metadata", "meta"}};
+  const std::map<std::string, std::string> expected = {{"data-1", "rank one"}, {"metadata.dckpt", "meta"}};
   EXPECT_EQ(SnapshotTree(storage(), final_path), expected) << "the marker must be gone, the data intact";
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"})) << "no staging directory may be left";
@@ -465,7 +465,7 @@ TEST_P(StorageConformanceTest, StagedCheckpointCommitsAtomicallyIntoPlace) {
 
 TEST_P(StorageConformanceTest, CreateRefusesAnExistingCheckpoint) {
   const std::string final_path = Path("ckpt");
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "v1"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "v1"}}, false));
   auto again = StagedCheckpoint::Create(storage(), final_path, NewNonce(), false);
   EXPECT_TRUE(
       StatusIs(again.status(), StatusCode::kExists, {"checkpoint '" + final_path + "' already exists", "overwrite"}));
@@ -490,21 +490,48 @@ TEST_P(StorageConformanceTest, CreateNeedsTheParentDirectoryAndAHexNonce) {
 
 TEST_P(StorageConformanceTest, OverwriteReplacesTheOldCheckpointAndLeavesNothingBehind) {
   const std::string final_path = Path("ckpt");
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "v1"}, {"old-only", "x"}}, false));
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "v2"}}, true));
-  const std::map<std::string, std::string> expected = {{"metadata", "v2"}};
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "v1"}, {"old-only", "x"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "v2"}}, true));
+  const std::map<std::string, std::string> expected = {{"metadata.dckpt", "v2"}};
   EXPECT_EQ(SnapshotTree(storage(), final_path), expected);
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"})) << "no .dckpt-old- or staging directory may be left";
   // Overwrite with nothing to replace is an ordinary save.
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("fresh"), {{"metadata", "f"}}, true));
-  DCKPT_ASSERT_OK_AND_ASSIGN(std::string meta, storage()->ReadFile(Path("fresh/metadata"), 10));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("fresh"), {{"metadata.dckpt", "f"}}, true));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string meta, storage()->ReadFile(Path("fresh/metadata.dckpt"), 10));
   EXPECT_EQ(meta, "f");
+}
+
+// An overwrite removes what it replaces, so it replaces only a checkpoint or an empty directory: a directory of
+// other files or a file at the path is refused before anything is written, and left exactly as it was.
+TEST_P(StorageConformanceTest, OverwriteReplacesOnlyACheckpointOrAnEmptyDirectory) {
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("home")));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(Path("home/thesis.tex"), "years of work"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(Path("notes.txt"), "a file"));
+  for (const char* name : {"home", "notes.txt"}) {
+    SCOPED_TRACE(name);
+    auto staged = StagedCheckpoint::Create(storage(), Path(name), NewNonce(), true);
+    EXPECT_TRUE(StatusIs(staged.status(), StatusCode::kExists,
+                         {"'" + Path(name) + "' exists and is not a distckpt checkpoint", "never removes"}));
+  }
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string kept, storage()->ReadFile(Path("home/thesis.tex"), 100));
+  EXPECT_EQ(kept, "years of work");
+  DCKPT_ASSERT_OK_AND_ASSIGN(kept, storage()->ReadFile(Path("notes.txt"), 100));
+  EXPECT_EQ(kept, "a file");
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
+  EXPECT_EQ(names, std::vector<std::string>({"home", "notes.txt"})) << "a refused overwrite leaves no staging";
+  // An empty directory, and a damaged checkpoint (its metadata file is what marks it), are replaced.
+  DCKPT_ASSERT_OK(storage()->CreateDir(Path("empty")));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("empty"), {{"metadata.dckpt", "e"}}, true));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("damaged"), {{"metadata.dckpt", "garbage"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("damaged"), {{"metadata.dckpt", "d"}}, true));
+  DCKPT_ASSERT_OK_AND_ASSIGN(kept, storage()->ReadFile(Path("damaged/metadata.dckpt"), 10));
+  EXPECT_EQ(kept, "d");
 }
 
 TEST_P(StorageConformanceTest, FailedOverwriteCommitPutsTheOldCheckpointBack) {
   const std::string final_path = Path("ckpt");
-  const std::map<std::string, std::string> v1 = {{"data", std::string(5000, 'o')}, {"metadata", "v1"}};
+  const std::map<std::string, std::string> v1 = {{"data", std::string(5000, 'o')}, {"metadata.dckpt", "v1"}};
   DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, v1, false));
 
   using Mode = FaultyCommitStorage::ExchangeMode;
@@ -514,7 +541,7 @@ TEST_P(StorageConformanceTest, FailedOverwriteCommitPutsTheOldCheckpointBack) {
     FaultyCommitStorage faulty(storage(), fail_rename, mode);
     DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint staged,
                                StagedCheckpoint::Create(&faulty, final_path, NewNonce(), true));
-    DCKPT_ASSERT_OK(faulty.WriteFileDurably(staged.StagingFile("metadata"), "v2"));
+    DCKPT_ASSERT_OK(faulty.WriteFileDurably(staged.StagingFile("metadata.dckpt"), "v2"));
     EXPECT_TRUE(StatusIs(staged.Commit(), StatusCode::kIo, {final_path, "injected"}));
     EXPECT_EQ(SnapshotTree(storage(), final_path), v1);
     DCKPT_ASSERT_OK(staged.Abort());
@@ -526,10 +553,10 @@ TEST_P(StorageConformanceTest, FailedOverwriteCommitPutsTheOldCheckpointBack) {
 // The overwrite where the storage cannot exchange: two renames, and still nothing left behind.
 TEST_P(StorageConformanceTest, OverwriteWithoutExchangeFallsBackToTwoRenames) {
   const std::string final_path = Path("ckpt");
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "v1"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "v1"}}, false));
   FaultyCommitStorage no_exchange(storage(), 0, FaultyCommitStorage::ExchangeMode::kUnsupported);
-  DCKPT_ASSERT_OK(SaveCheckpoint(&no_exchange, final_path, {{"metadata", "v2"}}, true));
-  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata", "v2"}}));
+  DCKPT_ASSERT_OK(SaveCheckpoint(&no_exchange, final_path, {{"metadata.dckpt", "v2"}}, true));
+  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata.dckpt", "v2"}}));
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
 }
@@ -572,8 +599,8 @@ class ObservingStorage final : public Storage {
 
 TEST_P(StorageConformanceTest, OverwriteNeverLeavesTheFinalPathEmptyOrPartial) {
   const std::string final_path = Path("ckpt");
-  const std::map<std::string, std::string> v1 = {{"data", "old data"}, {"metadata", "v1"}};
-  const std::map<std::string, std::string> v2 = {{"data", "new data"}, {"extra", "x"}, {"metadata", "v2"}};
+  const std::map<std::string, std::string> v1 = {{"data", "old data"}, {"metadata.dckpt", "v1"}};
+  const std::map<std::string, std::string> v2 = {{"data", "new data"}, {"extra", "x"}, {"metadata.dckpt", "v2"}};
   DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, v1, false));
   ObservingStorage observing(storage(), final_path);
   DCKPT_ASSERT_OK(SaveCheckpoint(&observing, final_path, v2, true));
@@ -591,16 +618,16 @@ TEST_P(StorageConformanceTest, OverwriteNeverLeavesTheFinalPathEmptyOrPartial) {
 // Two saves to one path, both overwriting: the first to commit wins, the other commits nothing and says why.
 TEST_P(StorageConformanceTest, OfTwoRacingOverwritesTheSecondCommitFails) {
   const std::string final_path = Path("ckpt");
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "v1"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "v1"}}, false));
   DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint first, StagedCheckpoint::Create(storage(), final_path, NewNonce(), true));
   DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint second,
                              StagedCheckpoint::Create(storage(), final_path, NewNonce(), true));
-  DCKPT_ASSERT_OK(storage()->WriteFileDurably(first.StagingFile("metadata"), "first"));
-  DCKPT_ASSERT_OK(storage()->WriteFileDurably(second.StagingFile("metadata"), "second"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(first.StagingFile("metadata.dckpt"), "first"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(second.StagingFile("metadata.dckpt"), "second"));
   DCKPT_ASSERT_OK(first.Commit());
   EXPECT_TRUE(StatusIs(second.Commit(), StatusCode::kExists, {final_path, "another save", "committed nothing"}));
   DCKPT_ASSERT_OK(second.Abort());
-  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata", "first"}}));
+  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata.dckpt", "first"}}));
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
 }
@@ -609,11 +636,11 @@ TEST_P(StorageConformanceTest, OfTwoRacingOverwritesTheSecondCommitFails) {
 TEST_P(StorageConformanceTest, OverwriteOfNothingFailsIfACheckpointAppearedMeanwhile) {
   const std::string final_path = Path("ckpt");
   DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint late, StagedCheckpoint::Create(storage(), final_path, NewNonce(), true));
-  DCKPT_ASSERT_OK(storage()->WriteFileDurably(late.StagingFile("metadata"), "late"));
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "early"}}, false));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(late.StagingFile("metadata.dckpt"), "late"));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "early"}}, false));
   EXPECT_TRUE(StatusIs(late.Commit(), StatusCode::kExists, {final_path}));
   DCKPT_ASSERT_OK(late.Abort());
-  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata", "early"}}));
+  EXPECT_EQ(SnapshotTree(storage(), final_path), (std::map<std::string, std::string>{{"metadata.dckpt", "early"}}));
 }
 
 TEST_P(StorageConformanceTest, CommitNeverReplacesACheckpointThatAppearedMeanwhile) {
@@ -623,12 +650,12 @@ TEST_P(StorageConformanceTest, CommitNeverReplacesACheckpointThatAppearedMeanwhi
                              StagedCheckpoint::Create(storage(), final_path, NewNonce(), false));
   DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint second,
                              StagedCheckpoint::Create(storage(), final_path, NewNonce(), false));
-  DCKPT_ASSERT_OK(storage()->WriteFileDurably(first.StagingFile("metadata"), "first"));
-  DCKPT_ASSERT_OK(storage()->WriteFileDurably(second.StagingFile("metadata"), "second"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(first.StagingFile("metadata.dckpt"), "first"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(second.StagingFile("metadata.dckpt"), "second"));
   DCKPT_ASSERT_OK(first.Commit());
   EXPECT_TRUE(StatusIs(second.Commit(), StatusCode::kExists, {final_path, second.staging_dir()}));
   DCKPT_ASSERT_OK(second.Abort());
-  const std::map<std::string, std::string> expected = {{"metadata", "first"}};
+  const std::map<std::string, std::string> expected = {{"metadata.dckpt", "first"}};
   EXPECT_EQ(SnapshotTree(storage(), final_path), expected);
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
@@ -640,20 +667,20 @@ TEST_P(StorageConformanceTest, AbortRemovesEverythingAndIsIdempotent) {
                              StagedCheckpoint::Create(storage(), final_path, NewNonce(), false));
   DCKPT_ASSERT_OK(storage()->CreateDir(staged.StagingFile("nested")));
   DCKPT_ASSERT_OK(storage()->WriteFileDurably(staged.StagingFile("nested/data"), "d"));
-  DCKPT_ASSERT_OK(storage()->WriteFileDurably(staged.StagingFile("metadata"), "m"));
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(staged.StagingFile("metadata.dckpt"), "m"));
   DCKPT_ASSERT_OK(staged.Abort());
   DCKPT_ASSERT_OK(staged.Abort());
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_TRUE(names.empty());
   // After an abort the same path can be saved.
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "ok"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "ok"}}, false));
 }
 
 TEST_P(StorageConformanceTest, HalfFailedSaveLeavesNothingAndTouchesNoOtherCheckpoint) {
   std::mt19937_64 rng(0x5eed0002);
   const std::string earlier = Path("step-100");
   const std::map<std::string, std::string> earlier_files = {
-      {"data-0", RandomBytes(&rng, 300000)}, {"data-1", RandomBytes(&rng, 4096)}, {"metadata", RandomBytes(&rng, 999)}};
+      {"data-0", RandomBytes(&rng, 300000)}, {"data-1", RandomBytes(&rng, 4096)}, {"metadata.dckpt", RandomBytes(&rng, 999)}};
   DCKPT_ASSERT_OK(SaveCheckpoint(storage(), earlier, earlier_files, false));
   const std::map<std::string, std::string> before = SnapshotTree(storage(), earlier);
   ASSERT_EQ(before, earlier_files);
@@ -703,7 +730,7 @@ TEST_P(StorageConformanceTest, AStagingDirectoryLeftByACrashIsRecognisable) {
   EXPECT_NE(marker.find("final_path: " + final_path), std::string::npos) << marker;
 
   // The leftover does not block a new save of the same checkpoint, and can be removed afterwards.
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata", "m"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), final_path, {{"metadata.dckpt", "m"}}, false));
   DCKPT_ASSERT_OK(storage()->RemoveAll(staging_dir));
   DCKPT_ASSERT_OK_AND_ASSIGN(names, storage()->ListDir(root()));
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"}));
@@ -714,13 +741,13 @@ TEST_P(StorageConformanceTest, AStagingDirectoryLeftByACrashIsRecognisable) {
 
 TEST_P(StorageConformanceTest, ADirectoryHandleKeepsReadingTheDirectoryItOpened) {
   const std::string ckpt = Path("ckpt");
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), ckpt, {{"data", "old data"}, {"metadata", "v1"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), ckpt, {{"data", "old data"}, {"metadata.dckpt", "v1"}}, false));
   DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Directory> dir, storage()->OpenDirectory(ckpt + "/"));
   EXPECT_EQ(dir->path(), ckpt);
-  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReadableFile> meta, dir->OpenFile("metadata"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReadableFile> meta, dir->OpenFile("metadata.dckpt"));
   // The path is overwritten, which moves the old directory aside and removes it. A file opened before keeps its
   // bytes; a name looked up through the handle now is gone, and is never the new checkpoint's file of that name.
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), ckpt, {{"data", "new data"}, {"metadata", "v2"}}, true));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), ckpt, {{"data", "new data"}, {"metadata.dckpt", "v2"}}, true));
   std::string got(2, '\0');
   DCKPT_ASSERT_OK(meta->ReadAt(0, &got[0], 2));
   EXPECT_EQ(got, "v1");
@@ -785,13 +812,13 @@ TEST_P(StorageConformanceTest, IdentityChangesWhenSomethingElseIsPutThere) {
 }
 
 TEST_P(StorageConformanceTest, ExchangeSwapsTwoDirectoriesOrIsUnsupported) {
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("a"), {{"metadata", "A"}}, false));
-  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("b"), {{"metadata", "B"}, {"more", "b"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("a"), {{"metadata.dckpt", "A"}}, false));
+  DCKPT_ASSERT_OK(SaveCheckpoint(storage(), Path("b"), {{"metadata.dckpt", "B"}, {"more", "b"}}, false));
   Status st = storage()->Exchange(Path("a"), Path("b"));
   if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.ToString();
   DCKPT_ASSERT_OK(st);
-  EXPECT_EQ(SnapshotTree(storage(), Path("a")), (std::map<std::string, std::string>{{"metadata", "B"}, {"more", "b"}}));
-  EXPECT_EQ(SnapshotTree(storage(), Path("b")), (std::map<std::string, std::string>{{"metadata", "A"}}));
+  EXPECT_EQ(SnapshotTree(storage(), Path("a")), (std::map<std::string, std::string>{{"metadata.dckpt", "B"}, {"more", "b"}}));
+  EXPECT_EQ(SnapshotTree(storage(), Path("b")), (std::map<std::string, std::string>{{"metadata.dckpt", "A"}}));
   EXPECT_EQ(storage()->Exchange(Path("a"), Path("missing")).code(), StatusCode::kNotFound);
 }
 

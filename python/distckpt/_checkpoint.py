@@ -85,7 +85,8 @@ def save(
             dicts of those), which are stored as JSON.
         path: the checkpoint directory to create.
         comm: the ranks that save together (``distckpt.comm``); None for a single process.
-        overwrite: replace an existing checkpoint at ``path`` (atomically).
+        overwrite: replace an existing checkpoint at ``path`` (atomically). Only a checkpoint or an empty directory is
+            replaced: anything else there raises ``AlreadyExistsError`` and is left untouched.
         allow_pickle: store values JSON cannot represent with pickle (loading them then needs it too).
         user_metadata: free-form str -> str pairs stored in the metadata (rank 0's are kept).
         sync: fsync data, metadata and directories (turn off only for scratch data).

@@ -191,7 +191,8 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
-  int overwrite;                /* replace an existing checkpoint at the path (default 0) */
+  int overwrite;                /* replace an existing checkpoint at the path (default 0); only a checkpoint or
+                                   an empty directory is replaced, anything else is DCKPT_EEXISTS */
   int sync;                     /* fsync data, metadata and directories (default 1) */
   uint64_t checksum_block_size; /* 0: default (1 MiB); else a power of two >= 4096 */
   uint64_t timeout_ms;          /* collective timeout; 0: default (10 minutes) */

@@ -327,6 +327,38 @@ TEST(PosixStorageTest, WritesNeverGoThroughALinkPlantedAtTheTarget) {
   EXPECT_EQ(victim, "do not touch");
 }
 
+// An overwrite of "latest" -> "step-100" replaces the link with the new checkpoint and never touches the link's target;
+// an overwrite of a link to a directory that is not a checkpoint is refused like the directory itself.
+TEST(PosixStorageTest, AnOverwriteOfALinkReplacesTheLinkNeverItsTarget) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK(storage->CreateDir(dir + "/step-100"));
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/step-100/metadata.dckpt", "step 100"));
+  ASSERT_EQ(::symlink("step-100", (dir + "/latest").c_str()), 0);
+  DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint staged,
+                             StagedCheckpoint::Create(storage.get(), dir + "/latest", NewNonce(), true));
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(staged.StagingFile("metadata.dckpt"), "new"));
+  DCKPT_ASSERT_OK(staged.Commit());
+  struct stat st;
+  ASSERT_EQ(::lstat((dir + "/latest").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode)) << "latest is now the new checkpoint's directory";
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string meta, storage->ReadFile(dir + "/latest/metadata.dckpt", 100));
+  EXPECT_EQ(meta, "new");
+  DCKPT_ASSERT_OK_AND_ASSIGN(meta, storage->ReadFile(dir + "/step-100/metadata.dckpt", 100));
+  EXPECT_EQ(meta, "step 100") << "the link's target must be untouched";
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage->ListDir(dir));
+  EXPECT_EQ(names, std::vector<std::string>({"latest", "step-100"}));
+
+  DCKPT_ASSERT_OK(storage->CreateDir(dir + "/home"));
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/home/keep", "k"));
+  ASSERT_EQ(::symlink("home", (dir + "/home-link").c_str()), 0);
+  EXPECT_TRUE(StatusIs(StagedCheckpoint::Create(storage.get(), dir + "/home-link", NewNonce(), true).status(),
+                       StatusCode::kExists, {"is not a distckpt checkpoint"}));
+  DCKPT_ASSERT_OK_AND_ASSIGN(meta, storage->ReadFile(dir + "/home/keep", 100));
+  EXPECT_EQ(meta, "k");
+}
+
 // The commit lock holds across processes (flock), and a process that dies holding it releases it.
 TEST(PosixStorageTest, TheCommitLockHoldsAcrossProcessesAndDiesWithItsHolder) {
   const std::string dir = MakeTempDir();
