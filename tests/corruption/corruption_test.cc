@@ -37,19 +37,9 @@ using launcher::Launch;
 using launcher::LaunchSpec;
 using launcher::MakeTempDir;
 using launcher::RankResult;
+using launcher::EnvOr;
 
-std::string Runfile(const std::string& rel) {
-  const char* src = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/" + rel;
-}
-
-std::string Worker() { return Runfile("tests/corruption/corruption_worker"); }
-
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
-}
+std::string Worker() { return launcher::Runfile("tests/corruption/corruption_worker"); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

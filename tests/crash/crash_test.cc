@@ -44,16 +44,9 @@ using testing_util::CheckCheckpoint;
 
 constexpr uint64_t kMiB = 3;
 
-std::string Worker() {
-  const char* src = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/tests/faults/fault_worker";
-}
+using launcher::EnvOr;
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
-}
+std::string Worker() { return launcher::Runfile("tests/faults/fault_worker"); }
 
 struct Mode {
   const char* name;

@@ -179,11 +179,7 @@ INSTANTIATE_TEST_SUITE_P(Faults, LoadFaultTest, ::testing::ValuesIn(kLoadFaults)
 
 // ---- One rank of several ----------------------------------------------------------------------------------------
 
-std::string Worker() {
-  const char* src = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/tests/faults/fault_worker";
-}
+std::string Worker() { return launcher::Runfile("tests/faults/fault_worker"); }
 
 std::vector<launcher::RankResult> RunRanks(int world, const std::vector<std::string>& args,
                                            std::chrono::milliseconds timeout) {

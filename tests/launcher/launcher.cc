@@ -29,6 +29,17 @@ std::string MakeTempDir(const std::string& prefix) {
   return buf.data();
 }
 
+std::string Runfile(const std::string& rel) {
+  const char* src = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/" + rel;
+}
+
+uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
 std::vector<RankResult> Launch(const LaunchSpec& spec) {
   const int n = spec.world_size;
   std::string rendezvous = spec.rendezvous_dir.empty() ? MakeTempDir("rdzv-") : spec.rendezvous_dir;

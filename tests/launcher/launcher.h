@@ -5,6 +5,7 @@
 #define DISTCKPT_TESTS_LAUNCHER_LAUNCHER_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -47,6 +48,12 @@ std::vector<RankResult> Launch(const LaunchSpec& spec);
 
 /// A fresh, empty directory under $TEST_TMPDIR (or /tmp) whose name starts with `prefix`.
 std::string MakeTempDir(const std::string& prefix);
+
+/// The path of a Bazel runfile of this workspace, e.g. Runfile("tests/faults/fault_worker").
+std::string Runfile(const std::string& rel);
+
+/// The unsigned integer in environment variable `name`, or `fallback` where it is unset or empty.
+uint64_t EnvOr(const char* name, uint64_t fallback);
 
 }  // namespace launcher
 }  // namespace distckpt

@@ -20,11 +20,7 @@ using launcher::LaunchSpec;
 using launcher::MakeTempDir;
 using launcher::RankResult;
 
-std::string Worker() {
-  const char* src = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/tests/multiprocess/reshard_worker";
-}
+std::string Worker() { return launcher::Runfile("tests/multiprocess/reshard_worker"); }
 
 std::vector<RankResult> RunRanks(int world, const std::vector<std::string>& args, const std::string& log_dir = "",
                             std::chrono::milliseconds timeout = std::chrono::milliseconds(120000)) {
