@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,11 @@ int Fail(const char* what, int rc) {
     if (rc_ != DCKPT_OK) return Fail(what, rc_); \
   } while (0)
 
+// Owners that free a handle on every return, the failing ones included: the sanitizer builds check for leaks at exit.
+using CommOwner = std::unique_ptr<dckpt_comm, decltype(&dckpt_comm_free)>;
+using StateOwner = std::unique_ptr<dckpt_state, decltype(&dckpt_state_free)>;
+using ReaderOwner = std::unique_ptr<dckpt_reader, decltype(&dckpt_reader_free)>;
+
 int g_wrong = 0;
 void Wrong(const std::string& what) {
   std::fprintf(stderr, "WRONG DATA: %s\n", what.c_str());
@@ -104,11 +110,13 @@ void Wrong(const std::string& what) {
 int Save(const std::string& path, uint64_t variant) {
   dckpt_comm* comm = nullptr;
   CALL("dckpt_comm_new_gloo", dckpt_comm_new_gloo(&comm, nullptr));
+  CommOwner comm_owner(comm, &dckpt_comm_free);
   int rank = 0, world = 1;
   dckpt_comm_rank(&rank, comm);
   dckpt_comm_size(&world, comm);
   dckpt_state* state = nullptr;
   CALL("dckpt_state_new", dckpt_state_new(&state));
+  StateOwner state_owner(state, &dckpt_state_free);
   std::vector<std::vector<uint8_t>> buffers;
   buffers.reserve(Specs().size());
   for (const Spec& t : Specs()) {
@@ -129,8 +137,6 @@ int Save(const std::string& path, uint64_t variant) {
   opts.checksum_block_size = 4096;
   opts.sync = 0;
   CALL("dckpt_save", dckpt_save(nullptr, path.c_str(), state, comm, &opts));
-  dckpt_state_free(state);
-  dckpt_comm_free(comm);
   return 0;
 }
 
@@ -138,6 +144,7 @@ int Save(const std::string& path, uint64_t variant) {
 int CheckLoad(const std::string& path, uint64_t variant, dckpt_comm* comm, int rank, int world) {
   dckpt_state* state = nullptr;
   CALL("dckpt_state_new", dckpt_state_new(&state));
+  StateOwner state_owner(state, &dckpt_state_free);
   struct Piece {
     const Spec* t;
     std::vector<uint64_t> off, len;
@@ -179,7 +186,6 @@ int CheckLoad(const std::string& path, uint64_t variant, dckpt_comm* comm, int r
       Wrong(std::string("bytes entry '") + kBlobs[i][0] + "'");
     }
   }
-  dckpt_state_free(state);
   return 0;
 }
 
@@ -187,6 +193,7 @@ int CheckLoad(const std::string& path, uint64_t variant, dckpt_comm* comm, int r
 int CheckReader(const std::string& path, uint64_t variant) {
   dckpt_reader* r = nullptr;
   CALL("dckpt_reader_open", dckpt_reader_open(&r, path.c_str(), nullptr, nullptr));
+  ReaderOwner reader_owner(r, &dckpt_reader_free);
   dckpt_checkpoint_info info = DCKPT_CHECKPOINT_INFO_INIT;
   CALL("dckpt_reader_info", dckpt_reader_info(&info, r));
   if (info.num_entries != Specs().size() + 2) Wrong("number of entries " + std::to_string(info.num_entries));
@@ -249,7 +256,6 @@ int CheckReader(const std::string& path, uint64_t variant) {
     }
   }
   CALL("dckpt_reader_verify", dckpt_reader_verify(r, nullptr, nullptr));
-  dckpt_reader_free(r);
   return 0;
 }
 
@@ -274,11 +280,11 @@ int main(int argc, char** argv) {
   if (world_env != nullptr && std::atoi(world_env) > 1) {
     dckpt_comm* comm = nullptr;
     CALL("dckpt_comm_new_gloo", dckpt_comm_new_gloo(&comm, nullptr));
+    CommOwner comm_owner(comm, &dckpt_comm_free);
     int rank = 0, world = 1;
     dckpt_comm_rank(&rank, comm);
     dckpt_comm_size(&world, comm);
     rc = CheckLoad(path, variant, comm, rank, world);
-    dckpt_comm_free(comm);
   } else {
     rc = CheckLoad(path, variant, nullptr, 0, 1);
     if (rc == 0) rc = CheckReader(path, variant);

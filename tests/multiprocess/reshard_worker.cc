@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -143,7 +144,11 @@ int Corrupt(const std::string& path, const std::string& entry) {
   dckpt_chunk_info chunk = DCKPT_CHUNK_INFO_INIT;
   rc = dckpt_reader_find(&index, reader, entry.c_str());
   if (rc == DCKPT_OK) rc = dckpt_reader_chunk(&chunk, reader, index, 0);
-  if (rc != DCKPT_OK) return Fail("finding the chunk", rc);
+  if (rc != DCKPT_OK) {
+    rc = Fail("finding the chunk", rc);
+    dckpt_reader_free(reader);
+    return rc;
+  }
   const std::string file = path + "/" + chunk.file;
   const off_t at = static_cast<off_t>(chunk.file_offset + chunk.length / 2);
   dckpt_reader_free(reader);
@@ -181,6 +186,8 @@ int main(int argc, char** argv) {
   dckpt_comm* comm = nullptr;
   int rc = dckpt_comm_new_gloo(&comm, &gopts);
   if (rc != DCKPT_OK) return Fail("dckpt_comm_new_gloo", rc);
+  // Freed on every return, the failing ones included: the sanitizer builds check for leaks at exit.
+  std::unique_ptr<dckpt_comm, decltype(&dckpt_comm_free)> comm_owner(comm, &dckpt_comm_free);
   int world = 1;
   dckpt_comm_rank(&g_rank, comm);
   dckpt_comm_size(&world, comm);
@@ -188,6 +195,7 @@ int main(int argc, char** argv) {
   const bool save = mode == "save";
   dckpt_state* state = nullptr;
   dckpt_state_new(&state);
+  std::unique_ptr<dckpt_state, decltype(&dckpt_state_free)> state_owner(state, &dckpt_state_free);
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<Piece> pieces;
   buffers.reserve(Specs().size());
@@ -237,8 +245,6 @@ int main(int argc, char** argv) {
     }
     if (bad) return 2;
   }
-  dckpt_state_free(state);
-  dckpt_comm_free(comm);
   std::printf("rank %d/%d: %s ok\n", g_rank, world, mode.c_str());
   return 0;
 }
