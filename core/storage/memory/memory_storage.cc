@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -154,6 +155,15 @@ class MemoryReadableFile final : public ReadableFile {
   const std::shared_ptr<MemoryNode> node_;
   const std::string path_;
   const uint64_t size_;  // at open, like fstat
+};
+
+// LockDirectory's lock: a flag under a mutex, waited for on a condition variable. (Not std::timed_mutex: its
+// try_lock_for is pthread_mutex_clocklock, which ThreadSanitizer does not intercept, so TSan saw every unlock as one
+// of an unlocked mutex and none of the ordering the lock provides.)
+struct CommitLock {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false;  // guarded by mu
 };
 
 class MemoryStorage final : public Storage {
@@ -464,7 +474,7 @@ class MemoryStorage final : public Storage {
 
   std::mutex mu_;  // guards the namespace (dirs_, files_); each node's bytes have their own mutex
   std::mutex locks_mu_;
-  std::map<std::string, std::shared_ptr<std::timed_mutex>> locks_;  // LockDirectory's, by normalised path
+  std::map<std::string, std::shared_ptr<CommitLock>> locks_;  // LockDirectory's, by normalised path
   std::map<std::string, uint64_t> dirs_;  // path -> directory id
   std::map<std::string, std::shared_ptr<MemoryNode>> files_;
 };
@@ -490,11 +500,17 @@ class MemoryDirectory final : public Directory {
 
 class MemoryDirectoryLock final : public DirectoryLock {
  public:
-  explicit MemoryDirectoryLock(std::shared_ptr<std::timed_mutex> mu) : mu_(std::move(mu)) {}
-  ~MemoryDirectoryLock() override { mu_->unlock(); }
+  explicit MemoryDirectoryLock(std::shared_ptr<CommitLock> lock) : lock_(std::move(lock)) {}
+  ~MemoryDirectoryLock() override {
+    {
+      std::lock_guard<std::mutex> guard(lock_->mu);
+      lock_->held = false;
+    }
+    lock_->cv.notify_one();
+  }
 
  private:
-  std::shared_ptr<std::timed_mutex> mu_;
+  std::shared_ptr<CommitLock> lock_;
 };
 
 Result<std::unique_ptr<Directory>> MemoryStorage::OpenDirectory(const std::string& path) {
@@ -507,18 +523,22 @@ Result<std::unique_ptr<Directory>> MemoryStorage::OpenDirectory(const std::strin
 
 Result<std::unique_ptr<DirectoryLock>> MemoryStorage::LockDirectory(const std::string& dir,
                                                                     std::chrono::milliseconds timeout) {
-  std::shared_ptr<std::timed_mutex> mu;
+  std::shared_ptr<CommitLock> commit;
   {
     std::lock_guard<std::mutex> lock(locks_mu_);
-    std::shared_ptr<std::timed_mutex>& slot = locks_[Normalize(dir)];
-    if (!slot) slot = std::make_shared<std::timed_mutex>();
-    mu = slot;
+    std::shared_ptr<CommitLock>& slot = locks_[Normalize(dir)];
+    if (!slot) slot = std::make_shared<CommitLock>();
+    commit = slot;
   }
-  if (!mu->try_lock_for(timeout)) {
-    return Status(StatusCode::kTimeout, "another save has been committing into " + Quoted(dir) + " for over " +
-                                            std::to_string(timeout.count()) + " ms; nothing was committed");
+  {
+    std::unique_lock<std::mutex> lock(commit->mu);
+    if (!commit->cv.wait_for(lock, timeout, [&] { return !commit->held; })) {
+      return Status(StatusCode::kTimeout, "another save has been committing into " + Quoted(dir) + " for over " +
+                                              std::to_string(timeout.count()) + " ms; nothing was committed");
+    }
+    commit->held = true;
   }
-  return std::unique_ptr<DirectoryLock>(new MemoryDirectoryLock(std::move(mu)));
+  return std::unique_ptr<DirectoryLock>(new MemoryDirectoryLock(std::move(commit)));
 }
 
 }  // namespace
