@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test suite of distckpt from a fresh clone on Debian 12: installs what is missing, then Bazel (C++ core,
-# C ABI, multi-process and multi-host tests), pytest (python/), cargo (rust/) and go (go/). Each language suite has
-# its own runner (<lang>/run_tests.sh) that sets up its toolchain and prints a "N passed, M failed" line; then the
-# cross-language check (tests/crosslang/run.sh) and the crash-consistency suite with the Go CLI (tests/crash/run.sh),
-# then a short smoke of every fuzz target (scripts/fuzz.sh, FUZZ_SMOKE_SECONDS each, default 15): one
-# "fuzz <target>: N passed, M failed" line per target, a missing clang-14 or atheris counting as a failure.
+# C ABI, multi-process and multi-host tests; then all of them again under ASan + UBSan: a "bazel asan: ..." line),
+# pytest (python/), cargo (rust/) and go (go/). Each language suite has its own runner (<lang>/run_tests.sh) that sets
+# up its toolchain and prints a "N passed, M failed" line; then the cross-language check (tests/crosslang/run.sh) and
+# the crash-consistency suite with the Go CLI (tests/crash/run.sh), then a short smoke of every fuzz target
+# (scripts/fuzz.sh, FUZZ_SMOKE_SECONDS each, default 15): one "fuzz <target>: N passed, M failed" line per target, a
+# missing clang-14 or atheris counting as a failure.
 # Ends with one line for everything: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,20 +25,30 @@ count() {  # adds the last "N passed" / "M failed" figures of a log to the total
   failed=$((failed + ${f:-0}))
 }
 
-echo "== bazel test //..."
-bazel test //... --test_summary=short >"$log" 2>&1
-bazel_rc=$?
-grep -E "^//|Executed|ERROR|error:" "$log" | grep -v linux-sandbox
-p=$(grep -cE "^//\S+\s+(\(cached\) )?PASSED" "$log" || true)
-f=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)" "$log" || true)
-if [[ $bazel_rc -ne 0 && $f -eq 0 ]]; then
-  echo "bazel test failed (exit $bazel_rc) before running tests:"
-  grep -v linux-sandbox "$log" | tail -30
-  f=1
-fi
-echo "bazel: $p passed, $f failed"
-passed=$((passed + p))
-failed=$((failed + f))
+# bazel_suite NAME ARGS...: bazel test ARGS; prints the targets and "NAME: N passed, M failed", added to the totals.
+bazel_suite() {
+  local name=$1 rc p f
+  shift
+  echo "== bazel test $*"
+  bazel test "$@" --test_summary=short >"$log" 2>&1
+  rc=$?
+  grep -E "^//|Executed|ERROR|error:" "$log" | grep -v linux-sandbox
+  p=$(grep -cE "^//\S+\s+(\(cached\) )?PASSED" "$log" || true)
+  f=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)" "$log" || true)
+  if [[ $rc -ne 0 && $f -eq 0 ]]; then
+    echo "bazel test failed (exit $rc) before running tests:"
+    grep -v linux-sandbox "$log" | tail -30
+    f=1
+  fi
+  echo "$name: $p passed, $f failed"
+  passed=$((passed + p))
+  failed=$((failed + f))
+}
+
+bazel_suite bazel //...
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer (.bazelrc; its outputs sit
+# beside the normal build's). ThreadSanitizer and the manual crash suite under both: scripts/sanitize.sh.
+bazel_suite "bazel asan" --config=asan //...
 
 # The cross-language check runs last: it uses the toolchains the language runners set up.
 for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/crosslang/run.sh tests/crash/run.sh; do
