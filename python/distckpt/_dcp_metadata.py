@@ -223,11 +223,23 @@ class _Unpickler(pickle.Unpickler):
 # ---- Pass 1: the opcode scan ----------------------------------------------------------------------------------------
 
 
-def _scan(data: bytes, path: str) -> None:
+def _scan(data: bytes, path: str) -> bytes:
+    """Checks every opcode up to STOP and returns the same pickle without its FRAME opcodes and trailing bytes.
+
+    Frames are only a read-ahead hint, but the C unpickler honours them in its own way: a frame that starts inside
+    another, or an opcode that straddles a frame's end, makes it skip bytes and parse a different opcode stream from
+    the one scanned here (a fuzz finding: a nested frame led it past the scanned STOP into an unchecked length, and a
+    MemoryError). Without frames both read the bytes in the same order, so what is unpickled is what was scanned.
+    """
     ops = 0
+    keep = []
+    prev = None  # (opcode name, position) of the previous opcode, kept once its end is known
     try:
         for op, arg, pos in pickletools.genops(data):
             ops += 1
+            if prev is not None and prev[0] != "FRAME":
+                keep.append(data[prev[1] : pos])
+            prev = (op.name, pos)
             if op.name not in _ALLOWED_OPCODES:
                 raise UnsafePickleError(
                     f"'{path}': the DCP metadata pickle uses the opcode {op.name} at byte {pos}, which DCP never "
@@ -239,11 +251,15 @@ def _scan(data: bytes, path: str) -> None:
             if op.name == "FRAME" and (not isinstance(arg, int) or arg > len(data) - pos):
                 raise CorruptCheckpointError(f"'{path}': the DCP metadata pickle has a frame past its end")
             if op.name == "STOP":
+                keep.append(data[pos : pos + 1])
                 break
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError, EOFError) as e:
         # genops raises ValueError for a truncated or unknown opcode, a bad length or a bad argument; the others for
         # malformed arguments of the text opcodes.
         raise CorruptCheckpointError(f"'{path}': the DCP metadata is not a valid pickle ({_short(str(e))})") from None
+    if prev is None or prev[0] != "STOP":
+        raise CorruptCheckpointError(f"'{path}': the DCP metadata pickle has no STOP opcode (truncated)")
+    return b"".join(keep)
 
 
 def _unpickle(data: bytes, path: str, resolve: Callable[[str, str], Any]) -> Any:
@@ -473,11 +489,16 @@ def parse(data: bytes, path: str = ".metadata") -> DcpMetadata:
         UnsafePickleError: the pickle names a global outside the allow-list, or an opcode DCP never writes.
         CorruptCheckpointError: anything else wrong with the file (``path`` names it in the message).
     """
+    return _parse(data, path)[1]
+
+
+def _parse(data: bytes, path: str) -> Tuple[bytes, DcpMetadata]:
+    """(the scanned pickle, without frames, that is safe to unpickle; what it says)."""
     if len(data) > MAX_METADATA_BYTES:
         raise CorruptCheckpointError(f"'{path}': DCP metadata of {len(data)} bytes is larger than the limit")
-    _scan(data, path)
-    root = _unpickle(data, path, lambda module, name: _ALLOWED[(module, name)])
-    return _Checker(path, 16 * len(data) + 1024).metadata(root)
+    plain = _scan(data, path)
+    root = _unpickle(plain, path, lambda module, name: _ALLOWED[(module, name)])
+    return plain, _Checker(path, 16 * len(data) + 1024).metadata(root)
 
 
 def read(path: str) -> Tuple[bytes, DcpMetadata]:
@@ -504,5 +525,5 @@ def to_torch(data: bytes, path: str = ".metadata") -> Any:
     The unpickler resolves the allow-list to torch's real classes (and nothing else), so it runs only their
     constructors and ``__setstate__`` on values that pass 3 of :func:`parse` checked.
     """
-    parse(data, path)
-    return _unpickle(data, path, _torch_object)
+    plain, _ = _parse(data, path)
+    return _unpickle(plain, path, _torch_object)
