@@ -123,15 +123,15 @@ for t in "${targets[@]}"; do
       $( [[ -d $regress ]] && echo "$regress" ) >"$log" 2>&1
   rc=$?
   elapsed=$(($(date +%s) - start))
-  execs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
-  rate=$(grep -oE "stat::average_exec_per_sec: *[0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
+  execs=$(grep -aoE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
+  rate=$(grep -aoE "stat::average_exec_per_sec: *[0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
   size=$(find "$corpus" -type f | wc -l)
   found=$(($(find "$findings" -type f | wc -l) - before))
   if ((rc != 0 && found == 0)); then found=1; fi  # died without an artifact (e.g. a Python exception at start)
   echo "fuzz $t: ${execs:-0} executions in ${elapsed} s (${rate:-0} exec/s), corpus ${size} files, ${found} findings"
   if ((found)); then
     bad=1
-    grep -E "ERROR|error:|Error|Exception|property violated|SUMMARY|artifact" "$log" | head -20
+    grep -aE "ERROR|error:|Error|Exception|property violated|SUMMARY|artifact" "$log" | head -20
     echo "fuzz $t: log $log, findings in $findings"
     echo "fuzz $t: 0 passed, 1 failed"
   else
