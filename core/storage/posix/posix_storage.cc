@@ -693,7 +693,10 @@ class PosixStorage final : public Storage {
     if (fd < 0 && errno == EMFILE && RaiseOpenFileLimit()) {
       fd = RetryOnEintr([&] { return ::open(clean.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
     }
-    if (fd < 0) return ErrnoError(errno == ENOTDIR ? ENOENT : errno, "opening directory " + Quoted(clean));
+    if (fd < 0 && errno == ENOTDIR) {  // a file, FIFO or device: not found as a directory, and said so
+      return NotFound("opening directory " + Quoted(clean) + ": it is not a directory");
+    }
+    if (fd < 0) return ErrnoError(errno, "opening directory " + Quoted(clean));
     return std::unique_ptr<Directory>(new PosixDirectory(fd, clean));
   }
 

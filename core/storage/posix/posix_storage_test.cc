@@ -236,6 +236,23 @@ TEST(PosixStorageTest, OpeningADirectorySaysSo) {
   EXPECT_TRUE(StatusIs(NewPosixStorage()->OpenFile(dir).status(), StatusCode::kIo, {dir, "Is a directory"}));
 }
 
+// A checkpoint path that is a file or a FIFO is "not found" as a directory, and the message says what it is (it said
+// "No such file or directory"); opening never blocks on the FIFO.
+TEST(PosixStorageTest, OpeningAFileOrFifoAsADirectorySaysItIsNotOne) {
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  std::unique_ptr<Storage> storage = NewPosixStorage();
+  DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/file", "x"));
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  for (const char* name : {"file", "fifo"}) {
+    EXPECT_TRUE(StatusIs(storage->OpenDirectory(dir + "/" + name).status(), StatusCode::kNotFound,
+                         {dir + "/" + name, "it is not a directory"}))
+        << name;
+  }
+  EXPECT_TRUE(StatusIs(storage->OpenDirectory(dir + "/missing").status(), StatusCode::kNotFound,
+                       {"No such file or directory"}));
+}
+
 TEST(PosixStorageTest, ReadFileReadsToEndOfFileNotToTheStatSize) {
   // procfs reports size 0 for files that have content.
   std::unique_ptr<Storage> storage = NewPosixStorage();
