@@ -8,6 +8,7 @@
 # Prints "sanitize <config>: N passed, M failed" for each and exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bazel_tally.sh
 
 case "${1:-all}" in
   asan | tsan) configs=("$1") ;;
@@ -33,14 +34,9 @@ for config in "${configs[@]}"; do
   # shellcheck disable=SC2086  # $manual is a list of labels
   bazel "${startup[@]}" test --config="$config" --test_summary=short --test_env=DCKPT_CLI -- //... $manual >"$log" 2>&1
   rc=$?
-  grep -E "^//|Executed|ERROR|error:" "$log" | grep -v linux-sandbox
-  p=$(grep -cE "^//\S+\s+(\(cached\) )?PASSED" "$log" || true)
-  f=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)" "$log" || true)
-  if [[ $rc -ne 0 && $f -eq 0 ]]; then
-    echo "bazel test --config=$config failed (exit $rc) before running tests:"
-    grep -v linux-sandbox "$log" | tail -30
-    f=1
-  fi
+  bazel_tally "$log" "$rc"
+  p=$BAZEL_PASSED
+  f=$BAZEL_FAILED
   echo "sanitize $config: $p passed, $f failed ($((SECONDS - start)) s)"
   [[ $f -eq 0 ]] || status=1
 done

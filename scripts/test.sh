@@ -25,21 +25,17 @@ count() {  # adds the last "N passed" / "M failed" figures of a log to the total
   failed=$((failed + ${f:-0}))
 }
 
+source scripts/bazel_tally.sh
+
 # bazel_suite NAME ARGS...: bazel test ARGS; prints the targets and "NAME: N passed, M failed", added to the totals.
 bazel_suite() {
-  local name=$1 rc p f
+  local name=$1 rc
   shift
   echo "== bazel test $*"
   bazel test "$@" --test_summary=short >"$log" 2>&1
   rc=$?
-  grep -E "^//|Executed|ERROR|error:" "$log" | grep -v linux-sandbox
-  p=$(grep -cE "^//\S+\s+(\(cached\) )?PASSED" "$log" || true)
-  f=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)" "$log" || true)
-  if [[ $rc -ne 0 && $f -eq 0 ]]; then
-    echo "bazel test failed (exit $rc) before running tests:"
-    grep -v linux-sandbox "$log" | tail -30
-    f=1
-  fi
+  bazel_tally "$log" "$rc"
+  local p=$BAZEL_PASSED f=$BAZEL_FAILED
   echo "$name: $p passed, $f failed"
   passed=$((passed + p))
   failed=$((failed + f))
