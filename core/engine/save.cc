@@ -218,15 +218,7 @@ Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, St
   SavePlanOptions popts;
   popts.checksum_block_size = options.checksum_block_size;
   DCKPT_ASSIGN_OR_RETURN(*plan, MakeGlobalPlan(plans, popts));
-  if (options.overwrite) {
-    // Overwrite replaces a checkpoint, never an arbitrary directory that happens to be at the path.
-    auto exists = storage->Exists(path);
-    auto is_ckpt = storage->Exists(path + "/" + kMetadataFileName);
-    if (exists.ok() && *exists && !(is_ckpt.ok() && *is_ckpt)) {
-      return Status(StatusCode::kExists, "'" + path + "' exists and is not a committed checkpoint; refusing to "
-                                         "overwrite it");
-    }
-  }
+  // StagedCheckpoint::Create refuses an overwrite of anything but a checkpoint or an empty directory.
   *nonce = NewNonce();
   DCKPT_ASSIGN_OR_RETURN(*staged, StagedCheckpoint::Create(storage, path, *nonce, options.overwrite));
   return OkStatus();
