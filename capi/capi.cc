@@ -142,6 +142,27 @@ using distckpt::capi::NotNull;
 using distckpt::capi::Report;
 using distckpt::capi::ReportException;
 
+namespace {
+
+// dckpt_state_add_piece and its const twin: the same checks, then AddPiece or AddConstPiece.
+int AddPieceImpl(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
+                 const void* data, bool read_only) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
+    distckpt::TensorEntry* t = state->state.FindTensor(name);
+    if (t == nullptr) return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' was not declared"));
+    size_t ndim = t->shape.size();
+    if (ndim > 0 && (offsets == nullptr || lengths == nullptr)) {
+      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': offsets/lengths are NULL"));
+    }
+    std::vector<uint64_t> off(offsets, offsets + ndim), len(lengths, lengths + ndim);
+    return Report(read_only ? state->state.AddConstPiece(name, off, len, data)
+                            : state->state.AddPiece(name, off, len, const_cast<void*>(data)));
+  })
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -153,6 +174,10 @@ unsigned dckpt_abi_version(void) { return DCKPT_ABI_VERSION; }
 
 const char* dckpt_error_last(void) { return distckpt::capi::t_error_message.c_str(); }
 int dckpt_error_last_code(void) { return distckpt::capi::t_error_code; }
+void dckpt_error_clear(void) {
+  distckpt::capi::t_error_code = DCKPT_OK;
+  distckpt::capi::t_error_message.clear();
+}
 const char* dckpt_status_name(int status) {
   if (status > 0 || status < DCKPT_EINTERNAL) return "unknown";
   return distckpt::StatusCodeName(static_cast<distckpt::StatusCode>(status));
@@ -206,17 +231,19 @@ int dckpt_state_add_tensor(dckpt_state* state, const char* name, int dtype, size
 
 int dckpt_state_add_piece(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
                           void* data) {
+  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false);
+}
+
+int dckpt_state_add_piece_const(dckpt_state* state, const char* name, const uint64_t* offsets,
+                                const uint64_t* lengths, const void* data) {
+  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/true);
+}
+
+int dckpt_state_add_bytes_const(dckpt_state* state, const char* name, const void* data, uint64_t size) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
-    distckpt::TensorEntry* t = state->state.FindTensor(name);
-    if (t == nullptr) return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' was not declared"));
-    size_t ndim = t->shape.size();
-    if (ndim > 0 && (offsets == nullptr || lengths == nullptr)) {
-      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': offsets/lengths are NULL"));
-    }
-    std::vector<uint64_t> off(offsets, offsets + ndim), len(lengths, lengths + ndim);
-    return Report(state->state.AddPiece(name, off, len, data));
+    return Report(state->state.AddConstBytes(name, data, size));
   })
 }
 
@@ -631,10 +658,17 @@ int dckpt_reader_verify(dckpt_reader* reader, dckpt_progress_fn progress, void* 
 }
 
 int dckpt_reader_verify_chunk(dckpt_reader* reader, size_t entry, size_t chunk) {
+  return dckpt_reader_verify_chunk_progress(reader, entry, chunk, nullptr, nullptr);
+}
+
+int dckpt_reader_verify_chunk_progress(dckpt_reader* reader, size_t entry, size_t chunk, dckpt_progress_fn progress,
+                                       void* user_data) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     if (chunk > UINT32_MAX) return Report(distckpt::InvalidArgument("chunk index out of range"));
-    return Report(reader->reader->VerifyChunk(entry, static_cast<uint32_t>(chunk)));
+    distckpt::ProgressFn fn;
+    if (progress) fn = [progress, user_data](uint64_t done, uint64_t total) { return progress(done, total, user_data); };
+    return Report(reader->reader->VerifyChunk(entry, static_cast<uint32_t>(chunk), fn));
   })
 }
 

@@ -37,7 +37,14 @@ Status PlanTensors(Reader* reader, State& state, ReadBatch* batch) {
                              " in the checkpoint but " + ShapeString(t.shape) + " in the destination");
     }
     std::vector<ReadTarget> targets;
-    for (const TensorPiece& p : t.pieces) targets.push_back(ReadTarget{p.box, p.data});
+    for (const TensorPiece& p : t.pieces) {
+      if (p.read_only) {
+        return InvalidArgument("loading '" + path + "': tensor '" + t.name + "' piece " + p.box.ToString() +
+                               " was added as read-only (dckpt_state_add_piece_const); a load needs a writable "
+                               "buffer (dckpt_state_add_piece)");
+      }
+      targets.push_back(ReadTarget{p.box, p.data});
+    }
     DCKPT_RETURN_IF_ERROR(batch->Add(*idx, targets));
   }
   return OkStatus();
@@ -65,6 +72,12 @@ Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, Stat
   if (st.ok()) {
     batch = std::make_unique<ReadBatch>(reader);
     st = PlanTensors(reader, state, batch.get());
+  }
+  for (const BytesEntry& b : state.bytes()) {
+    if (st.ok() && b.read_only) {
+      st = InvalidArgument("loading '" + path + "': bytes entry '" + b.name + "' was added as read-only "
+                           "(dckpt_state_add_bytes_const); a load needs a writable buffer (dckpt_state_add_bytes)");
+    }
   }
   if (collective) {
     // First the plans' verified ranges (a rank that failed sends its error instead, and nobody starts reading), at

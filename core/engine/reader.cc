@@ -649,14 +649,14 @@ Status Reader::VerifyAll(const ProgressFn& progress) {
   return ex.Run(progress);
 }
 
-Status Reader::VerifyChunk(size_t entry, uint32_t chunk) {
+Status Reader::VerifyChunk(size_t entry, uint32_t chunk, const ProgressFn& progress) {
   if (entry >= meta_.num_entries() || chunk >= meta_.entry(entry).num_chunks) {
     return InvalidArgument("checkpoint '" + path_ + "': no chunk #" + std::to_string(chunk) + " in entry #" +
                            std::to_string(entry));
   }
   ReadExecutor ex(this);
   ex.AddVerify(entry, chunk);
-  return ex.Run(nullptr);
+  return ex.Run(progress);
 }
 
 IoStats Reader::io_stats() const {

@@ -130,7 +130,7 @@ class Reader {
   /// Reads and checks every chunk of every entry, reporting progress. Returns the first corruption found.
   Status VerifyAll(const ProgressFn& progress);
   /// Reads and checks one chunk.
-  Status VerifyChunk(size_t entry, uint32_t chunk);
+  Status VerifyChunk(size_t entry, uint32_t chunk, const ProgressFn& progress = nullptr);
 
   IoStats io_stats() const;
 

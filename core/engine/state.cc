@@ -41,7 +41,15 @@ Status State::AddPiece(const std::string& name, const std::vector<uint64_t>& off
   if (data == nullptr && box->volume() != 0) {
     return InvalidArgument("tensor '" + name + "': piece " + box->ToString() + " has a NULL buffer");
   }
-  t->pieces.push_back(TensorPiece{*box, data});
+  t->pieces.push_back(TensorPiece{*box, data, false});
+  return OkStatus();
+}
+
+Status State::AddConstPiece(const std::string& name, const std::vector<uint64_t>& offsets,
+                            const std::vector<uint64_t>& lengths, const void* data) {
+  // The pointer is stored without const only because save and load share TensorPiece; read_only keeps load off it.
+  DCKPT_RETURN_IF_ERROR(AddPiece(name, offsets, lengths, const_cast<void*>(data)));
+  FindTensor(name)->pieces.back().read_only = true;
   return OkStatus();
 }
 
@@ -49,7 +57,13 @@ Status State::AddBytes(const std::string& name, void* data, uint64_t size) {
   DCKPT_RETURN_IF_ERROR(CheckNewName(name));
   if (data == nullptr && size != 0) return InvalidArgument("bytes entry '" + name + "' has a NULL buffer");
   bytes_index_[name] = bytes_.size();
-  bytes_.push_back(BytesEntry{name, data, size, 0});
+  bytes_.push_back(BytesEntry{name, data, size, 0, false});
+  return OkStatus();
+}
+
+Status State::AddConstBytes(const std::string& name, const void* data, uint64_t size) {
+  DCKPT_RETURN_IF_ERROR(AddBytes(name, const_cast<void*>(data), size));
+  bytes_.back().read_only = true;
   return OkStatus();
 }
 

@@ -20,6 +20,8 @@ namespace distckpt {
 struct TensorPiece {
   Box box;
   void* data = nullptr;
+  /// Added through a const buffer: a save reads it; a load refuses it (it would write through a const pointer).
+  bool read_only = false;
 };
 
 struct TensorEntry {
@@ -36,6 +38,7 @@ struct BytesEntry {
   void* data = nullptr;
   uint64_t size = 0;
   uint64_t loaded_size = 0;
+  bool read_only = false;  // as TensorPiece::read_only
 };
 
 /// Not thread-safe. Entry names are unique across tensors and bytes.
@@ -47,7 +50,12 @@ class State {
   /// non-empty box.
   Status AddPiece(const std::string& name, const std::vector<uint64_t>& offsets,
                   const std::vector<uint64_t>& lengths, void* data);
+  /// A piece a save only reads: a load of a state holding one fails with kInvalidArgument naming the tensor.
+  Status AddConstPiece(const std::string& name, const std::vector<uint64_t>& offsets,
+                       const std::vector<uint64_t>& lengths, const void* data);
   Status AddBytes(const std::string& name, void* data, uint64_t size);
+  /// A bytes entry a save only reads (as AddConstPiece).
+  Status AddConstBytes(const std::string& name, const void* data, uint64_t size);
   /// Free-form metadata stored with a save (e.g. "step" -> "1000").
   void SetUserMetadata(const std::string& key, const std::string& value) { user_[key] = value; }
   void SetStructure(std::string structure) { structure_ = std::move(structure); }

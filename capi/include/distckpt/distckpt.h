@@ -68,6 +68,10 @@ typedef enum dckpt_status {
 DCKPT_API const char *dckpt_error_last(void);
 /* The calling thread's last failure code (DCKPT_OK if none). */
 DCKPT_API int dckpt_error_last_code(void);
+/* Forgets the calling thread's last failure: dckpt_error_last() then gives "" and dckpt_error_last_code() DCKPT_OK,
+ * until the next failed call. Lets a caller tell a new failure from an old one (successful calls leave both as
+ * they were). */
+DCKPT_API void dckpt_error_clear(void);
 /* A short static name for a status code, e.g. "corrupt". */
 DCKPT_API const char *dckpt_status_name(int status);
 
@@ -175,9 +179,15 @@ DCKPT_API int dckpt_state_add_tensor(dckpt_state *state, const char *name, int d
  * (volume * dtype size bytes). Save reads it; load fills it. The same box on several ranks is a replica. */
 DCKPT_API int dckpt_state_add_piece(dckpt_state *state, const char *name, const uint64_t *offsets,
                                     const uint64_t *lengths, void *data);
+/* As dckpt_state_add_piece, for a buffer that is only read: a save takes it; a load of this state fails with
+ * DCKPT_EINVAL naming the tensor (it would have to write through a const pointer). */
+DCKPT_API int dckpt_state_add_piece_const(dckpt_state *state, const char *name, const uint64_t *offsets,
+                                          const uint64_t *lengths, const void *data);
 /* Adds a bytes entry. Save: `size` bytes of `data`. Load: `data` receives up to `size` bytes (the capacity); see
  * dckpt_state_bytes_size for the stored size. */
 DCKPT_API int dckpt_state_add_bytes(dckpt_state *state, const char *name, void *data, uint64_t size);
+/* As dckpt_state_add_bytes, for a buffer that is only read (save only; a load fails with DCKPT_EINVAL). */
+DCKPT_API int dckpt_state_add_bytes_const(dckpt_state *state, const char *name, const void *data, uint64_t size);
 /* After a load: the stored size of a bytes entry. */
 DCKPT_API int dckpt_state_bytes_size(uint64_t *out, const dckpt_state *state, const char *name);
 /* Free-form metadata saved with the checkpoint (rank 0's values are stored). */
@@ -390,6 +400,10 @@ DCKPT_API int dckpt_reader_verify(dckpt_reader *reader, dckpt_progress_fn progre
 /* Reads and checks one chunk (entry and chunk indices as in dckpt_reader_chunk). Lets a tool check chunks in its
  * own order and in parallel, and report every bad one. */
 DCKPT_API int dckpt_reader_verify_chunk(dckpt_reader *reader, size_t entry, size_t chunk);
+/* As dckpt_reader_verify_chunk, reporting the chunk's bytes checked so far (every 8 MiB at most, so a large chunk
+ * shows progress within it); `progress` may be NULL. */
+DCKPT_API int dckpt_reader_verify_chunk_progress(dckpt_reader *reader, size_t entry, size_t chunk,
+                                                 dckpt_progress_fn progress, void *user_data);
 /* The reader's I/O counters since it was opened. */
 DCKPT_API int dckpt_reader_io_stats(dckpt_io_stats *out, const dckpt_reader *reader);
 

@@ -52,6 +52,9 @@ extern "C" {
     pub fn dckpt_error_last_code() -> ::std::os::raw::c_int;
 }
 extern "C" {
+    pub fn dckpt_error_clear();
+}
+extern "C" {
     pub fn dckpt_status_name(status: ::std::os::raw::c_int) -> *const ::std::os::raw::c_char;
 }
 pub const DCKPT_DTYPE_BOOL: dckpt_dtype = 1;
@@ -502,10 +505,27 @@ extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 extern "C" {
+    pub fn dckpt_state_add_piece_const(
+        state: *mut dckpt_state,
+        name: *const ::std::os::raw::c_char,
+        offsets: *const u64,
+        lengths: *const u64,
+        data: *const ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
     pub fn dckpt_state_add_bytes(
         state: *mut dckpt_state,
         name: *const ::std::os::raw::c_char,
         data: *mut ::std::os::raw::c_void,
+        size: u64,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_state_add_bytes_const(
+        state: *mut dckpt_state,
+        name: *const ::std::os::raw::c_char,
+        data: *const ::std::os::raw::c_void,
         size: u64,
     ) -> ::std::os::raw::c_int;
 }
@@ -1847,6 +1867,15 @@ extern "C" {
         reader: *mut dckpt_reader,
         entry: usize,
         chunk: usize,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_reader_verify_chunk_progress(
+        reader: *mut dckpt_reader,
+        entry: usize,
+        chunk: usize,
+        progress: dckpt_progress_fn,
+        user_data: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
 extern "C" {
