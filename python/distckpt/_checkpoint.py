@@ -52,6 +52,13 @@ def _build_save_state(
             leaf.node["encoding"] = encoding
             state.add_bytes(leaf.name, data, False)
     state.set_structure(_tree.dump_structure(flat.root))
+    # Top-level scalars (step, epoch, ...) are also user metadata, so every client and `distckpt ls` can show them.
+    # Only the top level: an optimizer's per-parameter "step" would otherwise add thousands of keys.
+    for leaf in flat.leaves:
+        if len(leaf.path) == 1 and isinstance(leaf.path[0], str) and leaf.name not in (user_metadata or {}):
+            text = _tree.scalar_text(leaf.value)
+            if text is not None:
+                state.set_user(leaf.name, text)
     for key, value in (user_metadata or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidArgumentError(f"user_metadata must map str to str; got {key!r}: {value!r}")
@@ -88,7 +95,10 @@ def save(
         overwrite: replace an existing checkpoint at ``path`` (atomically). Only a checkpoint or an empty directory is
             replaced: anything else there raises ``AlreadyExistsError`` and is left untouched.
         allow_pickle: store values JSON cannot represent with pickle (loading them then needs it too).
-        user_metadata: free-form str -> str pairs stored in the metadata (rank 0's are kept).
+        user_metadata: free-form str -> str pairs stored in the metadata (rank 0's are kept). Top-level scalar
+            values of ``state_dict`` (int, float, bool, str of at most 256 characters, numpy scalars and 0-d
+            arrays: ``{"step": 100}``) are recorded there too, as text ("100"), so ``distckpt ls`` and the Rust, Go
+            and C readers show them; a key given here wins over the recorded value.
         sync: fsync data, metadata and directories (turn off only for scratch data).
         io_threads: I/O threads; 0 picks a default for the machine.
         checksum_block_size: bytes per checksum block (a power of two >= 4096); 0 means 1 MiB.

@@ -326,6 +326,32 @@ def _hashable(k: Any) -> Any:
     return k
 
 
+#: The longest str a top-level leaf may have and still be copied into the user metadata (scalar_text).
+MAX_USER_SCALAR_CHARS = 256
+
+
+def scalar_text(value: Any) -> Optional[str]:
+    """The text under which a top-level scalar leaf (``step``, ``epoch``, ``lr``, ``run_name``) is also recorded in the
+    checkpoint's user metadata, where ``distckpt ls`` and the Rust, Go and C readers see it without parsing JSON: ints
+    in decimal, floats as Python's ``repr`` (shortest round trip; ``inf``/``nan`` as such), bools as ``true`` and
+    ``false``, short strs as themselves. None for anything else (arrays, containers, long strings, None)."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        if isinstance(value, np.ndarray) and value.ndim != 0:
+            return None
+        if value.dtype.kind not in "biuf":
+            return None
+        value = value.item()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str) and len(value) <= MAX_USER_SCALAR_CHARS:
+        return value
+    return None
+
+
 def encode_object(value: Any, name: str, allow_pickle: bool) -> Tuple[bytes, str]:
     """(bytes, encoding) for an object leaf: JSON when possible, pickle only with allow_pickle."""
     try:

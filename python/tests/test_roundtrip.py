@@ -196,3 +196,34 @@ def test_dlpack_sources(ckpt):
     out = distckpt.load(None, ckpt)
     np.testing.assert_array_equal(out["x"], a)
     np.testing.assert_array_equal(out["s"], np.concatenate([a, a]))
+
+
+def test_top_level_scalars_are_recorded_in_user_metadata(ckpt):
+    state = {
+        "model": {"w": np.ones(4, np.float32), "depth": 12},  # nested scalars stay entries only
+        "step": 100,
+        "epoch": np.int64(3),
+        "lr": 1e-4,
+        "warm": True,
+        "run": "run-7",
+        "loss": np.array(0.25, np.float32),  # a 0-d host array
+        "notes": "x" * 300,  # too long to copy
+        "tags": ["a", "b"],  # a container
+        "missing": None,
+        "framework": 1,  # given explicitly below: the explicit value wins
+    }
+    distckpt.save(state, ckpt, user_metadata={"framework": "numpy"})
+    with distckpt.open(ckpt) as r:
+        assert r.user_metadata == {
+            "step": "100",
+            "epoch": "3",
+            "lr": "0.0001",
+            "warm": "true",
+            "run": "run-7",
+            "loss": "0.25",
+            "framework": "numpy",
+        }
+    # The values themselves still load as they were saved.
+    back = distckpt.load(None, ckpt)
+    assert back["step"] == 100 and back["lr"] == 1e-4 and back["warm"] is True and back["run"] == "run-7"
+    assert back["model"]["depth"] == 12 and back["tags"] == ["a", "b"] and back["missing"] is None
