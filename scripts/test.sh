@@ -2,7 +2,9 @@
 # Runs every test suite of distckpt from a fresh clone on Debian 12: installs what is missing, then Bazel (C++ core,
 # C ABI, multi-process and multi-host tests; then all of them again under ASan + UBSan: a "bazel asan: ..." line),
 # pytest (python/), cargo (rust/) and go (go/). Each language suite has its own runner (<lang>/run_tests.sh) that sets
-# up its toolchain and prints a "N passed, M failed" line; then the cross-language check (tests/crosslang/run.sh) and
+# up its toolchain and prints a "N passed, M failed" line (rust and go also build a consumer crate/module outside
+# the repository, as their READMEs tell a user to); then a C program built the same way (tests/consumers/c), the
+# cross-language check (tests/crosslang/run.sh) and
 # the crash-consistency suite with the Go CLI (tests/crash/run.sh), then a short smoke of every fuzz target
 # (scripts/fuzz.sh, FUZZ_SMOKE_SECONDS each, default 15): one "fuzz <target>: N passed, M failed" line per target, a
 # missing clang-14 or atheris counting as a failure.
@@ -47,7 +49,8 @@ bazel_suite bazel //...
 bazel_suite "bazel asan" --config=asan //...
 
 # The cross-language check runs last: it uses the toolchains the language runners set up.
-for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/crosslang/run.sh tests/crash/run.sh; do
+for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/consumers/c/run.sh tests/crosslang/run.sh \
+  tests/crash/run.sh; do
   [[ -f "$runner" ]] || continue
   echo "== $runner"
   bash "$runner" >"$log" 2>&1
