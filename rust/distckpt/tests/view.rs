@@ -154,9 +154,9 @@ fn handles_are_send_and_sync_as_the_c_threading_page_says() {
 
 #[test]
 fn reads_with_and_without_mapping_agree() {
-    let mapped = Checkpoint::open(&fixture("mlp")).unwrap();
+    let mapped = Checkpoint::open(fixture("mlp")).unwrap();
     let opts = ReadOptions { map_files: false, ..Default::default() };
-    let plain = Checkpoint::open_with(&fixture("mlp"), None, &opts).unwrap();
+    let plain = Checkpoint::open_with(fixture("mlp"), None, &opts).unwrap();
     let a: Vec<f32> = mapped.read("fc1.weight").unwrap();
     let b: Vec<f32> = plain.read("fc1.weight").unwrap();
     assert_eq!(a, b);
