@@ -12,7 +12,7 @@ use crate::comm::Comm;
 use crate::dtype::check_element;
 use crate::error::check;
 use crate::progress::Progress;
-use crate::view::OwnedChunk;
+use crate::view::CopiedChunk;
 use crate::{Dtype, Element, Error, ErrorCode, Result};
 
 /// Options for [`Checkpoint::open_with`] and [`crate::LoadState::load`] (`dckpt_read_options`).
@@ -173,9 +173,9 @@ impl IoStats {
 pub struct Checkpoint {
     raw: *mut sys::dckpt_reader,
     path: PathBuf,
-    /// Views' copies where the reader maps nothing (`map_files: false`), by entry index, kept until drop: views
-    /// borrow from them, so entries are never removed.
-    pub(crate) owned: Mutex<HashMap<usize, Arc<OwnedChunk>>>,
+    /// Views' copies where the reader maps nothing (`map_files: false`), by entry and chunk index, kept until drop:
+    /// views borrow from them, so entries are never removed.
+    pub(crate) copies: Mutex<HashMap<(usize, usize), Arc<CopiedChunk>>>,
 }
 
 unsafe impl Send for Checkpoint {}
@@ -246,7 +246,7 @@ impl Checkpoint {
         } else {
             result?;
         }
-        Ok(Checkpoint { raw, path, owned: Mutex::new(HashMap::new()) })
+        Ok(Checkpoint { raw, path, copies: Mutex::new(HashMap::new()) })
     }
 
     /// The path it was opened with.

@@ -21,12 +21,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules follow the header's sections: [`checkpoint`] (reader), [`view`] (mmap views), [`state`] (save and
+//! Modules follow the header's sections: [`checkpoint`] (reader), [`view`] (mmap views: whole tensors, chunks of
+//! sharded tensors and contiguous regions, borrowed or owned through an `Arc<Checkpoint>`), [`state`] (save and
 //! load), [`comm`] (communicators), [`dtype`] and [`float`] (element types; F16, BF16 and float8 as raw bits with
 //! conversions), [`error`].
 //!
 //! Threading follows capi/API.md: [`Checkpoint`] is `Send + Sync`; [`SaveState`]/[`LoadState`] and [`Comm`] are
-//! `Send` only; [`SaveFuture`] is `Send + Sync`. Every handle is freed on `Drop`.
+//! `Send` only; [`SaveFuture`] is `Send + Sync`; views, owned views included, are `Send + Sync`. Every handle is
+//! freed on `Drop`.
 
 pub mod checkpoint;
 pub mod comm;
@@ -42,7 +44,7 @@ pub use comm::{Collectives, Comm, GlooOptions, ThreadGroup};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
 pub use state::{LoadState, SaveFuture, SaveInfo, SaveOptions, SaveState};
-pub use view::{Advice, TensorView};
+pub use view::{Advice, ChunkView, OwnedChunkView, OwnedTensorView, TensorView};
 
 pub use distckpt_sys as sys;
 
