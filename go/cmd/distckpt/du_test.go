@@ -21,7 +21,7 @@ type duOut struct {
 }
 
 func TestDuByPrefix(t *testing.T) {
-	ckpt := filepath.Join(store(t, 1), "step-1")
+	ckpt := filepath.Join(newStore(t, 1), "step-1")
 	var o duOut
 	if code := cliJSON(t, &o, "du", ckpt); code != exitOK {
 		t.Fatalf("exit %d", code)
@@ -62,7 +62,7 @@ func TestDuByPrefix(t *testing.T) {
 }
 
 func TestDuDepthAndText(t *testing.T) {
-	ckpt := filepath.Join(store(t, 1), "step-1")
+	ckpt := filepath.Join(newStore(t, 1), "step-1")
 	var o duOut
 	cliJSON(t, &o, "du", "--depth", "1", ckpt)
 	if len(o.Groups) != 3 || o.Groups[0].Prefix != "model.*" || o.Groups[0].Percent < 50 {

@@ -10,7 +10,7 @@ import (
 )
 
 func TestExportSafetensors(t *testing.T) {
-	ckpt := filepath.Join(store(t, 9), "step-9")
+	ckpt := filepath.Join(newStore(t, 9), "step-9")
 	out := filepath.Join(t.TempDir(), "hf", "export") // created by the command
 	var o struct {
 		Index   string

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -30,14 +29,6 @@ func TestHumanBytes(t *testing.T) {
 	}
 }
 
-func TestNaturalOrder(t *testing.T) {
-	names := []string{"step-1000", "step-99", "step-100", "a", "step-100.dckpt-staging-00ff", "step-0100x"}
-	sort.Slice(names, func(i, j int) bool { return naturalLess(names[i], names[j]) })
-	if got := strings.Join(names, " "); got != "a step-99 step-100 step-100.dckpt-staging-00ff step-0100x step-1000" {
-		t.Fatalf("order: %s", got)
-	}
-}
-
 func TestRenderBar(t *testing.T) {
 	got := renderBar("verifying", 512<<10, 1<<20, time.Second)
 	if !strings.HasPrefix(got, "verifying [===============>              ]  50%  512.0 KiB / 1.0 MiB  512.0 KiB/s") {
@@ -45,17 +36,5 @@ func TestRenderBar(t *testing.T) {
 	}
 	if b := newProgressBar(&strings.Builder{}, "x"); b != nil {
 		t.Fatal("a progress bar on something that is not a terminal")
-	}
-}
-
-func TestSplitSuffixedName(t *testing.T) {
-	for name, want := range map[string]string{
-		"step-1.dckpt-staging-0123456789abcdef": "step-1", "a.b.dckpt-staging-ff": "a.b",
-		".dckpt-staging-00": "", "x.dckpt-staging-": "", "x.dckpt-staging-ABCD": "", "x.dckpt-staging-12g4": "",
-	} {
-		got, ok := splitSuffixedName(name, stagingInfix)
-		if got != want || ok != (want != "") {
-			t.Errorf("%q: %q %v, want %q", name, got, ok, want)
-		}
 	}
 }

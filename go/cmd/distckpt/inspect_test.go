@@ -10,7 +10,7 @@ import (
 )
 
 func TestInspectText(t *testing.T) {
-	ckpt := filepath.Join(store(t, 3), "step-3")
+	ckpt := filepath.Join(newStore(t, 3), "step-3")
 	out, errOut, code := cli(t, "inspect", ckpt, "--layout", "model.layers.0.w")
 	wantCode(t, code, exitOK, out, errOut)
 	for _, s := range []string{"format      1.1", "step=3", "model.embed", "F32", "[64, 32]", "BF16", "optim.step",
@@ -22,7 +22,7 @@ func TestInspectText(t *testing.T) {
 }
 
 func TestInspectJSONAndLayout(t *testing.T) {
-	ckpt := filepath.Join(store(t, 3), "step-3")
+	ckpt := filepath.Join(newStore(t, 3), "step-3")
 	var o struct {
 		FormatMajor       int    `json:"format_major"`
 		ChecksumBlockSize uint64 `json:"checksum_block_size"`
@@ -72,7 +72,7 @@ func TestInspectJSONAndLayout(t *testing.T) {
 }
 
 func TestInspectErrors(t *testing.T) {
-	dir := store(t, 3)
+	dir := newStore(t, 3)
 	ckpt := filepath.Join(dir, "step-3")
 	out, errOut, code := cli(t, "inspect", "--layout", "no.such.tensor", ckpt)
 	wantCode(t, code, exitFailure, out, errOut)

@@ -2,9 +2,26 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
+	"time"
+
+	"distckpt.dev/go/store"
 )
+
+// The statuses of ls and prune (store.Status values).
+const (
+	statusCommitted = string(store.Committed)
+	statusCorrupt   = string(store.Corrupt)
+	statusError     = string(store.Unreadable)
+	statusStaging   = string(store.Incomplete)
+	statusUnrenamed = string(store.CompleteUnrenamed)
+	statusReplaced  = string(store.Replaced)
+	statusDeleting  = string(store.Deleting)
+	statusOther     = string(store.NotACheckpoint)
+)
+
+// timeNow is the clock; tests move it.
+var timeNow = time.Now
 
 var lsCommand = &command{
 	name:    "ls",
@@ -22,7 +39,9 @@ STATUS is one of:
   replaced            <name>.dckpt-old-<nonce>: a checkpoint moved aside by an overwrite (garbage)
   deleting            <name>.dckpt-deleting-<nonce>: being removed by prune (garbage)
   not-a-checkpoint    any other directory (shown with --all only)
+STEP is the user metadata "step" (Python's save records a top-level scalar such as {"step": 100} there).
 SIZE is the bytes of the files on disk; DATE is the commit time (or the writer's start time for staging).
+A listing is not a check: damaged checkpoints are listed with their status and ls still exits 0 (see verify).
 
 JSON: {"directory": str, "checkpoints": [{
   "name": str, "path": str, "status": str (as above),
@@ -36,8 +55,11 @@ JSON: {"directory": str, "checkpoints": [{
 }
 
 type lsWriterJSON struct {
-	*writerInfo
-	Started *string `json:"started"`
+	Host      string  `json:"host"`
+	PID       int     `json:"pid"`
+	FinalPath string  `json:"final_path"`
+	State     string  `json:"state"`
+	Started   *string `json:"started"`
 }
 
 type lsJSON struct {
@@ -63,31 +85,34 @@ func strOrNil(s string) *string {
 	return &s
 }
 
-func (e *entry) json() lsJSON {
+func checkpointJSON(c *store.Checkpoint) lsJSON {
 	j := lsJSON{
-		Name: e.Name, Path: e.Path, Status: e.Status, Step: e.Step, StepRaw: strOrNil(e.StepRaw), Entries: e.Entries,
-		DataBytes: e.DataBytes, Bytes: e.DiskBytes, Date: jsonTime(e.Date), FinalName: strOrNil(e.FinalName),
-		Symlink: strOrNil(e.Symlink), Error: errorJSON(e.Err),
+		Name: c.Name, Path: c.Path, Status: string(c.Status), Step: c.Step, StepRaw: strOrNil(c.StepRaw),
+		Bytes: c.DiskBytes, Date: jsonTime(c.Date), FinalName: strOrNil(c.FinalName), Symlink: strOrNil(c.Symlink),
+		Error: errorJSON(c.Err),
 	}
-	if e.Writer != nil {
-		j.Writer = &lsWriterJSON{e.Writer, jsonTime(e.Writer.Started)}
+	if c.Info != nil {
+		j.Entries, j.DataBytes = &c.Info.NumEntries, &c.Info.TotalBytes
+	}
+	if w := c.Writer; w != nil {
+		j.Writer = &lsWriterJSON{w.Host, w.PID, w.FinalPath, string(w.State), jsonTime(w.Started)}
 	}
 	return j
 }
 
-// note is the human-readable remark ls and prune print for an entry.
-func (e *entry) note() string {
+// note is the human-readable remark ls prints for a directory.
+func note(c *store.Checkpoint) string {
 	var parts []string
-	if e.Symlink != "" {
-		parts = append(parts, "symlink to "+e.Symlink)
+	if c.Symlink != "" {
+		parts = append(parts, "symlink to "+c.Symlink)
 	}
-	switch e.Status {
-	case statusStaging:
-		if w := e.Writer; w != nil {
+	switch c.Status {
+	case store.Incomplete:
+		if w := c.Writer; w != nil {
 			switch w.State {
-			case "running":
+			case store.WriterRunning:
 				parts = append(parts, fmt.Sprintf("writer pid %d on this host is running", w.PID))
-			case "exited":
+			case store.WriterExited:
 				parts = append(parts, fmt.Sprintf("writer pid %d on this host has exited", w.PID))
 			default:
 				parts = append(parts, fmt.Sprintf("writer pid %d on host %s", w.PID, w.Host))
@@ -95,14 +120,14 @@ func (e *entry) note() string {
 		} else {
 			parts = append(parts, "no STAGING marker yet")
 		}
-		idle := timeNow().Sub(e.LastActive)
+		idle := timeNow().Sub(c.LastActive)
 		if idle > 0 {
 			parts = append(parts, "idle "+humanDuration(idle))
 		}
-	case statusUnrenamed:
-		parts = append(parts, fmt.Sprintf("complete; rename it to %q to commit it by hand", e.FinalName))
-	case statusCorrupt, statusError:
-		parts = append(parts, errorJSON(e.Err).Message)
+	case store.CompleteUnrenamed:
+		parts = append(parts, fmt.Sprintf("complete; rename it to %q to commit it by hand", c.FinalName))
+	case store.Corrupt, store.Unreadable:
+		parts = append(parts, errorJSON(c.Err).Message)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -115,28 +140,17 @@ func runLs(c *ctx, args []string) int {
 		return st
 	}
 	dir := pos[0]
-	var entries []*entry
-	if exists(filepath.Join(dir, metadataFile)) || exists(filepath.Join(dir, stagingMarker)) {
-		entries = []*entry{classify(filepath.Clean(dir))}
-	} else {
-		var err error
-		if entries, err = scanStore(dir); err != nil {
-			return c.fail(exitFailure, err)
-		}
-	}
-	shown := entries[:0]
-	for _, e := range entries {
-		if e.Status != statusOther || *all {
-			shown = append(shown, e)
-		}
+	shown, err := store.List(dir, &store.ListOptions{All: *all})
+	if err != nil {
+		return c.fail(exitFailure, err)
 	}
 	if c.json {
 		out := struct {
 			Directory   string   `json:"directory"`
 			Checkpoints []lsJSON `json:"checkpoints"`
 		}{Directory: dir, Checkpoints: []lsJSON{}}
-		for _, e := range shown {
-			out.Checkpoints = append(out.Checkpoints, e.json())
+		for i := range shown {
+			out.Checkpoints = append(out.Checkpoints, checkpointJSON(&shown[i]))
 		}
 		c.writeJSON(out)
 		return exitOK
@@ -147,18 +161,19 @@ func runLs(c *ctx, args []string) int {
 	}
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "NAME\tSTATUS\tSTEP\tENTRIES\tSIZE\tDATE\tNOTE")
-	for _, e := range shown {
+	for i := range shown {
+		e := &shown[i]
 		step, entries := "-", "-"
 		if e.Step != nil {
 			step = fmt.Sprint(*e.Step)
 		} else if e.StepRaw != "" {
 			step = e.StepRaw
 		}
-		if e.Entries != nil {
-			entries = fmt.Sprint(*e.Entries)
+		if e.Info != nil {
+			entries = fmt.Sprint(e.Info.NumEntries)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Status, step, entries, humanBytes(e.DiskBytes),
-			formatTime(e.Date), e.note())
+			formatTime(e.Date), note(e))
 	}
 	tw.Flush()
 	return exitOK

@@ -44,7 +44,7 @@ func (o lsOut) byName(t *testing.T, name string) int {
 }
 
 func TestLsEveryStatus(t *testing.T) {
-	dir := store(t, 1000, 200, 300)
+	dir := newStore(t, 1000, 200, 300)
 	fixtures.Write(t, filepath.Join(dir, "nostep"), fixtures.Options{Step: -1})
 	fixtures.Write(t, filepath.Join(dir, "garbage-meta"), fixtures.Options{Step: 5})
 	if err := os.WriteFile(filepath.Join(dir, "garbage-meta", "metadata.dckpt"), []byte("not flatbuffers"), 0o644); err != nil {
@@ -129,7 +129,7 @@ func TestLsEveryStatus(t *testing.T) {
 }
 
 func TestLsOfACheckpointAndOfNothing(t *testing.T) {
-	dir := store(t, 7)
+	dir := newStore(t, 7)
 	var o lsOut
 	cliJSON(t, &o, "ls", filepath.Join(dir, "step-7"))
 	if len(o.Checkpoints) != 1 || o.Checkpoints[0].Status != statusCommitted {

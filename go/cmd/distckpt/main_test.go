@@ -38,7 +38,7 @@ func wantCode(t *testing.T, got, want int, out, errOut string) {
 }
 
 // store writes committed fixtures step-<s> under a new directory.
-func store(t *testing.T, steps ...int) string {
+func newStore(t *testing.T, steps ...int) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, s := range steps {
@@ -93,7 +93,7 @@ func TestArgumentErrors(t *testing.T) {
 }
 
 func TestFlagsMayFollowArguments(t *testing.T) {
-	dir := store(t, 1)
+	dir := newStore(t, 1)
 	var a, b struct {
 		Checkpoints []struct{ Name string }
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"distckpt.dev/go/internal/fixtures"
+	"distckpt.dev/go/internal/testhooks"
 )
 
 type pruneOut struct {
@@ -68,7 +69,7 @@ func TestPruneKeepLastByStep(t *testing.T) {
 }
 
 func TestPruneKeepEvery(t *testing.T) {
-	dir := store(t, 500, 1000, 1500, 2000, 2500, 3000)
+	dir := newStore(t, 500, 1000, 1500, 2000, 2500, 3000)
 	var o pruneOut
 	cliJSON(t, &o, "prune", "--keep-last", "1", "--keep-every", "1000", dir)
 	if got := strings.Join(remaining(t, dir), " "); got != "step-1000 step-2000 step-3000" {
@@ -89,7 +90,7 @@ func TestPruneFallsBackToMtime(t *testing.T) {
 }
 
 func TestPruneDryRunDeletesNothing(t *testing.T) {
-	dir := store(t, 1, 2, 3)
+	dir := newStore(t, 1, 2, 3)
 	fixtures.Staging(t, dir, "step-4", "0000000000000004", fixtures.Hostname(t), fixtures.DeadPID(t), 3*time.Hour)
 	before := remaining(t, dir)
 	var o pruneOut
@@ -115,7 +116,7 @@ func TestPruneDryRunDeletesNothing(t *testing.T) {
 }
 
 func TestPruneStagingRules(t *testing.T) {
-	dir := store(t, 1)
+	dir := newStore(t, 1)
 	host := fixtures.Hostname(t)
 	dead := fixtures.DeadPID(t)
 	old := 3 * time.Hour
@@ -168,7 +169,7 @@ func TestPruneStagingRules(t *testing.T) {
 }
 
 func TestPruneLeftovers(t *testing.T) {
-	dir := store(t, 1)
+	dir := newStore(t, 1)
 	oldAside := write(t, dir, "step-0.dckpt-old-00000000000000aa", fixtures.Options{Step: 0})
 	recentAside := write(t, dir, "step-0.dckpt-old-00000000000000bb", fixtures.Options{Step: 0})
 	deleting := write(t, dir, "step-0.dckpt-deleting-00000000000000cc", fixtures.Options{Step: 0})
@@ -183,7 +184,7 @@ func TestPruneLeftovers(t *testing.T) {
 }
 
 func TestPruneNeverTouches(t *testing.T) {
-	dir := store(t, 1, 2, 3, 4, 5)
+	dir := newStore(t, 1, 2, 3, 4, 5)
 	// step-1: a symlink points at it. step-2: a live writer is committing over it. step-3: corrupt metadata.
 	if err := os.Symlink("step-1", filepath.Join(dir, "best")); err != nil {
 		t.Fatal(err)
@@ -206,12 +207,12 @@ func TestPruneNeverTouches(t *testing.T) {
 }
 
 func TestPruneRenamesBeforeRemoving(t *testing.T) {
-	dir := store(t, 1, 2)
+	dir := newStore(t, 1, 2)
 	// Make the removal fail after the rename: the checkpoint must already be gone from its name, and the leftover
 	// recognisable as being deleted (the next prune removes it).
-	defer func(f func(string) error) { removeAll = f }(removeAll)
+	defer func(f func(string) error) { testhooks.RemoveAll = f }(testhooks.RemoveAll)
 	var removing []string
-	removeAll = func(path string) error {
+	testhooks.RemoveAll = func(path string) error {
 		removing = append(removing, filepath.Base(path))
 		return &os.PathError{Op: "unlinkat", Path: path, Err: os.ErrPermission}
 	}
@@ -231,7 +232,7 @@ func TestPruneRenamesBeforeRemoving(t *testing.T) {
 		t.Fatalf("ls: %+v", ls)
 	}
 	// The leftover goes once it has been idle for the grace period.
-	removeAll = os.RemoveAll
+	testhooks.RemoveAll = os.RemoveAll
 	fixtures.Age(t, filepath.Join(dir, left[0]), 2*time.Hour)
 	cliJSON(t, &o, "prune", "--keep-last", "1", dir)
 	if got := strings.Join(remaining(t, dir), " "); got != "step-2" {
@@ -240,7 +241,7 @@ func TestPruneRenamesBeforeRemoving(t *testing.T) {
 }
 
 func TestPruneRefusals(t *testing.T) {
-	dir := store(t, 1)
+	dir := newStore(t, 1)
 	if _, errOut, code := cli(t, "prune", dir); code != exitUsage || !strings.Contains(errOut, "--keep-last") {
 		t.Fatalf("no --keep-last: %d %s", code, errOut)
 	}
@@ -331,9 +332,9 @@ func TestPruneNeverDeletesAnythingOutsideItsDirectory(t *testing.T) {
 	fixtures.Age(t, staging, 3*time.Hour)
 
 	// Between the scan and the deletions, step-4 is swapped for a link to the outside directory.
-	defer func(f func(string) error) { removeAll = f }(removeAll)
+	defer func(f func(string) error) { testhooks.RemoveAll = f }(testhooks.RemoveAll)
 	swapped := false
-	removeAll = func(path string) error {
+	testhooks.RemoveAll = func(path string) error {
 		if !swapped {
 			swapped = true
 			victim := filepath.Join(dir, "step-4")
