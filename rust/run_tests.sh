@@ -2,7 +2,9 @@
 # Runs the Rust suite from a fresh clone: builds libdistckpt.so (scripts/build_lib.sh, Bazel offline), points cargo
 # at it, runs `cargo test --offline --workspace` (bindings staleness and C layout checks, the safe crate's unit and
 # integration tests against tests/fixtures and tests/golden, the serve example compared with its reference), then
-# shows the serve example's output. Exits with cargo's status. Last line: "rust: N passed, M failed".
+# shows the serve example's output. Then a crate of a user's own (tests/consumers/rust), copied outside the
+# repository and every workspace, built with only the steps README.md gives and run without LD_LIBRARY_PATH; each of
+# its checks counts as a test. Exits non-zero if anything failed. Last line: "rust: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -16,7 +18,8 @@ export PKG_CONFIG_PATH="$root/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 export LD_LIBRARY_PATH="$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$work"' EXIT
 echo "== cargo test --offline --workspace (libdistckpt.so from $DISTCKPT_LIB_DIR)"
 cargo test --offline --workspace 2>&1 | tee "$log" | grep -E "^(test |running|test result|     Running|error|warning: unused)|SKIPPED|panicked" || true
 rc=${PIPESTATUS[0]}
@@ -27,14 +30,65 @@ if ! cargo run --offline -q -p distckpt --example serve; then
   [[ $rc -eq 0 ]] && rc=1
 fi
 
+# A user's crate, as README.md "Use it from your own crate" sets one up: a copy of tests/consumers/rust in a fresh
+# temporary directory (no Cargo.lock, no workspace above it), its path dependency pointed at this rust/distckpt.
+# Built with the README's environment only: DISTCKPT_LIB_DIR, and nothing this script exported for the workspace's
+# tests (no LD_LIBRARY_PATH, no PKG_CONFIG_PATH). Its own CARGO_TARGET_DIR, inside the temporary directory: the
+# workspace's target/ stays untouched and the build starts cold (a few seconds: two small crates).
+consumer_passed=0
+consumer_failed=0
+consumer_check() {  # consumer_check DESCRIPTION STATUS
+  if [[ $2 -eq 0 ]]; then
+    consumer_passed=$((consumer_passed + 1)); echo "ok   consumer: $1"
+  else
+    consumer_failed=$((consumer_failed + 1)); echo "FAIL consumer: $1"
+  fi
+}
+readme_env() {  # runs "$@" with the environment README.md tells a user to set, and no other addition of this script
+  env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u DISTCKPT_INCLUDE_DIR -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS \
+    -u CARGO_BUILD_RUSTFLAGS DISTCKPT_LIB_DIR="$root/lib" CARGO_TARGET_DIR="$work/target" "$@"
+}
+fixtures="$(cd .. && pwd)/tests/fixtures"
+echo "== tests/consumers/rust: a crate outside the repository, built as README.md says, run without LD_LIBRARY_PATH"
+cp -R ../tests/consumers/rust "$work/consumer"
+rm -rf "$work/consumer/target" "$work/consumer/Cargo.lock"
+sed -i "s|^distckpt = { path = \"[^\"]*\" }|distckpt = { path = \"$PWD/distckpt\" }|" "$work/consumer/Cargo.toml"
+(cd "$work/consumer" && readme_env cargo build --offline 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
+consumer_check "cargo build --offline (DISTCKPT_LIB_DIR only)" $?
+bin="$work/target/debug/distckpt-consumer"
+env -u LD_LIBRARY_PATH "$bin" --fixture-values "$fixtures/sharded"
+consumer_check "its binary, started directly, views tests/fixtures/sharded (owned whole and chunk views)" $?
+env -u LD_LIBRARY_PATH "$bin" "$fixtures/mlp" >/dev/null
+consumer_check "its binary, started directly, views tests/fixtures/mlp" $?
+# The README's other claim, and the control for the one above: without build.rs, `cargo run` still works (cargo puts
+# distckpt-sys's link to the library on the loader's path), but the binary started directly has no rpath: exit 127.
+cp -R "$work/consumer" "$work/no_build_rs"
+rm "$work/no_build_rs/build.rs"
+sed -i 's/^name = "distckpt-consumer"/name = "distckpt-consumer-no-build-rs"/' "$work/no_build_rs/Cargo.toml"
+(cd "$work/no_build_rs" && readme_env cargo run --offline -q -- "$fixtures/mlp" >/dev/null)
+consumer_check "without build.rs: cargo run works" $?
+if ldconfig -p 2>/dev/null | grep -q "libdistckpt\.so "; then
+  echo "skip consumer: libdistckpt.so is installed where the loader looks by default, so the control below cannot fail"
+else
+  env -u LD_LIBRARY_PATH "$work/target/debug/distckpt-consumer-no-build-rs" "$fixtures/mlp" >/dev/null 2>&1
+  status=$?
+  [[ $status -eq 127 ]]
+  consumer_check "without build.rs: the binary started directly does not find libdistckpt.so (status $status, want 127)" $?
+fi
+
 passed=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -oE "[0-9]+ failed;" "$log" | awk '{s += $1} END {print s + 0}')
 if [[ $rc -ne 0 ]]; then
   sed -n '/^failures:$/,/^test result/p' "$log" | head -200
 fi
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then
-  failed=1 # cargo failed before running tests (a build error): count it
+  failed=1 # cargo failed before running tests (a build error), or the serve example failed: count it
   tail -30 "$log"
+fi
+passed=$((passed + consumer_passed))
+failed=$((failed + consumer_failed))
+if [[ $consumer_failed -ne 0 && $rc -eq 0 ]]; then
+  rc=1
 fi
 echo "rust: ${passed} passed, ${failed} failed"
 exit "$rc"

@@ -45,10 +45,18 @@ fn main() {
         std::process::exit(1);
     });
     let lib_dir = found.lib_dir.display().to_string();
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    // `cargo run` and `cargo test` of any crate that depends on this one, directly or not, put the link search
+    // directories that lie inside the target directory on the dynamic loader's path (and drop those outside it). A
+    // link to the library in OUT_DIR, searched first, is therefore what makes `cargo run` of a dependent's binary
+    // find libdistckpt.so with no setup of its own. A binary started directly needs an rpath: see rust/README.md.
+    if let Some(dir) = link_into(&out_dir, &found.lib_dir) {
+        println!("cargo:rustc-link-search=native={}", dir.display());
+    }
     println!("cargo:rustc-link-search=native={lib_dir}");
     println!("cargo:rustc-link-lib=dylib=distckpt");
-    // This crate's own tests find the library at run time without LD_LIBRARY_PATH. Dependents read the
-    // DEP_DISTCKPT_LIB_DIR metadata below and do the same.
+    // This crate's own tests find the library at run time without LD_LIBRARY_PATH. Cargo passes link arguments to
+    // this package's own targets only: dependents read the DEP_DISTCKPT_LIB_DIR metadata below and do the same.
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
     println!("cargo:rerun-if-changed={lib_dir}/libdistckpt.so");
     println!("cargo:lib_dir={lib_dir}");
@@ -56,7 +64,6 @@ fn main() {
     println!("cargo:rustc-env=DISTCKPT_SYS_FOUND_BY={}", found.how);
     println!("cargo:rustc-env=DISTCKPT_SYS_LIB_DIR={lib_dir}");
 
-    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     let bindings = fs::read_to_string(manifest_dir.join("src/bindings.rs")).expect("read src/bindings.rs");
     let items = parse_bindings(&bindings);
     fs::write(out_dir.join("layout_rust.rs"), rust_layout_source(&items)).unwrap();
@@ -68,6 +75,29 @@ fn main() {
         }
     };
     fs::write(out_dir.join("layout_c.txt"), c_layout).unwrap();
+}
+
+/// Makes `OUT_DIR/lib/libdistckpt.so` a symbolic link to the found library; returns that directory, or None (with a
+/// warning) where no link can be made: then only binaries with an rpath find the library at run time.
+fn link_into(out_dir: &Path, lib_dir: &Path) -> Option<PathBuf> {
+    let dir = out_dir.join("lib");
+    let link = dir.join("libdistckpt.so");
+    let target = lib_dir.join("libdistckpt.so");
+    let target = target.canonicalize().unwrap_or(target);
+    let made = fs::create_dir_all(&dir).and_then(|()| {
+        match fs::remove_file(&link) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::os::unix::fs::symlink(&target, &link)
+    });
+    match made {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            println!("cargo:warning=distckpt-sys: cannot link {} to {}: {e}", link.display(), target.display());
+            None
+        }
+    }
 }
 
 fn has_lib(dir: &Path) -> bool {
