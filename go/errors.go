@@ -7,7 +7,9 @@ import "C"
 
 import (
 	"fmt"
+	"io/fs"
 	"runtime"
+	"strings"
 )
 
 // Code is a distckpt status code (dckpt_status). The values are fixed by the C ABI and never renumbered.
@@ -56,8 +58,21 @@ func (e *Error) Error() string {
 	return e.Code.String() + ": " + e.Message
 }
 
-// Is makes errors.Is(err, ErrCorrupt) (and the other sentinels) match any *Error with the same code.
+// Is makes errors.Is(err, ErrCorrupt) (and the other sentinels) match any *Error with the same code. It also matches
+// the io/fs sentinels, so that code handling file system errors handles the library's alike: fs.ErrNotExist matches
+// CodeNotFound, fs.ErrExist matches CodeExists, and fs.ErrPermission matches a CodeIO failure whose message carries
+// the system's text for EACCES or EPERM (the C ABI has no code of its own for a permission error: the library
+// reports it as DCKPT_EIO with strerror's text, "Permission denied" or "Operation not permitted").
 func (e *Error) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.Code == CodeNotFound
+	case fs.ErrExist:
+		return e.Code == CodeExists
+	case fs.ErrPermission:
+		return e.Code == CodeIO && (strings.Contains(e.Message, "Permission denied") ||
+			strings.Contains(e.Message, "Operation not permitted"))
+	}
 	t, ok := target.(*Error)
 	return ok && t.Message == "" && t.cause == nil && t.Code == e.Code
 }

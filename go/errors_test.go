@@ -3,6 +3,7 @@ package distckpt_test
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"runtime"
 	"strings"
 	"sync"
@@ -61,4 +62,21 @@ func TestErrorMessagesStayWithTheirCall(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
+}
+
+// The library's errors match the io/fs sentinels too, so code that handles file system errors handles them alike.
+func TestErrorsIsMatchesFsSentinels(t *testing.T) {
+	missing := t.TempDir() + "/missing"
+	_, err := distckpt.Open(missing, nil)
+	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrExist) {
+		t.Fatalf("Open(missing): %v", err)
+	}
+	perm := &distckpt.Error{Code: distckpt.CodeIO, Message: "opening 'x/metadata.dckpt' for reading: Permission denied"}
+	if !errors.Is(fmt.Errorf("w: %w", perm), fs.ErrPermission) || errors.Is(perm, fs.ErrNotExist) {
+		t.Fatal("a permission error is not fs.ErrPermission")
+	}
+	if errors.Is(&distckpt.Error{Code: distckpt.CodeIO, Message: "read: Input/output error"}, fs.ErrPermission) ||
+		!errors.Is(&distckpt.Error{Code: distckpt.CodeExists}, fs.ErrExist) {
+		t.Fatal("fs sentinels match the wrong codes")
+	}
 }

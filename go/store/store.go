@@ -9,9 +9,9 @@
 //
 // A store is a directory whose sub-directories are checkpoints ("step-100", ...) and, next to them, what the library
 // leaves behind when a save or an overwrite does not finish (FORMAT.md sections 1 and 6):
-// "<name>.dckpt-staging-<nonce>" directories of writers (running, or crashed), "<name>.dckpt-old-<nonce>" checkpoints an
-// overwrite moved aside, and "<name>.dckpt-deleting-<nonce>" checkpoints a prune was removing. Verification of the data
-// itself is distckpt.Reader.Verify.
+// "<name>.dckpt-staging-<nonce>" directories of writers (running, or crashed), "<name>.dckpt-old-<nonce>"
+// checkpoints an overwrite moved aside, and "<name>.dckpt-deleting-<nonce>" checkpoints a prune was removing.
+// Verification of the data itself is distckpt.Reader.Verify.
 //
 // Nothing in this package follows a symbolic link to delete anything, and nothing deletes a directory that is not a
 // checkpoint or the leftover of one.

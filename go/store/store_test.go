@@ -40,7 +40,8 @@ func TestListEveryStatus(t *testing.T) {
 	fixtures.Write(t, filepath.Join(dir, "nostep"), fixtures.Options{Step: -1})
 	fixtures.Write(t, filepath.Join(dir, "floatstep"), fixtures.Options{Step: -1, User: map[string]string{"step": "1.5"}})
 	fixtures.Write(t, filepath.Join(dir, "garbage-meta"), fixtures.Options{Step: 5})
-	if err := os.WriteFile(filepath.Join(dir, "garbage-meta", MetadataFile), []byte("not flatbuffers"), 0o644); err != nil {
+	garbage := filepath.Join(dir, "garbage-meta", MetadataFile)
+	if err := os.WriteFile(garbage, []byte("not flatbuffers"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	host := fixtures.Hostname(t)

@@ -17,9 +17,11 @@ var diffCommand = &command{
 Data are compared by chunk checksum when both checkpoints store the entry in the same chunks (metadata only, no
 data read). When the layouts differ (saved with another sharding or checksum block size), the data are read from
 both and compared chunk by chunk, unless --no-data is given: then such entries are listed as "uncompared".
-Exit status: 0 the same (every compared entry and the user metadata), 1 they differ, 3 a checkpoint cannot be read.
+Exit status: 0 the same (every compared entry and the user metadata), 1 they differ (or a chunk read to compare them
+is bad); a checkpoint that cannot be opened gives the status of its failure (4 not found, 5 corrupt metadata, ...:
+see "distckpt help").
 
-JSON: {"a": str, "b": str, "same": bool,
+JSON: {"schema_version": 1, "a": str, "b": str, "same": bool,
   "added": [ENTRY], "removed": [ENTRY],
   "changed": [{"name": str, "changes": ["kind"|"dtype"|"shape"|"data"], "a": ENTRY, "b": ENTRY,
                "compared": "checksum"|"data"|null, "differing_chunks": int|null}],
@@ -170,12 +172,12 @@ func runDiff(c *ctx, args []string) int {
 	}
 	ra, mapA, listA, userA, err := openForDiff(pos[0])
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[0])
 	}
 	defer ra.Close()
 	rb, mapB, listB, userB, err := openForDiff(pos[1])
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[1])
 	}
 	defer rb.Close()
 
@@ -204,7 +206,7 @@ func runDiff(c *ctx, args []string) int {
 		if len(changes) == 0 {
 			method, differing, err := compareData(ra, rb, ea, eb, !*noData)
 			if err != nil {
-				return c.fail(exitFailure, err)
+				return c.failWith(dataExitStatus(err), err, pos[0], pos[1])
 			}
 			if method == "" {
 				out.Uncompared = append(out.Uncompared, ea.Name)

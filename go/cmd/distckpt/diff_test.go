@@ -121,7 +121,7 @@ func TestDiffAcrossLayoutsReadsData(t *testing.T) {
 func TestDiffUnreadable(t *testing.T) {
 	dir := t.TempDir()
 	a := write(t, dir, "a", fixtures.Options{Step: 1})
-	if _, _, code := cli(t, "diff", a, filepath.Join(dir, "missing")); code != exitFailure {
+	if _, _, code := cli(t, "diff", a, filepath.Join(dir, "missing")); code != exitNotFound {
 		t.Fatalf("exit %d", code)
 	}
 }

@@ -17,7 +17,7 @@ Groups the entries by the first 1..N components of their names (split at S, defa
 default depth 2, "model.*" and under it "model.layers.*" and "model.embed". A group named "P.*" holds every entry
 whose name starts with "P."; a group without ".*" is a single entry. Bytes are the entries' stored data bytes.
 
-JSON: {"path": str, "total_bytes": int, "entries": int,
+JSON: {"schema_version": 1, "path": str, "total_bytes": int, "entries": int,
   "groups": [{"prefix": str, "depth": int, "entries": int, "bytes": int, "percent": float}]}
 Groups come in tree order: each group is followed by its sub-groups, largest first.`,
 	run: runDu,
@@ -90,7 +90,7 @@ func duGroups(entries []distckpt.Entry, depth int, sep string) ([]*duGroup, uint
 func runDu(c *ctx, args []string) int {
 	fs := c.flags()
 	depth := fs.Int("depth", 2, "group by up to `N` name components")
-	sep := fs.String("sep", ".", "name component separator")
+	sep := fs.String("sep", ".", "name component separator `S`")
 	pos, st := c.parse(fs, args, 1, 1)
 	if st >= 0 {
 		return st
@@ -103,12 +103,12 @@ func runDu(c *ctx, args []string) int {
 	}
 	r, err := distckpt.Open(pos[0], &distckpt.ReadOptions{NoVerify: true})
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[0])
 	}
 	defer r.Close()
 	entries, err := r.Entries()
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[0])
 	}
 	groups, total := duGroups(entries, *depth, *sep)
 	if c.json {

@@ -20,16 +20,17 @@ Writes OUT/<P>-00001-of-0000N.safetensors ... and OUT/<P>.safetensors.index.json
 (dckpt_export_safetensors); OUT is created if missing and files of the same names are replaced. Bytes entries are
 skipped; user metadata goes into each file's __metadata__. SIZE accepts 5GB (10^9), 512MiB (2^20) or a byte count;
 the default is 5GB. Checksums are verified while reading unless --no-verify.
+Exit status: 1 a chunk failed its checksum (or a data file is missing); otherwise as in "distckpt help".
 
-JSON: {"checkpoint": str, "out": str, "index": str (file name), "tensors": int, "seconds": float,
+JSON: {"schema_version": 1, "checkpoint": str, "out": str, "index": str (file name), "tensors": int, "seconds": float,
   "files": [{"name": str, "bytes": int}]}`,
 	run: runExport,
 }
 
 func runExport(c *ctx, args []string) int {
 	fs := c.flags()
-	maxShard := fs.String("max-shard-size", "5GB", "largest .safetensors file")
-	prefix := fs.String("prefix", "model", "file name prefix")
+	maxShard := fs.String("max-shard-size", "5GB", "largest .safetensors file, `SIZE`")
+	prefix := fs.String("prefix", "model", "file name prefix `P`")
 	noVerify := fs.Bool("no-verify", false, "do not check checksums while reading")
 	noProgress := fs.Bool("no-progress", false, "never draw a progress bar")
 	pos, st := c.parse(fs, args, 2, 2)
@@ -44,8 +45,14 @@ func runExport(c *ctx, args []string) int {
 		return c.usageError("--prefix must be a plain file name prefix")
 	}
 	ckpt, out := pos[0], pos[1]
+	// Opened first, so that a failure of the metadata (exit status 4 to 7) is told from bad data met while exporting.
+	r, err := distckpt.Open(ckpt, &distckpt.ReadOptions{NoVerify: true})
+	if err != nil {
+		return c.fail(err, ckpt)
+	}
+	r.Close()
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, out)
 	}
 	var bar *progressBar
 	if !*noProgress {
@@ -57,20 +64,20 @@ func runExport(c *ctx, args []string) int {
 	})
 	bar.finish()
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.failWith(dataExitStatus(err), err, ckpt)
 	}
 	seconds := time.Since(start).Seconds()
 
 	indexName := *prefix + ".safetensors.index.json"
 	raw, err := os.ReadFile(filepath.Join(out, indexName))
 	if err != nil {
-		return c.fail(exitFailure, fmt.Errorf("the exporter reported success but wrote no index: %w", err))
+		return c.failWith(exitFailure, fmt.Errorf("the exporter reported success but wrote no index: %w", err), out)
 	}
 	var index struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(raw, &index); err != nil {
-		return c.fail(exitFailure, fmt.Errorf("%s: %w", indexName, err))
+		return c.failWith(exitFailure, fmt.Errorf("%s: %w", filepath.Join(out, indexName), err), out)
 	}
 	type fileJSON struct {
 		Name  string `json:"name"`
@@ -85,7 +92,7 @@ func runExport(c *ctx, args []string) int {
 		seen[f] = true
 		st, err := os.Stat(filepath.Join(out, f))
 		if err != nil {
-			return c.fail(exitFailure, fmt.Errorf("%s lists %s: %w", indexName, f, err))
+			return c.failWith(exitFailure, fmt.Errorf("%s lists %s: %w", filepath.Join(out, indexName), f, err), out)
 		}
 		files = append(files, fileJSON{f, st.Size()})
 	}

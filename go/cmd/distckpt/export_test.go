@@ -41,14 +41,14 @@ func TestExportSafetensors(t *testing.T) {
 func TestExportOfBrokenCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	_, errOut, code := cli(t, "export-safetensors", filepath.Join(dir, "missing"), t.TempDir())
-	if code != exitFailure || !strings.Contains(errOut, "missing") {
+	if code != exitNotFound || !strings.Contains(errOut, "missing") {
 		t.Fatalf("missing: exit %d: %s", code, errOut)
 	}
 	ckpt := write(t, dir, "bad", fixtures.Options{Step: 1})
 	c := chunkAt(t, ckpt, "model.embed", 0)
 	fixtures.FlipByte(t, ckpt, c.File, int64(c.FileOffset))
 	var e struct{ Error *jsonError }
-	if code := cliJSON(t, &e, "export-safetensors", ckpt, t.TempDir()); code != exitFailure || e.Error == nil ||
+	if code := cliJSON(t, &e, "export-safetensors", ckpt, t.TempDir()); code != exitFound || e.Error == nil ||
 		e.Error.Code != "corrupt" {
 		t.Fatalf("corrupt data: exit %d %+v", code, e.Error)
 	}

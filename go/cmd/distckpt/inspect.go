@@ -15,7 +15,7 @@ var inspectCommand = &command{
 --layout NAME also shows which chunk of entry NAME covers which box of the tensor ([start:end) per dimension) and
 where it is stored (data file, offset, length, checksum).
 
-JSON: {"path": str, "format_major": int, "format_minor": int, "writer": str, "num_entries": int,
+JSON: {"schema_version": 1, "path": str, "format_major": int, "format_minor": int, "writer": str, "num_entries": int,
   "num_files": int, "total_bytes": int, "metadata_bytes": int, "checksum_block_size": int,
   "user": {str: str},
   "entries": [{"name": str, "kind": "tensor"|"bytes", "dtype": str|null, "shape": [int]|null, "bytes": int,
@@ -70,29 +70,29 @@ func runInspect(c *ctx, args []string) int {
 	}
 	r, err := distckpt.Open(pos[0], &distckpt.ReadOptions{NoVerify: true})
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[0])
 	}
 	defer r.Close()
 	info, err := r.Info()
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[0])
 	}
 	entries, err := r.Entries()
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[0])
 	}
 	user, err := r.UserMetadata()
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, pos[0])
 	}
 	var chunks []distckpt.Chunk
 	var laid distckpt.Entry
 	if *layout != "" {
 		if laid, err = r.Entry(*layout); err != nil {
-			return c.fail(exitFailure, err)
+			return c.fail(err, pos[0])
 		}
 		if chunks, err = r.Chunks(laid.Index); err != nil {
-			return c.fail(exitFailure, err)
+			return c.fail(err, pos[0])
 		}
 	}
 

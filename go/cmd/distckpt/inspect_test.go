@@ -75,7 +75,7 @@ func TestInspectErrors(t *testing.T) {
 	dir := newStore(t, 3)
 	ckpt := filepath.Join(dir, "step-3")
 	out, errOut, code := cli(t, "inspect", "--layout", "no.such.tensor", ckpt)
-	wantCode(t, code, exitFailure, out, errOut)
+	wantCode(t, code, exitNotFound, out, errOut)
 	if !strings.Contains(errOut, "no.such.tensor") {
 		t.Errorf("error does not name the entry: %s", errOut)
 	}
@@ -83,11 +83,11 @@ func TestInspectErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var e struct{ Error *jsonError }
-	if code := cliJSON(t, &e, "inspect", ckpt); code != exitFailure || e.Error == nil || e.Error.Code != "corrupt" {
+	if code := cliJSON(t, &e, "inspect", ckpt); code != exitCorrupt || e.Error == nil || e.Error.Code != "corrupt" {
 		t.Fatalf("corrupt metadata: %d %+v", code, e.Error)
 	}
 	staging := fixtures.Staging(t, dir, "step-9", "0000000000000001", "h", 1, 0)
-	if _, _, code := cli(t, "inspect", staging); code != exitFailure {
+	if _, _, code := cli(t, "inspect", staging); code != exitNotFound {
 		t.Fatalf("inspect of a staging directory: exit %d", code)
 	}
 }

@@ -43,7 +43,7 @@ STEP is the user metadata "step" (Python's save records a top-level scalar such 
 SIZE is the bytes of the files on disk; DATE is the commit time (or the writer's start time for staging).
 A listing is not a check: damaged checkpoints are listed with their status and ls still exits 0 (see verify).
 
-JSON: {"directory": str, "checkpoints": [{
+JSON: {"schema_version": 1, "directory": str, "checkpoints": [{
   "name": str, "path": str, "status": str (as above),
   "step": int|null (user metadata "step" when it is an integer), "step_raw": str|null,
   "entries": int|null, "data_bytes": int|null (committed only), "bytes": int (on disk),
@@ -142,7 +142,7 @@ func runLs(c *ctx, args []string) int {
 	dir := pos[0]
 	shown, err := store.List(dir, &store.ListOptions{All: *all})
 	if err != nil {
-		return c.fail(exitFailure, err)
+		return c.fail(err, dir)
 	}
 	if c.json {
 		out := struct {

@@ -140,7 +140,7 @@ func TestLsOfACheckpointAndOfNothing(t *testing.T) {
 		t.Fatalf("empty store: %d %s", code, out)
 	}
 	var e struct{ Error *jsonError }
-	if code := cliJSON(t, &e, "ls", filepath.Join(dir, "missing")); code != exitFailure || e.Error == nil {
+	if code := cliJSON(t, &e, "ls", filepath.Join(dir, "missing")); code != exitNotFound || e.Error == nil {
 		t.Fatalf("missing directory: %d %+v", code, e)
 	}
 }

@@ -1,33 +1,88 @@
 // Command distckpt looks after checkpoint stores: list, inspect, verify, measure, compare, prune and export
-// distckpt checkpoints. Every command takes --json for scripts; see `distckpt help COMMAND` for its fields.
+// distckpt checkpoints. Every command takes --json for scripts; see `distckpt help COMMAND` for its fields. The store
+// operations (ls, prune) are the library's: package distckpt.dev/go/store.
 //
-// Exit status (every command):
+// Exit status, the same for a given failure whatever the command (exitStatus maps an error to it):
 //
 //	0  success (verify: every chunk is intact; diff: the checkpoints are the same)
-//	1  verify: corruption found (a bad chunk, or metadata that cannot be read); diff: the checkpoints differ
-//	2  usage error
-//	3  the command failed (checkpoint missing, metadata unreadable, I/O error, a removal in prune failed)
+//	1  the data are not what they should be: verify found a bad chunk (checksum mismatch, truncated or missing data
+//	   file), export-safetensors or diff met one while reading; diff: the checkpoints differ
+//	2  usage error (unknown command or flag, wrong arguments, bad flag value)
+//	3  failed for another reason (I/O error, out of memory, a removal in prune that failed, ...)
+//	4  not found: a checkpoint or directory that does not exist, is not a directory, is not a checkpoint (no
+//	   metadata.dckpt), or is an uncommitted staging directory; inspect --layout NAME: no entry NAME
+//	5  corrupt metadata: metadata.dckpt is damaged, truncated, or not a distckpt metadata file
+//	6  unsupported format version: the checkpoint was written by a newer distckpt
+//	7  permission denied
+//
+// ls and prune report a damaged checkpoint in their listing (status "corrupt" or "unreadable") and go on: it is not a
+// failure of theirs. The message of every failure names the path involved.
+//
+// JSON output: every document has a top-level "schema_version" (jsonSchemaVersion). It is bumped when a field is
+// removed or renamed, or its type or meaning changes; new fields and new values of enumerations (a new ls status)
+// may appear without a bump, and readers should ignore what they do not know.
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 
 	distckpt "distckpt.dev/go"
+	"distckpt.dev/go/store"
 )
 
 const (
-	exitOK      = 0
-	exitFound   = 1 // corruption (verify) or differences (diff)
-	exitUsage   = 2
-	exitFailure = 3
+	exitOK         = 0
+	exitFound      = 1 // bad chunks (verify, export, diff's data reads) or differences (diff)
+	exitUsage      = 2
+	exitFailure    = 3
+	exitNotFound   = 4
+	exitCorrupt    = 5 // metadata
+	exitVersion    = 6
+	exitPermission = 7
 )
+
+// jsonSchemaVersion is the "schema_version" of every --json document (see the package comment for what bumps it).
+const jsonSchemaVersion = 1
+
+// exitStatus is the exit status for a failure (see the table in the package comment). A *distckpt.Error of code
+// CodeCorrupt counts as corrupt metadata here; the commands that read data map a corrupt chunk to exitFound
+// themselves (dataExitStatus).
+func exitStatus(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, fs.ErrPermission):
+		return exitPermission
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return exitNotFound
+	case errors.Is(err, distckpt.ErrCorrupt):
+		return exitCorrupt
+	case errors.Is(err, distckpt.ErrVersion):
+		return exitVersion
+	}
+	return exitFailure
+}
+
+// dataExitStatus is exitStatus for a failure while reading data of a checkpoint whose metadata opened: a corrupt
+// chunk, or a data file that is missing, means damaged data (exitFound).
+func dataExitStatus(err error) int {
+	if errors.Is(err, distckpt.ErrCorrupt) || errors.Is(err, distckpt.ErrNotFound) {
+		return exitFound
+	}
+	return exitStatus(err)
+}
 
 type command struct {
 	name    string
@@ -61,11 +116,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	name := args[0]
+	if name == "--version" || name == "-version" || name == "-V" {
+		name = versionCommand.name
+	}
 	if name == "help" {
 		if len(args) > 1 {
 			if c := findCommand(args[1]); c != nil {
-				commandUsage(stdout, c)
-				return exitOK
+				// The command prints its usage and flags for --help.
+				return c.run(&ctx{stdout: stdout, stderr: stderr, cmd: c}, []string{"--help"})
 			}
 		}
 		usage(stdout)
@@ -95,11 +153,20 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-19s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
-Every command takes --json: one JSON document on stdout, with the fields listed by "distckpt help COMMAND".
-Fatal errors in JSON mode print {"error": {"code": CODE, "message": TEXT}} and are repeated on stderr.
+Every command takes --json: one JSON document on stdout, with the fields listed by "distckpt help COMMAND" and a
+top-level "schema_version" (now 1; bumped only when a field is removed, renamed or changes meaning). Fatal errors in
+JSON mode print {"schema_version": 1, "error": {"code": CODE, "message": TEXT}} and are repeated on stderr.
+"distckpt --version" (or -V) is "distckpt version".
 
-exit status: 0 success (verify: intact; diff: same); 1 verify found corruption, or diff found differences;
-             2 usage error; 3 the command failed (missing checkpoint, unreadable metadata, I/O error, ...)
+exit status (the same for a given failure in every command):
+  0  success (verify: intact; diff: same)
+  1  bad data: verify found a bad chunk (or export/diff met one); diff: the checkpoints differ
+  2  usage error
+  3  failed for another reason (I/O error, a removal that failed, ...)
+  4  not found (missing, not a directory, not a checkpoint, uncommitted staging directory, no such entry)
+  5  corrupt metadata
+  6  unsupported format version (written by a newer distckpt)
+  7  permission denied
 `)
 }
 
@@ -118,6 +185,9 @@ func (c *ctx) flags() *flag.FlagSet {
 	return fs
 }
 
+// singleDashFlag finds the "-name" forms the flag package writes into its error messages.
+var singleDashFlag = regexp.MustCompile(`(^|[ :])-([a-zA-Z][a-zA-Z0-9-]*)`)
+
 // parse accepts flags before, between and after the positional arguments (`prune DIR --keep-last 3`), and checks
 // their number. It returns -1 to go on, or the exit status.
 func (c *ctx) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, int) {
@@ -128,7 +198,8 @@ func (c *ctx) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 				c.printHelp(fs, c.stdout)
 				return nil, exitOK
 			}
-			fmt.Fprintf(c.stderr, "distckpt %s: %v\n\n", c.cmd.name, err)
+			msg := singleDashFlag.ReplaceAllString(err.Error(), "$1--$2")
+			fmt.Fprintf(c.stderr, "distckpt %s: %s\n\n", c.cmd.name, msg)
 			c.printHelp(fs, c.stderr)
 			return nil, exitUsage
 		}
@@ -154,9 +225,24 @@ func (c *ctx) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 func (c *ctx) printHelp(fs *flag.FlagSet, w io.Writer) {
 	commandUsage(w, c.cmd)
 	fmt.Fprintf(w, "\nflags:\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	printFlags(w, fs)
+}
+
+// printFlags lists the flags in their --name form (flag.PrintDefaults writes -name, which the usage lines do not use).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		switch f.DefValue {
+		case "", "0", "false", "0s":
+		default:
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", line, usage)
+	})
 }
 
 // usageError reports a bad flag value.
@@ -165,13 +251,44 @@ func (c *ctx) usageError(format string, args ...interface{}) int {
 	return exitUsage
 }
 
-// fail reports a fatal error (on stderr, and as {"error": ...} on stdout in JSON mode) and returns status.
-func (c *ctx) fail(status int, err error) int {
-	fmt.Fprintf(c.stderr, "distckpt %s: %v\n", c.cmd.name, err)
+// fail reports a fatal error with the exit status of its kind (exitStatus); see failWith.
+func (c *ctx) fail(err error, paths ...string) int { return c.failWith(exitStatus(err), err, paths...) }
+
+// failWith reports a fatal error (on stderr, and as {"error": ...} on stdout in JSON mode) and returns status.
+func (c *ctx) failWith(status int, err error, paths ...string) int {
+	je := c.report(err, paths...)
 	if c.json {
-		c.writeJSON(map[string]interface{}{"error": errorJSON(err)})
+		c.writeJSON(map[string]interface{}{"error": je})
 	}
 	return status
+}
+
+// report prints a fatal error on stderr and returns its JSON form. The message names the path: when the error's text
+// names none of paths, it is prefixed with the first.
+func (c *ctx) report(err error, paths ...string) *jsonError {
+	je := errorJSON(err)
+	msg := err.Error()
+	if len(paths) > 0 && !mentionsAny(msg, paths) {
+		msg = paths[0] + ": " + msg
+		je.Message = paths[0] + ": " + je.Message
+	}
+	fmt.Fprintf(c.stderr, "distckpt %s: %s\n", c.cmd.name, msg)
+	return je
+}
+
+func mentionsAny(msg string, paths []string) bool {
+	for _, p := range paths {
+		if strings.Contains(msg, p) || strings.Contains(msg, filepath.Clean(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// isCheckpoint reports whether dir holds a metadata file (committed or damaged, it is a checkpoint, not a store).
+func isCheckpoint(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, store.MetadataFile))
+	return err == nil
 }
 
 // jsonError is the JSON form of an error: the library's code name ("corrupt", "not found", ...) and the message.
@@ -188,14 +305,39 @@ func errorJSON(err error) *jsonError {
 	if errors.As(err, &e) {
 		return &jsonError{Code: e.Code.String(), Message: e.Message}
 	}
-	return &jsonError{Code: "error", Message: err.Error()}
+	code := "error"
+	switch exitStatus(err) {
+	case exitNotFound:
+		code = distckpt.CodeNotFound.String()
+	case exitPermission:
+		code = "permission denied"
+	}
+	return &jsonError{Code: code, Message: err.Error()}
 }
 
+// writeJSON prints v, a struct or map that becomes a JSON object, with "schema_version" first.
 func (c *ctx) writeJSON(v interface{}) {
-	enc := json.NewEncoder(c.stdout)
-	enc.SetIndent("", "  ")
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(c.stderr, "distckpt %s: encoding JSON: %v\n", c.cmd.name, err)
+		return
+	}
+	body := bytes.TrimSpace(buf.Bytes())
+	doc := []byte(fmt.Sprintf(`{"schema_version":%d`, jsonSchemaVersion))
+	if len(body) > 2 && body[0] == '{' {
+		doc = append(append(doc, ','), body[1:]...)
+	} else {
+		doc = append(doc, '}')
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, doc, "", "  "); err != nil {
+		fmt.Fprintf(c.stderr, "distckpt %s: encoding JSON: %v\n", c.cmd.name, err)
+		return
+	}
+	out.WriteByte('\n')
+	_, _ = c.stdout.Write(out.Bytes())
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -210,17 +352,22 @@ func sortedKeys(m map[string]string) []string {
 var versionCommand = &command{
 	name:    "version",
 	args:    "[--json]",
-	summary: "print the versions of the CLI's library and C ABI",
-	help:    `JSON: {"library": "0.1.0", "header": "0.1.0", "abi": 1}`,
+	summary: "print the versions of the CLI, of its library and of the C ABI (also: distckpt --version, -V)",
+	help: `JSON: {"schema_version": 1, "cli": "0.1.0", "library": "0.1.0", "header": "0.1.0", "abi": 1}
+"cli" and "header" are the version of the distckpt.h the CLI was built against; "library" is the loaded
+libdistckpt's.`,
 	run: func(c *ctx, args []string) int {
 		fs := c.flags()
 		if _, st := c.parse(fs, args, 0, 0); st >= 0 {
 			return st
 		}
 		if c.json {
-			c.writeJSON(map[string]interface{}{
-				"library": distckpt.LibraryVersion(), "header": distckpt.HeaderVersion, "abi": distckpt.ABIVersion,
-			})
+			c.writeJSON(struct {
+				CLI     string `json:"cli"`
+				Library string `json:"library"`
+				Header  string `json:"header"`
+				ABI     int    `json:"abi"`
+			}{distckpt.HeaderVersion, distckpt.LibraryVersion(), distckpt.HeaderVersion, distckpt.ABIVersion})
 			return exitOK
 		}
 		fmt.Fprintf(c.stdout, "distckpt %s (library %s, ABI %d)\n", distckpt.HeaderVersion, distckpt.LibraryVersion(),

@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"distckpt.dev/go/store"
 )
@@ -31,9 +29,10 @@ died before its rename and never reported success), <name>.dckpt-old-<nonce> dir
 <name>.dckpt-deleting-<nonce> left by an interrupted prune. A staging directory whose STAGING
 marker names a process on this host that is still running is never removed, however old.
 
---dry-run prints the plan and deletes nothing. Exit status: 0 done; 3 a deletion failed (the rest went on).
+--dry-run prints the plan and deletes nothing. Exit status: 0 done; a deletion that failed gives the status of its
+error (3, or 7 for a permission error: see "distckpt help"), and the rest went on.
 
-JSON: {"directory": str, "dry_run": bool, "order": "step"|"mtime",
+JSON: {"schema_version": 1, "directory": str, "dry_run": bool, "order": "step"|"mtime",
   "keep_last": int, "keep_every": int|null, "grace_seconds": float, "freed_bytes": int (would be freed, for a dry run),
   "actions": [{"name": str, "path": str, "status": str (as in ls), "step": int|null, "bytes": int,
                "action": "keep"|"delete", "reason": str, "deleted": bool, "error": {"code", "message"}|null}]}`,
@@ -56,7 +55,7 @@ func runPrune(c *ctx, args []string) int {
 	fs := c.flags()
 	keepLast := fs.Int("keep-last", 0, "keep the newest `N` committed checkpoints (required, >= 1)")
 	keepEvery := fs.Int("keep-every", 0, "also keep every checkpoint whose step is a multiple of `K`")
-	grace := fs.Duration("grace", store.DefaultGrace, "leave garbage alone until it has been idle this long")
+	grace := fs.Duration("grace", store.DefaultGrace, "leave garbage alone until it has been idle for `D`")
 	dryRun := fs.Bool("dry-run", false, "print the plan; delete nothing")
 	pos, st := c.parse(fs, args, 1, 1)
 	if st >= 0 {
@@ -80,14 +79,14 @@ func runPrune(c *ctx, args []string) int {
 	res, err := store.Prune(dir, policy)
 	var perr *store.PruneError
 	if err != nil && !errors.As(err, &perr) {
-		return c.fail(exitFailure, err)
+		return c.fail(err, dir)
 	}
 	status := exitOK
 	if perr != nil {
 		for _, a := range perr.Failed {
 			fmt.Fprintf(c.stderr, "distckpt prune: %v\n", a.Err)
 		}
-		status = exitFailure
+		status = exitStatus(perr.Failed[0].Err)
 	}
 
 	if c.json {
@@ -150,10 +149,4 @@ func runPrune(c *ctx, args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "%s %s\n", verb, humanBytes(res.FreedBytes))
 	return status
-}
-
-// isCheckpoint reports whether dir holds a metadata file (committed or damaged, it is a checkpoint, not a store).
-func isCheckpoint(dir string) bool {
-	_, err := os.Lstat(filepath.Join(dir, store.MetadataFile))
-	return err == nil
 }

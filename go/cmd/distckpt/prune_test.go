@@ -219,7 +219,7 @@ func TestPruneRenamesBeforeRemoving(t *testing.T) {
 	var o pruneOut
 	code := cliJSON(t, &o, "prune", "--keep-last", "1", dir)
 	left := remaining(t, dir)
-	if code != exitFailure || len(left) != 2 || !strings.HasPrefix(left[0], "step-1.dckpt-deleting-") ||
+	if code != exitPermission || len(left) != 2 || !strings.HasPrefix(left[0], "step-1.dckpt-deleting-") ||
 		left[1] != "step-2" || len(removing) != 1 || removing[0] != left[0] {
 		t.Fatalf("exit %d, left %v, removing %v", code, left, removing)
 	}

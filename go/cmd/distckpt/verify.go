@@ -11,14 +11,16 @@ import (
 var verifyCommand = &command{
 	name:    "verify",
 	args:    "[--workers N] [--no-progress] [--json] CKPT",
-	summary: "re-hash every chunk in parallel and name each bad one; exit status 1 on any corruption",
+	summary: "re-hash every chunk in parallel and name each bad one; exit status 1 on any bad chunk",
 	help: `
 Reads every chunk of CKPT and checks its XXH3-64 checksums, N chunks at a time, and reports every chunk that fails
 (not only the first) with its entry, chunk index, data file and file offset. A progress bar is drawn on stderr when
-stderr is a terminal. Exit status: 0 intact; 1 corruption (bad chunks, or metadata the library rejects);
-3 the checkpoint could not be checked (missing, I/O error).
+stderr is a terminal.
+Exit status: 0 intact; 1 bad chunks (checksum mismatch, truncated or missing data file); 4 not found (or not
+committed); 5 corrupt metadata; 6 unsupported format version; 7 permission denied; 3 another failure.
 
-JSON: {"path": str, "ok": bool, "chunks": int (checked), "bytes": int (checked), "seconds": float,
+JSON: {"schema_version": 1, "path": str, "ok": bool, "chunks": int (checked), "bytes": int
+  (checked), "seconds": float,
   "bad": [{"entry": str, "chunk": int, "file": str, "file_offset": int, "length": int,
            "code": str, "message": str}],
   "error": {"code": str, "message": str}|null (metadata or other failure before any chunk was checked)}`,
@@ -47,7 +49,7 @@ type verifyJSON struct {
 
 func runVerify(c *ctx, args []string) int {
 	fs := c.flags()
-	workers := fs.Int("workers", 0, "chunks checked at once (0: max(4, CPUs))")
+	workers := fs.Int("workers", 0, "check `N` chunks at once (0: max(4, CPUs))")
 	noProgress := fs.Bool("no-progress", false, "never draw a progress bar")
 	pos, st := c.parse(fs, args, 1, 1)
 	if st >= 0 {
@@ -61,15 +63,11 @@ func runVerify(c *ctx, args []string) int {
 	start := time.Now()
 	r, err := distckpt.Open(path, nil)
 	if err != nil {
-		status := exitFailure
-		if errors.Is(err, distckpt.ErrCorrupt) || errors.Is(err, distckpt.ErrVersion) {
-			status = exitFound
-		}
-		fmt.Fprintf(c.stderr, "distckpt verify: %v\n", err)
+		status := exitStatus(err)
+		out.Error = c.report(err, path)
 		if c.json {
-			out.Error = errorJSON(err)
 			c.writeJSON(out)
-		} else if status == exitFound {
+		} else if status == exitCorrupt || status == exitVersion {
 			fmt.Fprintf(c.stdout, "FAILED: %s: the metadata cannot be read\n", path)
 		}
 		return status
@@ -92,7 +90,11 @@ func runVerify(c *ctx, args []string) int {
 	}
 	var verr *distckpt.VerifyError
 	if err != nil && !errors.As(err, &verr) {
-		return c.fail(exitFailure, err)
+		out.Error = c.report(err, path)
+		if c.json {
+			c.writeJSON(out)
+		}
+		return exitStatus(err)
 	}
 	out.OK = len(out.Bad) == 0
 	if c.json {
@@ -110,8 +112,19 @@ func runVerify(c *ctx, args []string) int {
 				out.Chunks, humanBytes(out.Bytes), out.Seconds)
 		}
 	}
-	if !out.OK {
-		return exitFound
+	if out.OK {
+		return exitOK
 	}
-	return exitOK
+	// Damaged data first; a chunk that could not be read for another reason (permissions, I/O) gives its own status.
+	status := exitFailure
+	for i, b := range res.Bad {
+		s := dataExitStatus(b.Err)
+		if s == exitFound {
+			return exitFound
+		}
+		if i == 0 {
+			status = s
+		}
+	}
+	return status
 }
