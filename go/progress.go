@@ -56,13 +56,21 @@ func (h *progressHook) userData() unsafe.Pointer {
 	return unsafe.Pointer(h.cdata)
 }
 
+// free releases the hook's handle and C memory; no C call may use it afterwards.
+func (h *progressHook) free() {
+	if h == nil {
+		return
+	}
+	h.handle.Delete()
+	C.free(unsafe.Pointer(h.cdata))
+}
+
 // finish frees the hook and, if the callback aborted the operation, attaches its error to err.
 func (h *progressHook) finish(err error) error {
 	if h == nil {
 		return err
 	}
-	h.handle.Delete()
-	C.free(unsafe.Pointer(h.cdata))
+	h.free()
 	var e *Error
 	if h.err != nil && errors.As(err, &e) && e.Code == CodeUser {
 		e.cause = h.err

@@ -1,7 +1,14 @@
 package distckpt
 
 /*
+#include <stddef.h>
 #include <distckpt/distckpt.h>
+
+// Weak, so that this package still links against and runs with a libdistckpt built before it existed (same ABI
+// version: functions are only ever added); Verify then reports progress per chunk instead of within chunks.
+#pragma weak dckpt_reader_verify_chunk_progress
+
+static int distckpt_go_has_chunk_progress(void) { return dckpt_reader_verify_chunk_progress != NULL; }
 */
 import "C"
 
@@ -15,9 +22,16 @@ import (
 
 // VerifyOptions configures Verify. The zero value (or nil) means the defaults.
 type VerifyOptions struct {
-	Workers  int          // chunks checked at once; 0: max(4, number of CPUs)
-	Progress ProgressFunc // bytes checked so far out of the total; called by one goroutine at a time
+	Workers int // chunks checked at once; 0: max(4, number of CPUs)
+	// Progress is told the bytes checked so far out of the total: first (0, total), then as the chunks being checked
+	// advance (at least every 8 MiB within a large chunk, summed over the chunks checked in parallel), ending at
+	// (total, total) when every chunk was checked. done never decreases. It is called by one goroutine at a time.
+	Progress ProgressFunc
 }
+
+// chunkProgress is whether the loaded library reports progress within a chunk
+// (dckpt_reader_verify_chunk_progress); without it, Verify reports once per chunk. Tests turn it off.
+var chunkProgress = C.distckpt_go_has_chunk_progress() != 0
 
 // BadChunk is a chunk that failed verification.
 type BadChunk struct {
@@ -114,25 +128,77 @@ func (r *Reader) Verify(opts *VerifyOptions) (VerifyResult, error) {
 	})
 
 	var (
-		mu       sync.Mutex
+		mu       sync.Mutex // guards res, abortErr, inflight and reported
 		res      = VerifyResult{}
 		abortErr error
 		next     = make(chan verifyJob)
 		wg       sync.WaitGroup
 		done     = make(chan struct{})
+		inflight = make([]uint64, o.Workers) // bytes of each worker's current chunk checked so far
+		reported uint64                      // the last done given to o.Progress
 	)
 	if o.Progress != nil {
 		if err := o.Progress(0, total); err != nil {
 			return res, &Error{Code: CodeUser, Message: "verification aborted by the progress callback", cause: err}
 		}
 	}
-	worker := func() {
+	// report gives o.Progress the bytes checked so far: whole chunks plus the checked part of the chunks in flight.
+	// Called with mu held.
+	report := func() error {
+		if abortErr != nil {
+			return abortErr
+		}
+		cur := res.Bytes
+		for _, b := range inflight {
+			cur += b
+		}
+		if cur <= reported {
+			return nil
+		}
+		reported = cur
+		if perr := o.Progress(cur, total); perr != nil {
+			abortErr = perr
+			close(done)
+			return perr
+		}
+		return nil
+	}
+	worker := func(w int) {
 		defer wg.Done()
+		var hook *progressHook
+		if o.Progress != nil && chunkProgress {
+			// The library reports (done, total) of the one chunk, from its I/O threads, possibly slightly out of
+			// order: keep the largest.
+			hook = newProgressHook(func(chunkDone, _ uint64) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if chunkDone > inflight[w] {
+					inflight[w] = chunkDone
+				}
+				return report()
+			})
+			defer hook.free()
+		}
 		for j := range next {
 			err := ccall(func() C.int {
+				if hook != nil {
+					return C.dckpt_reader_verify_chunk_progress(p, C.size_t(j.entry.Index), C.size_t(j.chunk.Index),
+						hook.cfn(), hook.userData())
+				}
 				return C.dckpt_reader_verify_chunk(p, C.size_t(j.entry.Index), C.size_t(j.chunk.Index))
 			})
 			mu.Lock()
+			checked := inflight[w]
+			inflight[w] = 0
+			if err != nil && abortErr != nil && errors.Is(err, ErrUser) {
+				// Cut short by the abort; it counts as checked only if its last bytes were checked before the abort.
+				if checked == j.chunk.Length {
+					res.Chunks++
+					res.Bytes += j.chunk.Length
+				}
+				mu.Unlock()
+				continue
+			}
 			res.Chunks++
 			res.Bytes += j.chunk.Length
 			if err != nil {
@@ -141,18 +207,15 @@ func (r *Reader) Verify(opts *VerifyOptions) (VerifyResult, error) {
 					FileOffset: j.chunk.FileOffset, Length: j.chunk.Length, Err: err,
 				})
 			}
-			if o.Progress != nil && abortErr == nil {
-				if perr := o.Progress(res.Bytes, total); perr != nil {
-					abortErr = perr
-					close(done)
-				}
+			if o.Progress != nil {
+				_ = report()
 			}
 			mu.Unlock()
 		}
 	}
 	wg.Add(o.Workers)
 	for i := 0; i < o.Workers; i++ {
-		go worker()
+		go worker(i)
 	}
 feed:
 	for _, j := range jobs {

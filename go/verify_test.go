@@ -2,7 +2,10 @@ package distckpt_test
 
 import (
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -106,5 +109,94 @@ func TestVerifyProgressAbort(t *testing.T) {
 	}
 	if res.Chunks == 0 {
 		t.Fatal("no chunk checked before the abort")
+	}
+}
+
+// bigCheckpoint saves tensors of the given sizes (MiB), each as one piece (one chunk).
+func bigCheckpoint(t *testing.T, mibs ...int) string {
+	t.Helper()
+	st := distckpt.NewState()
+	for i, mib := range mibs {
+		data := make([]byte, mib<<20)
+		for j := range data {
+			data[j] = byte(j*7 + i)
+		}
+		if err := st.AddTensorData(fmt.Sprintf("big.%d", i), distckpt.U8, []uint64{uint64(len(data))}, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "big")
+	if _, err := distckpt.Save(path, st, &distckpt.SaveOptions{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// progressCalls verifies with a progress callback and returns every done it was given, checking that they increase
+// and end at the total.
+func progressCalls(t *testing.T, r *distckpt.Reader, workers int) []uint64 {
+	t.Helper()
+	var mu sync.Mutex
+	var calls []uint64
+	var total uint64
+	res, err := r.Verify(&distckpt.VerifyOptions{Workers: workers, Progress: func(done, tot uint64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, done)
+		total = tot
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(calls); i++ {
+		if calls[i] <= calls[i-1] {
+			t.Fatalf("progress went from %d to %d: %v", calls[i-1], calls[i], calls)
+		}
+	}
+	if len(calls) == 0 || calls[0] != 0 || calls[len(calls)-1] != total || total != res.Bytes {
+		t.Fatalf("progress %v, total %d, verified %d", calls, total, res.Bytes)
+	}
+	return calls
+}
+
+// Issue 11: a single 40 MiB chunk advances by bytes (the library reports at least every 8 MiB within a chunk), not 0%
+// then 100%.
+func TestVerifyProgressWithinALargeChunk(t *testing.T) {
+	r := open(t, bigCheckpoint(t, 40))
+	e, err := r.Entry("big.0")
+	if err != nil || e.NumChunks != 1 {
+		t.Fatalf("want one chunk: %+v %v", e, err)
+	}
+	calls := progressCalls(t, r, 1)
+	if len(calls) < 4 {
+		t.Fatalf("only %d progress calls for a 40 MiB chunk: %v", len(calls), calls)
+	}
+	t.Logf("%d calls: %v", len(calls), calls)
+}
+
+// Chunks verified in parallel: the progress is the sum over the workers, and still only grows.
+func TestVerifyProgressSumsParallelChunks(t *testing.T) {
+	r := open(t, bigCheckpoint(t, 24, 24, 16))
+	calls := progressCalls(t, r, 3)
+	if len(calls) < 3+4 {
+		t.Fatalf("only %d progress calls for three large chunks: %v", len(calls), calls)
+	}
+}
+
+// Aborting inside a large chunk stops the verification there.
+func TestVerifyProgressAbortWithinAChunk(t *testing.T) {
+	r := open(t, bigCheckpoint(t, 40))
+	stop := errors.New("stop")
+	var calls atomic.Int32
+	res, err := r.Verify(&distckpt.VerifyOptions{Workers: 1, Progress: func(done, total uint64) error {
+		calls.Add(1)
+		if done > 0 && done < total {
+			return stop
+		}
+		return nil
+	}})
+	if !errors.Is(err, stop) || res.Chunks != 0 || len(res.Bad) != 0 || calls.Load() != 2 {
+		t.Fatalf("%+v %v, %d calls", res, err, calls.Load())
 	}
 }

@@ -13,13 +13,13 @@ import (
 
 var exportCommand = &command{
 	name:    "export-safetensors",
-	args:    "[--max-shard-size SIZE] [--prefix P] [--no-verify] [--no-progress] [--json] CKPT OUT",
+	args:    "[--max-shard-size SIZE] [--prefix P] [--no-verify] [--progress auto|bar|log|none] [--json] CKPT OUT",
 	summary: "write the checkpoint's tensors as safetensors shards plus an index (via the C++ core's exporter)",
 	help: `
 Writes OUT/<P>-00001-of-0000N.safetensors ... and OUT/<P>.safetensors.index.json through the library's exporter
 (dckpt_export_safetensors); OUT is created if missing and files of the same names are replaced. Bytes entries are
 skipped; user metadata goes into each file's __metadata__. SIZE accepts 5GB (10^9), 512MiB (2^20) or a byte count;
-the default is 5GB. Checksums are verified while reading unless --no-verify.
+the default is 5GB. Checksums are verified while reading unless --no-verify. --progress as in verify (bytes written).
 Exit status: 1 a chunk failed its checksum (or a data file is missing); otherwise as in "distckpt help".
 
 JSON: {"schema_version": 1, "checkpoint": str, "out": str, "index": str (file name), "tensors": int, "seconds": float,
@@ -32,10 +32,14 @@ func runExport(c *ctx, args []string) int {
 	maxShard := fs.String("max-shard-size", "5GB", "largest .safetensors file, `SIZE`")
 	prefix := fs.String("prefix", "model", "file name prefix `P`")
 	noVerify := fs.Bool("no-verify", false, "do not check checksums while reading")
-	noProgress := fs.Bool("no-progress", false, "never draw a progress bar")
+	progress := progressFlags(fs)
 	pos, st := c.parse(fs, args, 2, 2)
 	if st >= 0 {
 		return st
+	}
+	mode, err := progress()
+	if err != nil {
+		return c.usageError("%v", err)
 	}
 	shard, err := parseSize(*maxShard)
 	if err != nil || shard == 0 {
@@ -54,15 +58,14 @@ func runExport(c *ctx, args []string) int {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return c.fail(err, out)
 	}
-	var bar *progressBar
-	if !*noProgress {
-		bar = newProgressBar(c.stderr, "exporting")
-	}
+	rep := newProgress(mode, c.stderr, "exporting "+ckpt)
 	start := time.Now()
 	err = distckpt.ExportSafetensors(ckpt, out, &distckpt.ExportOptions{
-		MaxShardBytes: shard, Prefix: *prefix, NoVerify: *noVerify, Progress: bar.update,
+		MaxShardBytes: shard, Prefix: *prefix, NoVerify: *noVerify, Progress: reportTo(rep),
 	})
-	bar.finish()
+	if rep != nil {
+		rep.finish()
+	}
 	if err != nil {
 		return c.failWith(dataExitStatus(err), err, ckpt)
 	}

@@ -10,12 +10,13 @@ import (
 
 var verifyCommand = &command{
 	name:    "verify",
-	args:    "[--workers N] [--no-progress] [--json] CKPT",
+	args:    "[--workers N] [--progress auto|bar|log|none] [--json] CKPT",
 	summary: "re-hash every chunk in parallel and name each bad one; exit status 1 on any bad chunk",
 	help: `
 Reads every chunk of CKPT and checks its XXH3-64 checksums, N chunks at a time, and reports every chunk that fails
-(not only the first) with its entry, chunk index, data file and file offset. A progress bar is drawn on stderr when
-stderr is a terminal.
+(not only the first) with its entry, chunk index, data file and file offset. Progress counts bytes, within large
+chunks too: --progress=auto (the default) draws a bar on stderr when it is a terminal, bar always draws it, log prints
+a plain line to stderr every 10% or 5 seconds (for CI logs), none (or --no-progress) prints nothing.
 Exit status: 0 intact; 1 bad chunks (checksum mismatch, truncated or missing data file); 4 not found (or not
 committed); 5 corrupt metadata; 6 unsupported format version; 7 permission denied; 3 another failure.
 
@@ -50,13 +51,17 @@ type verifyJSON struct {
 func runVerify(c *ctx, args []string) int {
 	fs := c.flags()
 	workers := fs.Int("workers", 0, "check `N` chunks at once (0: max(4, CPUs))")
-	noProgress := fs.Bool("no-progress", false, "never draw a progress bar")
+	progress := progressFlags(fs)
 	pos, st := c.parse(fs, args, 1, 1)
 	if st >= 0 {
 		return st
 	}
 	if *workers < 0 {
 		return c.usageError("--workers must be >= 0")
+	}
+	mode, err := progress()
+	if err != nil {
+		return c.usageError("%v", err)
 	}
 	path := pos[0]
 	out := verifyJSON{Path: path, Bad: []badJSON{}}
@@ -74,12 +79,11 @@ func runVerify(c *ctx, args []string) int {
 	}
 	defer r.Close()
 
-	var bar *progressBar
-	if !*noProgress {
-		bar = newProgressBar(c.stderr, "verifying")
+	rep := newProgress(mode, c.stderr, "verifying "+path)
+	res, err := r.Verify(&distckpt.VerifyOptions{Workers: *workers, Progress: reportTo(rep)})
+	if rep != nil {
+		rep.finish()
 	}
-	res, err := r.Verify(&distckpt.VerifyOptions{Workers: *workers, Progress: bar.update})
-	bar.finish()
 	out.Chunks, out.Bytes, out.Seconds = res.Chunks, res.Bytes, time.Since(start).Seconds()
 	for _, b := range res.Bad {
 		j := badJSON{Entry: b.Entry, Chunk: b.Chunk, File: b.File, FileOffset: b.FileOffset, Length: b.Length}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	distckpt "distckpt.dev/go"
 	"distckpt.dev/go/internal/fixtures"
@@ -157,5 +158,78 @@ func TestVerifyMissingCheckpointAndStaging(t *testing.T) {
 	staging := fixtures.Staging(t, dir, "step-1", "00000000000000ab", "h", 1, 0)
 	if _, _, code := cli(t, "verify", staging); code == exitOK {
 		t.Fatal("verify accepted a half-written checkpoint")
+	}
+}
+
+// bigFixture saves one 40 MiB tensor as a single chunk.
+func bigFixture(t *testing.T) string {
+	t.Helper()
+	st := distckpt.NewState()
+	data := make([]byte, 40<<20)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	if err := st.AddTensorData("big", distckpt.U8, []uint64{uint64(len(data))}, data); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "big")
+	if _, err := distckpt.Save(path, st, &distckpt.SaveOptions{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Issue 11: --progress=log prints plain progress lines on stderr off a terminal (CI logs), advancing within a single
+// 40 MiB chunk; the default (auto) prints nothing there.
+func TestVerifyProgressLog(t *testing.T) {
+	ckpt := bigFixture(t)
+	out, errOut, code := cli(t, "verify", "--progress=log", ckpt)
+	wantCode(t, code, exitOK, out, errOut)
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if len(lines) < 4 || strings.Contains(errOut, "\r") || strings.Contains(errOut, "\x1b") {
+		t.Fatalf("want several plain lines, got:\n%q", errOut)
+	}
+	if !strings.HasPrefix(lines[0], "verifying "+ckpt+": 0% (0 B / 40.0 MiB") ||
+		!strings.HasPrefix(lines[len(lines)-1], "verifying "+ckpt+": 100% (40.0 MiB / 40.0 MiB") {
+		t.Fatalf("lines:\n%s", errOut)
+	}
+	mid := false
+	for _, l := range lines {
+		mid = mid || (strings.Contains(l, "%") && !strings.Contains(l, ": 0%") && !strings.Contains(l, ": 100%"))
+	}
+	if !mid {
+		t.Fatalf("no progress within the chunk:\n%s", errOut)
+	}
+	if _, errOut, _ := cli(t, "verify", ckpt); errOut != "" {
+		t.Fatalf("--progress=auto off a terminal printed %q", errOut)
+	}
+	if _, errOut, _ := cli(t, "verify", "--progress", "bar", ckpt); !strings.Contains(errOut, "\r") ||
+		!strings.Contains(errOut, "verifying") {
+		t.Fatalf("--progress=bar: %q", errOut)
+	}
+	for _, args := range [][]string{{"--progress", "none"}, {"--no-progress"}, {"--progress=log", "--no-progress"}} {
+		if _, errOut, code := cli(t, append(append([]string{"verify"}, args...), ckpt)...); code != exitOK || errOut != "" {
+			t.Fatalf("%v: %d %q", args, code, errOut)
+		}
+	}
+	if _, errOut, code := cli(t, "verify", "--progress", "loud", ckpt); code != exitUsage ||
+		!strings.Contains(errOut, "auto, bar, log or none") {
+		t.Fatalf("--progress loud: %d %s", code, errOut)
+	}
+	// export-safetensors takes the same flag.
+	if _, errOut, code := cli(t, "export-safetensors", "--progress=log", ckpt, t.TempDir()); code != exitOK ||
+		!strings.Contains(errOut, "exporting "+ckpt+": 100%") {
+		t.Fatalf("export --progress=log: %d\n%s", code, errOut)
+	}
+}
+
+func TestProgressLoggerThrottles(t *testing.T) {
+	var b strings.Builder
+	l := &progressLogger{w: &b, label: "x", start: time.Now(), every: time.Hour, step: 10}
+	for done := uint64(0); done <= 1000; done++ {
+		_ = l.update(done, 1000)
+	}
+	if n := strings.Count(b.String(), "\n"); n != 11 {
+		t.Fatalf("%d lines for 0..100%% in steps of 10%%:\n%s", n, b.String())
 	}
 }
