@@ -24,7 +24,8 @@
 //! Modules follow the header's sections: [`checkpoint`] (reader), [`view`] (mmap views: whole tensors, chunks of
 //! sharded tensors and contiguous regions, borrowed or owned through an `Arc<Checkpoint>`), [`state`] (save and
 //! load), [`comm`] (communicators), [`dtype`] and [`float`] (element types; F16, BF16 and float8 as raw bits with
-//! conversions), [`error`].
+//! conversions), [`json`] (values saved from Python: [`Checkpoint::value`], [`Checkpoint::structure_json`]),
+//! [`error`].
 //!
 //! Threading follows capi/API.md: [`Checkpoint`] is `Send + Sync`; [`SaveState`]/[`LoadState`] and [`Comm`] are
 //! `Send` only; [`SaveFuture`] is `Send + Sync`; views, owned views included, are `Send + Sync`. Every handle is
@@ -35,8 +36,10 @@ pub mod comm;
 pub mod dtype;
 pub mod error;
 pub mod float;
+pub mod json;
 mod progress;
 pub mod state;
+mod values;
 pub mod view;
 
 pub use checkpoint::{Checkpoint, CheckpointInfo, ChunkInfo, Entries, Entry, EntryKind, IoStats, ReadOptions};

@@ -13,6 +13,11 @@ pub fn golden(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden").join(name)
 }
 
+/// rust/distckpt/tests/data/<name>: checkpoints written by other bindings for these tests (see its README).
+pub fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
 /// A scratch directory removed on drop (std only: no tempfile crate here).
 pub struct TempDir(PathBuf);
 

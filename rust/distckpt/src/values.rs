@@ -1,0 +1,98 @@
+//! Non-array values: bytes entries that hold JSON (what distckpt's Python binding saves for every leaf of a state dict
+//! that is not an array) and the structure document, read as [`json::Value`]s.
+
+use crate::checkpoint::{Checkpoint, EntryKind};
+use crate::json;
+use crate::{Error, ErrorCode, Result};
+
+/// The first byte of a pickle of protocol 2 or later (the PROTO opcode): never the first byte of UTF-8 text.
+const PICKLE_PROTO: u8 = 0x80;
+
+impl Checkpoint {
+    /// The value of a bytes entry saved as JSON, parsed: a scalar, string, list or dict leaf that Python's
+    /// `distckpt.save` stored (`{"step": 100}` gives entry `step` holding `100`; nested dicts give dotted names such as
+    /// `optimizer.param_groups`). Python's tagged forms (`$tuple`, `$dict`, `$bytes`, `$float`, `$complex`) are
+    /// decoded by the accessors of [`json::Value`]. Scalar leaves are also in the user metadata as text
+    /// ([`Checkpoint::user`]), where no parsing is needed.
+    ///
+    /// Errors name the checkpoint and the entry: `NotFound` if there is no such entry; `InvalidArgument` for a tensor,
+    /// or for bytes that are not JSON (a blob saved from C, C++ or Rust, for [`read_bytes`](Self::read_bytes));
+    /// `Unsupported` for a value Python pickled (`allow_pickle=True`), which nothing but Python can load; `Corrupt` for
+    /// an entry the checkpoint's structure says is JSON but is not.
+    pub fn value(&self, name: &str) -> Result<json::Value> {
+        let entry = self.entry(name)?;
+        if entry.kind() != EntryKind::Bytes {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{} is a tensor ({} {:?}), not a bytes entry holding a value: read it with read() or view()",
+                    self.describe(name),
+                    entry.dtype(),
+                    entry.shape()
+                ),
+            ));
+        }
+        let encoding = self.structure_json().and_then(|s| object_encoding(&s, name));
+        let bytes = self.read_bytes(name)?;
+        if encoding.as_deref() == Some("pickle") || (encoding.is_none() && bytes.first() == Some(&PICKLE_PROTO)) {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "{} was saved by Python with pickle (allow_pickle=True), not as JSON: only Python can load it, with \
+                     allow_pickle=True if it trusts the checkpoint (unpickling runs code); read_bytes() gives the raw \
+                     pickle",
+                    self.describe(name)
+                ),
+            ));
+        }
+        json::parse(&bytes).map_err(|e| match encoding.as_deref() {
+            Some("json") => Error::new(
+                ErrorCode::Corrupt,
+                format!("{}: the checkpoint's structure says it holds JSON, but it does not: {e}", self.describe(name)),
+            ),
+            _ => Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{} is not JSON ({e}): it is a blob, not a value saved from Python; read_bytes() gives its {} raw \
+                     bytes",
+                    self.describe(name),
+                    bytes.len()
+                ),
+            ),
+        })
+    }
+
+    /// The structure document parsed as JSON, or None if the checkpoint has none or it is not JSON (the format keeps
+    /// it opaque: a binding may store anything). Python's is `{"distckpt_structure": 1, "root": NODE}`, a NODE
+    /// being `{"dict": [[key, NODE], ...]}`, `{"list": [NODE, ...]}`, `{"tuple": [NODE, ...]}`,
+    /// `{"array": name}` (with `"scalar": true` for a numpy scalar) or `{"object": name, "encoding": "json" |
+    /// "pickle"}`: it says how the entries nest, and how each non-array leaf is encoded.
+    pub fn structure_json(&self) -> Option<json::Value> {
+        let raw = self.structure();
+        if raw.is_empty() {
+            return None;
+        }
+        json::parse(raw).ok()
+    }
+}
+
+/// The "encoding" of the object node named `name` in a Python structure document, if it has one.
+fn object_encoding(doc: &json::Value, name: &str) -> Option<String> {
+    doc.get("distckpt_structure")?;
+    // Depth-first over the nodes, with a stack: the parser limits the depth, but nothing here needs to recurse.
+    let mut stack = vec![doc.get("root")?];
+    while let Some(node) = stack.pop() {
+        if node.get("object").and_then(json::Value::as_str) == Some(name) {
+            return node.get("encoding").and_then(json::Value::as_str).map(str::to_string);
+        }
+        if let Some(items) = node.get("dict").and_then(json::Value::as_array) {
+            stack.extend(items.iter().filter_map(|item| item.get_index(1)));
+        }
+        for kind in ["list", "tuple"] {
+            if let Some(children) = node.get(kind).and_then(json::Value::as_array) {
+                stack.extend(children);
+            }
+        }
+    }
+    None
+}
