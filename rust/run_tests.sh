@@ -58,8 +58,10 @@ consumer_check "cargo build --offline (DISTCKPT_LIB_DIR only)" $?
 bin="$work/target/debug/distckpt-consumer"
 env -u LD_LIBRARY_PATH "$bin" --fixture-values "$fixtures/sharded"
 consumer_check "its binary, started directly, views tests/fixtures/sharded (owned whole and chunk views)" $?
-env -u LD_LIBRARY_PATH "$bin" "$fixtures/mlp" >/dev/null
+env -u LD_LIBRARY_PATH "$bin" "$fixtures/mlp"
 consumer_check "its binary, started directly, views tests/fixtures/mlp" $?
+env -u LD_LIBRARY_PATH "$bin" "$PWD/distckpt/tests/data/python_values"
+consumer_check "its binary, started directly, reads the values of a checkpoint saved from Python" $?
 # The README's other claim, and the control for the one above: without build.rs, `cargo run` still works (cargo puts
 # distckpt-sys's link to the library on the loader's path), but the binary started directly has no rpath: exit 127.
 cp -R "$work/consumer" "$work/no_build_rs"

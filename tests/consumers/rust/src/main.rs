@@ -4,8 +4,9 @@
 //!
 //! For each F32 tensor: reads it, takes owned views of it (the whole tensor where it is one chunk, each chunk where it
 //! is sharded), checks every element of the views against the read on another thread, and prints a checksum. With
-//! `--fixture-values`, also checks the values tests/fixtures/sharded was written with. Exit status: 0 when everything
-//! matches, 1 on a mismatch, 2 on a usage or open error.
+//! `--fixture-values`, also checks the values tests/fixtures/sharded was written with. Then prints the bytes entries
+//! that hold JSON values and the user metadata's step. Exit status: 0 when everything matches, 1 on a mismatch, 2 on a
+//! usage or open error.
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -113,6 +114,15 @@ fn run(path: &str, fixture_values: bool) -> Result<usize, String> {
                 return Err(format!("--fixture-values: {path} has no F32 tensor '{name}' (is it tests/fixtures/sharded?)"));
             }
         }
+    }
+    // Values saved as JSON (Python's non-array leaves, or a config blob): printed; a blob that is not JSON is skipped.
+    for e in ckpt.entries().filter(|e| !e.is_tensor()) {
+        if let Ok(v) = ckpt.value(e.name()) {
+            println!("{}: {v}", e.name());
+        }
+    }
+    if let Some(step) = ckpt.user("step") {
+        println!("user metadata step = {step}");
     }
     // Every view is gone: this binding is the checkpoint's last owner.
     if Arc::strong_count(&ckpt) != 1 {
