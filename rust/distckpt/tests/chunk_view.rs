@@ -266,3 +266,18 @@ fn chunk_views_of_a_tensor_saved_by_three_ranks() {
     assert_eq!(&v[..], &ckpt.read_region::<f32>("w", &[4, 0], &[2, 8]).unwrap()[..]);
     assert!(ckpt.view_region::<f32>("w", &[2, 0], &[2, 8]).unwrap_err().to_string().contains("spans chunks"));
 }
+
+#[test]
+fn scalars_and_empty_tensors() {
+    let ckpt = Checkpoint::open(fixture("dtypes")).unwrap();
+    // A 0-d tensor: one chunk with an empty box, one element.
+    let views = ckpt.chunk_views::<f32>("scalar.f32").unwrap();
+    assert_eq!(views.len(), 1);
+    assert_eq!((views[0].offsets(), views[0].lengths(), &views[0][..]), (&[][..], &[][..], &[3.5f32][..]));
+    assert_eq!(&ckpt.view_region::<f32>("scalar.f32", &[], &[]).unwrap()[..], &[3.5]);
+    // A tensor with no elements: no chunk to view, and every empty region of it is an empty view.
+    let e = ckpt.entry("empty.f32").unwrap();
+    assert_eq!(ckpt.chunk_views::<f32>("empty.f32").unwrap().len(), e.num_chunks());
+    assert!(ckpt.view_region::<f32>("empty.f32", &[0, 1], &[0, 3]).unwrap().is_empty());
+    assert_eq!(ckpt.view_region::<f32>("empty.f32", &[0, 1], &[0, 4]).unwrap_err().code(), ErrorCode::InvalidArgument);
+}
