@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the Go suite: installs golang-go if it is missing (Debian, quiet when present), builds libdistckpt.so with
 # scripts/build_lib.sh, points cgo (pkg-config) and the loader at it, then runs `go vet ./...` and `go test ./...`.
-# Exits with go test's status (or vet's, if vet fails). Ends with "go tests: N passed, M failed, K skipped".
+# Then a module of a user's own (tests/consumers/go), copied outside the repository and built with only the steps
+# README.md gives (cold build cache), run without LD_LIBRARY_PATH; each of its checks counts as a test.
+# Exits non-zero if vet, a test or a consumer check failed. Ends with "go tests: N passed, M failed, K skipped".
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -22,7 +24,8 @@ export GOPROXY=off GOFLAGS=-buildvcs=false GO111MODULE=on
 go vet ./... || { echo "go tests: 0 passed, 1 failed, 0 skipped (go vet)"; exit 1; }
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d)
+trap 'rm -f "$log"; chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 go test -count=1 -v ./... >"$log" 2>&1
 rc=$?
 if [[ $rc -ne 0 ]]; then
@@ -35,5 +38,45 @@ passed=$(grep -cE "^\s*--- PASS" "$log")
 failed=$(grep -cE "^\s*--- FAIL" "$log")
 skipped=$(grep -cE "^\s*--- SKIP" "$log")
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # a build failure or a panic outside a test
+
+# A user's module, as README.md "Use it from your own module" sets one up: a copy of tests/consumers/go in a fresh
+# temporary directory, its replace directive pointed at this go/ directory. Built with the README's environment only
+# (PKG_CONFIG_PATH, GOPROXY=off) in an otherwise empty one: a fresh HOME (no go env file, GOPATH and module cache
+# inside it) and a cold GOCACHE, so that a warm cache (which skips pkg-config) cannot hide a missing step.
+consumer() {  # consumer DESCRIPTION STATUS
+  if [[ $2 -eq 0 ]]; then
+    passed=$((passed + 1)); echo "ok   consumer: $1"
+  else
+    failed=$((failed + 1)); echo "FAIL consumer: $1"
+  fi
+}
+readme_env() {
+  env -i PATH="$PATH" HOME="$work/home" GOCACHE="$work/gocache" \
+    PKG_CONFIG_PATH="$root/lib/pkgconfig" GOPROXY=off "$@"
+}
+echo "== tests/consumers/go: a module outside the repository, built as README.md says, run without LD_LIBRARY_PATH"
+cp -R ../tests/consumers/go "$work/consumer"
+mkdir -p "$work/home"
+sed -i "s|^replace distckpt.dev/go => .*|replace distckpt.dev/go => $PWD|" "$work/consumer/go.mod"
+(cd "$work/consumer" && readme_env go build -o "$work/ckpt-operator" . 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
+consumer "go build (PKG_CONFIG_PATH and GOPROXY=off only, cold build cache)" $?
+(cd "$work/consumer" && readme_env go vet . 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
+consumer "go vet" $?
+bin="$work/ckpt-operator"
+st="$work/store"
+env -u LD_LIBRARY_PATH "$bin" make "$st" 100 200 300 >/dev/null && cp -R ../tests/fixtures/mlp "$st/step-1000"
+consumer "its binary, started directly, saves step-100..300 (distckpt.Save); tests/fixtures/mlp copied as step-1000" $?
+expect=(--keep-last 2 --expect-steps 100,200,300,1000 --expect-prune step-100,step-200)
+env -u LD_LIBRARY_PATH "$bin" check "${expect[@]}" "$st"
+consumer "check: store.List, Reader.Verify with progress, Reader.Value, store.Prune dry run, all as expected" $?
+env -u LD_LIBRARY_PATH "$bin" check --keep-last 2 --expect-steps 100,200 --expect-prune step-100,step-200 "$st" \
+  >/dev/null
+[[ $? -eq 1 ]]
+consumer "check exits 1 when the steps are not the expected ones" $?
+head -c 4096 /dev/zero | tr '\0' '\252' | dd of="$st/step-200/data-00000.bin" bs=4096 count=1 conv=notrunc 2>/dev/null
+env -u LD_LIBRARY_PATH "$bin" check "${expect[@]}" "$st" | grep MISMATCH
+[[ ${PIPESTATUS[0]} -eq 1 ]]
+consumer "check exits 1 after a data file of step-200 was overwritten (Verify names the bad chunk)" $?
+
 echo "go tests: $passed passed, $failed failed, $skipped skipped"
-exit $rc
+[[ $rc -eq 0 && $failed -eq 0 ]]
