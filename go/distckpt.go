@@ -12,9 +12,15 @@
 // The package refuses to compile against a header of another ABI version, and panics at start-up if the loaded
 // library reports a different ABI version from the header it was compiled with.
 //
+// From a module of one's own: require distckpt.dev/go v0.0.0 and replace it with a checkout's go/ directory (see
+// go/README.md, "Use it from your own module").
+//
 // Threading: a *Reader may be used from any number of goroutines at once (the C reader is thread-safe); Close waits
 // for calls in flight. A *State is not safe for concurrent modification. Errors are *Error values that match the
-// sentinels (ErrCorrupt, ErrNotFound, ...) with errors.Is.
+// sentinels (ErrCorrupt, ErrNotFound, ...) and the io/fs ones (fs.ErrNotExist, ...) with errors.Is.
+//
+// Values Python saved as bytes entries read back with Reader.Value, its nested structure with
+// Reader.ParsedStructure. Package distckpt.dev/go/store lists and prunes directories of checkpoints.
 package distckpt
 
 /*

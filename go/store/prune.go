@@ -40,6 +40,7 @@ type PrunePolicy struct {
 	Now time.Time
 }
 
+// grace is the grace period the policy means (Grace with its zero and negative values resolved).
 func (p PrunePolicy) grace() time.Duration {
 	switch {
 	case p.Grace == 0:
@@ -94,6 +95,7 @@ type PruneError struct {
 	Failed []PruneAction
 }
 
+// Error names the store, the number of failed deletions and the first failure.
 func (e *PruneError) Error() string {
 	return fmt.Sprintf("prune %s: %d deletion(s) failed; first: %v", e.Dir, len(e.Failed), e.Failed[0].Err)
 }
