@@ -62,6 +62,10 @@ def _build_save_state(
     for key, value in (user_metadata or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidArgumentError(f"user_metadata must map str to str; got {key!r}: {value!r}")
+        if "\x00" in key or "\x00" in value:
+            raise InvalidArgumentError(
+                f"user_metadata {key!r}: keys and values cannot contain NUL (C readers see NUL-terminated strings)"
+            )
         state.set_user(key, value)
     return state
 

@@ -347,8 +347,8 @@ def scalar_text(value: Any) -> Optional[str]:
         return str(value)
     if isinstance(value, float):
         return repr(value)
-    if isinstance(value, str) and len(value) <= MAX_USER_SCALAR_CHARS:
-        return value
+    if isinstance(value, str) and len(value) <= MAX_USER_SCALAR_CHARS and "\x00" not in value:
+        return value  # C readers see user metadata as NUL-terminated strings
     return None
 
 

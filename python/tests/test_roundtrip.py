@@ -210,6 +210,7 @@ def test_top_level_scalars_are_recorded_in_user_metadata(ckpt):
         "notes": "x" * 300,  # too long to copy
         "tags": ["a", "b"],  # a container
         "missing": None,
+        "nul": "a\x00b",  # C readers would cut it at the NUL: not copied
         "framework": 1,  # given explicitly below: the explicit value wins
     }
     distckpt.save(state, ckpt, user_metadata={"framework": "numpy"})
@@ -227,3 +228,6 @@ def test_top_level_scalars_are_recorded_in_user_metadata(ckpt):
     back = distckpt.load(None, ckpt)
     assert back["step"] == 100 and back["lr"] == 1e-4 and back["warm"] is True and back["run"] == "run-7"
     assert back["model"]["depth"] == 12 and back["tags"] == ["a", "b"] and back["missing"] is None
+    assert back["nul"] == "a\x00b"
+    with pytest.raises(distckpt.InvalidArgumentError, match="NUL"):
+        distckpt.save({"a": np.ones(1)}, ckpt, overwrite=True, user_metadata={"k": "a\x00b"})
