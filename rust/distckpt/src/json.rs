@@ -8,8 +8,9 @@
 //! recurse (an explicit stack), so no input can overflow the stack, and it never panics: every malformed input is a
 //! [`ParseError`] with its byte offset, line and column.
 //!
-//! Integers keep their exact value where it fits an `i64` or a `u64` ([`Number::Int`], [`Number::UInt`]); other
-//! numbers (fractions, exponents, integers beyond 64 bits) are the nearest `f64` ([`Number::Float`]). Objects keep
+//! Integers keep their exact value: in an `i64` or a `u64` where they fit ([`Number::Int`], [`Number::UInt`]), else
+//! as their decimal digits ([`Number::BigInt`], e.g. Python's `2**70`); fractions and exponents are the nearest
+//! `f64` ([`Number::Float`]). Objects keep
 //! their members in document order, duplicates included; [`Value::get`] returns the last of equal keys, as Python's
 //! `json` does.
 //!
@@ -27,15 +28,20 @@ use std::str::FromStr;
 /// default recursion limit: Python's `json` cannot read deeper documents either, so distckpt never writes them.
 pub const MAX_DEPTH: usize = 1000;
 
-/// A JSON number: exact where it is an integer that fits 64 bits.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The most digits an integer may have (Python's default `sys.get_int_max_str_digits()`).
+pub const MAX_INT_DIGITS: usize = 4300;
+
+/// A JSON number. Integers are always exact.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Number {
     /// An integer from `i64::MIN` to `i64::MAX`.
     Int(i64),
     /// An integer above `i64::MAX`, up to `u64::MAX`.
     UInt(u64),
-    /// Any other number: a fraction, an exponent, or an integer beyond 64 bits (rounded to the nearest `f64`).
-    /// Always finite.
+    /// An integer beyond 64 bits, as its decimal digits with an optional leading `-` (exactly as written, e.g.
+    /// `1180591620717411303424` for Python's `2**70`); [`Number::as_f64`] rounds it.
+    BigInt(Box<str>),
+    /// A number with a fraction or an exponent, rounded to the nearest `f64`. Always finite.
     Float(f64),
 }
 
@@ -52,16 +58,22 @@ impl Number {
         match *self {
             Number::Int(i) => u64::try_from(i).ok(),
             Number::UInt(u) => Some(u),
-            Number::Float(_) => None,
+            Number::BigInt(_) | Number::Float(_) => None,
         }
     }
     /// The value as an `f64` (rounded where an integer has more than 53 bits).
     pub fn as_f64(&self) -> f64 {
-        match *self {
-            Number::Int(i) => i as f64,
-            Number::UInt(u) => u as f64,
-            Number::Float(f) => f,
+        match self {
+            Number::Int(i) => *i as f64,
+            Number::UInt(u) => *u as f64,
+            // Parsed from JSON digits, which Rust's float parser always takes (huge ones give an infinity).
+            Number::BigInt(digits) => digits.parse::<f64>().unwrap_or(f64::NAN),
+            Number::Float(f) => *f,
         }
+    }
+    /// Whether the number is an integer (of any size).
+    pub fn is_integer(&self) -> bool {
+        !matches!(self, Number::Float(_))
     }
 }
 
@@ -70,6 +82,7 @@ impl fmt::Display for Number {
         match *self {
             Number::Int(i) => write!(f, "{i}"),
             Number::UInt(u) => write!(f, "{u}"),
+            Number::BigInt(ref digits) => f.write_str(digits),
             // Debug gives the shortest text that reads back as the same f64, with an exponent where that is
             // shorter ("1e300"), and "1.0" rather than "1" (still a float when read back). JSON has no NaN or
             // infinity: written as null, as JavaScript does (parsed numbers are always finite).
@@ -637,6 +650,13 @@ impl Parser<'_> {
             if let Ok(u) = text.parse::<u64>() {
                 return Ok(Number::UInt(u));
             }
+            // Python refuses to convert integers of more than 4300 digits (sys.get_int_max_str_digits), so it
+            // never writes them; neither does anything else sane.
+            if text.trim_start_matches('-').len() <= MAX_INT_DIGITS {
+                return Ok(Number::BigInt(text.into()));
+            }
+            let shown = format!("{}... ({} digits)", &text[..40], text.len());
+            return Err((start, format!("integer {shown} is out of range (more than {MAX_INT_DIGITS} digits)")));
         }
         match text.parse::<f64>() {
             Ok(x) if x.is_finite() => Ok(Number::Float(x)),
@@ -723,8 +743,14 @@ mod tests {
         assert_eq!(p("18446744073709551615").as_u64(), Some(u64::MAX));
         assert_eq!(p("18446744073709551615").as_i64(), None);
         assert_eq!(p("-1").as_u64(), None);
-        // Beyond 64 bits: the nearest f64.
-        assert_eq!(p("18446744073709551617"), Value::Number(Number::Float(18446744073709551616.0)));
+        // Beyond 64 bits: the exact digits (as_f64 rounds).
+        assert_eq!(p("18446744073709551617"), Value::Number(Number::BigInt("18446744073709551617".into())));
+        assert_eq!(p("18446744073709551617").as_f64(), Some(18446744073709551616.0));
+        assert_eq!(p("-18446744073709551617").to_string(), "-18446744073709551617", "exact digits written back");
+        assert_eq!(p(&"9".repeat(400)).as_f64(), Some(f64::INFINITY), "a huge integer is exact, its f64 infinite");
+        assert!(parse("9".repeat(MAX_INT_DIGITS).as_bytes()).is_ok());
+        assert!(parse(format!("-{}", "9".repeat(MAX_INT_DIGITS)).as_bytes()).is_ok());
+        assert!(parse("9".repeat(MAX_INT_DIGITS + 1).as_bytes()).is_err());
         assert_eq!(p("-9223372036854775809").as_f64(), Some(-9223372036854775808.0));
         assert_eq!(p("1.0").as_i64(), None, "a float is not an integer");
         assert_eq!(p("2.5").as_u64(), None);

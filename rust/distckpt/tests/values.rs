@@ -32,7 +32,8 @@ fn scalars_saved_from_python_are_values_and_user_metadata() {
     // Integers at and beyond 64 bits.
     assert_eq!(ckpt.value("neg").unwrap().as_i64(), Some(i64::MIN));
     assert_eq!(ckpt.value("u64max").unwrap().as_u64(), Some(u64::MAX));
-    assert_eq!(ckpt.value("big").unwrap(), Value::Number(Number::Float(18446744073709551617u128 as f64)));
+    assert_eq!(ckpt.value("big").unwrap(), Value::Number(Number::BigInt("18446744073709551617".into())));
+    assert_eq!(ckpt.value("big").unwrap().to_string(), "18446744073709551617", "exact beyond 64 bits");
     assert_eq!(ckpt.user("big"), Some("18446744073709551617"), "the user metadata keeps the exact digits");
     // Floats JSON cannot hold.
     assert!(ckpt.value("nan").unwrap().as_f64().unwrap().is_nan());
