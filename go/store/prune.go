@@ -218,14 +218,14 @@ func plan(entries []*Checkpoint, p PrunePolicy, grace time.Duration, now time.Ti
 			case w != nil && w.State == WriterRunning:
 				keep(c, fmt.Sprintf("being written: writer pid %d on this host is running", w.PID))
 			case idle <= grace:
-				keep(c, fmt.Sprintf("active %s ago, within the %s grace period", humanDuration(idle), grace))
+				keep(c, fmt.Sprintf("active %s ago, within the %s grace period", HumanDuration(idle), grace))
 			case w != nil && w.State == WriterExited:
 				del(c, fmt.Sprintf("abandoned: writer pid %d on this host has exited; idle %s", w.PID,
-					humanDuration(idle)))
+					HumanDuration(idle)))
 			case w != nil:
-				del(c, fmt.Sprintf("abandoned: idle %s (writer pid %d on host %s)", humanDuration(idle), w.PID, w.Host))
+				del(c, fmt.Sprintf("abandoned: idle %s (writer pid %d on host %s)", HumanDuration(idle), w.PID, w.Host))
 			default:
-				del(c, fmt.Sprintf("abandoned: idle %s, no STAGING marker", humanDuration(idle)))
+				del(c, fmt.Sprintf("abandoned: idle %s, no STAGING marker", HumanDuration(idle)))
 			}
 			if last := actions[len(actions)-1]; last.Action == Keep && c.FinalName != "" {
 				pinned[c.FinalName] = "a staging directory next to it may be committing over it"
@@ -235,21 +235,21 @@ func plan(entries []*Checkpoint, p PrunePolicy, grace time.Duration, now time.Ti
 			// garbage once nothing has touched it for the grace period (FORMAT.md section 6).
 			if idle <= grace {
 				keep(c, fmt.Sprintf("complete but not renamed, active %s ago: a commit may be in progress",
-					humanDuration(idle)))
+					HumanDuration(idle)))
 				if c.FinalName != "" {
 					pinned[c.FinalName] = "a staging directory next to it may be committing over it"
 				}
 			} else {
 				del(c, fmt.Sprintf("a save that died before its rename (it never reported success); idle %s",
-					humanDuration(idle)))
+					HumanDuration(idle)))
 			}
 		case Replaced, Deleting:
 			if idle <= grace {
-				keep(c, fmt.Sprintf("leftover, but active %s ago, within the %s grace period", humanDuration(idle),
+				keep(c, fmt.Sprintf("leftover, but active %s ago, within the %s grace period", HumanDuration(idle),
 					grace))
 			} else {
 				what := map[Status]string{Replaced: "overwrite", Deleting: "prune"}[c.Status]
-				del(c, fmt.Sprintf("leftover of an interrupted %s, idle %s", what, humanDuration(idle)))
+				del(c, fmt.Sprintf("leftover of an interrupted %s, idle %s", what, HumanDuration(idle)))
 			}
 		case Corrupt, Unreadable:
 			keep(c, "metadata cannot be read: not touched (check it with ls/inspect)")
@@ -347,8 +347,8 @@ func syncDir(dir string) {
 	}
 }
 
-// humanDuration prints a duration the way Prune's reasons do: "3h12m", "45m", "20s".
-func humanDuration(d time.Duration) string {
+// HumanDuration prints a duration the way Prune's reasons (and the CLI's ls) do: "3h12m", "45m", "20s".
+func HumanDuration(d time.Duration) string {
 	switch {
 	case d >= time.Hour:
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)

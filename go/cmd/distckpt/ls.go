@@ -122,7 +122,7 @@ func note(c *store.Checkpoint) string {
 		}
 		idle := timeNow().Sub(c.LastActive)
 		if idle > 0 {
-			parts = append(parts, "idle "+humanDuration(idle))
+			parts = append(parts, "idle "+store.HumanDuration(idle))
 		}
 	case store.CompleteUnrenamed:
 		parts = append(parts, fmt.Sprintf("complete; rename it to %q to commit it by hand", c.FinalName))
