@@ -124,6 +124,49 @@ pub enum Advice {
     PopulateRead,
 }
 
+/// The slice traits and the f32 conversion every view type shares, written once: `Deref`/`AsRef` to `[T]` through
+/// the type's own `as_slice()`, and `to_f32_vec()` on byte views through its `dtype()` and `as_bytes()`.
+macro_rules! slice_view_impls {
+    (borrowed $name:ident) => {
+        impl<T> Deref for $name<'_, T> {
+            type Target = [T];
+            fn deref(&self) -> &[T] {
+                self.as_slice()
+            }
+        }
+        impl<T> AsRef<[T]> for $name<'_, T> {
+            fn as_ref(&self) -> &[T] {
+                self.as_slice()
+            }
+        }
+        impl $name<'_, u8> {
+            /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
+            pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+                crate::float::to_f32_vec(self.dtype(), self.as_bytes())
+            }
+        }
+    };
+    (owned $name:ident) => {
+        impl<T: 'static> Deref for $name<T> {
+            type Target = [T];
+            fn deref(&self) -> &[T] {
+                self.as_slice()
+            }
+        }
+        impl<T: 'static> AsRef<[T]> for $name<T> {
+            fn as_ref(&self) -> &[T] {
+                self.as_slice()
+            }
+        }
+        impl $name<u8> {
+            /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
+            pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+                crate::float::to_f32_vec(self.dtype(), self.as_bytes())
+            }
+        }
+    };
+}
+
 /// A borrowed, typed, zero-copy view of a whole tensor, backed by a memory map of the checkpoint's data file.
 /// Dereferences to `&[T]`. Lives as long as the borrow of its [`Checkpoint`].
 #[derive(Clone, Copy)]
@@ -161,25 +204,10 @@ impl<'a, T> TensorView<'a, T> {
     }
 }
 
-impl<'a> TensorView<'a, u8> {
-    /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
-    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        crate::float::to_f32_vec(self.dtype(), self.as_bytes())
-    }
-}
 
-impl<T> Deref for TensorView<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        self.data
-    }
-}
 
-impl<T> AsRef<[T]> for TensorView<'_, T> {
-    fn as_ref(&self) -> &[T] {
-        self.data
-    }
-}
+
+slice_view_impls!(borrowed TensorView);
 
 impl<T> std::fmt::Debug for TensorView<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -278,25 +306,10 @@ impl<'a, T> ChunkView<'a, T> {
     }
 }
 
-impl ChunkView<'_, u8> {
-    /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
-    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        crate::float::to_f32_vec(self.dtype(), self.as_bytes())
-    }
-}
 
-impl<T> Deref for ChunkView<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        self.data
-    }
-}
 
-impl<T> AsRef<[T]> for ChunkView<'_, T> {
-    fn as_ref(&self) -> &[T] {
-        self.data
-    }
-}
+
+slice_view_impls!(borrowed ChunkView);
 
 impl<T> std::fmt::Debug for ChunkView<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -370,12 +383,6 @@ impl<T: 'static> OwnedTensorView<T> {
     }
 }
 
-impl OwnedTensorView<u8> {
-    /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
-    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        self.view.to_f32_vec()
-    }
-}
 
 impl<T: 'static> Clone for OwnedTensorView<T> {
     fn clone(&self) -> Self {
@@ -383,18 +390,9 @@ impl<T: 'static> Clone for OwnedTensorView<T> {
     }
 }
 
-impl<T: 'static> Deref for OwnedTensorView<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        self.view.data
-    }
-}
 
-impl<T: 'static> AsRef<[T]> for OwnedTensorView<T> {
-    fn as_ref(&self) -> &[T] {
-        self.view.data
-    }
-}
+
+slice_view_impls!(owned OwnedTensorView);
 
 impl<T: 'static> std::fmt::Debug for OwnedTensorView<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -481,12 +479,6 @@ impl<T: 'static> OwnedChunkView<T> {
     }
 }
 
-impl OwnedChunkView<u8> {
-    /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
-    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        self.view.to_f32_vec()
-    }
-}
 
 impl<T: 'static> Clone for OwnedChunkView<T> {
     fn clone(&self) -> Self {
@@ -494,18 +486,9 @@ impl<T: 'static> Clone for OwnedChunkView<T> {
     }
 }
 
-impl<T: 'static> Deref for OwnedChunkView<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        self.view.data
-    }
-}
 
-impl<T: 'static> AsRef<[T]> for OwnedChunkView<T> {
-    fn as_ref(&self) -> &[T] {
-        self.view.data
-    }
-}
+
+slice_view_impls!(owned OwnedChunkView);
 
 impl<T: 'static> std::fmt::Debug for OwnedChunkView<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
