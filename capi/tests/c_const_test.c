@@ -6,27 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capi/tests/c_check.h"
 #include "distckpt/distckpt.h"
-
-static int failures = 0;
-
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-      failures++;                                                                \
-    }                                                                            \
-  } while (0)
-
-#define CHECK_OK(call)                                                                    \
-  do {                                                                                    \
-    int rc_ = (call);                                                                     \
-    if (rc_ != DCKPT_OK) {                                                                \
-      fprintf(stderr, "%s:%d: %s returned %d (%s): %s\n", __FILE__, __LINE__, #call, rc_, \
-              dckpt_status_name(rc_), dckpt_error_last());                                \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
 
 static const float kBias[4] = {0.5f, -1.0f, 2.25f, 3.0f};
 static const char kConfig[] = "{\"lr\": 0.001}";
