@@ -1,19 +1,23 @@
 //! Times `view()` of a large tensor against `read::<f32>()` of it, cold (file evicted from the page cache with
 //! posix_fadvise DONTNEED, no root needed) and warm (in the page cache).
 //!
-//!     cargo run --release --example view_bench -- [--gib N] [--dir DIR] [--keep] [--reps N]
+//!     cargo run --release --example view_bench -- [--gib N] [--dir DIR] [--keep] [--reps N] [--shards K]
 //!
 //! Saves a checkpoint holding one N-GiB F32 tensor (default 1) under DIR (default: the temp dir), then measures
 //!   view:  open + view() (returns the slice), first byte, one byte of every page touched, every element summed;
 //!   read:  read::<f32>() with checksums verified (the default) and without, then the same sum.
 //! Each warm figure is the best of --reps runs (default 3). Not a test: numbers depend on the machine.
+//!
+//! Then the same tensor saved as K row shards (default 4; 0 skips it), as several ranks save it: `chunk_views()`
+//! (one zero-copy view per chunk, every element summed) against `read()` (a copy into one contiguous Vec), and
+//! `read_region_into()` of one shard's rows into a caller buffer against `view_region()` of the same rows.
 use std::hint::black_box;
 use std::os::raw::c_int;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use distckpt::{Advice, Checkpoint, ReadOptions, SaveOptions, SaveState};
+use distckpt::{Advice, Checkpoint, Dtype, ReadOptions, SaveOptions, SaveState};
 
 extern "C" {
     fn posix_fadvise(fd: c_int, offset: i64, len: i64, advice: c_int) -> c_int;
@@ -131,6 +135,7 @@ fn main() {
     let mut dir = std::env::temp_dir();
     let mut keep = false;
     let mut reps = 3;
+    let mut shards = 4u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -138,6 +143,7 @@ fn main() {
             "--dir" => dir = PathBuf::from(args.next().expect("--dir DIR")),
             "--keep" => keep = true,
             "--reps" => reps = args.next().and_then(|v| v.parse().ok()).expect("--reps N"),
+            "--shards" => shards = args.next().and_then(|v| v.parse().ok()).expect("--shards K"),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -227,6 +233,84 @@ fn main() {
         gibps(bytes, std_c),
         gibps(bytes, std_w)
     );
+    if !keep {
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+    if shards > 0 {
+        sharded(&dir, gib, shards, reps, keep);
+    }
+}
+
+/// The tensor saved as `shards` row pieces (so `shards` chunks): chunk views against copies, cold and warm.
+fn sharded(dir: &Path, gib: u64, shards: u64, reps: usize, keep: bool) {
+    let path = dir.join(format!("distckpt-view-bench-{gib}g-{shards}shards"));
+    let rows = ((gib << 30) / 4 / 1024) as usize;
+    assert!(rows as u64 % shards == 0, "--gib rows must divide into --shards");
+    let per = rows / shards as usize;
+    println!();
+    println!("sharded: the same {gib} GiB tensor saved as {shards} row shards ({per} rows each), {}", path.display());
+    let data: Vec<f32> = (0..rows * 1024).map(|i| (i % 1024) as f32).collect();
+    {
+        let mut s = SaveState::new().unwrap();
+        s.declare_tensor("weight", Dtype::F32, &[rows as u64, 1024]).unwrap();
+        for k in 0..shards as usize {
+            s.add_piece("weight", &[(k * per) as u64, 0], &[per as u64, 1024], &data[k * per * 1024..(k + 1) * per * 1024])
+                .unwrap();
+        }
+        s.save(&path, &SaveOptions { overwrite: true, ..Default::default() }).unwrap();
+    }
+    // Summed per shard, as the chunk views are (f32 sums depend on where the slices start).
+    let want: f64 = data.chunks(per * 1024).map(sum).sum();
+    drop(data);
+    let p = &path;
+    let chunk_views = move || {
+        let t = Instant::now();
+        let ckpt = Checkpoint::open(p).unwrap();
+        let views = ckpt.chunk_views::<f32>("weight").unwrap();
+        assert_eq!(views.len() as u64, shards);
+        let total: f64 = views.iter().map(|v| sum(v)).sum();
+        let d = t.elapsed();
+        assert_eq!(total, want, "chunk views disagree with the saved data");
+        d
+    };
+    let read_all = move || {
+        let t = Instant::now();
+        let ckpt = Checkpoint::open(p).unwrap();
+        let v: Vec<f32> = ckpt.read("weight").unwrap();
+        black_box(sum(&v));
+        t.elapsed()
+    };
+    let mid = (shards / 2) as usize * per;
+    let region_view = move || {
+        let t = Instant::now();
+        let ckpt = Checkpoint::open(p).unwrap();
+        let v = ckpt.view_region::<f32>("weight", &[mid as u64, 0], &[per as u64, 1024]).unwrap();
+        black_box(sum(&v));
+        t.elapsed()
+    };
+    let region_read = move || {
+        let mut buf = vec![0f32; per * 1024];
+        let t = Instant::now();
+        let ckpt = Checkpoint::open(p).unwrap();
+        ckpt.read_region_into("weight", &[mid as u64, 0], &[per as u64, 1024], &mut buf).unwrap();
+        black_box(sum(&buf));
+        t.elapsed()
+    };
+    type Row<'a> = (&'a str, u64, Box<dyn Fn() -> Duration + 'a>);
+    let table: Vec<Row> = vec![
+        ("chunk_views(): open + every element of every chunk summed", gib << 30, Box::new(chunk_views)),
+        ("read(): open + copy into one Vec + sum", gib << 30, Box::new(read_all)),
+        ("view_region() of one shard's rows + sum", (gib << 30) / shards, Box::new(region_view)),
+        ("read_region_into() of the same rows + sum", (gib << 30) / shards, Box::new(region_read)),
+    ];
+    println!("{:<60} {:>22} {:>22}", "", "cold cache", "warm cache");
+    for (name, bytes, f) in &table {
+        evict(&path);
+        let c = f();
+        f();
+        let w = (0..reps).map(|_| f()).min().unwrap();
+        println!("{name:<60} {:>9} {:>12} {:>9} {:>12}", ms(c), gibps(*bytes, c), ms(w), gibps(*bytes, w));
+    }
     if !keep {
         std::fs::remove_dir_all(&path).unwrap();
     }
