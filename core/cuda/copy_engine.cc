@@ -1,0 +1,64 @@
+#include "core/cuda/copy_engine.h"
+
+#include "core/cuda/cuda_copy_engine.h"
+#include "core/cuda/host_copy_engine.h"
+#include "core/cuda/pinned_pool.h"
+
+namespace distckpt {
+
+CopyEngine::~CopyEngine() = default;
+
+void CopyEngine::DropStagingPool() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  pool_.reset();
+}
+
+Result<std::shared_ptr<PinnedPool>> CopyEngine::StagingPool(size_t buffer_bytes, size_t count) {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (!pool_ || pool_->buffer_bytes() != buffer_bytes || pool_->count() != count) {
+    pool_ = std::make_shared<PinnedPool>(this, buffer_bytes, count);
+  }
+  return pool_;
+}
+
+Result<CopyEngine*> DefaultCopyEngine(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost: {
+      static HostCopyEngine* const host = new HostCopyEngine();
+      return static_cast<CopyEngine*>(host);
+    }
+    case MemoryKind::kCuda: {
+      DCKPT_ASSIGN_OR_RETURN(CudaCopyEngine * engine, CudaCopyEngine::Get());
+      return static_cast<CopyEngine*>(engine);
+    }
+  }
+  return InvalidArgument("unknown memory kind " + std::to_string(static_cast<int>(kind)));
+}
+
+Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data) {
+  if (loc.is_host()) return OkStatus();
+  if (loc.kind != MemoryKind::kCuda) {
+    return InvalidArgument("unknown memory kind " + std::to_string(static_cast<int>(loc.kind)));
+  }
+  DCKPT_ASSIGN_OR_RETURN(const cuda::CudaDriver* d, cuda::LoadCudaDriver());
+  DCKPT_ASSIGN_OR_RETURN(CudaCopyEngine * engine, CudaCopyEngine::Get());
+  DCKPT_ASSIGN_OR_RETURN(cuda::CUcontext ctx, engine->Context(loc.device));
+  if (data == nullptr) return OkStatus();  // an empty piece
+  (void)ctx;
+  unsigned type = 0;
+  const auto ptr = reinterpret_cast<cuda::CUdeviceptr>(data);
+  cuda::CUresult r = d->cuPointerGetAttribute(&type, cuda::kPointerAttributeMemoryType, ptr);
+  if (r != cuda::kCudaSuccess || (type != cuda::kMemoryTypeDevice && type != cuda::kMemoryTypeUnified)) {
+    return InvalidArgument("the buffer is not CUDA device memory (" +
+                           (r != cuda::kCudaSuccess ? d->ErrorString(r) : "memory type " + std::to_string(type)) +
+                           "): pass DCKPT_MEMORY_HOST for host memory");
+  }
+  int ordinal = -1;
+  r = d->cuPointerGetAttribute(&ordinal, cuda::kPointerAttributeDeviceOrdinal, ptr);
+  if (r == cuda::kCudaSuccess && ordinal != loc.device) {
+    return InvalidArgument("the buffer is memory of cuda:" + std::to_string(ordinal) + ", not of " + loc.ToString());
+  }
+  return OkStatus();
+}
+
+}  // namespace distckpt

@@ -1,0 +1,71 @@
+// Copies of device memory into host memory, asynchronously, with a fence per copy. Two implementations: CUDA (driver
+// API, a dedicated copy stream per device, events as fences; cuda_copy_engine.h) and host (memcpy on a worker thread,
+// the same semantics; host_copy_engine.h), which the tests use to run the whole staging pipeline without a GPU.
+#ifndef DISTCKPT_CORE_CUDA_COPY_ENGINE_H_
+#define DISTCKPT_CORE_CUDA_COPY_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/cuda/memory.h"
+
+namespace distckpt {
+
+class PinnedPool;
+
+/// Completion of one asynchronous copy. Wait() may be called from any thread, once or more.
+class CopyFence {
+ public:
+  virtual ~CopyFence() = default;  ///< Does not wait: call Wait() before the destination is reused or freed.
+  /// Blocks until the copy has finished; returns its outcome (an error names the source location).
+  virtual Status Wait() = 0;
+};
+
+/// Thread-safe. An engine outlives every pool and fence it hands out.
+class CopyEngine {
+ public:
+  virtual ~CopyEngine();
+  /// "cuda" or "host", for messages.
+  virtual std::string name() const = 0;
+
+  /// Host memory for staging buffers, 4 KiB aligned (page-locked for CUDA, so copies run at full speed).
+  virtual Result<void*> AllocateHost(size_t bytes) = 0;
+  virtual void FreeHost(void* p) = 0;
+
+  /// Orders every later copy from `loc`'s device after the work queued on `loc.stream` so far (CUDA: an event
+  /// recorded on the caller's stream, which the copy stream waits on). Never blocks the calling thread on the device.
+  virtual Status OrderAfter(const MemoryLocation& loc) = 0;
+  /// Starts copying `n` bytes at `src` (memory at `loc`) into host memory at `dst`. Copies from one device run in
+  /// the order they were issued. `dst` must stay valid until the fence's Wait() returns.
+  virtual Result<std::unique_ptr<CopyFence>> CopyToHostAsync(void* dst, const void* src, uint64_t n,
+                                                             const MemoryLocation& loc) = 0;
+
+  /// The engine's staging pool of `count` buffers of `buffer_bytes`: made on first use and reused by every later
+  /// save that asks for the same shape (a different shape replaces it; saves still holding the old one keep it
+  /// until they finish). Its memory is bounded by buffer_bytes * count whatever the size of the state.
+  Result<std::shared_ptr<PinnedPool>> StagingPool(size_t buffer_bytes, size_t count);
+
+ protected:
+  /// Frees the cached pool; every engine's destructor calls it (the pool frees through the engine's FreeHost).
+  void DropStagingPool();
+
+ private:
+  std::mutex pool_mu_;
+  std::shared_ptr<PinnedPool> pool_;
+};
+
+/// The engine for device memory of `kind`: for kCuda the process-wide CUDA engine, which loads the driver on first
+/// use (kUnsupported naming libcuda.so.1 where it is missing); for kHost the process-wide host engine.
+Result<CopyEngine*> DefaultCopyEngine(MemoryKind kind);
+
+/// Checks that `data` is memory of `loc` (CUDA: device memory of loc.device, through cuPointerGetAttribute); loads
+/// the driver for CUDA. kUnsupported without a driver, kInvalidArgument for a pointer that is not device memory.
+Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_CUDA_COPY_ENGINE_H_

@@ -1,0 +1,144 @@
+#include "core/cuda/cuda_copy_engine.h"
+
+namespace distckpt {
+
+using cuda::CUcontext;
+using cuda::CUdeviceptr;
+using cuda::CUevent;
+using cuda::CUresult;
+using cuda::CUstream;
+using cuda::CudaDriver;
+
+namespace {
+
+// Makes a context current on this thread for a scope, restoring the previous one after (the framework's threads
+// have their own current context, which must survive a call into distckpt).
+class ScopedContext {
+ public:
+  ScopedContext(const CudaDriver* d, CUcontext ctx) : d_(d), status_(d->Check(d->cuCtxPushCurrent(ctx), "cuCtxPushCurrent")) {}
+  ~ScopedContext() {
+    CUcontext popped;
+    if (status_.ok()) (void)d_->cuCtxPopCurrent(&popped);
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  const CudaDriver* d_;
+  Status status_;
+};
+
+class CudaFence final : public CopyFence {
+ public:
+  CudaFence(const CudaDriver* d, CUcontext ctx, CUevent event, std::string what)
+      : d_(d), ctx_(ctx), event_(event), what_(std::move(what)) {}
+  ~CudaFence() override {
+    ScopedContext scope(d_, ctx_);
+    (void)d_->cuEventDestroy(event_);
+  }
+  Status Wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!waited_) {
+      ScopedContext scope(d_, ctx_);
+      status_ = scope.status().ok() ? d_->Check(d_->cuEventSynchronize(event_), what_) : scope.status();
+      waited_ = true;
+    }
+    return status_;
+  }
+
+ private:
+  const CudaDriver* d_;
+  CUcontext ctx_;
+  CUevent event_;
+  std::string what_;
+  std::mutex mu_;
+  bool waited_ = false;
+  Status status_;
+};
+
+}  // namespace
+
+Result<CudaCopyEngine*> CudaCopyEngine::Get() {
+  DCKPT_ASSIGN_OR_RETURN(const CudaDriver* d, cuda::LoadCudaDriver());
+  static CudaCopyEngine* const engine = new CudaCopyEngine(d);
+  return engine;
+}
+
+Result<CudaCopyEngine::Device> CudaCopyEngine::GetDevice(int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = devices_.find(device);
+  if (it != devices_.end()) return it->second;
+  int count = 0;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  if (device < 0 || device >= count) {
+    return InvalidArgument("CUDA device " + std::to_string(device) + " does not exist (this machine has " +
+                           std::to_string(count) + ")");
+  }
+  cuda::CUdevice dev;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuDeviceGet(&dev, device), "cuDeviceGet"));
+  Device out;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuDevicePrimaryCtxRetain(&out.ctx, dev), "cuDevicePrimaryCtxRetain"));
+  ScopedContext scope(d_, out.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuStreamCreate(&out.copy_stream, cuda::kStreamNonBlocking), "cuStreamCreate"));
+  devices_[device] = out;
+  return out;
+}
+
+Result<CUcontext> CudaCopyEngine::Context(int device) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(device));
+  return dev.ctx;
+}
+
+Result<void*> CudaCopyEngine::AllocateHost(size_t bytes) {
+  // Page-locked memory needs a context; portable memory then serves every device.
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(0));
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  void* p = nullptr;
+  CUresult r = d_->cuMemHostAlloc(&p, bytes, cuda::kMemHostAllocPortable);
+  if (r != cuda::kCudaSuccess) {
+    return Status(StatusCode::kNoMemory, "cuMemHostAlloc of " + std::to_string(bytes) +
+                                             " bytes of page-locked staging memory failed: " + d_->ErrorString(r));
+  }
+  return p;
+}
+
+void CudaCopyEngine::FreeHost(void* p) {
+  if (p == nullptr) return;
+  auto dev = GetDevice(0);
+  if (!dev.ok()) return;
+  ScopedContext scope(d_, dev->ctx);
+  (void)d_->cuMemFreeHost(p);
+}
+
+Status CudaCopyEngine::OrderAfter(const MemoryLocation& loc) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(loc.device));
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  CUevent ev = nullptr;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming), "cuEventCreate"));
+  Status st = d_->Check(d_->cuEventRecord(ev, static_cast<CUstream>(loc.stream)),
+                        "recording an event on the caller's stream of " + loc.ToString());
+  if (st.ok()) st = d_->Check(d_->cuStreamWaitEvent(dev.copy_stream, ev, 0), "cuStreamWaitEvent");
+  (void)d_->cuEventDestroy(ev);  // released by the driver once the wait is done
+  return st;
+}
+
+Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToHostAsync(void* dst, const void* src, uint64_t n,
+                                                                   const MemoryLocation& loc) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(loc.device));
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  const std::string what = "copying " + std::to_string(n) + " bytes from " + loc.ToString() + " to host";
+  DCKPT_RETURN_IF_ERROR(d_->Check(
+      d_->cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), n, dev.copy_stream), what));
+  CUevent ev = nullptr;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming), "cuEventCreate"));
+  if (Status st = d_->Check(d_->cuEventRecord(ev, dev.copy_stream), "cuEventRecord"); !st.ok()) {
+    (void)d_->cuEventDestroy(ev);
+    return st;
+  }
+  return std::unique_ptr<CopyFence>(new CudaFence(d_, dev.ctx, ev, what));
+}
+
+}  // namespace distckpt

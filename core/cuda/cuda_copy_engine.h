@@ -1,0 +1,44 @@
+// The CUDA CopyEngine, on the driver API loaded at run time (cuda_driver.h): per device, the primary context and one
+// dedicated non-blocking copy stream; every copy is a cuMemcpyDtoHAsync on that stream followed by an event, which is
+// the copy's fence. Staging buffers are page-locked (cuMemHostAlloc, portable across contexts).
+#ifndef DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
+#define DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
+
+#include <map>
+#include <mutex>
+
+#include "core/cuda/copy_engine.h"
+#include "core/cuda/cuda_driver.h"
+
+namespace distckpt {
+
+class CudaCopyEngine final : public CopyEngine {
+ public:
+  /// The process-wide engine (never destroyed); kUnsupported where the driver cannot be loaded.
+  static Result<CudaCopyEngine*> Get();
+
+  std::string name() const override { return "cuda"; }
+  Result<void*> AllocateHost(size_t bytes) override;
+  void FreeHost(void* p) override;
+  Status OrderAfter(const MemoryLocation& loc) override;
+  Result<std::unique_ptr<CopyFence>> CopyToHostAsync(void* dst, const void* src, uint64_t n,
+                                                     const MemoryLocation& loc) override;
+
+  /// The primary context of `device` (retained once, kept for the life of the process).
+  Result<cuda::CUcontext> Context(int device);
+
+ private:
+  explicit CudaCopyEngine(const cuda::CudaDriver* d) : d_(d) {}
+  struct Device {
+    cuda::CUcontext ctx = nullptr;
+    cuda::CUstream copy_stream = nullptr;
+  };
+  Result<Device> GetDevice(int device);
+  const cuda::CudaDriver* const d_;
+  std::mutex mu_;
+  std::map<int, Device> devices_;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_

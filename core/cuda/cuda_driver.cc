@@ -1,0 +1,124 @@
+#include "core/cuda/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#if defined(DISTCKPT_WITH_CUDA)
+// The CUDA build checks the hand-written table against the real header, so a mismatch fails to compile there.
+#include <cuda.h>
+
+#include <type_traits>
+#endif
+
+namespace distckpt {
+namespace cuda {
+
+#if defined(DISTCKPT_WITH_CUDA)
+static_assert(sizeof(CUdeviceptr) == sizeof(::CUdeviceptr), "CUdeviceptr");
+static_assert(kCudaErrorNotReady == ::CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY");
+static_assert(kStreamNonBlocking == ::CU_STREAM_NON_BLOCKING, "CU_STREAM_NON_BLOCKING");
+static_assert(kEventDisableTiming == ::CU_EVENT_DISABLE_TIMING, "CU_EVENT_DISABLE_TIMING");
+static_assert(kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE, "CU_MEMHOSTALLOC_PORTABLE");
+static_assert(kPointerAttributeMemoryType == ::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, "CU_POINTER_ATTRIBUTE_MEMORY_TYPE");
+static_assert(kPointerAttributeDeviceOrdinal == ::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, "DEVICE_ORDINAL");
+static_assert(kMemoryTypeHost == ::CU_MEMORYTYPE_HOST && kMemoryTypeDevice == ::CU_MEMORYTYPE_DEVICE &&
+                  kMemoryTypeUnified == ::CU_MEMORYTYPE_UNIFIED,
+              "CUmemorytype");
+// Same parameter lists, handle types aside (ours are distinct opaque pointer types of the same size).
+static_assert(std::is_same<decltype(&::cuMemcpyDtoHAsync_v2),
+                           ::CUresult (*)(void*, ::CUdeviceptr, size_t, ::CUstream)>::value,
+              "cuMemcpyDtoHAsync_v2");
+static_assert(std::is_same<decltype(&::cuMemHostAlloc), ::CUresult (*)(void**, size_t, unsigned)>::value,
+              "cuMemHostAlloc");
+static_assert(std::is_same<decltype(&::cuStreamWaitEvent), ::CUresult (*)(::CUstream, ::CUevent, unsigned)>::value,
+              "cuStreamWaitEvent");
+static_assert(std::is_same<decltype(&::cuCtxPushCurrent_v2), ::CUresult (*)(::CUcontext)>::value,
+              "cuCtxPushCurrent_v2");
+#endif
+
+std::string CudaDriver::ErrorString(CUresult r) const {
+  const char* s = nullptr;
+  std::string out = "CUDA error " + std::to_string(r);
+  if (cuGetErrorString != nullptr && cuGetErrorString(r, &s) == kCudaSuccess && s != nullptr) {
+    out += std::string(" (") + s + ")";
+  }
+  return out;
+}
+
+Status CudaDriver::Check(CUresult r, const std::string& what) const {
+  if (r == kCudaSuccess) return OkStatus();
+  return Status(StatusCode::kUnknown, what + ": " + ErrorString(r));
+}
+
+std::string CudaDriverLibraryName() {
+  const char* env = std::getenv("DCKPT_CUDA_DRIVER_LIBRARY");
+  return env != nullptr && *env != '\0' ? env : "libcuda.so.1";
+}
+
+namespace {
+
+Result<const CudaDriver*> Load() {
+  const std::string name = CudaDriverLibraryName();
+  // RTLD_LOCAL: the driver's symbols stay out of the global namespace (a framework may load its own copy).
+  void* lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* err = ::dlerror();
+    return Unsupported(name + " not found: " + (err ? err : "dlopen failed") +
+                       "; device memory needs the NVIDIA driver (install it, or save from host memory)");
+  }
+  auto* d = new CudaDriver();  // never freed: the driver stays loaded for the life of the process
+  Status missing;
+  auto sym = [&](auto* field, const char* symbol) {
+    void* p = ::dlsym(lib, symbol);
+    if (p == nullptr && missing.ok()) {
+      missing = Unsupported(name + " has no symbol " + symbol + ": the NVIDIA driver is too old for distckpt");
+    }
+    *field = reinterpret_cast<std::remove_pointer_t<decltype(field)>>(p);
+  };
+  sym(&d->cuInit, "cuInit");
+  sym(&d->cuDeviceGetCount, "cuDeviceGetCount");
+  sym(&d->cuDeviceGet, "cuDeviceGet");
+  sym(&d->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  sym(&d->cuCtxSetCurrent, "cuCtxSetCurrent");
+  sym(&d->cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+  sym(&d->cuCtxPopCurrent, "cuCtxPopCurrent_v2");
+  sym(&d->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  sym(&d->cuMemHostAlloc, "cuMemHostAlloc");
+  sym(&d->cuMemFreeHost, "cuMemFreeHost");
+  sym(&d->cuEventCreate, "cuEventCreate");
+  sym(&d->cuEventRecord, "cuEventRecord");
+  sym(&d->cuEventSynchronize, "cuEventSynchronize");
+  sym(&d->cuEventQuery, "cuEventQuery");
+  sym(&d->cuEventDestroy, "cuEventDestroy_v2");
+  sym(&d->cuStreamCreate, "cuStreamCreate");
+  sym(&d->cuStreamWaitEvent, "cuStreamWaitEvent");
+  sym(&d->cuStreamSynchronize, "cuStreamSynchronize");
+  sym(&d->cuPointerGetAttribute, "cuPointerGetAttribute");
+  sym(&d->cuGetErrorString, "cuGetErrorString");
+  if (!missing.ok()) {
+    delete d;
+    ::dlclose(lib);
+    return missing;
+  }
+  if (CUresult r = d->cuInit(0); r != kCudaSuccess) {
+    Status st = Unsupported(name + " was loaded but cuInit failed: " + d->ErrorString(r) +
+                            " (no usable GPU, or the driver does not match the kernel module)");
+    delete d;
+    return st;  // the library stays loaded: unloading a driver that failed to initialise gains nothing
+  }
+  return static_cast<const CudaDriver*>(d);
+}
+
+}  // namespace
+
+Result<const CudaDriver*> LoadCudaDriver() {
+  static std::once_flag once;
+  static Result<const CudaDriver*>* result = nullptr;
+  std::call_once(once, [] { result = new Result<const CudaDriver*>(Load()); });
+  return *result;
+}
+
+}  // namespace cuda
+}  // namespace distckpt

@@ -1,0 +1,76 @@
+// The CUDA driver API, loaded at run time with dlopen("libcuda.so.1"), so that one libdistckpt.so serves machines
+// with and without GPUs: nothing links against CUDA, and host-only users never load it. The types below mirror
+// cuda.h (CUDA 13) for the handful of entry points distckpt uses; the --config=cuda build checks them against cuda.h.
+#ifndef DISTCKPT_CORE_CUDA_CUDA_DRIVER_H_
+#define DISTCKPT_CORE_CUDA_CUDA_DRIVER_H_
+
+#include <cstddef>
+#include <string>
+
+#include "core/base/status.h"
+
+namespace distckpt {
+namespace cuda {
+
+// Mirrors of cuda.h's types (opaque handles are pointers; CUdeviceptr is 64-bit on every 64-bit platform).
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+
+constexpr CUresult kCudaSuccess = 0;
+constexpr CUresult kCudaErrorNotReady = 600;          // CUDA_ERROR_NOT_READY
+constexpr unsigned kStreamNonBlocking = 0x1;          // CU_STREAM_NON_BLOCKING
+constexpr unsigned kEventDisableTiming = 0x2;         // CU_EVENT_DISABLE_TIMING
+constexpr unsigned kMemHostAllocPortable = 0x1;       // CU_MEMHOSTALLOC_PORTABLE
+constexpr int kPointerAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kPointerAttributeDeviceOrdinal = 9;     // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr unsigned kMemoryTypeHost = 1;               // CU_MEMORYTYPE_HOST
+constexpr unsigned kMemoryTypeDevice = 2;             // CU_MEMORYTYPE_DEVICE
+constexpr unsigned kMemoryTypeUnified = 4;            // CU_MEMORYTYPE_UNIFIED
+
+/// The entry points, resolved once. Names are the symbols libcuda exports (the _v2 ones where cuda.h #defines the
+/// plain name to them).
+struct CudaDriver {
+  CUresult (*cuInit)(unsigned flags);
+  CUresult (*cuDeviceGetCount)(int* count);
+  CUresult (*cuDeviceGet)(CUdevice* device, int ordinal);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* ctx, CUdevice dev);
+  CUresult (*cuCtxSetCurrent)(CUcontext ctx);
+  CUresult (*cuCtxPushCurrent)(CUcontext ctx);    // cuCtxPushCurrent_v2
+  CUresult (*cuCtxPopCurrent)(CUcontext* ctx);    // cuCtxPopCurrent_v2
+  CUresult (*cuMemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);  // cuMemcpyDtoHAsync_v2
+  CUresult (*cuMemHostAlloc)(void** p, size_t bytes, unsigned flags);
+  CUresult (*cuMemFreeHost)(void* p);
+  CUresult (*cuEventCreate)(CUevent* event, unsigned flags);
+  CUresult (*cuEventRecord)(CUevent event, CUstream stream);
+  CUresult (*cuEventSynchronize)(CUevent event);
+  CUresult (*cuEventQuery)(CUevent event);
+  CUresult (*cuEventDestroy)(CUevent event);      // cuEventDestroy_v2
+  CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
+  CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
+  CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuPointerGetAttribute)(void* data, int attribute, CUdeviceptr ptr);
+  CUresult (*cuGetErrorString)(CUresult error, const char** str);
+
+  /// "CUDA error 700 (an illegal memory access was encountered)" for messages.
+  std::string ErrorString(CUresult r) const;
+  /// OK, or an error whose message is "<what>: <ErrorString>".
+  Status Check(CUresult r, const std::string& what) const;
+};
+
+/// The driver, loaded and initialised (cuInit) on the first call; later calls return the same table or the same
+/// error. kUnsupported when libcuda.so.1 cannot be loaded ("libcuda.so.1 not found: <dlerror>"), lacks a symbol, or
+/// cuInit fails (no device, driver too old). Thread-safe.
+Result<const CudaDriver*> LoadCudaDriver();
+
+/// The file name LoadCudaDriver opens. DCKPT_CUDA_DRIVER_LIBRARY in the environment overrides it (for tests that
+/// need a driver that is not there); read once, on the first load.
+std::string CudaDriverLibraryName();
+
+}  // namespace cuda
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_CUDA_CUDA_DRIVER_H_

@@ -1,0 +1,122 @@
+#include "core/cuda/host_copy_engine.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace distckpt {
+
+struct HostCopyEngine::Job {
+  void* dst;
+  const void* src;
+  uint64_t n;
+  uint64_t index;
+  MemoryLocation loc;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+namespace {
+
+class HostFence final : public CopyFence {
+ public:
+  explicit HostFence(std::shared_ptr<void> job, std::function<Status()> wait) : job_(std::move(job)), wait_(wait) {}
+  Status Wait() override { return wait_(); }
+
+ private:
+  std::shared_ptr<void> job_;
+  std::function<Status()> wait_;
+};
+
+}  // namespace
+
+HostCopyEngine::HostCopyEngine() : worker_([this] { Loop(); }) {}
+
+HostCopyEngine::~HostCopyEngine() {
+  DropStagingPool();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+Result<void*> HostCopyEngine::AllocateHost(size_t bytes) {
+  const size_t size = (bytes + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, size == 0 ? 4096 : size);
+  if (p == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate a staging buffer of " +
+                                                         std::to_string(bytes) + " bytes");
+  std::lock_guard<std::mutex> lock(mu_);
+  ++live_;
+  return p;
+}
+
+void HostCopyEngine::FreeHost(void* p) {
+  if (p == nullptr) return;
+  std::free(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  --live_;
+}
+
+Status HostCopyEngine::OrderAfter(const MemoryLocation&) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++order_after_;
+  return OkStatus();
+}
+
+Result<std::unique_ptr<CopyFence>> HostCopyEngine::CopyToHostAsync(void* dst, const void* src, uint64_t n,
+                                                                   const MemoryLocation& loc) {
+  auto job = std::make_shared<Job>();
+  job->dst = dst, job->src = src, job->n = n, job->loc = loc;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return Internal("copy engine is shutting down");
+    job->index = issued_++;
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  Job* j = job.get();
+  return std::unique_ptr<CopyFence>(new HostFence(job, [j] {
+    std::unique_lock<std::mutex> lock(j->mu);
+    j->cv.wait(lock, [j] { return j->done; });
+    return j->status;
+  }));
+}
+
+void HostCopyEngine::Loop() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = queue_.front();
+      queue_.pop_front();
+    }
+    Status st = before_copy_ ? before_copy_(job->index) : OkStatus();
+    if (st.ok() && job->n != 0) std::memcpy(job->dst, job->src, job->n);
+    {
+      std::lock_guard<std::mutex> lock(job->mu);
+      job->status = st;
+      job->done = true;
+    }
+    job->cv.notify_all();
+  }
+}
+
+uint64_t HostCopyEngine::copies_issued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return issued_;
+}
+uint64_t HostCopyEngine::order_after_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return order_after_;
+}
+int64_t HostCopyEngine::live_allocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
+}
+
+}  // namespace distckpt
