@@ -12,6 +12,7 @@
 #include "core/base/version.h"
 #include "core/base/wire.h"
 #include "core/engine/coordinator_round.h"
+#include "core/engine/save_staging.h"
 #include "core/format/checksum.h"
 #include "core/plan/plan_codec.h"
 #include "core/plan/save_planner.h"
@@ -139,15 +140,46 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   for (const WriteTask& t : assignment.tasks) total += t.length;
   std::atomic<uint64_t> done{0};
   std::mutex progress_mu;
+  // Hashes the checksum blocks of bytes [seg, seg + seg_len) of task i (held at `bytes`), writes them, reports
+  // progress. Segments start on block boundaries, so each block is hashed by exactly one segment.
+  auto hash_and_write = [&](size_t i, const char* bytes, uint64_t seg, uint64_t seg_len) -> Status {
+    const WriteTask& t = assignment.tasks[i];
+    const uint64_t nblocks = NumChecksumBlocks(t.length, block);
+    for (uint64_t off = seg; off < seg + seg_len; off += block) {
+      uint64_t h = Xxh3(bytes + (off - seg), std::min(block, t.length - off));
+      if (nblocks > 1) {
+        (*reports)[i].blocks[off / block] = h;
+      } else {
+        single[i] = h;
+      }
+    }
+    DCKPT_RETURN_IF_ERROR(file->WriteAt(t.offset + seg, bytes, seg_len));
+    if (options.progress) {
+      uint64_t now = done.fetch_add(seg_len) + seg_len;
+      std::lock_guard<std::mutex> lock(progress_mu);
+      if (options.progress(now, total) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
+    }
+    return OkStatus();
+  };
+  // Device pieces go through the staging pipeline (save_staging.h); device_task[k] is the task of device_copies[k].
+  std::vector<DeviceCopy> device_copies;
+  std::vector<size_t> device_task;
+  const StagedConsumer write_staged = [&](size_t k, uint64_t off, const char* bytes, uint64_t len) {
+    return hash_and_write(device_task[k], bytes, off, len);
+  };
   TaskGroup group(pool);
   for (size_t i = 0; i < n; ++i) {
     const WriteTask& t = assignment.tasks[i];
     const void* data = nullptr;
+    const TensorEntry* tensor = nullptr;
+    const TensorPiece* piece = nullptr;
     if (t.length == 0) {
       // Nothing to write (an empty tensor's single chunk): no piece needs to back it.
     } else if (auto it = tensor_decl.find(t.entry); it != tensor_decl.end()) {
       if (t.local >= it->second->pieces.size()) return Internal("the plan names a piece this rank does not hold");
-      data = it->second->pieces[t.local].data;
+      tensor = it->second;
+      piece = &tensor->pieces[t.local];
+      data = piece->data;
     } else if (auto jt = bytes_decl.find(t.entry); jt != bytes_decl.end()) {
       data = jt->second->data;
     } else {
@@ -162,27 +194,25 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
       single[i] = Xxh3(nullptr, 0);
       continue;
     }
+    if (piece != nullptr && !piece->memory.is_host()) {
+      device_copies.push_back(DeviceCopy{data, t.length, piece->memory,
+                                         "tensor '" + tensor->name + "' piece " + piece->box.ToString()});
+      device_task.push_back(i);
+      continue;
+    }
     for (uint64_t seg = 0; seg < t.length; seg += segment) {
       const uint64_t seg_len = std::min(segment, t.length - seg);
-      group.Run([&, i, data, seg, seg_len, nblocks, length = t.length, offset = t.offset]() -> Status {
-        const char* base = static_cast<const char*>(data);
-        for (uint64_t off = seg; off < seg + seg_len; off += block) {
-          uint64_t h = Xxh3(base + off, std::min(block, length - off));
-          if (nblocks > 1) {
-            (*reports)[i].blocks[off / block] = h;
-          } else {
-            single[i] = h;
-          }
-        }
-        DCKPT_RETURN_IF_ERROR(file->WriteAt(offset + seg, base + seg, seg_len));
-        if (options.progress) {
-          uint64_t now = done.fetch_add(seg_len) + seg_len;
-          std::lock_guard<std::mutex> lock(progress_mu);
-          if (options.progress(now, total) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
-        }
-        return OkStatus();
+      group.Run([&, i, data, seg, seg_len]() -> Status {
+        return hash_and_write(i, static_cast<const char*>(data) + seg, seg, seg_len);
       });
     }
+  }
+  if (!device_copies.empty()) {
+    // Host chunks are already queued; the device ones stream through the pinned pool alongside them.
+    auto res = GetStagingResources(options, block);
+    Status st = res.ok() ? RunStagingPipeline(*res, device_copies, &group, write_staged)
+                         : res.status().WithContext(device_copies.front().what);
+    if (!st.ok()) group.Run([st] { return st; });  // fails the group: queued segments are skipped
   }
   DCKPT_RETURN_IF_ERROR(group.Wait());
   for (size_t i = 0; i < n; ++i) {

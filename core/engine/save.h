@@ -15,6 +15,8 @@
 
 namespace distckpt {
 
+class CopyEngine;
+
 struct SaveOptions {
   size_t io_threads = 0;          ///< 0: a default suited to the machine
   bool overwrite = false;         ///< replace an existing checkpoint at the path
@@ -24,6 +26,17 @@ struct SaveOptions {
   Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
   /// Called with (bytes written by this rank, bytes it will write); non-zero aborts the save (kUser) on every rank.
   std::function<int(uint64_t done, uint64_t total)> progress;
+  /// Device pieces: the engine that copies them to host. nullptr: the CUDA engine, loaded on first use (kUnsupported
+  /// naming libcuda.so.1 where there is no driver). Tests pass a HostCopyEngine. Must outlive the save.
+  CopyEngine* copy_engine = nullptr;
+  /// Device pieces go through a pool of `staging_buffers` (at least 2) page-locked buffers of `staging_buffer_bytes`
+  /// (rounded down to a multiple of checksum_block_size, at least one block), allocated once per process and reused
+  /// by every save with the same shape: hashing and writing buffer k overlap the copy of buffer k+1.
+  uint64_t staging_buffer_bytes = kDefaultStagingBufferBytes;
+  size_t staging_buffers = kDefaultStagingBuffers;
+
+  static constexpr uint64_t kDefaultStagingBufferBytes = 16ull << 20;
+  static constexpr size_t kDefaultStagingBuffers = 4;
 };
 
 struct SaveSummary {

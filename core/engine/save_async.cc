@@ -7,6 +7,7 @@
 
 #include "core/base/stream_copy.h"
 #include "core/base/thread_pool.h"
+#include "core/engine/save_staging.h"
 
 namespace distckpt {
 namespace {
@@ -120,13 +121,22 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
     uint64_t n;
   };
   std::vector<Copy> copies;
+  // Device pieces reach the owned buffer through the staging pipeline: D2H into the bounded pinned pool, then a
+  // memcpy into place (device_dst[k] is where device_copies[k] goes).
+  std::vector<DeviceCopy> device_copies;
+  std::vector<char*> device_dst;
   uint64_t at = 0;
   for (const TensorEntry& t : state.tensors()) {
     DCKPT_RETURN_IF_ERROR(f->owned_.AddTensor(t.name, t.dtype, t.shape));
     for (const TensorPiece& p : t.pieces) {
       at = AlignUp(at);
       const uint64_t n = p.box.volume() * DTypeSize(t.dtype);
-      copies.push_back(Copy{buffer + at, static_cast<const char*>(p.data), n});
+      if (!p.memory.is_host() && n != 0) {
+        device_copies.push_back(DeviceCopy{p.data, n, p.memory, "tensor '" + t.name + "' piece " + p.box.ToString()});
+        device_dst.push_back(buffer + at);
+      } else {
+        copies.push_back(Copy{buffer + at, static_cast<const char*>(p.data), n});
+      }
       std::vector<uint64_t> off(p.box.offset, p.box.offset + p.box.ndim), len(p.box.length, p.box.length + p.box.ndim);
       DCKPT_RETURN_IF_ERROR(f->owned_.AddPiece(t.name, off, len, buffer + at));
       at += n;
@@ -145,6 +155,10 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
   {
     ThreadPool pool(options.io_threads ? std::min<size_t>(options.io_threads, std::thread::hardware_concurrency())
                                        : std::thread::hardware_concurrency());
+    const StagedConsumer place = [&](size_t k, uint64_t off, const char* bytes, uint64_t n) {
+      StreamCopy(device_dst[k] + off, bytes, n);
+      return OkStatus();
+    };
     TaskGroup group(&pool);
     for (const Copy& c : copies) {
       for (uint64_t off = 0; off < c.n; off += kCopySliceBytes) {
@@ -155,7 +169,14 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
         });
       }
     }
-    DCKPT_RETURN_IF_ERROR(group.Wait());
+    if (!device_copies.empty()) {
+      auto res = GetStagingResources(options, kStagingAlignment);
+      Status st = res.ok() ? RunStagingPipeline(*res, device_copies, &group, place)
+                           : res.status().WithContext(device_copies.front().what);
+      if (!st.ok()) group.Run([st] { return st; });
+    }
+    Status staged = group.Wait();
+    if (!staged.ok()) return staged.WithContext("saving '" + path + "' (staging the state)");
   }
   f->staged_bytes_ = total;
   f->staging_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

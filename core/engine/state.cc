@@ -41,7 +41,7 @@ Status State::AddPiece(const std::string& name, const std::vector<uint64_t>& off
   if (data == nullptr && box->volume() != 0) {
     return InvalidArgument("tensor '" + name + "': piece " + box->ToString() + " has a NULL buffer");
   }
-  t->pieces.push_back(TensorPiece{*box, data, false});
+  t->pieces.push_back(TensorPiece{*box, data, false, MemoryLocation{}});
   return OkStatus();
 }
 
@@ -51,6 +51,30 @@ Status State::AddConstPiece(const std::string& name, const std::vector<uint64_t>
   DCKPT_RETURN_IF_ERROR(AddPiece(name, offsets, lengths, const_cast<void*>(data)));
   FindTensor(name)->pieces.back().read_only = true;
   return OkStatus();
+}
+
+Status State::AddPieceIn(const std::string& name, const std::vector<uint64_t>& offsets,
+                         const std::vector<uint64_t>& lengths, void* data, const MemoryLocation& memory) {
+  if (memory.kind != MemoryKind::kHost && memory.kind != MemoryKind::kCuda) {
+    return InvalidArgument("tensor '" + name + "': unknown memory kind " + std::to_string(static_cast<int>(memory.kind)));
+  }
+  if (!memory.is_host() && memory.device < 0) {
+    return InvalidArgument("tensor '" + name + "': device ordinal " + std::to_string(memory.device) + " is negative");
+  }
+  DCKPT_RETURN_IF_ERROR(AddPiece(name, offsets, lengths, data));
+  TensorPiece& p = FindTensor(name)->pieces.back();
+  p.memory = memory;
+  if (!memory.is_host()) p.read_only = true;
+  return OkStatus();
+}
+
+bool State::has_device_pieces() const {
+  for (const TensorEntry& t : tensors_) {
+    for (const TensorPiece& p : t.pieces) {
+      if (!p.memory.is_host()) return true;
+    }
+  }
+  return false;
 }
 
 Status State::AddBytes(const std::string& name, void* data, uint64_t size) {

@@ -12,16 +12,22 @@
 #include "core/base/box.h"
 #include "core/base/dtype.h"
 #include "core/base/status.h"
+#include "core/cuda/memory.h"
 
 namespace distckpt {
 
-/// One local piece of a tensor: the box it covers in the global index space and a host buffer holding that box in
-/// row-major order (volume * itemsize bytes). The buffer is borrowed: it must outlive the save/load call.
+/// One local piece of a tensor: the box it covers in the global index space and a buffer holding that box in
+/// row-major order (volume * itemsize bytes), in host memory or in device memory (`memory`). The buffer is borrowed:
+/// it must outlive the save/load call.
 struct TensorPiece {
   Box box;
   void* data = nullptr;
   /// Added through a const buffer: a save reads it; a load refuses it (it would write through a const pointer).
+  /// Device pieces are read_only too until loads into device memory exist (issue 12): a load refuses them rather
+  /// than write through a device pointer from the host.
   bool read_only = false;
+  /// Where `data` lives; a save stages device pieces through the copy engine's pinned pool (save_staging.h).
+  MemoryLocation memory;
 };
 
 struct TensorEntry {
@@ -53,6 +59,13 @@ class State {
   /// A piece a save only reads: a load of a state holding one fails with kInvalidArgument naming the tensor.
   Status AddConstPiece(const std::string& name, const std::vector<uint64_t>& offsets,
                        const std::vector<uint64_t>& lengths, const void* data);
+  /// A piece in the memory `memory` describes (host or a CUDA device, with the stream its data is ordered on). Only
+  /// the location is recorded: checking that `data` really is such memory needs the driver, which the C ABI does
+  /// (CheckDeviceBuffer) and a save does when it copies. Save only, for now (see TensorPiece::read_only).
+  Status AddPieceIn(const std::string& name, const std::vector<uint64_t>& offsets,
+                    const std::vector<uint64_t>& lengths, void* data, const MemoryLocation& memory);
+  /// True if some piece lives in device memory.
+  bool has_device_pieces() const;
   Status AddBytes(const std::string& name, void* data, uint64_t size);
   /// A bytes entry a save only reads (as AddConstPiece).
   Status AddConstBytes(const std::string& name, const void* data, uint64_t size);

@@ -1,0 +1,279 @@
+// Saves of device pieces through the staging pipeline, with the host copy engine standing in for CUDA: the pieces are
+// host buffers marked as device memory, so everything but the copy itself runs exactly as on a GPU machine.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <vector>
+
+#include "core/cuda/host_copy_engine.h"
+#include "core/cuda/pinned_pool.h"
+#include "core/engine/engine_test_util.h"
+#include "core/engine/load.h"
+#include "core/engine/save.h"
+#include "core/engine/save_async.h"
+#include "core/storage/fault/fault_storage.h"
+
+namespace distckpt {
+namespace {
+
+using testing_util::TempDir;
+
+constexpr uint64_t kBlock = 4096;
+constexpr uint64_t kBuffer = 4 * kBlock;  // 16 KiB staging buffers: many segments from small tensors
+
+const MemoryLocation kDevice0{MemoryKind::kCuda, 0, reinterpret_cast<void*>(0x51)};
+const MemoryLocation kDevice1{MemoryKind::kCuda, 1, reinterpret_cast<void*>(0x52)};
+
+std::vector<float> Iota(size_t n, float start) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+std::vector<std::string> List(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) out.push_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+SaveOptions DeviceOptions(CopyEngine* engine, size_t buffers = 2) {
+  SaveOptions o;
+  o.copy_engine = engine;
+  o.checksum_block_size = kBlock;
+  o.staging_buffer_bytes = kBuffer;
+  o.staging_buffers = buffers;
+  o.io_threads = 4;
+  o.sync = false;
+  return o;
+}
+
+// A state with a device tensor "w" (split in two pieces on two devices), a host tensor "h" and a bytes entry.
+struct Fixture {
+  std::vector<float> w0 = Iota(10000, 0), w1 = Iota(7001, 10000), h = Iota(100, -50);
+  std::string blob = "opaque bytes";
+  State state;
+  Fixture() {
+    EXPECT_TRUE(state.AddTensor("w", DType::kF32, {17001}).ok());
+    EXPECT_TRUE(state.AddPieceIn("w", {0}, {10000}, w0.data(), kDevice0).ok());
+    EXPECT_TRUE(state.AddPieceIn("w", {10000}, {7001}, w1.data(), kDevice1).ok());
+    EXPECT_TRUE(state.AddTensor("h", DType::kF32, {100}).ok());
+    EXPECT_TRUE(state.AddPiece("h", {0}, {100}, h.data()).ok());
+    EXPECT_TRUE(state.AddConstBytes("b", blob.data(), blob.size()).ok());
+  }
+  // Loads the checkpoint back into host memory and compares.
+  void ExpectSaved(const std::string& path) const {
+    std::vector<float> w(17001), hh(100);
+    std::string b(64, '\0');
+    State s;
+    ASSERT_TRUE(s.AddTensor("w", DType::kF32, {17001}).ok());
+    ASSERT_TRUE(s.AddPiece("w", {0}, {17001}, w.data()).ok());
+    ASSERT_TRUE(s.AddTensor("h", DType::kF32, {100}).ok());
+    ASSERT_TRUE(s.AddPiece("h", {0}, {100}, hh.data()).ok());
+    ASSERT_TRUE(s.AddBytes("b", b.data(), b.size()).ok());
+    auto r = Load(path, s, nullptr, ReadOptions{});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(std::equal(w0.begin(), w0.end(), w.begin()));
+    EXPECT_TRUE(std::equal(w1.begin(), w1.end(), w.begin() + 10000));
+    EXPECT_EQ(hh, h);
+    EXPECT_EQ(b.substr(0, s.FindBytes("b")->loaded_size), blob);
+  }
+  uint64_t device_segments() const {
+    return (w0.size() * 4 + kBuffer - 1) / kBuffer + (w1.size() * 4 + kBuffer - 1) / kBuffer;
+  }
+};
+
+TEST(DeviceSaveTest, DevicePiecesAreStagedThroughTheBoundedPoolAndSavedExactly) {
+  HostCopyEngine engine;
+  Fixture f;
+  const std::string path = TempDir() + "/ckpt";
+  auto r = Save(path, f.state, nullptr, DeviceOptions(&engine));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  f.ExpectSaved(path);
+  EXPECT_EQ(engine.copies_issued(), f.device_segments());
+  EXPECT_EQ(engine.order_after_calls(), 2u) << "one wait per (device, stream)";
+  auto pool = engine.StagingPool(kBuffer, 2).value();
+  EXPECT_EQ(pool->allocated(), 2u);
+  EXPECT_LE(pool->max_in_use(), 2u);
+  EXPECT_EQ(pool->in_use(), 0u);
+}
+
+TEST(DeviceSaveTest, StagingMemoryDoesNotGrowWithTheState) {
+  HostCopyEngine engine;
+  const std::string dir = TempDir();
+  for (size_t n : {size_t{1000}, size_t{200000}}) {  // 4 KB, then 800 KB: 50 segments through 3 buffers
+    std::vector<float> big = Iota(n, 1);
+    State s;
+    ASSERT_TRUE(s.AddTensor("big", DType::kF32, {n}).ok());
+    ASSERT_TRUE(s.AddPieceIn("big", {0}, {n}, big.data(), kDevice0).ok());
+    auto r = Save(dir + "/n" + std::to_string(n), s, nullptr, DeviceOptions(&engine, 3));
+    ASSERT_TRUE(r.ok()) << r.status().message();
+  }
+  auto pool = engine.StagingPool(kBuffer, 3).value();
+  EXPECT_LE(pool->allocated(), 3u);
+  EXPECT_LE(engine.live_allocations(), 3) << "the pool is reused across saves, never grown";
+}
+
+// Copy k+1 runs while the write of buffer k is still going on: the progress callback (called from inside the write
+// task of a segment, which still holds its buffer) blocks until the engine has started the next copy. A serial
+// pipeline (copy, write, copy, write...) would never start it and the wait would time out.
+TEST(DeviceSaveTest, CopyOfTheNextBufferOverlapsTheWriteOfThisOne) {
+  HostCopyEngine engine;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t started = 0;
+  engine.set_before_copy([&](uint64_t index) {
+    std::lock_guard<std::mutex> lock(mu);
+    started = index + 1;
+    cv.notify_all();
+    return OkStatus();
+  });
+  std::vector<float> w = Iota(8 * kBuffer / 4, 0);  // 8 segments
+  State s;
+  ASSERT_TRUE(s.AddTensor("w", DType::kF32, {w.size()}).ok());
+  ASSERT_TRUE(s.AddPieceIn("w", {0}, {w.size()}, w.data(), kDevice0).ok());
+  SaveOptions o = DeviceOptions(&engine, 2);
+  int writes = 0, overlapped = 0;
+  o.progress = [&](uint64_t done, uint64_t total) {
+    ++writes;  // progress calls are serialised
+    if (done == total) return 0;
+    std::unique_lock<std::mutex> lock(mu);
+    // At least one more copy than writes so far has started: the next buffer's copy, while this write is running.
+    if (cv.wait_for(lock, std::chrono::seconds(10), [&] { return started >= uint64_t(writes) + 1; })) ++overlapped;
+    return 0;
+  };
+  const std::string path = TempDir() + "/ckpt";
+  auto r = Save(path, s, nullptr, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(writes, 8);
+  EXPECT_EQ(overlapped, 7) << "every write but the last overlapped the next copy";
+  EXPECT_LE(engine.StagingPool(kBuffer, 2).value()->max_in_use(), 2u);
+}
+
+// With writes slower than copies, the producer waits for buffers instead of allocating more.
+TEST(DeviceSaveTest, SlowWritesApplyBackPressure) {
+  HostCopyEngine engine;
+  auto rules = ParseFaultRules("write:data-:every:stall=5ms");
+  ASSERT_TRUE(rules.ok()) << rules.status().message();
+  FaultStorage slow(DefaultStorage(), *rules);
+  std::vector<float> w = Iota(12 * kBuffer / 4, 0);
+  State s;
+  ASSERT_TRUE(s.AddTensor("w", DType::kF32, {w.size()}).ok());
+  ASSERT_TRUE(s.AddPieceIn("w", {0}, {w.size()}, w.data(), kDevice0).ok());
+  SaveOptions o = DeviceOptions(&engine, 2);
+  o.storage = &slow;
+  auto r = Save(TempDir() + "/ckpt", s, nullptr, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  auto pool = engine.StagingPool(kBuffer, 2).value();
+  EXPECT_GT(pool->waits(), 0u);
+  EXPECT_EQ(pool->allocated(), 2u);
+  EXPECT_EQ(pool->in_use(), 0u);
+}
+
+TEST(DeviceSaveTest, ACopyFailureMidPipelineNamesTheCheckpointAndEntryAndLeavesNothing) {
+  HostCopyEngine engine;
+  engine.set_before_copy([](uint64_t index) {
+    return index == 3 ? Status(StatusCode::kUnknown, "injected: an illegal memory access was encountered")
+                      : OkStatus();
+  });
+  Fixture f;
+  const std::string dir = TempDir();
+  const std::string path = dir + "/ckpt";
+  auto r = Save(path, f.state, nullptr, DeviceOptions(&engine));
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("saving '" + path + "'"), std::string::npos) << m;
+  EXPECT_NE(m.find("tensor 'w' piece"), std::string::npos) << m;
+  EXPECT_NE(m.find(" to host failed"), std::string::npos) << m;  // "copying bytes a..b from cuda:N"
+  EXPECT_NE(m.find("illegal memory access"), std::string::npos) << m;
+  EXPECT_FALSE(Exists(path));
+  EXPECT_TRUE(List(dir).empty()) << "no staging directory is left behind";
+  EXPECT_EQ(engine.StagingPool(kBuffer, 2).value()->in_use(), 0u) << "every buffer went back to the pool";
+}
+
+TEST(DeviceSaveTest, CancellingFromTheProgressCallbackStopsTheCopies) {
+  HostCopyEngine engine;
+  std::vector<float> w = Iota(32 * kBuffer / 4, 0);  // 32 segments
+  State s;
+  ASSERT_TRUE(s.AddTensor("w", DType::kF32, {w.size()}).ok());
+  ASSERT_TRUE(s.AddPieceIn("w", {0}, {w.size()}, w.data(), kDevice0).ok());
+  SaveOptions o = DeviceOptions(&engine, 2);
+  int calls = 0;
+  o.progress = [&](uint64_t, uint64_t) { return ++calls == 2 ? 1 : 0; };
+  const std::string dir = TempDir();
+  auto r = Save(dir + "/ckpt", s, nullptr, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUser);
+  EXPECT_TRUE(List(dir).empty());
+  EXPECT_LT(engine.copies_issued(), 32u) << "the pipeline stopped issuing copies";
+  EXPECT_EQ(engine.StagingPool(kBuffer, 2).value()->in_use(), 0u);
+}
+
+TEST(DeviceSaveTest, AsyncSaveStagesDevicePiecesBeforeReturning) {
+  HostCopyEngine engine;
+  Fixture f;
+  const std::vector<float> w0 = f.w0;
+  const std::string path = TempDir() + "/ckpt";
+  auto fut = SaveAsync(path, f.state, nullptr, DeviceOptions(&engine));
+  ASSERT_TRUE(fut.ok()) << fut.status().message();
+  EXPECT_EQ(engine.copies_issued(), f.device_segments()) << "every device byte was copied before the call returned";
+  std::fill(f.w0.begin(), f.w0.end(), -1.0f);  // the caller reuses its "device" memory at once
+  auto r = (*fut)->Wait(std::chrono::minutes(1));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  f.w0 = w0;
+  f.ExpectSaved(path);
+}
+
+TEST(DeviceSaveTest, AsyncSaveReportsAFailedCopy) {
+  HostCopyEngine engine;
+  engine.set_before_copy([](uint64_t index) {
+    return index == 1 ? Status(StatusCode::kUnknown, "injected copy failure") : OkStatus();
+  });
+  Fixture f;
+  const std::string dir = TempDir();
+  auto fut = SaveAsync(dir + "/ckpt", f.state, nullptr, DeviceOptions(&engine));
+  ASSERT_FALSE(fut.ok());
+  EXPECT_NE(fut.status().message().find("tensor 'w' piece"), std::string::npos) << fut.status().message();
+  EXPECT_TRUE(List(dir).empty());
+}
+
+TEST(DeviceSaveTest, WithoutADriverDevicePiecesAreUnsupported) {
+  if (void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(h);
+    GTEST_SKIP() << "libcuda.so.1 is present";
+  }
+  Fixture f;
+  const std::string dir = TempDir();
+  SaveOptions o = DeviceOptions(nullptr);  // the default engine: CUDA
+  auto r = Save(dir + "/ckpt", f.state, nullptr, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("libcuda.so.1 not found"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(List(dir).empty());
+}
+
+TEST(DeviceSaveTest, DevicePiecesAreNotLoadTargetsYet) {
+  std::vector<float> w(4);
+  State s;
+  ASSERT_TRUE(s.AddTensor("w", DType::kF32, {4}).ok());
+  ASSERT_TRUE(s.AddPieceIn("w", {0}, {4}, w.data(), kDevice0).ok());
+  EXPECT_TRUE(s.has_device_pieces());
+  EXPECT_TRUE(s.tensors()[0].pieces[0].read_only);
+  EXPECT_FALSE(s.AddPieceIn("w", {0}, {4}, w.data(), MemoryLocation{MemoryKind::kCuda, -1, nullptr}).ok());
+}
+
+}  // namespace
+}  // namespace distckpt
