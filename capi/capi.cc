@@ -15,6 +15,7 @@
 #include "core/base/dtype.h"
 #include "core/base/status.h"
 #include "core/base/version.h"
+#include "core/cuda/copy_engine.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
@@ -117,7 +118,24 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
     void* user = opts->progress_user_data;
     o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
   }
+  if (opts->version >= 3) {
+    if (opts->staging_buffer_bytes) o.staging_buffer_bytes = opts->staging_buffer_bytes;
+    if (opts->staging_buffers) o.staging_buffers = opts->staging_buffers;
+  }
   return o;
+}
+
+// Loads into device memory are not there yet (issue 12): refuse them with a clear code before anything is read.
+Status CheckHostOnlyForLoad(const State& state) {
+  for (const TensorEntry& t : state.tensors()) {
+    for (const TensorPiece& p : t.pieces) {
+      if (!p.memory.is_host()) {
+        return Unsupported("tensor '" + t.name + "' piece " + p.box.ToString() + " is in " + p.memory.ToString() +
+                           " memory: loading into device memory is not supported yet; load into host memory and copy");
+      }
+    }
+  }
+  return OkStatus();
 }
 
 void FillSaveInfo(dckpt_save_info* info, const SaveSummary& r) {
@@ -239,6 +257,50 @@ int dckpt_state_add_piece_const(dckpt_state* state, const char* name, const uint
   return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/true);
 }
 
+int dckpt_piece_options_init(dckpt_piece_options* opts, unsigned version) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
+    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
+    dckpt_piece_options defaults = DCKPT_PIECE_OPTIONS_INIT;
+    defaults.version = version;
+    std::memcpy(opts, &defaults, sizeof defaults);
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_state_add_piece_ex(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
+                             void* data, const dckpt_piece_options* opts) {
+  if (opts == nullptr) return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false);
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
+    DCKPT_RETURN_IF_FAILED(
+        distckpt::capi::CheckVersion(opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
+    if (opts->memory == DCKPT_MEMORY_HOST) return AddPieceImpl(state, name, offsets, lengths, data, false);
+    if (opts->memory != DCKPT_MEMORY_CUDA) {
+      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': unknown memory kind " +
+                                              std::to_string(opts->memory) + " in dckpt_piece_options"));
+    }
+    distckpt::TensorEntry* t = state->state.FindTensor(name);
+    if (t == nullptr) return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' was not declared"));
+    const size_t ndim = t->shape.size();
+    if (ndim > 0 && (offsets == nullptr || lengths == nullptr)) {
+      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': offsets/lengths are NULL"));
+    }
+    const distckpt::MemoryLocation loc{distckpt::MemoryKind::kCuda, opts->device, opts->stream};
+    if (opts->device < 0) {
+      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': device ordinal " +
+                                              std::to_string(opts->device) + " is negative"));
+    }
+    // The first device piece loads the driver: without one this is where the caller learns it.
+    if (Status st = distckpt::CheckDeviceBuffer(loc, data); !st.ok()) {
+      return Report(st.WithContext("tensor '" + std::string(name) + "' (" + loc.ToString() + ")"));
+    }
+    std::vector<uint64_t> off(offsets, offsets + ndim), len(lengths, lengths + ndim);
+    return Report(state->state.AddPieceIn(name, off, len, data, loc));
+  })
+}
+
 int dckpt_state_add_bytes_const(dckpt_state* state, const char* name, const void* data, uint64_t size) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
@@ -295,7 +357,10 @@ int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
     dckpt_save_options defaults = DCKPT_SAVE_OPTIONS_INIT;
     defaults.version = version;
     // Write only the fields a caller built against `version` has room for.
-    std::memcpy(opts, &defaults, version >= 2 ? sizeof defaults : offsetof(dckpt_save_options, progress));
+    const size_t size = version >= 3   ? sizeof defaults
+                        : version == 2 ? offsetof(dckpt_save_options, staging_buffer_bytes)
+                                       : offsetof(dckpt_save_options, progress);
+    std::memcpy(opts, &defaults, size);
     return DCKPT_OK;
   })
 }
@@ -408,6 +473,9 @@ int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckp
     }
     auto o = distckpt::capi::ToReadOptions(opts);
     if (!o.ok()) return Report(o.status());
+    if (Status st = distckpt::capi::CheckHostOnlyForLoad(state->state); !st.ok()) {
+      return Report(st.WithContext("loading '" + std::string(path) + "'"));
+    }
     auto r = distckpt::Load(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!r.ok()) return Report(r.status());
     if (stats) FillIoStats(stats, r->io, r->seconds);
@@ -439,6 +507,7 @@ int dckpt_reader_load(dckpt_io_stats* stats, dckpt_reader* reader, dckpt_state* 
     if (stats) {
       DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats"));
     }
+    if (Status st = distckpt::capi::CheckHostOnlyForLoad(state->state); !st.ok()) return Report(st);
     distckpt::ProgressFn fn;
     if (progress) fn = [progress, progress_user_data](uint64_t done, uint64_t total) {
       return progress(done, total, progress_user_data);

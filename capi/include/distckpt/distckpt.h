@@ -183,6 +183,31 @@ DCKPT_API int dckpt_state_add_piece(dckpt_state *state, const char *name, const 
  * DCKPT_EINVAL naming the tensor (it would have to write through a const pointer). */
 DCKPT_API int dckpt_state_add_piece_const(dckpt_state *state, const char *name, const uint64_t *offsets,
                                           const uint64_t *lengths, const void *data);
+/* Where a piece's buffer lives (dckpt_piece_options.memory). See capi/API.md, "Device memory". */
+typedef enum dckpt_memory_kind {
+  DCKPT_MEMORY_HOST = 0, /* host memory (pageable or pinned) */
+  DCKPT_MEMORY_CUDA = 1  /* CUDA device memory (cudaMalloc, a framework's caching allocator) */
+} dckpt_memory_kind;
+
+#define DCKPT_PIECE_OPTIONS_VERSION 1
+typedef struct dckpt_piece_options {
+  unsigned version;
+  int memory;   /* dckpt_memory_kind (default DCKPT_MEMORY_HOST) */
+  int device;   /* DCKPT_MEMORY_CUDA: the device ordinal the buffer belongs to (default 0) */
+  void *stream; /* DCKPT_MEMORY_CUDA: the CUstream / cudaStream_t the data is ordered on, usually the framework's current
+                 * stream (NULL: the legacy default stream). A save waits for the work queued on it at the time of the
+                 * save call before copying, without blocking the host; borrowed, must stay valid until the save (or,
+                 * for dckpt_save_async, its staging) has returned. */
+} dckpt_piece_options;
+#define DCKPT_PIECE_OPTIONS_INIT {DCKPT_PIECE_OPTIONS_VERSION, DCKPT_MEMORY_HOST, 0, NULL}
+DCKPT_API int dckpt_piece_options_init(dckpt_piece_options *opts, unsigned version);
+/* As dckpt_state_add_piece, with the buffer's location: host memory (NULL opts: the same as dckpt_state_add_piece) or
+ * CUDA device memory. The CUDA driver (libcuda.so.1) is loaded on the first DCKPT_MEMORY_CUDA piece; without it the
+ * call fails with DCKPT_EUNSUPPORTED naming what is missing. A device buffer is checked to be memory of `device`
+ * (DCKPT_EINVAL otherwise). Device pieces are saved (dckpt_save, dckpt_save_async) through a bounded pool of pinned
+ * staging buffers; a load into a state holding one fails with DCKPT_EUNSUPPORTED for now. */
+DCKPT_API int dckpt_state_add_piece_ex(dckpt_state *state, const char *name, const uint64_t *offsets,
+                                       const uint64_t *lengths, void *data, const dckpt_piece_options *opts);
 /* Adds a bytes entry. Save: `size` bytes of `data`. Load: `data` receives up to `size` bytes (the capacity); see
  * dckpt_state_bytes_size for the stored size. */
 DCKPT_API int dckpt_state_add_bytes(dckpt_state *state, const char *name, void *data, uint64_t size);
@@ -197,7 +222,7 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 
 /* ---- Save ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_SAVE_OPTIONS_VERSION 2
+#define DCKPT_SAVE_OPTIONS_VERSION 3
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
@@ -209,8 +234,13 @@ typedef struct dckpt_save_options {
   /* version >= 2 */
   dckpt_progress_fn progress;   /* bytes this rank has written; NULL: none */
   void *progress_user_data;
+  /* version >= 3: device pieces are staged through `staging_buffers` pinned buffers of `staging_buffer_bytes`,
+   * allocated once per process and reused by later saves of the same shape (the host memory a save pins never grows
+   * with the state) */
+  uint64_t staging_buffer_bytes; /* 0: default (16 MiB); rounded down to a multiple of the checksum block size */
+  unsigned staging_buffers;      /* 0: default (4); at least 2, so that copying overlaps hashing and writing */
 } dckpt_save_options;
-#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL}
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0}
 DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
 
 #define DCKPT_SAVE_INFO_VERSION 1
@@ -230,7 +260,7 @@ typedef struct dckpt_save_info {
 DCKPT_API int dckpt_save(dckpt_save_info *info, const char *path, const dckpt_state *state, dckpt_comm *comm,
                          const dckpt_save_options *opts);
 
-/* ---- Asynchronous save (host memory) ------------------------------------------------------------------------- */
+/* ---- Asynchronous save --------------------------------------------------------------------------------------- */
 
 /* The outcome of dckpt_save_async. Thread-safe. */
 typedef struct dckpt_save_future dckpt_save_future;
@@ -239,7 +269,8 @@ typedef struct dckpt_save_future dckpt_save_future;
 #define DCKPT_WAIT_FOREVER UINT64_MAX
 
 /* Like dckpt_save, but returns as soon as every piece and bytes entry of `state` has been copied into buffers
- * distckpt owns: the caller may modify or free its buffers (and the state) right away. Planning, writing, hashing
+ * distckpt owns (device pieces too: they are copied to host memory before the call returns): the caller may modify
+ * or free its buffers (and the state) right away. Planning, writing, hashing
  * and the commit run on a background thread. Collective over `comm`, which belongs to the save until it completes
  * (run no other collective on it meanwhile). */
 DCKPT_API int dckpt_save_async(dckpt_save_future **out, const char *path, const dckpt_state *state, dckpt_comm *comm,

@@ -8,7 +8,8 @@ pub const DCKPT_ABI_VERSION: u32 = 1;
 pub const DCKPT_MAX_DIMS: u32 = 8;
 pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
-pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 2;
+pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
+pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 3;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 4;
 pub const DCKPT_IO_STATS_VERSION: u32 = 2;
@@ -513,6 +514,114 @@ extern "C" {
         data: *const ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
+pub const DCKPT_MEMORY_HOST: dckpt_memory_kind = 0;
+pub const DCKPT_MEMORY_CUDA: dckpt_memory_kind = 1;
+pub type dckpt_memory_kind = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_piece_options {
+    pub version: ::std::os::raw::c_uint,
+    pub memory: ::std::os::raw::c_int,
+    pub device: ::std::os::raw::c_int,
+    pub stream: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_dckpt_piece_options() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_piece_options>(),
+        24usize,
+        concat!("Size of: ", stringify!(dckpt_piece_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_piece_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_piece_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_piece_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_piece_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_memory() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_piece_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).memory) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_piece_options),
+                "::",
+                stringify!(memory)
+            )
+        );
+    }
+    test_field_memory();
+    fn test_field_device() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_piece_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_piece_options),
+                "::",
+                stringify!(device)
+            )
+        );
+    }
+    test_field_device();
+    fn test_field_stream() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_piece_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stream) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_piece_options),
+                "::",
+                stringify!(stream)
+            )
+        );
+    }
+    test_field_stream();
+}
+extern "C" {
+    pub fn dckpt_piece_options_init(
+        opts: *mut dckpt_piece_options,
+        version: ::std::os::raw::c_uint,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_state_add_piece_ex(
+        state: *mut dckpt_state,
+        name: *const ::std::os::raw::c_char,
+        offsets: *const u64,
+        lengths: *const u64,
+        data: *mut ::std::os::raw::c_void,
+        opts: *const dckpt_piece_options,
+    ) -> ::std::os::raw::c_int;
+}
 extern "C" {
     pub fn dckpt_state_add_bytes(
         state: *mut dckpt_state,
@@ -561,12 +670,14 @@ pub struct dckpt_save_options {
     pub timeout_ms: u64,
     pub progress: dckpt_progress_fn,
     pub progress_user_data: *mut ::std::os::raw::c_void,
+    pub staging_buffer_bytes: u64,
+    pub staging_buffers: ::std::os::raw::c_uint,
 }
 #[test]
 fn bindgen_test_layout_dckpt_save_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_save_options>(),
-        48usize,
+        64usize,
         concat!("Size of: ", stringify!(dckpt_save_options))
     );
     assert_eq!(
@@ -710,6 +821,40 @@ fn bindgen_test_layout_dckpt_save_options() {
         );
     }
     test_field_progress_user_data();
+    fn test_field_staging_buffer_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).staging_buffer_bytes) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(staging_buffer_bytes)
+            )
+        );
+    }
+    test_field_staging_buffer_bytes();
+    fn test_field_staging_buffers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).staging_buffers) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(staging_buffers)
+            )
+        );
+    }
+    test_field_staging_buffers();
 }
 extern "C" {
     pub fn dckpt_save_options_init(
