@@ -6,6 +6,7 @@
 
 #include "core/base/wire.h"
 #include "core/engine/coordinator_round.h"
+#include "core/engine/fanout.h"
 #include "core/engine/shared_verify.h"
 
 namespace distckpt {
@@ -79,20 +80,42 @@ Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, Stat
                            "(dckpt_state_add_bytes_const); a load needs a writable buffer (dckpt_state_add_bytes)");
     }
   }
+  bool ran = false;
   if (collective) {
-    // First the plans' verified ranges (a rank that failed sends its error instead, and nobody starts reading), at
-    // the end the outcome.
+    // First the plans (a rank that failed sends its error instead, and nobody starts reading): the ranges this rank
+    // reads, for the fan-out, or else the ones it verifies, for shared verification. At the end the outcome.
     VerifyClaim claim;
-    if (st.ok() && options.verify && options.share_verification) {
+    FanoutNeeds needs;
+    needs.verify = options.verify;
+    needs.round_bytes = options.fanout_round_bytes;
+    if (st.ok() && options.fanout) {
+      auto ranges = batch->NeededRanges();
+      if (ranges.ok()) {
+        needs.take_part = true;
+        needs.ranges = std::move(ranges).value();
+      } else {
+        st = ranges.status();
+      }
+    } else if (st.ok() && options.verify && options.share_verification) {
       auto made = Claim(reader, batch.get());
       if (made.ok()) claim = std::move(made).value();
       else st = made.status();
     }
-    auto filter = ShareVerification(comm, st, claim, options.timeout);
-    if (!filter.ok()) return st.ok() ? filter.status().WithContext("loading '" + path + "'") : st;
-    batch->SetVerifyFilter(std::move(filter).value());
+    const uint64_t block = reader != nullptr ? reader->metadata().checksum_block_size() : 1;
+    auto plan = ExchangeLoadPlans(comm, st, claim, needs, block, options.timeout);
+    if (!plan.ok()) return st.ok() ? plan.status().WithContext("loading '" + path + "'") : st;
+    batch->SetVerifyFilter(std::move(plan->filter));
+    if (plan->fanout) {
+      bool comm_failed = false;
+      Status fanned = RunFanoutLoad(comm, batch.get(), *plan, st, progress, options.timeout, &comm_failed);
+      if (!fanned.ok() && st.ok()) {
+        st = fanned.code() == StatusCode::kPeer || comm_failed ? fanned.WithContext("loading '" + path + "'") : fanned;
+      }
+      if (comm_failed) return st;
+      ran = true;
+    }
   }
-  if (st.ok()) st = batch->Run(progress);
+  if (st.ok() && !ran) st = batch->Run(progress);
   if (st.ok()) {
     for (BytesEntry& b : state.bytes()) {
       auto size = reader->ReadBytes(b.name, b.data, b.size);

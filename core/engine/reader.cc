@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <tuple>
 
 #include "core/base/wire.h"
 #include "core/engine/save.h"
@@ -129,10 +131,11 @@ class ReadExecutor {
     plans_.push_back(std::move(planned).value());
     const std::vector<TensorReadOp>& ops = plans_.back();
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (jobs_.empty() || jobs_.back().entry != entry || jobs_.back().chunk != ops[i].chunk) {
-        jobs_.push_back(Job{entry, ops[i].chunk, false, {}});
-      }
-      jobs_.back().ops.push_back(Op{&ops[i].copy, dsts[ops[i].dest]});
+      // One job per chunk, however often it is added: its segments then never overlap one another (a fan-out load
+      // reads each byte of a chunk once, through the one job that delivers it everywhere).
+      auto [at, added] = job_of_.emplace(std::make_pair(entry, ops[i].chunk), jobs_.size());
+      if (added) jobs_.push_back(Job{entry, ops[i].chunk, false, {}});
+      jobs_[at->second].ops.push_back(Op{&ops[i].copy, dsts[ops[i].dest]});
     }
     return OkStatus();
   }
@@ -162,29 +165,67 @@ class ReadExecutor {
   Status Run(const ProgressFn& progress) {
     progress_ = progress;
     DCKPT_RETURN_IF_ERROR(Prepare());
-    // The segments (in file order, see Prepare) are cut into one contiguous stream per I/O thread (equal bytes), each
-    // read front to back through the stream's own file handles: every stream looks sequential to the kernel, whose
-    // readahead then fills the page cache with large folios (a later mapped read of them costs a fraction of the
-    // page faults) and keeps the disk busy with large requests.
-    const size_t streams = std::max<size_t>(1, std::min(r_->pool_->size(), work_.size()));
-    TaskGroup group(r_->pool_.get());
-    size_t begin = 0;
-    uint64_t bytes = 0;
-    for (size_t s = 0; s < streams && begin < work_.size(); ++s) {
-      const uint64_t until = total_ / streams * (s + 1);
-      size_t end = begin;
-      while (end < work_.size() && (s + 1 == streams || bytes < until || end == begin)) {
-        bytes += work_[end].seg.hi - work_[end].seg.lo;
-        ++end;
-      }
-      group.Run([this, begin, end] {
-        std::vector<std::unique_ptr<ReadableFile>> own(r_->files_.size());
-        for (size_t i = begin; i < end; ++i) DCKPT_RETURN_IF_ERROR(RunSegment(*work_[i].job, work_[i].seg, &own));
-        return OkStatus();
-      });
-      begin = end;
+    return RunWork(work_);
+  }
+
+  Result<std::vector<ChunkRange>> NeededRanges() {
+    DCKPT_RETURN_IF_ERROR(Prepare());
+    std::vector<ChunkRange> out;
+    for (const Work& w : work_) {
+      out.push_back(ChunkRange{static_cast<uint32_t>(w.job->entry), w.job->chunk, w.seg.lo, w.seg.hi});
     }
-    return group.Wait();
+    std::sort(out.begin(), out.end(), [](const ChunkRange& a, const ChunkRange& b) {
+      return std::tie(a.entry, a.chunk, a.lo) < std::tie(b.entry, b.chunk, b.lo);
+    });
+    size_t n = 0;
+    for (const ChunkRange& r : out) {
+      if (n > 0 && out[n - 1].entry == r.entry && out[n - 1].chunk == r.chunk && r.lo <= out[n - 1].hi) {
+        out[n - 1].hi = std::max(out[n - 1].hi, r.hi);
+      } else {
+        out[n++] = r;
+      }
+    }
+    out.resize(n);
+    return out;
+  }
+
+  Status RunRanges(const std::vector<ChunkRange>& ranges, const ProgressFn& progress, const ReadBatch::ReadSink& sink) {
+    progress_ = progress;
+    DCKPT_RETURN_IF_ERROR(Prepare());
+    std::vector<Work> work;
+    const uint64_t block = r_->meta_.checksum_block_size();
+    const uint64_t seg = std::max(block, kReadSegmentBytes / block * block);
+    for (const ChunkRange& r : ranges) {
+      DCKPT_ASSIGN_OR_RETURN(const Job* job, FindJob(r));
+      const ChunkLocation loc = r_->meta_.entry(job->entry).chunk(job->chunk);
+      if (r.hi > loc.length || r.lo > r.hi) return Internal("fan-out range beyond its chunk");
+      for (uint64_t lo = r.lo; lo < r.hi; lo += seg) {
+        work.push_back(Work{job, Range{lo, std::min(r.hi, lo + seg)}, loc.file, loc.offset + lo});
+      }
+    }
+    std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
+      return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+    });
+    sink_ = sink;
+    Status st = RunWork(work);
+    sink_ = nullptr;
+    return st;
+  }
+
+  Status DeliverFromPeer(const ChunkRange& r, const char* data, const ProgressFn& progress) {
+    progress_ = progress;
+    DCKPT_RETURN_IF_ERROR(Prepare());
+    DCKPT_ASSIGN_OR_RETURN(const Job* job, FindJob(r));
+    uint64_t delivered = 0;
+    for (const Op& op : job->ops) {
+      ForEachRunIn(*op.copy, r.lo, r.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
+        std::memcpy(op.dst + dst, data + (src - r.lo), n);
+        delivered += n;
+      });
+    }
+    r_->stats_.bytes_delivered += delivered;
+    r_->stats_.bytes_received_from_peers += r.hi - r.lo;
+    return Progress(r.hi - r.lo);
   }
 
  private:
@@ -200,6 +241,59 @@ class ReadExecutor {
   };
 
   bool verify(const Job& job) const { return job.verify_only || r_->options_.verify; }
+  struct Work {
+    const Job* job;
+    Range seg;        // within the chunk
+    uint32_t file;    // where the segment starts in the data files
+    uint64_t offset;
+  };
+
+  Result<const Job*> FindJob(const ChunkRange& r) const {
+    auto it = job_of_.find(std::make_pair(static_cast<size_t>(r.entry), r.chunk));
+    if (it == job_of_.end()) {
+      return Internal("fan-out range of entry #" + std::to_string(r.entry) + " chunk #" + std::to_string(r.chunk) +
+                      " that this rank did not plan");
+    }
+    return &jobs_[it->second];
+  }
+
+  Status Progress(uint64_t len) {
+    if (progress_) {
+      uint64_t done = done_.fetch_add(len) + len;
+      std::lock_guard<std::mutex> lock(progress_mu_);
+      if (progress_(done, total_) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
+    }
+    return OkStatus();
+  }
+
+  Status RunWork(const std::vector<Work>& work) {
+    uint64_t total = 0;
+    for (const Work& w : work) total += w.seg.hi - w.seg.lo;
+    // The segments (in file order, see Prepare) are cut into one contiguous stream per I/O thread (equal bytes), each
+    // read front to back through the stream's own file handles: every stream looks sequential to the kernel, whose
+    // readahead then fills the page cache with large folios (a later mapped read of them costs a fraction of the
+    // page faults) and keeps the disk busy with large requests.
+    const size_t streams = std::max<size_t>(1, std::min(r_->pool_->size(), work.size()));
+    TaskGroup group(r_->pool_.get());
+    size_t begin = 0;
+    uint64_t bytes = 0;
+    for (size_t s = 0; s < streams && begin < work.size(); ++s) {
+      const uint64_t until = total / streams * (s + 1);
+      size_t end = begin;
+      while (end < work.size() && (s + 1 == streams || bytes < until || end == begin)) {
+        bytes += work[end].seg.hi - work[end].seg.lo;
+        ++end;
+      }
+      group.Run([this, &work, begin, end] {
+        std::vector<std::unique_ptr<ReadableFile>> own(r_->files_.size());
+        for (size_t i = begin; i < end; ++i) DCKPT_RETURN_IF_ERROR(RunSegment(*work[i].job, work[i].seg, &own));
+        return OkStatus();
+      });
+      begin = end;
+    }
+    return group.Wait();
+  }
+
 
   // Splits every job into segments, once, sorted by their place in the data files: progress then reports a fixed
   // total, VerifiedRanges sees what Run does, and Run can cut the list into sequential streams.
@@ -335,12 +429,11 @@ class ReadExecutor {
     }
     r_->stats_.bytes_delivered += delivered;
     if (mapped) r_->stats_.bytes_mapped += delivered;
-    if (progress_) {
-      uint64_t done = done_.fetch_add(len) + len;
-      std::lock_guard<std::mutex> lock(progress_mu_);
-      if (progress_(done, total_) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
+    if (sink_) {  // verified above: the bytes may go to the ranks that need them too
+      sink_(ChunkRange{static_cast<uint32_t>(job.entry), job.chunk, seg.lo, seg.hi}, buf);
+      r_->stats_.bytes_sent_to_peers += len;
     }
-    return OkStatus();
+    return Progress(len);
   }
 
   Status Verify(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf) {
@@ -381,15 +474,11 @@ class ReadExecutor {
   BufferPool pool_;
   std::vector<std::vector<TensorReadOp>> plans_;
   std::vector<Job> jobs_;
-  struct Work {
-    const Job* job;
-    Range seg;        // within the chunk
-    uint32_t file;    // where the segment starts in the data files
-    uint64_t offset;
-  };
+  std::map<std::pair<size_t, uint32_t>, size_t> job_of_;  // (entry, chunk) -> index in jobs_ (Add's jobs)
   std::vector<Work> work_;
   bool prepared_ = false;
   VerifyFilter filter_;
+  ReadBatch::ReadSink sink_;  // set during RunRanges
   ProgressFn progress_;
   std::mutex progress_mu_;
   std::atomic<uint64_t> done_{0};
@@ -594,6 +683,13 @@ Status ReadBatch::Add(size_t entry, const std::vector<ReadTarget>& targets) { re
 Result<std::vector<FileRange>> ReadBatch::VerifiedRanges() { return ex_->VerifiedRanges(); }
 void ReadBatch::SetVerifyFilter(VerifyFilter filter) { ex_->SetVerifyFilter(std::move(filter)); }
 Status ReadBatch::Run(const ProgressFn& progress) { return ex_->Run(progress); }
+Result<std::vector<ChunkRange>> ReadBatch::NeededRanges() { return ex_->NeededRanges(); }
+Status ReadBatch::RunRanges(const std::vector<ChunkRange>& ranges, const ProgressFn& progress, const ReadSink& sink) {
+  return ex_->RunRanges(ranges, progress, sink);
+}
+Status ReadBatch::DeliverFromPeer(const ChunkRange& range, const char* data, const ProgressFn& progress) {
+  return ex_->DeliverFromPeer(range, data, progress);
+}
 
 Status Reader::ReadMany(const std::vector<EntryTargets>& work) {
   ReadBatch batch(this);
@@ -666,6 +762,8 @@ IoStats Reader::io_stats() const {
   s.bytes_verified = stats_.bytes_verified.load();
   s.bytes_delivered = stats_.bytes_delivered.load();
   s.bytes_mapped = stats_.bytes_mapped.load();
+  s.bytes_received_from_peers = stats_.bytes_received_from_peers.load();
+  s.bytes_sent_to_peers = stats_.bytes_sent_to_peers.load();
   return s;
 }
 

@@ -34,6 +34,16 @@ struct ReadOptions {
   /// hashed by one of them and every rank learns the outcome in the load's final status exchange. Ranks share only
   /// blocks of files with the same ReadableFile::CacheIdentity (the same inode through the same page cache).
   bool share_verification = true;
+  /// Load only, with several ranks: bytes that several ranks need (replicas) are read from storage once, each rank
+  /// reading a disjoint part, and exchanged over the communicator (core/engine/fanout.h). On by default: it divides
+  /// the bytes read from storage by the replica factor, which is what matters on shared storage (a parallel
+  /// filesystem, an object store, ranks on several hosts); the cost is a copy through the communicator and at most
+  /// `fanout_round_bytes` per rank of buffers per exchange round. Ranks on one host already share the page cache, so
+  /// a warm or local-disk load there may be faster with it off (bench/fanout).
+  bool fanout = true;
+  /// Load only: the bytes one rank contributes per exchange round of the fan-out (the group uses the smallest). Every
+  /// rank receives up to this times the number of ranks per round.
+  uint64_t fanout_round_bytes = 64ull << 20;
   /// Load only: called with (bytes read, bytes to read); non-zero aborts (kUser).
   std::function<int(uint64_t done, uint64_t total)> progress;
 };
@@ -45,11 +55,20 @@ struct IoStats {
   uint64_t bytes_verified = 0;   ///< bytes hashed to check checksums
   uint64_t bytes_delivered = 0;  ///< bytes written into caller buffers
   uint64_t bytes_mapped = 0;     ///< bytes served from the page cache through a mapping (not in bytes_read)
+  uint64_t bytes_received_from_peers = 0;  ///< fan-out load: bytes other ranks read for this one (in bytes_delivered)
+  uint64_t bytes_sent_to_peers = 0;        ///< fan-out load: bytes this rank read for others (counted once)
 };
 
 /// A byte range [lo, hi) of data file `file` (an index into the metadata's file table).
 struct FileRange {
   uint32_t file = 0;
+  uint64_t lo = 0, hi = 0;
+};
+
+/// Bytes [lo, hi) of chunk `chunk` of entry `entry`, relative to the chunk's start.
+struct ChunkRange {
+  uint32_t entry = 0;
+  uint32_t chunk = 0;
   uint64_t lo = 0, hi = 0;
 };
 
@@ -84,6 +103,18 @@ class ReadBatch {
   /// Only blocks for which `filter` returns true are hashed (the others are someone else's to verify).
   void SetVerifyFilter(VerifyFilter filter);
   Status Run(const ProgressFn& progress);
+
+  /// For a fan-out load, instead of Run. The bytes Run would read, by chunk: sorted by (entry, chunk, lo), merged.
+  /// With verification on they start and end on the chunk's checksum blocks (or at its end).
+  Result<std::vector<ChunkRange>> NeededRanges();
+  /// Called with bytes read and verified, before Run returns; from several threads at once.
+  using ReadSink = std::function<void(const ChunkRange& piece, const char* data)>;
+  /// Reads `ranges` (parts of NeededRanges, starting on checksum blocks when verifying) from storage, verifies them,
+  /// delivers them into this batch's destinations and, with `sink`, hands them over (counted as sent to peers).
+  /// Progress counts against the total of NeededRanges.
+  Status RunRanges(const std::vector<ChunkRange>& ranges, const ProgressFn& progress, const ReadSink& sink);
+  /// Delivers bytes another rank read and verified: `data` holds range.hi - range.lo bytes of the chunk.
+  Status DeliverFromPeer(const ChunkRange& range, const char* data, const ProgressFn& progress);
 
  private:
   std::unique_ptr<ReadExecutor> ex_;
@@ -162,7 +193,8 @@ class Reader {
   std::mutex index_mu_;
   std::vector<std::unique_ptr<ChunkIndex>> indexes_;
   struct AtomicStats {
-    std::atomic<uint64_t> bytes_read{0}, read_calls{0}, bytes_verified{0}, bytes_delivered{0}, bytes_mapped{0};
+    std::atomic<uint64_t> bytes_read{0}, read_calls{0}, bytes_verified{0}, bytes_delivered{0}, bytes_mapped{0},
+        bytes_received_from_peers{0}, bytes_sent_to_peers{0};
   } stats_;
 };
 
