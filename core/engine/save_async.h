@@ -43,8 +43,8 @@ class SaveFuture {
   uint64_t staged_bytes_ = 0;
 };
 
-/// Copies every piece and bytes entry of `state` into one owned buffer (in parallel), then runs Save on a background
-/// thread. Collective like Save: every rank calls it. `comm` belongs to the save until it finishes: do not run other
+/// Copies every piece and bytes entry of `state` into one owned buffer (in parallel; device pieces through the
+/// bounded pinned staging pool, save_staging.h), then runs Save on a background thread. Collective like Save: every rank calls it. `comm` belongs to the save until it finishes: do not run other
 /// collectives on it meanwhile. `state`'s buffers may be reused as soon as this returns.
 Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const State& state, Communicator* comm,
                                               const SaveOptions& options);
