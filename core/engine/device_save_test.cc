@@ -106,7 +106,8 @@ TEST(DeviceSaveTest, DevicePiecesAreStagedThroughTheBoundedPoolAndSavedExactly) 
   EXPECT_EQ(engine.copies_issued(), f.device_segments());
   EXPECT_EQ(engine.order_after_calls(), 2u) << "one wait per (device, stream)";
   auto pool = engine.StagingPool(kBuffer, 2).value();
-  EXPECT_EQ(pool->allocated(), 2u);
+  EXPECT_GE(pool->allocated(), 1u);  // 1 when every write kept up with the copies
+  EXPECT_LE(pool->allocated(), 2u);
   EXPECT_LE(pool->max_in_use(), 2u);
   EXPECT_EQ(pool->in_use(), 0u);
 }
