@@ -147,8 +147,13 @@ FanoutRounds ScheduleFanoutRounds(const std::vector<FanoutPart>& parts, int rank
 
 std::string EncodeFanoutNeeds(const FanoutNeeds& n) {
   WireWriter w;
-  w.U8(static_cast<uint8_t>((n.take_part ? 1 : 0) | (n.verify ? 2 : 0)));
+  w.U8(static_cast<uint8_t>((n.take_part ? 1 : 0) | (n.verify ? 2 : 0) | (n.always ? 4 : 0)));
   w.Var(n.round_bytes);
+  w.Var(n.identities.size());
+  for (const auto& [file, id] : n.identities) {
+    w.Var(file);
+    w.U64(id);
+  }
   w.Var(n.ranges.size());
   for (const ChunkRange& r : n.ranges) {
     w.Var(r.entry);
@@ -163,9 +168,17 @@ bool DecodeFanoutNeeds(const std::string& msg, FanoutNeeds* n) {
   WireReader in(msg);
   uint8_t flags;
   uint64_t count;
-  if (!in.U8(&flags) || flags > 3 || !in.Var(&n->round_bytes) || !in.Count(&count, 4)) return false;
+  if (!in.U8(&flags) || flags > 7 || !in.Var(&n->round_bytes) || !in.Count(&count, 9)) return false;
   n->take_part = flags & 1;
   n->verify = flags & 2;
+  n->always = flags & 4;
+  n->identities.resize(count);
+  for (auto& [file, id] : n->identities) {
+    uint64_t f;
+    if (!in.Var(&f) || f > UINT32_MAX || !in.U64(&id)) return false;
+    file = static_cast<uint32_t>(f);
+  }
+  if (!in.Count(&count, 4)) return false;
   n->ranges.resize(count);
   for (ChunkRange& r : n->ranges) {
     uint64_t entry, chunk, lo, len;
@@ -185,6 +198,7 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
   if (mine.size() > kMaxFanoutNeedsBytes) {
     FanoutNeeds none;
     none.verify = needs.verify;
+    none.round_bytes = needs.round_bytes;
     mine = EncodeFanoutNeeds(none);
   }
   WireWriter w;
@@ -209,25 +223,23 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
   CollectiveLoadPlan plan;
   plan.filter = MakeVerifyFilter(claims, comm->rank());
   // Ranks fan out together only if they agree on verification: a rank that verifies never takes bytes from one that
-  // does not.
-  bool agree = true, any = false;  // any: some rank takes part
+  // does not. Under kAuto, only if the participants do not all read through one page cache.
+  bool any = false, always = false, agree = true, verify = true, separate_caches = false;
   uint64_t round_bytes = UINT64_MAX;
+  std::map<uint32_t, uint64_t> cache_of_file;
   for (const FanoutNeeds& f : wants) {
     if (!f.take_part) continue;
+    if (any && f.verify != verify) agree = false;
+    verify = f.verify;
     any = true;
+    always = always || f.always;
     round_bytes = std::min(round_bytes, std::max<uint64_t>(f.round_bytes, 1));
-  }
-  bool first_verify = true;
-  for (const FanoutNeeds& f : wants) {
-    if (f.take_part) {
-      first_verify = f.verify;
-      break;
+    for (const auto& [file, id] : f.identities) {
+      auto [it, added] = cache_of_file.emplace(file, id);
+      if (id == 0 || (!added && it->second != id)) separate_caches = true;
     }
   }
-  for (const FanoutNeeds& f : wants) {
-    if (f.take_part && f.verify != first_verify) agree = false;
-  }
-  if (!any || !agree) return plan;
+  if (!any || !agree || !(always || separate_caches)) return plan;
   std::vector<std::vector<ChunkRange>> by_rank(n);
   for (int r = 0; r < n; ++r) {
     if (wants[r].take_part) by_rank[r] = std::move(wants[r].ranges);
@@ -239,6 +251,11 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
     return plan;
   }
   plan.participant = wants[comm->rank()].take_part;
+  // A participant reads disjoint parts and verifies all of them; the others share verification among themselves.
+  for (int r = 0; r < n; ++r) {
+    if (wants[r].take_part) claims[r] = VerifyClaim{};
+  }
+  plan.filter = plan.participant ? nullptr : MakeVerifyFilter(claims, comm->rank());
   plan.rounds = ScheduleFanoutRounds(plan.parts, n, round_bytes, block);
   return plan;
 }

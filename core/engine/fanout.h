@@ -58,7 +58,11 @@ FanoutRounds ScheduleFanoutRounds(const std::vector<FanoutPart>& parts, int rank
 /// What a rank tells the others before a collective load reads anything.
 struct FanoutNeeds {
   bool take_part = false;         ///< fan-out asked for, and this rank's needs fit in kMaxFanoutNeedsBytes
+  bool always = false;            ///< FanoutMode::kAlways (else kAuto)
   bool verify = true;             ///< this rank verifies checksums (ranks fan out together only if all agree)
+  /// The files this rank reads: (file index, IdentityDigest(CacheIdentity)); 0: unknown. Under kAuto the group fans
+  /// out only if two ranks read a file through different caches (or an unknown one).
+  std::vector<std::pair<uint32_t, uint64_t>> identities;
   uint64_t round_bytes = 0;       ///< this rank's cap per round (the group uses the smallest)
   std::vector<ChunkRange> ranges;  ///< sorted by (entry, chunk, lo), merged
 };
@@ -72,7 +76,8 @@ bool DecodeFanoutNeeds(const std::string& msg, FanoutNeeds* needs);
 
 /// The outcome of the planning exchange, the same on every rank (but `filter`, which is this rank's).
 struct CollectiveLoadPlan {
-  VerifyFilter filter;               ///< shared verification among the ranks that do not fan out
+  /// Shared verification among the ranks that do not fan out (null for a participant: it verifies all it reads).
+  VerifyFilter filter;
   bool fanout = false;               ///< some bytes are exchanged (then `rounds` is not empty)
   bool participant = false;          ///< this rank reads only what `parts` gives it
   std::vector<FanoutPart> parts;
@@ -81,6 +86,8 @@ struct CollectiveLoadPlan {
 
 /// Collective: one AllGather of every rank's status, verification claim and needs. If a rank is missing or reports
 /// a failure, every rank returns an error and no rank starts reading. `block`: the checkpoint's checksum block size.
+/// The group fans out if some rank takes part with `always`, or with kAuto when the participants do not all read
+/// through one page cache; and only if all participants agree on verification.
 Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& local, const VerifyClaim& claim,
                                              const FanoutNeeds& needs, uint64_t block,
                                              std::chrono::milliseconds timeout);

@@ -212,10 +212,15 @@ TEST(FanoutNeedsTest, RoundTripAndMalformed) {
   n.take_part = true;
   n.verify = false;
   n.round_bytes = 1 << 26;
+  n.always = true;
+  n.identities = {{0, 0}, {3, 0x1234567890abcdefull}};
   n.ranges = {ChunkRange{1, 2, 3, 4}, ChunkRange{7, 0, 0, 1ull << 40}};
   FanoutNeeds back;
   ASSERT_TRUE(DecodeFanoutNeeds(EncodeFanoutNeeds(n), &back));
   EXPECT_TRUE(back.take_part);
+  EXPECT_TRUE(back.always);
+  ASSERT_EQ(back.identities.size(), 2u);
+  EXPECT_EQ(back.identities[1], n.identities[1]);
   EXPECT_FALSE(back.verify);
   EXPECT_EQ(back.round_bytes, n.round_bytes);
   ASSERT_EQ(back.ranges.size(), 2u);

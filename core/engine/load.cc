@@ -63,6 +63,21 @@ Result<VerifyClaim> Claim(Reader* reader, ReadBatch* batch) {
   return claim;
 }
 
+// What this rank reads and through which caches, for the fan-out.
+Status Needs(Reader* reader, ReadBatch* batch, FanoutNeeds* needs) {
+  DCKPT_ASSIGN_OR_RETURN(needs->ranges, batch->NeededRanges());
+  std::vector<uint32_t> files;
+  for (const ChunkRange& r : needs->ranges) files.push_back(reader->metadata().entry(r.entry).chunk(r.chunk).file);
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  for (uint32_t f : files) {
+    DCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, reader->File(f));
+    needs->identities.emplace_back(f, IdentityDigest(file->CacheIdentity()));
+  }
+  needs->take_part = true;
+  return OkStatus();
+}
+
 // The load proper, for a reader that opened, or failed to open with `st`: every rank takes part in the collectives
 // whatever its state, so that they stay matched.
 Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, State& state, Communicator* comm,
@@ -87,16 +102,13 @@ Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, Stat
     VerifyClaim claim;
     FanoutNeeds needs;
     needs.verify = options.verify;
+    needs.always = options.fanout == FanoutMode::kAlways;
     needs.round_bytes = options.fanout_round_bytes;
-    if (st.ok() && options.fanout) {
-      auto ranges = batch->NeededRanges();
-      if (ranges.ok()) {
-        needs.take_part = true;
-        needs.ranges = std::move(ranges).value();
-      } else {
-        st = ranges.status();
-      }
-    } else if (st.ok() && options.verify && options.share_verification) {
+    if (st.ok() && options.fanout != FanoutMode::kOff) {
+      auto made = Needs(reader, batch.get(), &needs);
+      if (!made.ok()) st = made;
+    }
+    if (st.ok() && options.verify && options.share_verification) {
       auto made = Claim(reader, batch.get());
       if (made.ok()) claim = std::move(made).value();
       else st = made.status();

@@ -11,6 +11,30 @@
 
 namespace distckpt {
 
+// Fan-out (ReadOptions::fanout; core/engine/fanout.h). In a collective load, bytes that several ranks need
+// (replicated weights on every data-parallel rank, or blocks every rank needs a slice of) are read from storage by
+// one of them only and passed to the others through the communicator. By default (kAuto) only where the ranks do not
+// all read through one page cache: ranks on several hosts, or storage whose cache identity is unknown.
+//  - Planning: each rank's planned reads (ReadBatch::NeededRanges) travel in the one AllGather that precedes every
+//    collective load (the one that also carries shared-verification claims); every rank then computes the same
+//    assignment: bytes only one rank needs stay its own, bytes several need are split among them (balancing the
+//    bytes each rank reads, cut on checksum blocks). No extra storage read, no extra collective.
+//  - Trust: the rank that reads a part verifies every checksum block of it before delivering or sending it;
+//    receivers trust those bytes. Verification is never skipped for bytes that reach a caller buffer.
+//  - Exchange: AllGather rounds of at most ReadOptions::fanout_round_bytes per rank (64 MiB; a rank holds up to
+//    ranks x that per round), each contribution carrying its sender's status. A failure (a checksum mismatch, an I/O
+//    error, a progress abort) reaches every rank in the same round: all stop, and every rank fails with the failing
+//    rank's message (checkpoint, entry, file). A rank that dies mid-exchange makes the others fail promptly, naming it.
+//  - Stats: IoStats::bytes_read stays storage reads only; bytes_received_from_peers / bytes_sent_to_peers count
+//    the exchange.
+//  - When it pays: shared storage (a parallel filesystem, NFS, an object store) read from several hosts, where
+//    storage bandwidth is the limit: bytes read drop by the replica factor. Ranks on one host already share the
+//    page cache, so there kAuto does not fan out (bench/fanout with kAlways on one 2-core host: 3.7x fewer bytes
+//    read, but 3-4x slower through loopback TCP). kAuto sees one cache when every file some participants read has
+//    the same non-empty ReadableFile::CacheIdentity on all of them. Ranks fan out together only if they agree on
+//    verification; a rank with kOff reads everything itself (and still joins the rounds).
+//  - Not fanned out: bytes entries (each rank reads its own), and loads through a single-rank communicator.
+
 struct LoadSummary {
   IoStats io;
   uint32_t entries = 0;      ///< entries this rank loaded

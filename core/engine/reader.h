@@ -22,6 +22,9 @@
 
 namespace distckpt {
 
+/// When a collective load exchanges replicated bytes between ranks instead of reading them on each (ReadOptions).
+enum class FanoutMode { kOff, kAuto, kAlways };
+
 struct ReadOptions {
   bool verify = true;             ///< check chunk checksums for every byte read
   size_t io_threads = 0;          ///< 0: DefaultIoThreads()
@@ -35,12 +38,12 @@ struct ReadOptions {
   /// blocks of files with the same ReadableFile::CacheIdentity (the same inode through the same page cache).
   bool share_verification = true;
   /// Load only, with several ranks: bytes that several ranks need (replicas) are read from storage once, each rank
-  /// reading a disjoint part, and exchanged over the communicator (core/engine/fanout.h). On by default: it divides
-  /// the bytes read from storage by the replica factor, which is what matters on shared storage (a parallel
-  /// filesystem, an object store, ranks on several hosts); the cost is a copy through the communicator and at most
-  /// `fanout_round_bytes` per rank of buffers per exchange round. Ranks on one host already share the page cache, so
-  /// a warm or local-disk load there may be faster with it off (bench/fanout).
-  bool fanout = true;
+  /// reading a disjoint part, and exchanged over the communicator (core/engine/fanout.h, load.h). kAuto (default):
+  /// only when the ranks do not all read through one page cache (ranks on several hosts, or storage whose cache
+  /// identity is unknown, such as a plugged-in object store): there it divides the bytes read from storage by the
+  /// replica factor, while ranks on one host already share the page cache and the exchange would only add copies
+  /// (bench/fanout). kAlways: whenever bytes are shared. kOff: every rank reads what it needs itself.
+  FanoutMode fanout = FanoutMode::kAuto;
   /// Load only: the bytes one rank contributes per exchange round of the fan-out (the group uses the smallest). Every
   /// rank receives up to this times the number of ranks per round.
   uint64_t fanout_round_bytes = 64ull << 20;

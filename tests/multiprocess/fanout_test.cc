@@ -92,6 +92,16 @@ TEST_F(FanoutLoadTest, StorageBytesDropByTheReplicaFactor) {
   }
 }
 
+TEST_F(FanoutLoadTest, AutoDoesNotFanOutThroughOnePageCache) {
+  // Every rank here reads the same inodes through one page cache: kAuto reads as a plain load (and keeps shared
+  // verification), since the exchange would only add copies.
+  auto autos = RunRanks(4, {"--mode", "load", "--path", *path_, "--mib", "8", "--fanout", "2"});
+  ExpectAllOk(autos, "fanout auto");
+  EXPECT_EQ(Sum(autos, "received"), 0);
+  EXPECT_EQ(Sum(autos, "sent"), 0);
+  EXPECT_LT(Sum(autos, "verified"), Sum(autos, "bytes_read")) << "shared verification still splits the hashing";
+}
+
 TEST_F(FanoutLoadTest, SmallRoundsAndNoVerification) {
   // 256 KiB per rank and round: dozens of rounds; and the same without checksums (cuts need not fall on blocks).
   ExpectAllOk(RunRanks(4, {"--mode", "load", "--path", *path_, "--mib", "8", "--round-kib", "256"}), "small rounds");

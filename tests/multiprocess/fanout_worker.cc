@@ -3,9 +3,10 @@
 // save and load (each rank needs only its own rows), one saved by rows and loaded by columns (every rank needs a
 // slice of every block). Every loaded value is checked exactly.
 //
-//   fanout_worker --mode save|load --path CKPT [--mib M] [--fanout 0|1] [--round-kib K] [--verify 0|1]
+//   fanout_worker --mode save|load --path CKPT [--mib M] [--fanout 0|1|2] [--round-kib K] [--verify 0|1]
 //                 [--map 0|1] [--timeout-ms T] [--die-rank R --die-at PERCENT] [--repeat N]
 //   fanout_worker --mode corrupt --path CKPT --entry NAME     (one process: flips a byte of NAME's first chunk)
+// --fanout: 0 off, 1 always (default here: every rank is on this host, where kAuto would not fan out), 2 auto.
 // Rank and world size come from the environment (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
 // A load prints one line per repeat: "FANOUT_STATS rank=R fanout=F bytes_read=.. received=.. sent=.. delivered=..
 // seconds=..". Exit codes: 0 ok, 2 wrong values, 3 a call failed ("rank R: error: ...").
@@ -170,7 +171,7 @@ int Main(int argc, char** argv) {
     }
     ReadOptions opts;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
-    opts.fanout = fanout != 0;
+    opts.fanout = fanout == 0 ? FanoutMode::kOff : fanout == 1 ? FanoutMode::kAlways : FanoutMode::kAuto;
     opts.verify = verify != 0;
     opts.map_files = map != 0;  // off by default: every byte from storage then counts in bytes_read
     if (round_kib) opts.fanout_round_bytes = round_kib << 10;
