@@ -1,0 +1,99 @@
+// Device pieces saved by several ranks (forked processes over Gloo on loopback), with the host copy engine standing
+// in for CUDA: replicated device boxes are written once, and a copy failing on one rank fails the save on every rank
+// with that rank's message, leaving nothing at the path.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "core/comm/comm_conformance.h"
+#include "core/comm/gloo/gloo.h"
+#include "core/comm/gloo/gloo_test_util.h"
+#include "core/cuda/host_copy_engine.h"
+#include "core/engine/load.h"
+#include "core/engine/save.h"
+
+namespace distckpt {
+namespace {
+
+constexpr int kRanks = 3;
+constexpr uint64_t kPerRank = 5000;  // f32 elements of "w" per rank: several 16 KiB staging buffers each
+
+std::vector<float> Values(uint64_t n, float start) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// Each rank saves its slice of "w" and a replica of "r", both as device pieces; `fail_rank` fails its second copy (it has at least two: its 20 KB of "w" spans two 16 KiB buffers).
+Status SaveOnRank(int rank, const std::string& rendezvous, const std::string& path, int fail_rank) {
+  DCKPT_ASSIGN_OR_RETURN(auto comm, NewGlooCommunicator(gloo_testing::Loopback(rank, kRanks, rendezvous)));
+  HostCopyEngine engine;
+  if (rank == fail_rank) {
+    engine.set_before_copy([](uint64_t i) {
+      return i == 1 ? Status(StatusCode::kUnknown, "injected: unspecified launch failure") : OkStatus();
+    });
+  }
+  std::vector<float> w = Values(kPerRank, float(rank * kPerRank)), r = Values(3000, 0.5f);
+  const MemoryLocation dev{MemoryKind::kCuda, rank, reinterpret_cast<void*>(uintptr_t(0x100 + rank))};
+  State s;
+  DCKPT_RETURN_IF_ERROR(s.AddTensor("w", DType::kF32, {kRanks * kPerRank}));
+  DCKPT_RETURN_IF_ERROR(s.AddPieceIn("w", {rank * kPerRank}, {kPerRank}, w.data(), dev));
+  DCKPT_RETURN_IF_ERROR(s.AddTensor("r", DType::kF32, {3000}));
+  DCKPT_RETURN_IF_ERROR(s.AddPieceIn("r", {0}, {3000}, r.data(), dev));
+  SaveOptions o;
+  o.copy_engine = &engine;
+  o.checksum_block_size = 4096;
+  o.staging_buffer_bytes = 16384;
+  o.staging_buffers = 2;
+  o.sync = false;
+  o.timeout = std::chrono::seconds(30);
+  auto saved = Save(path, s, comm.get(), o);
+  if (fail_rank < 0) return saved.status();
+  // Expected to fail on every rank, naming the failing rank's copy; nothing may appear at the path.
+  if (saved.ok()) return Internal("the save succeeded although rank " + std::to_string(fail_rank) + "'s copy failed");
+  const std::string& m = saved.status().message();
+  std::fprintf(stderr, "[rank %d] the save failed as expected: %s\n", rank, m.c_str());
+  for (const char* want : {"unspecified launch failure", "tensor '", " to host failed"}) {
+    if (m.find(want) == std::string::npos) return Internal("message lacks '" + std::string(want) + "': " + m);
+  }
+  if (::access(path.c_str(), F_OK) == 0) return Internal("'" + path + "' exists after a failed save");
+  return OkStatus();
+}
+
+Status CheckOnRank0(const std::string& path) {
+  std::vector<float> w(kRanks * kPerRank), r(3000);
+  State s;
+  DCKPT_RETURN_IF_ERROR(s.AddTensor("w", DType::kF32, {kRanks * kPerRank}));
+  DCKPT_RETURN_IF_ERROR(s.AddPiece("w", {0}, {kRanks * kPerRank}, w.data()));
+  DCKPT_RETURN_IF_ERROR(s.AddTensor("r", DType::kF32, {3000}));
+  DCKPT_RETURN_IF_ERROR(s.AddPiece("r", {0}, {3000}, r.data()));
+  DCKPT_RETURN_IF_ERROR(Load(path, s, nullptr, ReadOptions{}).status());
+  if (w != Values(kRanks * kPerRank, 0) || r != Values(3000, 0.5f)) return Internal("loaded values differ");
+  return OkStatus();
+}
+
+TEST(DeviceSaveMultiRankTest, EveryRankStagesItsDevicePiecesAndReplicasAreWrittenOnce) {
+  const std::string dir = comm_testing::MakeTempDir("device-save-");
+  const std::string path = dir + "/ckpt";
+  auto outcomes = comm_testing::RunRanks(kRanks, std::chrono::seconds(60), [&](int rank) {
+    Status st = SaveOnRank(rank, "file://" + dir + "/rdv", path, /*fail_rank=*/-1);
+    if (st.ok() && rank == 0) st = CheckOnRank0(path);
+    return comm_testing::ReportInChild(rank, st);
+  });
+  EXPECT_TRUE(comm_testing::AllExitedZero(outcomes)) << comm_testing::Describe(outcomes);
+}
+
+TEST(DeviceSaveMultiRankTest, ACopyFailingOnOneRankFailsEveryRankAndLeavesNothing) {
+  const std::string dir = comm_testing::MakeTempDir("device-save-fail-");
+  const std::string path = dir + "/ckpt";
+  auto outcomes = comm_testing::RunRanks(kRanks, std::chrono::seconds(60), [&](int rank) {
+    return comm_testing::ReportInChild(rank, SaveOnRank(rank, "file://" + dir + "/rdv", path, /*fail_rank=*/1));
+  });
+  EXPECT_TRUE(comm_testing::AllExitedZero(outcomes)) << comm_testing::Describe(outcomes);
+}
+
+}  // namespace
+}  // namespace distckpt
