@@ -18,7 +18,7 @@ bool ByPlace(const ChunkRange& a, const ChunkRange& b) {
 // A run of bytes of one chunk with the same set of ranks needing it.
 struct Piece {
   ChunkRange range;
-  std::vector<int> needers;
+  std::shared_ptr<const std::vector<int>> needers;
 };
 
 // The union of every rank's needs, cut where the set of ranks needing the bytes changes.
@@ -51,10 +51,11 @@ std::vector<Piece> SharedPieces(const std::vector<std::vector<ChunkRange>>& need
     std::vector<int> needers;
     for (const auto& [rank, n] : active) needers.push_back(rank);
     const uint64_t hi = events[i].at.lo;
-    if (!out.empty() && SameChunk(out.back().range, at) && out.back().range.hi == at.lo && out.back().needers == needers) {
+    if (!out.empty() && SameChunk(out.back().range, at) && out.back().range.hi == at.lo && *out.back().needers == needers) {
       out.back().range.hi = hi;
     } else {
-      out.push_back(Piece{ChunkRange{at.entry, at.chunk, at.lo, hi}, std::move(needers)});
+      out.push_back(Piece{ChunkRange{at.entry, at.chunk, at.lo, hi},
+                          std::make_shared<const std::vector<int>>(std::move(needers))});
     }
   }
   return out;
@@ -68,19 +69,19 @@ std::vector<FanoutPart> AssignFanout(const std::vector<std::vector<ChunkRange>>&
   std::vector<uint64_t> load(needs.size(), 0);
   std::vector<FanoutPart> out;
   for (const Piece& p : pieces) {
-    if (p.needers.size() == 1) load[p.needers[0]] += p.range.hi - p.range.lo;
+    if (p.needers->size() == 1) load[p.needers->front()] += p.range.hi - p.range.lo;
   }
   for (Piece& p : pieces) {
     const ChunkRange& r = p.range;
-    if (p.needers.size() == 1) {
-      out.push_back(FanoutPart{r, p.needers[0], std::move(p.needers)});
+    if (p.needers->size() == 1) {
+      out.push_back(FanoutPart{r, p.needers->front(), p.needers});
       continue;
     }
     // Water-filling: the piece's bytes go to the needers that have read least so far, so that their totals end up
     // as equal as the piece allows; each share is a contiguous run cut at the chunk-relative
     // multiple of `block` nearest to its ideal end, so a reader hashes whole checksum blocks.
     const uint64_t size = r.hi - r.lo;
-    std::vector<int> by_load = p.needers;
+    std::vector<int> by_load = *p.needers;
     std::stable_sort(by_load.begin(), by_load.end(), [&](int a, int b) { return load[a] < load[b]; });
     size_t filled = by_load.size();
     long double level = 0, sum = 0;
@@ -122,7 +123,7 @@ FanoutRounds ScheduleFanoutRounds(const std::vector<FanoutPart>& parts, int rank
   std::vector<uint64_t> filled(ranks, 0);
   for (size_t i = 0; i < parts.size(); ++i) {
     const FanoutPart& p = parts[i];
-    if (p.needers.size() < 2 || p.reader < 0 || p.reader >= ranks) continue;
+    if (p.needers->size() < 2 || p.reader < 0 || p.reader >= ranks) continue;
     for (uint64_t lo = p.range.lo; lo < p.range.hi;) {
       const uint64_t hi = std::min(p.range.hi, lo / block * block + cap);
       auto& rounds = per_rank[p.reader];
@@ -195,7 +196,8 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
                                              const FanoutNeeds& needs, uint64_t block,
                                              std::chrono::milliseconds timeout) {
   std::string mine = EncodeFanoutNeeds(needs);
-  if (mine.size() > kMaxFanoutNeedsBytes) {
+  const size_t cap = std::max<size_t>(kMinFanoutNeedsBytes, kMaxFanoutPlanBytes / std::max(1, comm->size()));
+  if (mine.size() > cap) {
     FanoutNeeds none;
     none.verify = needs.verify;
     none.round_bytes = needs.round_bytes;
@@ -245,7 +247,7 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
     if (wants[r].take_part) by_rank[r] = std::move(wants[r].ranges);
   }
   plan.parts = AssignFanout(by_rank, block);
-  plan.fanout = std::any_of(plan.parts.begin(), plan.parts.end(), [](const FanoutPart& p) { return p.needers.size() > 1; });
+  plan.fanout = std::any_of(plan.parts.begin(), plan.parts.end(), [](const FanoutPart& p) { return p.needers->size() > 1; });
   if (!plan.fanout) {
     plan.parts.clear();
     return plan;
@@ -270,7 +272,7 @@ Status RunFanoutLoad(Communicator* comm, ReadBatch* batch, const CollectiveLoadP
     } else {
       std::vector<ChunkRange> own;  // what only this rank needs
       for (const FanoutPart& p : plan.parts) {
-        if (p.reader == me && p.needers.size() == 1) own.push_back(p.range);
+        if (p.reader == me && p.needers->size() == 1) own.push_back(p.range);
       }
       st = batch->RunRanges(own, progress, nullptr);
     }
@@ -344,7 +346,7 @@ Status RunFanoutLoad(Communicator* comm, ReadBatch* batch, const CollectiveLoadP
       if (static_cast<int>(r) == me) continue;
       const char* data = all[r].data() + ok_header.size();
       for (const FanoutPiece& p : plan.rounds[k][r]) {
-        const std::vector<int>& needers = plan.parts[p.part].needers;
+        const std::vector<int>& needers = *plan.parts[p.part].needers;
         if (std::binary_search(needers.begin(), needers.end(), me)) {
           st = batch->DeliverFromPeer(p.range, data, progress);
           if (!st.ok()) break;

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,13 @@
 
 namespace distckpt {
 
-/// One saved chunk's bytes that several ranks need, and who reads them: `reader` reads [range.lo, range.hi) of the
-/// chunk from storage; every rank in `needers` (sorted, includes `reader`) needs them.
+/// Bytes of one saved chunk and who reads them: `reader` reads [range.lo, range.hi) of the chunk from storage; every
+/// rank in `needers` (sorted, includes `reader`) needs them. Parts cut from one run of bytes share their needers
+/// (with thousands of ranks, a copy per part would not scale).
 struct FanoutPart {
   ChunkRange range;
   int reader = -1;
-  std::vector<int> needers;
+  std::shared_ptr<const std::vector<int>> needers;
 };
 
 /// Deterministic assignment of every byte some rank needs to one rank that reads it. `needs[r]`: rank r's needed
@@ -57,7 +59,7 @@ FanoutRounds ScheduleFanoutRounds(const std::vector<FanoutPart>& parts, int rank
 
 /// What a rank tells the others before a collective load reads anything.
 struct FanoutNeeds {
-  bool take_part = false;         ///< fan-out asked for, and this rank's needs fit in kMaxFanoutNeedsBytes
+  bool take_part = false;         ///< fan-out asked for (and this rank's needs fit the cap below)
   bool always = false;            ///< FanoutMode::kAlways (else kAuto)
   bool verify = true;             ///< this rank verifies checksums (ranks fan out together only if all agree)
   /// The files this rank reads: (file index, IdentityDigest(CacheIdentity)); 0: unknown. Under kAuto the group fans
@@ -67,9 +69,11 @@ struct FanoutNeeds {
   std::vector<ChunkRange> ranges;  ///< sorted by (entry, chunk, lo), merged
 };
 
-/// A rank whose needed ranges encode larger than this does not take part (it reads everything itself), which bounds
-/// the planning exchange whatever the checkpoint's layout.
-constexpr size_t kMaxFanoutNeedsBytes = 1 << 20;
+/// A rank whose needed ranges encode larger than max(kMinFanoutNeedsBytes, kMaxFanoutPlanBytes / ranks) does not
+/// take part (it reads everything itself), which bounds what every rank receives in the planning exchange at about
+/// kMaxFanoutPlanBytes whatever the checkpoint's layout and the number of ranks.
+constexpr size_t kMaxFanoutPlanBytes = 64 << 20;
+constexpr size_t kMinFanoutNeedsBytes = 16 << 10;
 
 std::string EncodeFanoutNeeds(const FanoutNeeds& needs);
 bool DecodeFanoutNeeds(const std::string& msg, FanoutNeeds* needs);
