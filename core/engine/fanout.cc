@@ -192,6 +192,27 @@ bool DecodeFanoutNeeds(const std::string& msg, FanoutNeeds* n) {
   return in.done();
 }
 
+uint64_t DecideFanout(const std::vector<FanoutNeeds>& wants) {
+  // Ranks fan out together only if they agree on verification: a rank that verifies never takes bytes from one that
+  // does not. Under kAuto, only if the participants do not all read through one page cache.
+  bool any = false, always = false, agree = true, verify = true, separate_caches = false;
+  uint64_t round_bytes = UINT64_MAX;
+  std::map<uint32_t, uint64_t> cache_of_file;
+  for (const FanoutNeeds& f : wants) {
+    if (!f.take_part) continue;
+    if (any && f.verify != verify) agree = false;
+    verify = f.verify;
+    any = true;
+    always = always || f.always;
+    round_bytes = std::min(round_bytes, std::max<uint64_t>(f.round_bytes, 1));
+    for (const auto& [file, id] : f.identities) {
+      auto [it, added] = cache_of_file.emplace(file, id);
+      if (id == 0 || (!added && it->second != id)) separate_caches = true;
+    }
+  }
+  return any && agree && (always || separate_caches) ? round_bytes : 0;
+}
+
 Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& local, const VerifyClaim& claim,
                                              const FanoutNeeds& needs, uint64_t block,
                                              std::chrono::milliseconds timeout) {
@@ -224,24 +245,8 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
   }
   CollectiveLoadPlan plan;
   plan.filter = MakeVerifyFilter(claims, comm->rank());
-  // Ranks fan out together only if they agree on verification: a rank that verifies never takes bytes from one that
-  // does not. Under kAuto, only if the participants do not all read through one page cache.
-  bool any = false, always = false, agree = true, verify = true, separate_caches = false;
-  uint64_t round_bytes = UINT64_MAX;
-  std::map<uint32_t, uint64_t> cache_of_file;
-  for (const FanoutNeeds& f : wants) {
-    if (!f.take_part) continue;
-    if (any && f.verify != verify) agree = false;
-    verify = f.verify;
-    any = true;
-    always = always || f.always;
-    round_bytes = std::min(round_bytes, std::max<uint64_t>(f.round_bytes, 1));
-    for (const auto& [file, id] : f.identities) {
-      auto [it, added] = cache_of_file.emplace(file, id);
-      if (id == 0 || (!added && it->second != id)) separate_caches = true;
-    }
-  }
-  if (!any || !agree || !(always || separate_caches)) return plan;
+  const uint64_t round_bytes = DecideFanout(wants);
+  if (round_bytes == 0) return plan;
   std::vector<std::vector<ChunkRange>> by_rank(n);
   for (int r = 0; r < n; ++r) {
     if (wants[r].take_part) by_rank[r] = std::move(wants[r].ranges);

@@ -78,6 +78,11 @@ constexpr size_t kMinFanoutNeedsBytes = 16 << 10;
 std::string EncodeFanoutNeeds(const FanoutNeeds& needs);
 bool DecodeFanoutNeeds(const std::string& msg, FanoutNeeds* needs);
 
+/// Whether the group fans out, from every rank's needs (indexed by rank): the round size (the smallest asked for), or 0
+/// for no fan-out. Only ranks that take part count: the group fans out if they agree on verification and some asks
+/// kAlways or, under kAuto, two of them read a file through different caches (or one through an unknown cache).
+uint64_t DecideFanout(const std::vector<FanoutNeeds>& wants);
+
 /// The outcome of the planning exchange, the same on every rank (but `filter`, which is this rank's).
 struct CollectiveLoadPlan {
   /// Shared verification among the ranks that do not fan out (null for a participant: it verifies all it reads).

@@ -228,6 +228,35 @@ TEST(AssignFanoutTest, ThousandRanksFullyReplicated) {
   }
 }
 
+TEST(DecideFanoutTest, AutoFansOutOnlyAcrossCaches) {
+  auto rank = [](bool take_part, bool always, bool verify, uint64_t round,
+                 std::vector<std::pair<uint32_t, uint64_t>> ids) {
+    FanoutNeeds n;
+    n.take_part = take_part;
+    n.always = always;
+    n.verify = verify;
+    n.round_bytes = round;
+    n.identities = std::move(ids);
+    return n;
+  };
+  // One host: both ranks read files 0 and 1 through the same cache.
+  EXPECT_EQ(DecideFanout({rank(true, false, true, 64, {{0, 7}, {1, 8}}), rank(true, false, true, 64, {{0, 7}, {1, 8}})}),
+            0u);
+  // Two hosts: file 0 through two caches. The smallest round wins.
+  EXPECT_EQ(DecideFanout({rank(true, false, true, 64, {{0, 7}}), rank(true, false, true, 32, {{0, 9}})}), 32u);
+  // An unknown cache (storage plugged in through the C ABI) counts as separate.
+  EXPECT_EQ(DecideFanout({rank(true, false, true, 64, {{0, 0}}), rank(true, false, true, 64, {{0, 0}})}), 64u);
+  // kAlways on one rank: the group fans out even through one cache.
+  EXPECT_EQ(DecideFanout({rank(true, true, true, 64, {{0, 7}}), rank(true, false, true, 64, {{0, 7}})}), 64u);
+  // Disagreeing on verification: never.
+  EXPECT_EQ(DecideFanout({rank(true, true, true, 64, {{0, 7}}), rank(true, true, false, 64, {{0, 9}})}), 0u);
+  // Ranks with the fan-out off do not count (nor their caches).
+  EXPECT_EQ(DecideFanout({rank(false, false, false, 64, {{0, 9}}), rank(true, false, true, 64, {{0, 7}}),
+                          rank(true, false, true, 64, {{0, 7}})}),
+            0u);
+  EXPECT_EQ(DecideFanout({rank(false, true, true, 64, {}), rank(false, true, true, 64, {})}), 0u);
+}
+
 TEST(FanoutNeedsTest, RoundTripAndMalformed) {
   FanoutNeeds n;
   n.take_part = true;
