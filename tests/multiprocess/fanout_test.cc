@@ -102,6 +102,24 @@ TEST_F(FanoutLoadTest, AutoDoesNotFanOutThroughOnePageCache) {
   EXPECT_LT(Sum(autos, "verified"), Sum(autos, "bytes_read")) << "shared verification still splits the hashing";
 }
 
+TEST_F(FanoutLoadTest, ARankWithTheFanoutOffReadsItselfAndStillJoinsTheRounds) {
+  const int off = 1;
+  auto results = RunRanks(4, {"--mode", "load", "--path", *path_, "--mib", "8", "--round-kib", "512",
+                              "--fanout-off-rank", std::to_string(off)});
+  ExpectAllOk(results, "rank 1 off");
+  for (int r = 0; r < 4; ++r) {
+    auto s = Stats(results[r].log);
+    if (r == off) {
+      EXPECT_EQ(s["received"], 0);
+      EXPECT_EQ(s["sent"], 0);
+      EXPECT_GE(s["bytes_read"], s["delivered"]) << "it reads everything it needs itself";
+    } else {
+      EXPECT_GT(s["received"], 0) << r;
+      EXPECT_GT(s["sent"], 0) << r;
+    }
+  }
+}
+
 TEST_F(FanoutLoadTest, SmallRoundsAndNoVerification) {
   // 256 KiB per rank and round: dozens of rounds; and the same without checksums (cuts need not fall on blocks).
   ExpectAllOk(RunRanks(4, {"--mode", "load", "--path", *path_, "--mib", "8", "--round-kib", "256"}), "small rounds");

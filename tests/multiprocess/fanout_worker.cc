@@ -4,7 +4,7 @@
 // slice of every block). Every loaded value is checked exactly.
 //
 //   fanout_worker --mode save|load --path CKPT [--mib M] [--fanout 0|1|2] [--round-kib K] [--verify 0|1]
-//                 [--map 0|1] [--timeout-ms T] [--die-rank R --die-at PERCENT] [--repeat N]
+//                 [--map 0|1] [--fanout-off-rank R] [--timeout-ms T] [--die-rank R --die-at PERCENT] [--repeat N]
 //   fanout_worker --mode corrupt --path CKPT --entry NAME     (one process: flips a byte of NAME's first chunk)
 // --fanout: 0 off, 1 always (default here: every rank is on this host, where kAuto would not fan out), 2 auto.
 // Rank and world size come from the environment (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
@@ -87,7 +87,7 @@ void Fill(size_t tensor, const Spec& t, const Piece& p, std::vector<float>* out)
 }
 
 int g_rank = 0;
-int g_die_rank = -1, g_die_at = -1;
+int g_die_rank = -1, g_die_at = -1, g_off_rank = -1;
 
 int Fail(const char* what, const Status& st) {
   std::fprintf(stderr, "rank %d: error: %s: %s\n", g_rank, what, st.ToString().c_str());
@@ -130,6 +130,7 @@ int Main(int argc, char** argv) {
     else if (k == "--timeout-ms") timeout_ms = std::atol(v.c_str());
     else if (k == "--die-rank") g_die_rank = std::atoi(v.c_str());
     else if (k == "--die-at") g_die_at = std::atoi(v.c_str());
+    else if (k == "--fanout-off-rank") g_off_rank = std::atoi(v.c_str());
   }
   if (mode == "corrupt") return Corrupt(path, entry);
   if ((mode != "save" && mode != "load") || path.empty()) {
@@ -172,6 +173,7 @@ int Main(int argc, char** argv) {
     ReadOptions opts;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
     opts.fanout = fanout == 0 ? FanoutMode::kOff : fanout == 1 ? FanoutMode::kAlways : FanoutMode::kAuto;
+    if (g_rank == g_off_rank) opts.fanout = FanoutMode::kOff;
     opts.verify = verify != 0;
     opts.map_files = map != 0;  // off by default: every byte from storage then counts in bytes_read
     if (round_kib) opts.fanout_round_bytes = round_kib << 10;
