@@ -43,7 +43,7 @@ int main(void) {
   CHECK_OK(dckpt_state_add_piece_ex(state, "w", off0, len4, w, NULL));
   CHECK_OK(dckpt_state_add_piece_ex(state, "w", off4, len4, w + 4, &host));
   CHECK_OK(dckpt_save_options_init(&so, DCKPT_SAVE_OPTIONS_VERSION));
-  CHECK(so.staging_buffer_bytes == 0 && so.staging_buffers == 0);
+  CHECK(so.staging_buffer_bytes == 0 && so.staging_buffers == 0 && so.max_async_staging_bytes == 0);
   so.staging_buffers = 2;
   so.staging_buffer_bytes = 1 << 20;
   so.sync = 0;
@@ -58,6 +58,25 @@ int main(void) {
   memset(&so2, 0xAB, sizeof so2);
   CHECK_OK(dckpt_save_options_init(&so2, 2));
   CHECK(so2.version == 2 && so2.progress == NULL && so2.staging_buffers == 0xABABABABu);
+  memset(&so2, 0xAB, sizeof so2);
+  CHECK_OK(dckpt_save_options_init(&so2, 3));
+  CHECK(so2.version == 3 && so2.staging_buffers == 0 && so2.max_async_staging_bytes == 0xABABABABABABABABull);
+
+  /* Async saves under a cap of one save's staging at a time: the second waits for the first, both succeed. */
+  {
+    dckpt_save_future *f1 = NULL, *f2 = NULL;
+    char p1[300], p2[300];
+    snprintf(p1, sizeof p1, "%s/async1", dir);
+    snprintf(p2, sizeof p2, "%s/async2", dir);
+    so.max_async_staging_bytes = 1;
+    CHECK_OK(dckpt_save_async(&f1, p1, state, NULL, &so));
+    CHECK_OK(dckpt_save_async(&f2, p2, state, NULL, &so));
+    CHECK_OK(dckpt_save_future_wait(NULL, f1, DCKPT_WAIT_FOREVER));
+    CHECK_OK(dckpt_save_future_wait(NULL, f2, DCKPT_WAIT_FOREVER));
+    dckpt_save_future_free(f1);
+    dckpt_save_future_free(f2);
+    so.max_async_staging_bytes = 0;
+  }
 
   /* Unknown memory kinds are DCKPT_EINVAL. */
   bad = host;

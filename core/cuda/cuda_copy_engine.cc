@@ -15,7 +15,8 @@ namespace {
 // have their own current context, which must survive a call into distckpt).
 class ScopedContext {
  public:
-  ScopedContext(const CudaDriver* d, CUcontext ctx) : d_(d), status_(d->Check(d->cuCtxPushCurrent(ctx), "cuCtxPushCurrent")) {}
+  ScopedContext(const CudaDriver* d, CUcontext ctx)
+      : d_(d), status_(d->Check(d->cuCtxPushCurrent(ctx), "cuCtxPushCurrent")) {}
   ~ScopedContext() {
     CUcontext popped;
     if (status_.ok()) (void)d_->cuCtxPopCurrent(&popped);

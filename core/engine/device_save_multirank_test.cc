@@ -27,7 +27,8 @@ std::vector<float> Values(uint64_t n, float start) {
   return v;
 }
 
-// Each rank saves its slice of "w" and a replica of "r", both as device pieces; `fail_rank` fails its second copy (it has at least two: its 20 KB of "w" spans two 16 KiB buffers).
+// Each rank saves its slice of "w" and a replica of "r", both as device pieces; `fail_rank` fails its second copy
+// (it has at least two: its 20 KB of "w" spans two 16 KiB buffers).
 Status SaveOnRank(int rank, const std::string& rendezvous, const std::string& path, int fail_rank) {
   DCKPT_ASSIGN_OR_RETURN(auto comm, NewGlooCommunicator(gloo_testing::Loopback(rank, kRanks, rendezvous)));
   HostCopyEngine engine;

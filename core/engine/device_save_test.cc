@@ -238,6 +238,39 @@ TEST(DeviceSaveTest, AsyncSaveStagesDevicePiecesBeforeReturning) {
   f.ExpectSaved(path);
 }
 
+// With a cap on the staging of unfinished async saves, a save past it waits for the earlier one to finish (and free
+// its staging) instead of allocating another state-sized buffer; past options.timeout it gives up with kTimeout.
+TEST(DeviceSaveTest, AsyncSavesPastTheStagingCapWaitForEarlierOnes) {
+  HostCopyEngine engine;
+  auto rules = ParseFaultRules("write:data-:every:stall=300ms");
+  ASSERT_TRUE(rules.ok()) << rules.status().message();
+  FaultStorage slow(DefaultStorage(), *rules);
+  Fixture f;
+  SaveOptions o = DeviceOptions(&engine);
+  o.storage = &slow;
+  o.max_async_staging_bytes = 1;  // one save's staging at a time
+  const std::string dir = TempDir();
+  auto first = SaveAsync(dir + "/a", f.state, nullptr, o);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  auto second = SaveAsync(dir + "/b", f.state, nullptr, o);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_TRUE((*first)->done()) << "the second call returned while the first save still held its staging";
+  ASSERT_TRUE((*first)->Wait(std::chrono::minutes(1)).ok());
+
+  SaveOptions impatient = o;
+  impatient.timeout = std::chrono::milliseconds(50);
+  auto third = SaveAsync(dir + "/c", f.state, nullptr, impatient);
+  ASSERT_FALSE(third.ok()) << "the second save (300 ms per write) was still staging";
+  EXPECT_EQ(third.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(third.status().message().find("max_async_staging_bytes"), std::string::npos) << third.status().message();
+
+  auto r = (*second)->Wait(std::chrono::minutes(1));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  f.ExpectSaved(dir + "/a");
+  f.ExpectSaved(dir + "/b");
+  EXPECT_FALSE(Exists(dir + "/c"));
+}
+
 TEST(DeviceSaveTest, AsyncSaveReportsAFailedCopy) {
   HostCopyEngine engine;
   engine.set_before_copy([](uint64_t index) {

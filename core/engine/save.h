@@ -34,6 +34,10 @@ struct SaveOptions {
   /// by every save with the same shape: hashing and writing buffer k overlap the copy of buffer k+1.
   uint64_t staging_buffer_bytes = kDefaultStagingBufferBytes;
   size_t staging_buffers = kDefaultStagingBuffers;
+  /// SaveAsync only: the host memory that the staging of all unfinished asynchronous saves of this process may hold.
+  /// A SaveAsync that would go past it waits for earlier ones to finish (back-pressure) instead of allocating another
+  /// state-sized buffer; one save alone may exceed it (it has to stage its whole state). 0: no cap.
+  uint64_t max_async_staging_bytes = 0;
 
   static constexpr uint64_t kDefaultStagingBufferBytes = 16ull << 20;
   static constexpr size_t kDefaultStagingBuffers = 4;

@@ -1,9 +1,11 @@
 #include "core/engine/save_async.h"
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "core/base/stream_copy.h"
 #include "core/base/thread_pool.h"
@@ -79,10 +81,46 @@ void ReleaseStaging(void* p) {
   std::free(drop);
 }
 
+// The host memory held by the staging of unfinished asynchronous saves, for SaveOptions::max_async_staging_bytes.
+struct StagingBudget {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t in_use = 0;
+};
+StagingBudget& Budget() {
+  static StagingBudget* const budget = new StagingBudget();  // never destroyed, as the pool
+  return *budget;
+}
+
+// Takes `bytes` of the budget, waiting while other saves hold some and `bytes` more would go past `cap`.
+Status ReserveStaging(uint64_t bytes, uint64_t cap, std::chrono::milliseconds timeout, const std::string& where) {
+  StagingBudget& b = Budget();
+  std::unique_lock<std::mutex> lock(b.mu);
+  if (cap != 0 && !b.cv.wait_for(lock, timeout, [&] { return b.in_use == 0 || b.in_use + bytes <= cap; })) {
+    return TimeoutError(where + ": waited " + std::to_string(timeout.count()) + " ms for earlier asynchronous saves " +
+                        "to release their staging (" + std::to_string(b.in_use) + " bytes held, " +
+                        std::to_string(bytes) + " more needed, cap " + std::to_string(cap) +
+                        "): wait for them, or raise max_async_staging_bytes");
+  }
+  b.in_use += bytes;
+  return OkStatus();
+}
+
+void ReleaseBudget(uint64_t bytes) {
+  if (bytes == 0) return;
+  StagingBudget& b = Budget();
+  {
+    std::lock_guard<std::mutex> lock(b.mu);
+    b.in_use -= bytes;
+  }
+  b.cv.notify_all();
+}
+
 }  // namespace
 
 SaveFuture::~SaveFuture() {
   if (thread_.joinable()) thread_.join();
+  ReleaseBudget(reserved_);  // a save that failed before its thread started
 }
 
 bool SaveFuture::done() const {
@@ -109,6 +147,9 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
     for (const TensorPiece& p : t.pieces) total = AlignUp(total) + p.box.volume() * DTypeSize(t.dtype);
   }
   for (const BytesEntry& b : state.bytes()) total = AlignUp(total) + b.size;
+  DCKPT_RETURN_IF_ERROR(
+      ReserveStaging(total, options.max_async_staging_bytes, options.timeout, "saving '" + path + "' asynchronously"));
+  f->reserved_ = total;
   char* buffer = AcquireStaging(total);
   if (buffer == nullptr) {
     return Status(StatusCode::kNoMemory, "cannot allocate " + std::to_string(total) + " bytes to stage the state");
@@ -184,6 +225,10 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
   SaveFuture* raw = f.get();
   f->thread_ = std::thread([raw, path, comm, options] {
     Result<SaveSummary> r = Save(path, raw->owned_, comm, options);
+    // The staged copy is not needed any more: free it (back to the one-buffer pool) and its share of the budget now,
+    // not when the future is freed, so that the next save can stage.
+    raw->buffer_.reset();
+    ReleaseBudget(std::exchange(raw->reserved_, 0));
     std::lock_guard<std::mutex> lock(raw->mu_);
     raw->result_.emplace(std::move(r));
     raw->cv_.notify_all();

@@ -39,13 +39,17 @@ class SaveFuture {
   std::thread thread_;
   State owned_;
   std::unique_ptr<char[], void (*)(void*)> buffer_{nullptr, nullptr};
+  uint64_t reserved_ = 0;  // bytes of the process-wide async staging budget this save holds until it finishes
   double staging_seconds_ = 0;
   uint64_t staged_bytes_ = 0;
 };
 
 /// Copies every piece and bytes entry of `state` into one owned buffer (in parallel; device pieces through the
-/// bounded pinned staging pool, save_staging.h), then runs Save on a background thread. Collective like Save: every rank calls it. `comm` belongs to the save until it finishes: do not run other
-/// collectives on it meanwhile. `state`'s buffers may be reused as soon as this returns.
+/// bounded pinned staging pool, save_staging.h), then runs Save on a background thread. With
+/// options.max_async_staging_bytes set, the call first waits (up to options.timeout, then kTimeout) while the staging
+/// of unfinished async saves would go past that cap; a save frees its staging as soon as it finishes. Collective like
+/// Save: every rank calls it. `comm` belongs to the save until it finishes: do not run other collectives on it
+/// meanwhile. `state`'s buffers may be reused as soon as this returns.
 Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const State& state, Communicator* comm,
                                               const SaveOptions& options);
 

@@ -56,7 +56,8 @@ Status State::AddConstPiece(const std::string& name, const std::vector<uint64_t>
 Status State::AddPieceIn(const std::string& name, const std::vector<uint64_t>& offsets,
                          const std::vector<uint64_t>& lengths, void* data, const MemoryLocation& memory) {
   if (memory.kind != MemoryKind::kHost && memory.kind != MemoryKind::kCuda) {
-    return InvalidArgument("tensor '" + name + "': unknown memory kind " + std::to_string(static_cast<int>(memory.kind)));
+    return InvalidArgument("tensor '" + name + "': unknown memory kind " +
+                           std::to_string(static_cast<int>(memory.kind)));
   }
   if (!memory.is_host() && memory.device < 0) {
     return InvalidArgument("tensor '" + name + "': device ordinal " + std::to_string(memory.device) + " is negative");

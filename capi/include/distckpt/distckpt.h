@@ -194,10 +194,10 @@ typedef struct dckpt_piece_options {
   unsigned version;
   int memory;   /* dckpt_memory_kind (default DCKPT_MEMORY_HOST) */
   int device;   /* DCKPT_MEMORY_CUDA: the device ordinal the buffer belongs to (default 0) */
-  void *stream; /* DCKPT_MEMORY_CUDA: the CUstream / cudaStream_t the data is ordered on, usually the framework's current
-                 * stream (NULL: the legacy default stream). A save waits for the work queued on it at the time of the
-                 * save call before copying, without blocking the host; borrowed, must stay valid until the save (or,
-                 * for dckpt_save_async, its staging) has returned. */
+  void *stream; /* DCKPT_MEMORY_CUDA: the CUstream / cudaStream_t the data is ordered on, usually the framework's
+                 * current stream (NULL: the legacy default stream). A save waits for the work queued on it at the
+                 * time of the save call before copying, without blocking the host; borrowed, must stay valid until
+                 * the save (or, for dckpt_save_async, its staging) has returned. */
 } dckpt_piece_options;
 #define DCKPT_PIECE_OPTIONS_INIT {DCKPT_PIECE_OPTIONS_VERSION, DCKPT_MEMORY_HOST, 0, NULL}
 DCKPT_API int dckpt_piece_options_init(dckpt_piece_options *opts, unsigned version);
@@ -222,7 +222,7 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 
 /* ---- Save ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_SAVE_OPTIONS_VERSION 3
+#define DCKPT_SAVE_OPTIONS_VERSION 4
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
@@ -239,8 +239,13 @@ typedef struct dckpt_save_options {
    * with the state) */
   uint64_t staging_buffer_bytes; /* 0: default (16 MiB); rounded down to a multiple of the checksum block size */
   unsigned staging_buffers;      /* 0: default (4); at least 2, so that copying overlaps hashing and writing */
+  /* version >= 4 */
+  uint64_t max_async_staging_bytes; /* dckpt_save_async: host memory the staging of this process's unfinished async
+                                     * saves may hold; a call that would go past it waits (up to timeout_ms, then
+                                     * DCKPT_ETIMEOUT) for earlier ones to finish. One save alone may exceed it.
+                                     * 0: no cap (default) */
 } dckpt_save_options;
-#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0}
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0}
 DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
 
 #define DCKPT_SAVE_INFO_VERSION 1

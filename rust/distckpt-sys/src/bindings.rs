@@ -9,7 +9,7 @@ pub const DCKPT_MAX_DIMS: u32 = 8;
 pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
-pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 3;
+pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 4;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 4;
 pub const DCKPT_IO_STATS_VERSION: u32 = 2;
@@ -672,12 +672,13 @@ pub struct dckpt_save_options {
     pub progress_user_data: *mut ::std::os::raw::c_void,
     pub staging_buffer_bytes: u64,
     pub staging_buffers: ::std::os::raw::c_uint,
+    pub max_async_staging_bytes: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_save_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_save_options>(),
-        64usize,
+        72usize,
         concat!("Size of: ", stringify!(dckpt_save_options))
     );
     assert_eq!(
@@ -855,6 +856,23 @@ fn bindgen_test_layout_dckpt_save_options() {
         );
     }
     test_field_staging_buffers();
+    fn test_field_max_async_staging_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_async_staging_bytes) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(max_async_staging_bytes)
+            )
+        );
+    }
+    test_field_max_async_staging_bytes();
 }
 extern "C" {
     pub fn dckpt_save_options_init(
