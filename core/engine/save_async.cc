@@ -81,6 +81,10 @@ void ReleaseStaging(void* p) {
   std::free(drop);
 }
 
+// Waits at least this long are waits without a deadline: wait_for converts to nanoseconds past now, which overflows
+// past ~292 years (UBSan caught dckpt_save_future_wait(DCKPT_WAIT_FOREVER), capped to 2^53 ms, doing so).
+constexpr std::chrono::milliseconds kWaitForever = std::chrono::hours(24 * 365 * 100);
+
 // The host memory held by the staging of unfinished asynchronous saves, for SaveOptions::max_async_staging_bytes.
 struct StagingBudget {
   std::mutex mu;
@@ -96,7 +100,10 @@ StagingBudget& Budget() {
 Status ReserveStaging(uint64_t bytes, uint64_t cap, std::chrono::milliseconds timeout, const std::string& where) {
   StagingBudget& b = Budget();
   std::unique_lock<std::mutex> lock(b.mu);
-  if (cap != 0 && !b.cv.wait_for(lock, timeout, [&] { return b.in_use == 0 || b.in_use + bytes <= cap; })) {
+  auto fits = [&] { return b.in_use == 0 || b.in_use + bytes <= cap; };
+  if (cap != 0 && timeout >= kWaitForever) {
+    b.cv.wait(lock, fits);
+  } else if (cap != 0 && !b.cv.wait_for(lock, timeout, fits)) {
     return TimeoutError(where + ": waited " + std::to_string(timeout.count()) + " ms for earlier asynchronous saves " +
                         "to release their staging (" + std::to_string(b.in_use) + " bytes held, " +
                         std::to_string(bytes) + " more needed, cap " + std::to_string(cap) +
@@ -130,7 +137,10 @@ bool SaveFuture::done() const {
 
 Result<SaveSummary> SaveFuture::Wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [this] { return result_.has_value(); })) {
+  auto finished = [this] { return result_.has_value(); };
+  if (timeout >= kWaitForever) {
+    cv_.wait(lock, finished);
+  } else if (!cv_.wait_for(lock, timeout, finished)) {
     return TimeoutError("the asynchronous save is still running after " + std::to_string(timeout.count()) + " ms");
   }
   return *result_;
