@@ -9,7 +9,7 @@ warm, through the mapping (the library's default). Every loaded value is checked
 bytes read from storage over the ranks, the bytes exchanged, the load's wall time (slowest rank, median of the runs)
 and the ratios, as a Markdown table on stdout and in bench/results/<date>-fanout-<host>.md.
 
-    bench/fanout/fanout_bench.py [--ranks 4] [--mib 256] [--runs 3] [--dir /tmp/x] [--round-mib 64] [--no-build]
+    bench/fanout/fanout_bench.py [--ranks 4] [--mib 256] [--runs 3] [--dir /tmp/x] [--round-mib 256] [--no-build]
 """
 import argparse
 import datetime
@@ -64,7 +64,8 @@ def main():
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--mib", type=int, default=256, help="replicated MiB (the state is ~1.2x this)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--round-mib", type=int, default=64, help="fan-out bytes per rank and exchange round")
+    ap.add_argument("--round-mib", type=int, default=256,
+                    help="fan-out bytes a rank receives per exchange round (ReadOptions::fanout_round_bytes)")
     ap.add_argument("--dir", default="", help="work directory (default: a fresh one under /tmp)")
     ap.add_argument("--no-build", action="store_true")
     a = ap.parse_args()
@@ -104,7 +105,7 @@ def main():
         "# fan-out load: bytes read from storage, fan-out on vs off",
         "",
         "%s, %s, %d CPUs; %d ranks over Gloo loopback, %d MiB replicated state (~%.0f MiB per rank to load), "
-        "round cap %d MiB per rank; median of %d runs; checksums verified; every value checked." % (
+        "fanout_round_bytes %d MiB; median of %d runs; checksums verified; every value checked." % (
             datetime.date.today().isoformat(), platform.node(), os.cpu_count(), a.ranks, a.mib,
             samples[("cold", "pread", 0)][0][0] / a.ranks / mib, a.round_mib, a.runs),
         "",

@@ -263,7 +263,13 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
     if (wants[r].take_part) claims[r] = VerifyClaim{};
   }
   plan.filter = plan.participant ? nullptr : MakeVerifyFilter(claims, comm->rank());
-  plan.rounds = ScheduleFanoutRounds(plan.parts, n, round_bytes, block);
+  // The round's budget is what each rank receives: shared evenly among the ranks that contribute.
+  std::vector<bool> contributes(n, false);
+  for (const FanoutPart& p : plan.parts) {
+    if (p.needers->size() > 1) contributes[p.reader] = true;
+  }
+  const uint64_t contributors = std::max<uint64_t>(1, std::count(contributes.begin(), contributes.end(), true));
+  plan.rounds = ScheduleFanoutRounds(plan.parts, n, std::max<uint64_t>(1, round_bytes / contributors), block);
   return plan;
 }
 

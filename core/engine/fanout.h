@@ -5,7 +5,8 @@
 // Planning costs no storage read and one collective: every rank already knows the byte ranges its plan reads
 // (ReadBatch::NeededRanges); they travel in the same AllGather that shares the verification claims
 // (shared_verify.h), and every rank then computes the same assignment (AssignFanout) from what it received.
-// Exchange: AllGather in bounded rounds (ScheduleFanoutRounds: at most `round_bytes` contributed per rank and round),
+// Exchange: AllGather in bounded rounds (ScheduleFanoutRounds: ReadOptions::fanout_round_bytes received per round,
+// shared among the contributing ranks),
 // each rank contributing the bytes it read for others, prefixed by its status. A rank that fails (a checksum mismatch,
 // an I/O error) sends its error instead; every rank sees it in the same round, stops, and fails with that rank's
 // message, which names the checkpoint, the entry and the file.
@@ -65,7 +66,7 @@ struct FanoutNeeds {
   /// The files this rank reads: (file index, IdentityDigest(CacheIdentity)); 0: unknown. Under kAuto the group fans
   /// out only if two ranks read a file through different caches (or an unknown one).
   std::vector<std::pair<uint32_t, uint64_t>> identities;
-  uint64_t round_bytes = 0;       ///< this rank's cap per round (the group uses the smallest)
+  uint64_t round_bytes = 0;       ///< this rank's cap on what it receives per round (the group uses the smallest)
   std::vector<ChunkRange> ranges;  ///< sorted by (entry, chunk, lo), merged
 };
 
@@ -78,7 +79,8 @@ constexpr size_t kMinFanoutNeedsBytes = 16 << 10;
 std::string EncodeFanoutNeeds(const FanoutNeeds& needs);
 bool DecodeFanoutNeeds(const std::string& msg, FanoutNeeds* needs);
 
-/// Whether the group fans out, from every rank's needs (indexed by rank): the round size (the smallest asked for), or 0
+/// Whether the group fans out, from every rank's needs (indexed by rank): the round size (the smallest asked for: what
+/// a rank receives per round, all contributions together), or 0
 /// for no fan-out. Only ranks that take part count: the group fans out if they agree on verification and some asks
 /// kAlways or, under kAuto, two of them read a file through different caches (or one through an unknown cache).
 uint64_t DecideFanout(const std::vector<FanoutNeeds>& wants);

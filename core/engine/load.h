@@ -21,16 +21,17 @@ namespace distckpt {
 //    bytes each rank reads, cut on checksum blocks). No extra storage read, no extra collective.
 //  - Trust: the rank that reads a part verifies every checksum block of it before delivering or sending it;
 //    receivers trust those bytes. Verification is never skipped for bytes that reach a caller buffer.
-//  - Exchange: AllGather rounds of at most ReadOptions::fanout_round_bytes per rank (64 MiB; a rank holds up to
-//    ranks x that per round), each contribution carrying its sender's status. A failure (a checksum mismatch, an I/O
-//    error, a progress abort) reaches every rank in the same round: all stop, and every rank fails with the failing
-//    rank's message (checkpoint, entry, file). A rank that dies mid-exchange makes the others fail promptly, naming it.
+//  - Exchange: AllGather rounds in which a rank receives at most ReadOptions::fanout_round_bytes (256 MiB, shared
+//    among the contributing ranks, each at least one checksum block), each contribution carrying its sender's
+//    status. A failure (a checksum mismatch, an I/O error, a progress abort) reaches every rank in the same round:
+//    all stop, and every rank fails with the failing rank's message (checkpoint, entry, file). A rank that dies
+//    mid-exchange makes the others fail promptly, naming it.
 //  - Stats: IoStats::bytes_read stays storage reads only; bytes_received_from_peers / bytes_sent_to_peers count
 //    the exchange.
 //  - When it pays: shared storage (a parallel filesystem, NFS, an object store) read from several hosts, where
 //    storage bandwidth is the limit: bytes read drop by the replica factor. Ranks on one host already share the
 //    page cache, so there kAuto does not fan out (bench/fanout with kAlways on one 2-core host: 3.7x fewer bytes
-//    read, but 3-4x slower through loopback TCP). kAuto sees one cache when every file some participants read has
+//    read, but 3-7x slower through loopback TCP). kAuto sees one cache when every file some participants read has
 //    the same non-empty ReadableFile::CacheIdentity on all of them. Ranks fan out together only if they agree on
 //    verification; a rank with kOff reads everything itself (and still joins the rounds).
 //  - Not fanned out: bytes entries (each rank reads its own), and loads through a single-rank communicator.

@@ -44,9 +44,10 @@ struct ReadOptions {
   /// replica factor, while ranks on one host already share the page cache and the exchange would only add copies
   /// (bench/fanout). kAlways: whenever bytes are shared. kOff: every rank reads what it needs itself.
   FanoutMode fanout = FanoutMode::kAuto;
-  /// Load only: the bytes one rank contributes per exchange round of the fan-out (the group uses the smallest). Every
-  /// rank receives up to this times the number of ranks per round.
-  uint64_t fanout_round_bytes = 64ull << 20;
+  /// Load only: the most a rank receives per exchange round of the fan-out, all contributions together (the group
+  /// uses the smallest asked for), shared evenly among the ranks that contribute, each at least one checksum block.
+  /// It bounds the fan-out's memory whatever the checkpoint's size.
+  uint64_t fanout_round_bytes = 256ull << 20;
   /// Load only: called with (bytes read, bytes to read); non-zero aborts (kUser).
   std::function<int(uint64_t done, uint64_t total)> progress;
 };
