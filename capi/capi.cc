@@ -101,6 +101,17 @@ Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
     o.map_files = opts->map_files != 0;
     o.share_verification = opts->share_verification != 0;
   }
+  if (opts->version >= 5) {
+    switch (opts->fanout) {
+      case DCKPT_FANOUT_AUTO: o.fanout = FanoutMode::kAuto; break;
+      case DCKPT_FANOUT_OFF: o.fanout = FanoutMode::kOff; break;
+      case DCKPT_FANOUT_ALWAYS: o.fanout = FanoutMode::kAlways; break;
+      default:
+        return InvalidArgument("dckpt_read_options.fanout = " + std::to_string(opts->fanout) +
+                               " is not a dckpt_fanout_mode");
+    }
+    if (opts->fanout_round_bytes != 0) o.fanout_round_bytes = opts->fanout_round_bytes;
+  }
   return o;
 }
 
@@ -447,7 +458,8 @@ int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
     dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
     defaults.version = version;
     // Write only the fields a caller built against `version` has room for.
-    const size_t size = version >= 4   ? sizeof defaults
+    const size_t size = version >= 5   ? sizeof defaults
+                        : version == 4 ? offsetof(dckpt_read_options, fanout)
                         : version == 3 ? offsetof(dckpt_read_options, pin_files)
                         : version == 2 ? offsetof(dckpt_read_options, map_files)
                                        : offsetof(dckpt_read_options, progress);
@@ -463,6 +475,10 @@ static void FillIoStats(dckpt_io_stats* out, const distckpt::IoStats& s, double 
   out->bytes_delivered = s.bytes_delivered;
   out->seconds = seconds;
   if (out->version >= 2) out->bytes_mapped = s.bytes_mapped;
+  if (out->version >= 3) {
+    out->bytes_received_from_peers = s.bytes_received_from_peers;
+    out->bytes_sent_to_peers = s.bytes_sent_to_peers;
+  }
 }
 
 int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckpt_comm* comm,

@@ -117,6 +117,33 @@ int main(void) {
       CHECK(v3.version == 3 && v3.map_files == 1 && v3.share_verification == 1);
       CHECK(v3.pin_files == (int)0xEEEEEEEE);
     }
+    /* Version 4 has no fan-out fields; a version 2 stats struct no peer counters. */
+    {
+      dckpt_read_options v4;
+      memset(&v4, 0xEE, sizeof v4);
+      CHECK_OK(dckpt_read_options_init(&v4, 4));
+      CHECK(v4.version == 4 && v4.pin_files == 1);
+      CHECK(v4.fanout == (int)0xEEEEEEEE && v4.fanout_round_bytes == 0xEEEEEEEEEEEEEEEEull);
+      dckpt_io_stats v2_stats;
+      memset(&v2_stats, 0xEE, sizeof v2_stats);
+      v2_stats.version = 2;
+      CHECK_OK(dckpt_load(&v2_stats, path, dst, NULL, &v4));
+      CHECK(v2_stats.bytes_delivered == stats.bytes_delivered && v2_stats.bytes_mapped != 0xEEEEEEEEEEEEEEEEull);
+      CHECK(v2_stats.bytes_received_from_peers == 0xEEEEEEEEEEEEEEEEull);
+      CHECK(v2_stats.bytes_sent_to_peers == 0xEEEEEEEEEEEEEEEEull);
+    }
+    /* Version 5: the fan-out mode is checked; one process has no peers to exchange with. */
+    {
+      dckpt_read_options v5 = DCKPT_READ_OPTIONS_INIT;
+      CHECK(v5.fanout == DCKPT_FANOUT_AUTO && v5.fanout_round_bytes == 0);
+      v5.fanout = DCKPT_FANOUT_ALWAYS;
+      dckpt_io_stats v3_stats = DCKPT_IO_STATS_INIT;
+      CHECK_OK(dckpt_load(&v3_stats, path, dst, NULL, &v5));
+      CHECK(v3_stats.bytes_received_from_peers == 0 && v3_stats.bytes_sent_to_peers == 0);
+      v5.fanout = 7;
+      CHECK(dckpt_load(NULL, path, dst, NULL, &v5) == DCKPT_EINVAL);
+      CHECK(strstr(dckpt_error_last(), "fanout") != NULL);
+    }
     /* Loading through an open reader (everything from the checkpoint it opened), files opened on first use. */
     {
       dckpt_read_options lazy = DCKPT_READ_OPTIONS_INIT;

@@ -75,6 +75,43 @@ TEST(SharedVerificationTest, CorruptSharedBlockFailsEveryRank) {
   }
 }
 
+// The fan-out through the C ABI (dckpt_read_options v5, dckpt_io_stats v3): 4 ranks load what 2 saved with
+// DCKPT_FANOUT_ALWAYS, every value checked by the worker; bytes move between the ranks (none with the fan-out off). (The engine's own fan-out tests are in fanout_test.cc.)
+uint64_t StatFromLog(const std::string& log, const std::string& what) {
+  size_t at = log.find(" " + what);
+  if (at == std::string::npos) return UINT64_MAX;
+  size_t start = log.rfind(' ', at - 1) + 1;
+  return std::strtoull(log.c_str() + start, nullptr, 10);
+}
+
+TEST(FanoutThroughCApiTest, ReplicasExchangeBytesAndLoadExactly) {
+  const std::string path = MakeTempDir("fanout-capi-") + "/ckpt";
+  ExpectAllOk(RunRanks(2, {"--mode", "save", "--path", path}), "save");
+  uint64_t received = 0, sent = 0;
+  for (const char* mode : {"always", "off"}) {
+    const std::vector<RankResult> results = RunRanks(4, {"--mode", "load", "--path", path, "--fanout", mode});
+    ExpectAllOk(results, std::string("load with --fanout ") + mode);
+    uint64_t r_sum = 0, s_sum = 0;
+    for (const RankResult& r : results) {
+      const uint64_t got = StatFromLog(r.log, "received from peers"), gave = StatFromLog(r.log, "sent to peers");
+      ASSERT_NE(got, UINT64_MAX) << r.log;
+      ASSERT_NE(gave, UINT64_MAX) << r.log;
+      r_sum += got;
+      s_sum += gave;
+    }
+    if (std::string(mode) == "always") {
+      received = r_sum;
+      sent = s_sum;
+    } else {
+      EXPECT_EQ(r_sum, 0u) << "no exchange with the fan-out off";
+      EXPECT_EQ(s_sum, 0u);
+    }
+  }
+  EXPECT_GT(sent, 0u) << "4 ranks loading a checkpoint with replicated parts exchanged nothing";
+  // A byte read for others counts once as sent, and as received by each rank that needs it.
+  EXPECT_GE(received, sent);
+}
+
 // A rank that dies (SIGKILL) or stalls (SIGSTOP) halfway through its part of the operation.
 struct FailureCase {
   const char* name;

@@ -163,12 +163,14 @@ int Corrupt(const std::string& path, const std::string& entry) {
 int main(int argc, char** argv) {
   std::string mode, path, entry;
   uint64_t timeout_ms = 0;
+  int fanout = DCKPT_FANOUT_AUTO;  // --fanout auto|off|always
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--mode") mode = v;
     else if (k == "--path") path = v;
     else if (k == "--entry") entry = v;
     else if (k == "--timeout-ms") timeout_ms = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--fanout") fanout = v == "always" ? DCKPT_FANOUT_ALWAYS : v == "off" ? DCKPT_FANOUT_OFF : DCKPT_FANOUT_AUTO;
     else if (k == "--die-rank") g_die_rank = std::atoi(v.c_str());
     else if (k == "--die-at") g_die_at = std::atoi(v.c_str());
     else if (k == "--stall-rank") g_stall_rank = std::atoi(v.c_str());
@@ -228,8 +230,15 @@ int main(int argc, char** argv) {
     dckpt_read_options_init(&opts, DCKPT_READ_OPTIONS_VERSION);
     opts.timeout_ms = timeout_ms;
     opts.progress = Progress;
-    rc = dckpt_load(nullptr, path.c_str(), state, comm, &opts);
+    opts.fanout = fanout;
+    dckpt_io_stats stats = DCKPT_IO_STATS_INIT;
+    rc = dckpt_load(&stats, path.c_str(), state, comm, &opts);
     if (rc != DCKPT_OK) return Fail("dckpt_load", rc);
+    std::printf("rank %d: read %llu bytes from storage, %llu mapped, %llu received from peers, %llu sent to peers\n",
+                g_rank, static_cast<unsigned long long>(stats.bytes_read),
+                static_cast<unsigned long long>(stats.bytes_mapped),
+                static_cast<unsigned long long>(stats.bytes_received_from_peers),
+                static_cast<unsigned long long>(stats.bytes_sent_to_peers));
     int bad = 0;
     for (size_t i = 0; i < Specs().size(); ++i) {
       std::vector<uint8_t> want;

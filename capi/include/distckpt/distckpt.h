@@ -292,7 +292,15 @@ DCKPT_API void dckpt_save_future_free(dckpt_save_future *future);
 
 /* ---- Load and read ------------------------------------------------------------------------------------------- */
 
-#define DCKPT_READ_OPTIONS_VERSION 4
+/* dckpt_read_options.fanout */
+typedef enum dckpt_fanout_mode {
+  DCKPT_FANOUT_AUTO = 0,  /* only where the ranks do not all read through one page cache (several hosts, plugged-in
+                           * storage): there the bytes read from storage drop by the replica factor */
+  DCKPT_FANOUT_OFF = 1,   /* every rank reads what it needs itself */
+  DCKPT_FANOUT_ALWAYS = 2 /* whenever several ranks need the same bytes */
+} dckpt_fanout_mode;
+
+#define DCKPT_READ_OPTIONS_VERSION 5
 typedef struct dckpt_read_options {
   unsigned version;
   int verify;          /* check checksums of every byte read (default 1) */
@@ -314,11 +322,18 @@ typedef struct dckpt_read_options {
                            * first use, through the checkpoint directory opened with the metadata (for a reader on
                            * many ranks that each read a few files, as a load does); a checkpoint replaced or removed
                            * meanwhile then fails those reads, it is never mixed with another. */
+  /* version >= 5 */
+  int fanout;             /* dckpt_load with several ranks: bytes several ranks need (replicas) are read from storage
+                           * once, each rank reading a disjoint part, verified by the rank that reads it, and
+                           * exchanged over the communicator; a dckpt_fanout_mode (default DCKPT_FANOUT_AUTO). See
+                           * capi/API.md, "Fan-out load". */
+  uint64_t fanout_round_bytes; /* the most a rank receives per exchange round (bounds the fan-out's memory); 0:
+                                * default (256 MiB) */
 } dckpt_read_options;
-#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1}
+#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1, DCKPT_FANOUT_AUTO, 0}
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
-#define DCKPT_IO_STATS_VERSION 2
+#define DCKPT_IO_STATS_VERSION 3
 typedef struct dckpt_io_stats {
   unsigned version;
   uint64_t bytes_read;      /* bytes read from data files with read system calls */
@@ -328,8 +343,13 @@ typedef struct dckpt_io_stats {
   double seconds;           /* for dckpt_load: wall time of the call */
   /* version >= 2 */
   uint64_t bytes_mapped;    /* bytes delivered straight from the page cache through a mapping (not in bytes_read) */
+  /* version >= 3 (fan-out load) */
+  uint64_t bytes_received_from_peers; /* bytes this rank needed that other ranks read from storage (in
+                                       * bytes_delivered, not in bytes_read) */
+  uint64_t bytes_sent_to_peers;       /* bytes this rank read from storage for other ranks (counted once, however
+                                       * many ranks need them) */
 } dckpt_io_stats;
-#define DCKPT_IO_STATS_INIT {DCKPT_IO_STATS_VERSION, 0, 0, 0, 0, 0.0, 0}
+#define DCKPT_IO_STATS_INIT {DCKPT_IO_STATS_VERSION, 0, 0, 0, 0, 0.0, 0, 0, 0}
 
 /* Fills every piece and bytes entry of `state` from the checkpoint at `path`, resharding as needed: each rank reads
  * only the bytes its pieces need. Tensors must exist with the same dtype and global shape. Collective over `comm`.

@@ -11,8 +11,8 @@ pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 4;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
-pub const DCKPT_READ_OPTIONS_VERSION: u32 = 4;
-pub const DCKPT_IO_STATS_VERSION: u32 = 2;
+pub const DCKPT_READ_OPTIONS_VERSION: u32 = 5;
+pub const DCKPT_IO_STATS_VERSION: u32 = 3;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 1;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
@@ -1069,6 +1069,10 @@ extern "C" {
 extern "C" {
     pub fn dckpt_save_future_free(future: *mut dckpt_save_future);
 }
+pub const DCKPT_FANOUT_AUTO: dckpt_fanout_mode = 0;
+pub const DCKPT_FANOUT_OFF: dckpt_fanout_mode = 1;
+pub const DCKPT_FANOUT_ALWAYS: dckpt_fanout_mode = 2;
+pub type dckpt_fanout_mode = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dckpt_read_options {
@@ -1081,12 +1085,14 @@ pub struct dckpt_read_options {
     pub map_files: ::std::os::raw::c_int,
     pub share_verification: ::std::os::raw::c_int,
     pub pin_files: ::std::os::raw::c_int,
+    pub fanout: ::std::os::raw::c_int,
+    pub fanout_round_bytes: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_read_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_read_options>(),
-        56usize,
+        64usize,
         concat!("Size of: ", stringify!(dckpt_read_options))
     );
     assert_eq!(
@@ -1247,6 +1253,40 @@ fn bindgen_test_layout_dckpt_read_options() {
         );
     }
     test_field_pin_files();
+    fn test_field_fanout() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fanout) as usize - ptr as usize
+            },
+            52usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(fanout)
+            )
+        );
+    }
+    test_field_fanout();
+    fn test_field_fanout_round_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fanout_round_bytes) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(fanout_round_bytes)
+            )
+        );
+    }
+    test_field_fanout_round_bytes();
 }
 extern "C" {
     pub fn dckpt_read_options_init(
@@ -1264,12 +1304,14 @@ pub struct dckpt_io_stats {
     pub bytes_delivered: u64,
     pub seconds: f64,
     pub bytes_mapped: u64,
+    pub bytes_received_from_peers: u64,
+    pub bytes_sent_to_peers: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_io_stats() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_io_stats>(),
-        56usize,
+        72usize,
         concat!("Size of: ", stringify!(dckpt_io_stats))
     );
     assert_eq!(
@@ -1396,6 +1438,40 @@ fn bindgen_test_layout_dckpt_io_stats() {
         );
     }
     test_field_bytes_mapped();
+    fn test_field_bytes_received_from_peers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_io_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_received_from_peers) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_io_stats),
+                "::",
+                stringify!(bytes_received_from_peers)
+            )
+        );
+    }
+    test_field_bytes_received_from_peers();
+    fn test_field_bytes_sent_to_peers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_io_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_sent_to_peers) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_io_stats),
+                "::",
+                stringify!(bytes_sent_to_peers)
+            )
+        );
+    }
+    test_field_bytes_sent_to_peers();
 }
 extern "C" {
     pub fn dckpt_load(
