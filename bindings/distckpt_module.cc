@@ -417,6 +417,8 @@ py::dict IoStatsDict(const dckpt_io_stats& s) {
   d["bytes_delivered"] = s.bytes_delivered;
   d["seconds"] = s.seconds;
   d["bytes_mapped"] = s.bytes_mapped;
+  d["bytes_received_from_peers"] = s.bytes_received_from_peers;
+  d["bytes_sent_to_peers"] = s.bytes_sent_to_peers;
   return d;
 }
 
@@ -580,9 +582,10 @@ class Reader {
  public:
   static std::unique_ptr<Reader> Open(const std::string& path, std::shared_ptr<Comm> comm, bool verify,
                                       unsigned io_threads, uint64_t timeout_ms, bool map_files,
-                                      bool share_verification, bool pin_files) {
+                                      bool share_verification, bool pin_files, int fanout) {
     dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, nullptr, map_files, share_verification);
     o.pin_files = pin_files ? 1 : 0;
+    o.fanout = fanout;
     Comm::Use use(comm);
     dckpt_comm* c = use.get();
     dckpt_reader* r = nullptr;
@@ -951,7 +954,8 @@ PYBIND11_MODULE(_distckpt, m) {
   py::class_<Reader>(m, "Reader")
       .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"),
                   py::arg("io_threads"), py::arg("timeout_ms"), py::arg("map_files") = true,
-                  py::arg("share_verification") = true, py::arg("pin_files") = true)
+                  py::arg("share_verification") = true, py::arg("pin_files") = true,
+                  py::arg("fanout") = static_cast<int>(DCKPT_FANOUT_AUTO))
       .def("load", &Reader::Load, py::arg("state"), py::arg("comm").none(true), py::arg("progress"))
       .def("close", &Reader::Close)
       .def_property_readonly("closed", &Reader::closed)

@@ -317,6 +317,10 @@ class _Opened:
         return _tree.decode_object(data, encoding, name, self.path, allow_pickle)
 
 
+#: load(fanout=...) -> dckpt_fanout_mode (distckpt.h).
+_FANOUT_MODES = {"auto": 0, "off": 1, "always": 2}
+
+
 def load(
     state_dict: Optional[MutableMapping[str, Any]],
     path: PathLike,
@@ -329,6 +333,7 @@ def load(
     progress: Optional[ProgressFn] = None,
     map_files: bool = True,
     share_verification: bool = True,
+    fanout: str = "auto",
 ) -> Any:
     """Loads a checkpoint into ``state_dict`` in place, resharding as needed, like ``torch.distributed.checkpoint``.
 
@@ -346,7 +351,9 @@ def load(
     Collective over ``comm``. The GIL is released while reading. ``map_files`` reads data already in the page cache
     through a mapping of the file (turn it off where files may be truncated under a running load: a truncated mapped
     file raises SIGBUS); ``share_verification`` lets the ranks of one host hash each shared checksum block once
-    (``capi/API.md``, "How data is read").
+    (``capi/API.md``, "How data is read"). ``fanout`` ("auto", "always" or "off"): bytes several ranks need
+    (replicated weights) are read from storage once, split among those ranks, and exchanged over ``comm``; "auto"
+    does so only where the ranks do not share one page cache (``capi/API.md``, "Fan-out load").
 
     Returns:
         ``state_dict`` (the same object), or the new nested dict.
@@ -363,7 +370,10 @@ def load(
     # on many ranks each opens only the files it reads, on first use (a checkpoint replaced meanwhile fails the load,
     # it is never mixed with another).
     pin_files = native_comm is None
-    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms, map_files, share_verification, pin_files)
+    if fanout not in _FANOUT_MODES:
+        raise InvalidArgumentError(f"fanout={fanout!r}: expected one of {', '.join(map(repr, _FANOUT_MODES))}")
+    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms, map_files, share_verification, pin_files,
+                                 _FANOUT_MODES[fanout])
     try:
         # A failure on this rank before the load's collectives (a missing entry, a refused pickle) aborts the group,
         # so the other ranks fail at once instead of waiting out their timeouts.

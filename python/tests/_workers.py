@@ -67,7 +67,7 @@ def save_rank(rank, world, rendezvous, path, async_path):
         comm.barrier(timeout=60)
 
 
-def load_rank(rank, world, rendezvous, path):
+def load_rank(rank, world, rendezvous, path, fanout="auto"):
     import distckpt
 
     ex = expected()
@@ -86,7 +86,7 @@ def load_rank(rank, world, rendezvous, path):
             },
             "step": None,
         }
-        distckpt.load(state, path, comm=comm, timeout=60)
+        distckpt.load(state, path, comm=comm, timeout=60, fanout=fanout)
         np.testing.assert_array_equal(w, ex["w"][:, c0:c1])
         np.testing.assert_array_equal(emb, ex["emb"][r0:r1])
         np.testing.assert_array_equal(state["model"]["bias"], ex["bias"])

@@ -61,6 +61,16 @@ def test_three_ranks_save_two_ranks_load_resharded(tmp_path):
         assert len(r.metadata["model.bias"].chunks) == 1  # the replica, written once
 
 
+def test_fanout_always_loads_the_replicas_exactly(tmp_path):
+    # Every rank needs the replicated bias and the whole f16: with fanout="always" those bytes are read by one rank
+    # each and exchanged over Gloo; load_rank checks every value.
+    path, async_path = str(tmp_path / "ckpt"), str(tmp_path / "ckpt_async")
+    run_ranks(_workers.save_rank, 3, f"file://{tmp_path}/rdv_save", path, async_path)
+    run_ranks(_workers.load_rank, 2, f"file://{tmp_path}/rdv_load", path, "always")
+    with pytest.raises(distckpt.InvalidArgumentError, match="fanout"):
+        distckpt.load(None, path, fanout="sometimes")
+
+
 def test_a_rank_that_fails_before_saving_aborts_the_others_at_once(tmp_path):
     run_ranks(_workers.local_error_save, 3, f"file://{tmp_path}/rdv", str(tmp_path / "ckpt"))
     with pytest.raises(distckpt.NotFoundError):
