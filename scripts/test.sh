@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite of distckpt from a fresh clone on Debian 12: installs what is missing, then Bazel (C++ core,
-# C ABI, multi-process and multi-host tests; then all of them again under ASan + UBSan: a "bazel asan: ..." line),
+# C ABI, multi-process and multi-host tests; then all of them again under ASan + UBSan: a "bazel asan: ..." line;
+# then `bazel build --config=cuda //...` where the CUDA toolkit is installed),
 # pytest (python/), cargo (rust/) and go (go/). Each language suite has its own runner (<lang>/run_tests.sh) that sets
 # up its toolchain and prints a "N passed, M failed" line (rust and go also build a consumer crate/module outside
 # the repository, as their READMEs tell a user to); then a C program built the same way (tests/consumers/c), the
@@ -47,6 +48,22 @@ bazel_suite bazel //...
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer (.bazelrc; its outputs sit
 # beside the normal build's). ThreadSanitizer and the manual crash suite under both: scripts/sanitize.sh.
 bazel_suite "bazel asan" --config=asan //...
+
+# The CUDA build (--config=cuda: the NCCL communicator, the CUDA driver table checked against cuda.h) must keep
+# compiling where the toolkit is installed. Its GPU tests need a GPU (the device tool), so here it is built, not run.
+if [[ -f /usr/local/cuda/include/cuda.h ]]; then
+  echo "== bazel build --config=cuda //..."
+  if bazel build --config=cuda //... >"$log" 2>&1; then
+    echo "bazel cuda build: 1 passed, 0 failed"
+    passed=$((passed + 1))
+  else
+    grep -E "error|ERROR" "$log" | head -30
+    echo "bazel cuda build: 0 passed, 1 failed"
+    failed=$((failed + 1))
+  fi
+else
+  echo "bazel cuda build: skipped (no CUDA toolkit at /usr/local/cuda)"
+fi
 
 # The cross-language check runs last: it uses the toolchains the language runners set up.
 for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/consumers/c/run.sh tests/crosslang/run.sh \
