@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "core/comm/comm_conformance.h"
@@ -14,6 +15,7 @@
 #include "core/cuda/host_copy_engine.h"
 #include "core/engine/load.h"
 #include "core/engine/save.h"
+#include "core/engine/save_async.h"
 
 namespace distckpt {
 namespace {
@@ -92,6 +94,67 @@ TEST(DeviceSaveMultiRankTest, ACopyFailingOnOneRankFailsEveryRankAndLeavesNothin
   const std::string path = dir + "/ckpt";
   auto outcomes = comm_testing::RunRanks(kRanks, std::chrono::seconds(60), [&](int rank) {
     return comm_testing::ReportInChild(rank, SaveOnRank(rank, "file://" + dir + "/rdv", path, /*fail_rank=*/1));
+  });
+  EXPECT_TRUE(comm_testing::AllExitedZero(outcomes)) << comm_testing::Describe(outcomes);
+}
+
+// An asynchronous save whose staging fails on rank 1 (its second device copy): rank 1's SaveAsync returns the error,
+// and the other ranks, whose saves already run in the background, fail at once naming rank 1 and the copy instead of
+// waiting out the collective timeout for a rank that never joins. Nothing appears at the path.
+Status AsyncSaveOnRank(int rank, const std::string& rendezvous, const std::string& path) {
+  DCKPT_ASSIGN_OR_RETURN(auto comm, NewGlooCommunicator(gloo_testing::Loopback(rank, kRanks, rendezvous)));
+  HostCopyEngine engine;
+  if (rank == 1) {
+    engine.set_before_copy([](uint64_t i) {
+      return i == 1 ? Status(StatusCode::kUnknown, "injected: unspecified launch failure") : OkStatus();
+    });
+  }
+  std::vector<float> w = Values(kPerRank, float(rank * kPerRank));
+  const MemoryLocation dev{MemoryKind::kCuda, rank, reinterpret_cast<void*>(uintptr_t(0x100 + rank))};
+  State s;
+  DCKPT_RETURN_IF_ERROR(s.AddTensor("w", DType::kF32, {kRanks * kPerRank}));
+  DCKPT_RETURN_IF_ERROR(s.AddPieceIn("w", {rank * kPerRank}, {kPerRank}, w.data(), dev));
+  SaveOptions o;
+  o.copy_engine = &engine;
+  o.checksum_block_size = 4096;
+  o.staging_buffer_bytes = 16384;
+  o.staging_buffers = 2;
+  o.sync = false;
+  o.timeout = std::chrono::seconds(40);  // the others must fail long before this, and before rank 1 exits
+  const auto start = std::chrono::steady_clock::now();
+  auto future = SaveAsync(path, s, comm.get(), o);
+  Status outcome;
+  if (rank == 1) {
+    if (future.ok()) return Internal("rank 1's SaveAsync succeeded although its staging failed");
+    outcome = future.status();
+    // A training job goes on after a failed save: rank 1 stays alive, its communicator open, while the others must
+    // already have failed (they cannot learn it from a closed connection).
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+  } else {
+    if (!future.ok()) return future.status().WithContext("SaveAsync on a rank whose staging works");
+    auto result = (*future)->Wait(std::chrono::seconds(60));
+    if (result.ok()) return Internal("the save succeeded although rank 1's staging failed");
+    outcome = result.status();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "[rank %d] failed after %.2f s as expected: %s\n", rank, seconds, outcome.message().c_str());
+  if (rank != 1 && seconds > 2.5) {
+    return Internal("rank " + std::to_string(rank) + " took " + std::to_string(seconds) + " s to fail");
+  }
+  for (const char* want : {"unspecified launch failure", rank == 1 ? "staging the state" : "rank 1 failed"}) {
+    if (outcome.message().find(want) == std::string::npos) {
+      return Internal("message lacks '" + std::string(want) + "': " + outcome.message());
+    }
+  }
+  if (::access(path.c_str(), F_OK) == 0) return Internal("'" + path + "' exists after a failed save");
+  return OkStatus();
+}
+
+TEST(DeviceSaveMultiRankTest, AsyncStagingFailingOnOneRankFailsTheOthersAtOnce) {
+  const std::string dir = comm_testing::MakeTempDir("device-async-fail-");
+  const std::string path = dir + "/ckpt";
+  auto outcomes = comm_testing::RunRanks(kRanks, std::chrono::seconds(90), [&](int rank) {
+    return comm_testing::ReportInChild(rank, AsyncSaveOnRank(rank, "file://" + dir + "/rdv", path));
   });
   EXPECT_TRUE(comm_testing::AllExitedZero(outcomes)) << comm_testing::Describe(outcomes);
 }

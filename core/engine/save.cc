@@ -283,7 +283,29 @@ Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std
 
 }  // namespace
 
+namespace {
+
+Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Communicator* comm,
+                             const SaveOptions& options, const Status& failed_before);
+
+}  // namespace
+
 Result<SaveSummary> Save(const std::string& path, const State& state, Communicator* comm, const SaveOptions& options) {
+  return SaveImpl(path, state, comm, options, OkStatus());
+}
+
+Status JoinSaveAsFailed(const std::string& path, Communicator* comm, const SaveOptions& options, const Status& why) {
+  if (why.ok()) return InvalidArgument("JoinSaveAsFailed: no failure to report");
+  const State nothing;
+  auto r = SaveImpl(path, nothing, comm, options, why);
+  return r.ok() ? Internal("saving '" + path + "': the save went on although this rank failed") : r.status();
+}
+
+namespace {
+
+// `failed_before`: this rank failed before the save (SaveAsync's staging): it sends that error in round 1.
+Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Communicator* comm,
+                             const SaveOptions& options, const Status& failed_before) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Communicator> single;
   if (comm == nullptr) {
@@ -299,7 +321,8 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
 
   // Round 1: every rank sends its local plan; the coordinator plans globally, creates the staging directory and
   // answers with the nonce and every rank's chunks. Coordinator state lives only on rank 0.
-  auto local = EncodeLocalPlan(MakeLocalPlan(state, static_cast<uint32_t>(rank)));
+  auto local = failed_before.ok() ? EncodeLocalPlan(MakeLocalPlan(state, static_cast<uint32_t>(rank)))
+                                  : Result<std::string>(failed_before);
   std::optional<GlobalPlan> plan;
   std::optional<StagedCheckpoint> staged;
   auto abort_staging = [&] {
@@ -365,5 +388,7 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }
+
+}  // namespace
 
 }  // namespace distckpt

@@ -58,6 +58,11 @@ struct SaveSummary {
 /// visible at `path`, and other checkpoints are untouched.
 Result<SaveSummary> Save(const std::string& path, const State& state, Communicator* comm, const SaveOptions& options);
 
+/// The part of a collective Save that a rank which failed before it could take part still owes the others: it sends
+/// `why` in the first round, so every rank fails at once with its message (instead of waiting out the timeout for a
+/// rank that never comes), and returns once the coordinator has answered. SaveAsync uses it when staging fails.
+Status JoinSaveAsFailed(const std::string& path, Communicator* comm, const SaveOptions& options, const Status& why);
+
 /// Default number of I/O threads.
 size_t DefaultIoThreads();
 

@@ -150,6 +150,17 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
                                               const SaveOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<SaveFuture> f(new SaveFuture());
+  // A failure before the background save starts: the other ranks' saves are under way, so tell them (they fail now
+  // with this rank's message, rather than wait out the timeout for a rank that never comes).
+  auto failed = [&](const Status& st) {
+    if (comm != nullptr && comm->size() > 1) (void)JoinSaveAsFailed(path, comm, options, st);
+    return st;
+  };
+#define DCKPT_STAGE_OR_FAIL(expr)          \
+  do {                                     \
+    Status stage_st_ = (expr);             \
+    if (!stage_st_.ok()) return failed(stage_st_); \
+  } while (0)
 
   // Lay every piece out in one buffer: one allocation, reused by nothing else, freed with the future.
   uint64_t total = 0;
@@ -157,12 +168,13 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
     for (const TensorPiece& p : t.pieces) total = AlignUp(total) + p.box.volume() * DTypeSize(t.dtype);
   }
   for (const BytesEntry& b : state.bytes()) total = AlignUp(total) + b.size;
-  DCKPT_RETURN_IF_ERROR(
+  DCKPT_STAGE_OR_FAIL(
       ReserveStaging(total, options.max_async_staging_bytes, options.timeout, "saving '" + path + "' asynchronously"));
   f->reserved_ = total;
   char* buffer = AcquireStaging(total);
   if (buffer == nullptr) {
-    return Status(StatusCode::kNoMemory, "cannot allocate " + std::to_string(total) + " bytes to stage the state");
+    return failed(Status(StatusCode::kNoMemory, "saving '" + path + "': cannot allocate " + std::to_string(total) +
+                         " bytes to stage the state"));
   }
   f->buffer_ = std::unique_ptr<char[], void (*)(void*)>(buffer, ReleaseStaging);
 
@@ -178,7 +190,7 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
   std::vector<char*> device_dst;
   uint64_t at = 0;
   for (const TensorEntry& t : state.tensors()) {
-    DCKPT_RETURN_IF_ERROR(f->owned_.AddTensor(t.name, t.dtype, t.shape));
+    DCKPT_STAGE_OR_FAIL(f->owned_.AddTensor(t.name, t.dtype, t.shape));
     for (const TensorPiece& p : t.pieces) {
       at = AlignUp(at);
       const uint64_t n = p.box.volume() * DTypeSize(t.dtype);
@@ -189,14 +201,14 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
         copies.push_back(Copy{buffer + at, static_cast<const char*>(p.data), n});
       }
       std::vector<uint64_t> off(p.box.offset, p.box.offset + p.box.ndim), len(p.box.length, p.box.length + p.box.ndim);
-      DCKPT_RETURN_IF_ERROR(f->owned_.AddPiece(t.name, off, len, buffer + at));
+      DCKPT_STAGE_OR_FAIL(f->owned_.AddPiece(t.name, off, len, buffer + at));
       at += n;
     }
   }
   for (const BytesEntry& b : state.bytes()) {
     at = AlignUp(at);
     copies.push_back(Copy{buffer + at, static_cast<const char*>(b.data), b.size});
-    DCKPT_RETURN_IF_ERROR(f->owned_.AddBytes(b.name, buffer + at, b.size));
+    DCKPT_STAGE_OR_FAIL(f->owned_.AddBytes(b.name, buffer + at, b.size));
     at += b.size;
   }
   for (const auto& kv : state.user()) f->owned_.SetUserMetadata(kv.first, kv.second);
@@ -227,8 +239,9 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
       if (!st.ok()) group.Run([st] { return st; });
     }
     Status staged = group.Wait();
-    if (!staged.ok()) return staged.WithContext("saving '" + path + "' (staging the state)");
+    if (!staged.ok()) return failed(staged.WithContext("saving '" + path + "' (staging the state)"));
   }
+#undef DCKPT_STAGE_OR_FAIL
   f->staged_bytes_ = total;
   f->staging_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
