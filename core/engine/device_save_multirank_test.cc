@@ -29,6 +29,18 @@ std::vector<float> Values(uint64_t n, float start) {
   return v;
 }
 
+// Small staging buffers (several per rank) through the host engine, no fsync.
+SaveOptions TestOptions(CopyEngine* engine, std::chrono::seconds timeout) {
+  SaveOptions o;
+  o.copy_engine = engine;
+  o.checksum_block_size = 4096;
+  o.staging_buffer_bytes = 16384;
+  o.staging_buffers = 2;
+  o.sync = false;
+  o.timeout = timeout;
+  return o;
+}
+
 // Each rank saves its slice of "w" and a replica of "r", both as device pieces; `fail_rank` fails its second copy
 // (it has at least two: its 20 KB of "w" spans two 16 KiB buffers).
 Status SaveOnRank(int rank, const std::string& rendezvous, const std::string& path, int fail_rank) {
@@ -46,14 +58,7 @@ Status SaveOnRank(int rank, const std::string& rendezvous, const std::string& pa
   DCKPT_RETURN_IF_ERROR(s.AddPieceIn("w", {rank * kPerRank}, {kPerRank}, w.data(), dev));
   DCKPT_RETURN_IF_ERROR(s.AddTensor("r", DType::kF32, {3000}));
   DCKPT_RETURN_IF_ERROR(s.AddPieceIn("r", {0}, {3000}, r.data(), dev));
-  SaveOptions o;
-  o.copy_engine = &engine;
-  o.checksum_block_size = 4096;
-  o.staging_buffer_bytes = 16384;
-  o.staging_buffers = 2;
-  o.sync = false;
-  o.timeout = std::chrono::seconds(30);
-  auto saved = Save(path, s, comm.get(), o);
+  auto saved = Save(path, s, comm.get(), TestOptions(&engine, std::chrono::seconds(30)));
   if (fail_rank < 0) return saved.status();
   // Expected to fail on every rank, naming the failing rank's copy; nothing may appear at the path.
   if (saved.ok()) return Internal("the save succeeded although rank " + std::to_string(fail_rank) + "'s copy failed");
@@ -114,13 +119,8 @@ Status AsyncSaveOnRank(int rank, const std::string& rendezvous, const std::strin
   State s;
   DCKPT_RETURN_IF_ERROR(s.AddTensor("w", DType::kF32, {kRanks * kPerRank}));
   DCKPT_RETURN_IF_ERROR(s.AddPieceIn("w", {rank * kPerRank}, {kPerRank}, w.data(), dev));
-  SaveOptions o;
-  o.copy_engine = &engine;
-  o.checksum_block_size = 4096;
-  o.staging_buffer_bytes = 16384;
-  o.staging_buffers = 2;
-  o.sync = false;
-  o.timeout = std::chrono::seconds(40);  // the others must fail long before this, and before rank 1 exits
+  // The others must fail long before the timeout, and before rank 1 exits.
+  const SaveOptions o = TestOptions(&engine, std::chrono::seconds(40));
   const auto start = std::chrono::steady_clock::now();
   auto future = SaveAsync(path, s, comm.get(), o);
   Status outcome;
