@@ -137,19 +137,6 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
   return o;
 }
 
-// Loads into device memory are not there yet (issue 12): refuse them with a clear code before anything is read.
-Status CheckHostOnlyForLoad(const State& state) {
-  for (const TensorEntry& t : state.tensors()) {
-    for (const TensorPiece& p : t.pieces) {
-      if (!p.memory.is_host()) {
-        return Unsupported("tensor '" + t.name + "' piece " + p.box.ToString() + " is in " + p.memory.ToString() +
-                           " memory: loading into device memory is not supported yet; load into host memory and copy");
-      }
-    }
-  }
-  return OkStatus();
-}
-
 void FillSaveInfo(dckpt_save_info* info, const SaveSummary& r) {
   info->num_files = r.num_files;
   info->num_entries = r.num_entries;
@@ -174,9 +161,10 @@ using distckpt::capi::ReportException;
 
 namespace {
 
-// dckpt_state_add_piece and its const twin: the same checks, then AddPiece or AddConstPiece.
+// dckpt_state_add_piece, its const twin and dckpt_state_add_piece_ex: the same checks, then the State call for the
+// buffer's kind (a device buffer is first checked to be memory of its device, which loads the driver).
 int AddPieceImpl(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
-                 const void* data, bool read_only) {
+                 const void* data, bool read_only, const distckpt::MemoryLocation& memory) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
@@ -187,8 +175,17 @@ int AddPieceImpl(dckpt_state* state, const char* name, const uint64_t* offsets, 
       return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': offsets/lengths are NULL"));
     }
     std::vector<uint64_t> off(offsets, offsets + ndim), len(lengths, lengths + ndim);
-    return Report(read_only ? state->state.AddConstPiece(name, off, len, data)
-                            : state->state.AddPiece(name, off, len, const_cast<void*>(data)));
+    if (memory.is_host()) {
+      return Report(read_only ? state->state.AddConstPiece(name, off, len, data)
+                              : state->state.AddPiece(name, off, len, const_cast<void*>(data)));
+    }
+    // AddPieceIn checks the kind and the ordinal; the driver is asked only about a well-formed CUDA location.
+    if (memory.kind == distckpt::MemoryKind::kCuda && memory.device >= 0) {
+      if (Status st = distckpt::CheckDeviceBuffer(memory, data); !st.ok()) {
+        return Report(st.WithContext("tensor '" + std::string(name) + "' (" + memory.ToString() + ")"));
+      }
+    }
+    return Report(state->state.AddPieceIn(name, off, len, const_cast<void*>(data), memory));
   })
 }
 
@@ -261,12 +258,12 @@ int dckpt_state_add_tensor(dckpt_state* state, const char* name, int dtype, size
 
 int dckpt_state_add_piece(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
                           void* data) {
-  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false);
+  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false, distckpt::MemoryLocation{});
 }
 
 int dckpt_state_add_piece_const(dckpt_state* state, const char* name, const uint64_t* offsets,
                                 const uint64_t* lengths, const void* data) {
-  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/true);
+  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/true, distckpt::MemoryLocation{});
 }
 
 int dckpt_piece_options_init(dckpt_piece_options* opts, unsigned version) {
@@ -282,35 +279,13 @@ int dckpt_piece_options_init(dckpt_piece_options* opts, unsigned version) {
 
 int dckpt_state_add_piece_ex(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
                              void* data, const dckpt_piece_options* opts) {
-  if (opts == nullptr) return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false);
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
-    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
+  distckpt::MemoryLocation memory;
+  if (opts != nullptr) {
     DCKPT_RETURN_IF_FAILED(
         distckpt::capi::CheckVersion(opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
-    if (opts->memory == DCKPT_MEMORY_HOST) return AddPieceImpl(state, name, offsets, lengths, data, false);
-    if (opts->memory != DCKPT_MEMORY_CUDA) {
-      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': unknown memory kind " +
-                                              std::to_string(opts->memory) + " in dckpt_piece_options"));
-    }
-    distckpt::TensorEntry* t = state->state.FindTensor(name);
-    if (t == nullptr) return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "' was not declared"));
-    const size_t ndim = t->shape.size();
-    if (ndim > 0 && (offsets == nullptr || lengths == nullptr)) {
-      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': offsets/lengths are NULL"));
-    }
-    const distckpt::MemoryLocation loc{distckpt::MemoryKind::kCuda, opts->device, opts->stream};
-    if (opts->device < 0) {
-      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': device ordinal " +
-                                              std::to_string(opts->device) + " is negative"));
-    }
-    // The first device piece loads the driver: without one this is where the caller learns it.
-    if (Status st = distckpt::CheckDeviceBuffer(loc, data); !st.ok()) {
-      return Report(st.WithContext("tensor '" + std::string(name) + "' (" + loc.ToString() + ")"));
-    }
-    std::vector<uint64_t> off(offsets, offsets + ndim), len(lengths, lengths + ndim);
-    return Report(state->state.AddPieceIn(name, off, len, data, loc));
-  })
+    memory = distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(opts->memory), opts->device, opts->stream};
+  }
+  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false, memory);
 }
 
 int dckpt_state_add_bytes_const(dckpt_state* state, const char* name, const void* data, uint64_t size) {
@@ -491,9 +466,6 @@ int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckp
     }
     auto o = distckpt::capi::ToReadOptions(opts);
     if (!o.ok()) return Report(o.status());
-    if (Status st = distckpt::capi::CheckHostOnlyForLoad(state->state); !st.ok()) {
-      return Report(st.WithContext("loading '" + std::string(path) + "'"));
-    }
     auto r = distckpt::Load(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!r.ok()) return Report(r.status());
     if (stats) FillIoStats(stats, r->io, r->seconds);
@@ -525,7 +497,6 @@ int dckpt_reader_load(dckpt_io_stats* stats, dckpt_reader* reader, dckpt_state* 
     if (stats) {
       DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats"));
     }
-    if (Status st = distckpt::capi::CheckHostOnlyForLoad(state->state); !st.ok()) return Report(st);
     distckpt::ProgressFn fn;
     if (progress) fn = [progress, progress_user_data](uint64_t done, uint64_t total) {
       return progress(done, total, progress_user_data);
