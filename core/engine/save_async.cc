@@ -146,37 +146,22 @@ Result<SaveSummary> SaveFuture::Wait(std::chrono::milliseconds timeout) {
   return *result_;
 }
 
-Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const State& state, Communicator* comm,
-                                              const SaveOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<SaveFuture> f(new SaveFuture());
-  // A failure before the background save starts: the other ranks' saves are under way, so tell them (they fail now
-  // with this rank's message, rather than wait out the timeout for a rank that never comes).
-  auto failed = [&](const Status& st) {
-    if (comm != nullptr && comm->size() > 1) (void)JoinSaveAsFailed(path, comm, options, st);
-    return st;
-  };
-#define DCKPT_STAGE_OR_FAIL(expr)          \
-  do {                                     \
-    Status stage_st_ = (expr);             \
-    if (!stage_st_.ok()) return failed(stage_st_); \
-  } while (0)
-
+Status SaveFuture::Stage(const std::string& path, const State& state, const SaveOptions& options) {
   // Lay every piece out in one buffer: one allocation, reused by nothing else, freed with the future.
   uint64_t total = 0;
   for (const TensorEntry& t : state.tensors()) {
     for (const TensorPiece& p : t.pieces) total = AlignUp(total) + p.box.volume() * DTypeSize(t.dtype);
   }
   for (const BytesEntry& b : state.bytes()) total = AlignUp(total) + b.size;
-  DCKPT_STAGE_OR_FAIL(
+  DCKPT_RETURN_IF_ERROR(
       ReserveStaging(total, options.max_async_staging_bytes, options.timeout, "saving '" + path + "' asynchronously"));
-  f->reserved_ = total;
+  reserved_ = total;
   char* buffer = AcquireStaging(total);
   if (buffer == nullptr) {
-    return failed(Status(StatusCode::kNoMemory, "saving '" + path + "': cannot allocate " + std::to_string(total) +
-                         " bytes to stage the state"));
+    return Status(StatusCode::kNoMemory, "saving '" + path + "': cannot allocate " + std::to_string(total) +
+                  " bytes to stage the state");
   }
-  f->buffer_ = std::unique_ptr<char[], void (*)(void*)>(buffer, ReleaseStaging);
+  buffer_ = std::unique_ptr<char[], void (*)(void*)>(buffer, ReleaseStaging);
 
   struct Copy {
     char* to;
@@ -190,7 +175,7 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
   std::vector<char*> device_dst;
   uint64_t at = 0;
   for (const TensorEntry& t : state.tensors()) {
-    DCKPT_STAGE_OR_FAIL(f->owned_.AddTensor(t.name, t.dtype, t.shape));
+    DCKPT_RETURN_IF_ERROR(owned_.AddTensor(t.name, t.dtype, t.shape));
     for (const TensorPiece& p : t.pieces) {
       at = AlignUp(at);
       const uint64_t n = p.box.volume() * DTypeSize(t.dtype);
@@ -201,18 +186,18 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
         copies.push_back(Copy{buffer + at, static_cast<const char*>(p.data), n});
       }
       std::vector<uint64_t> off(p.box.offset, p.box.offset + p.box.ndim), len(p.box.length, p.box.length + p.box.ndim);
-      DCKPT_STAGE_OR_FAIL(f->owned_.AddPiece(t.name, off, len, buffer + at));
+      DCKPT_RETURN_IF_ERROR(owned_.AddPiece(t.name, off, len, buffer + at));
       at += n;
     }
   }
   for (const BytesEntry& b : state.bytes()) {
     at = AlignUp(at);
     copies.push_back(Copy{buffer + at, static_cast<const char*>(b.data), b.size});
-    DCKPT_STAGE_OR_FAIL(f->owned_.AddBytes(b.name, buffer + at, b.size));
+    DCKPT_RETURN_IF_ERROR(owned_.AddBytes(b.name, buffer + at, b.size));
     at += b.size;
   }
-  for (const auto& kv : state.user()) f->owned_.SetUserMetadata(kv.first, kv.second);
-  f->owned_.SetStructure(state.structure());
+  for (const auto& kv : state.user()) owned_.SetUserMetadata(kv.first, kv.second);
+  owned_.SetStructure(state.structure());
 
   // The copy is the only part the caller waits for: split it across threads so it runs at memory bandwidth.
   {
@@ -239,10 +224,22 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
       if (!st.ok()) group.Run([st] { return st; });
     }
     Status staged = group.Wait();
-    if (!staged.ok()) return failed(staged.WithContext("saving '" + path + "' (staging the state)"));
+    if (!staged.ok()) return staged.WithContext("saving '" + path + "' (staging the state)");
   }
-#undef DCKPT_STAGE_OR_FAIL
-  f->staged_bytes_ = total;
+  staged_bytes_ = total;
+  return OkStatus();
+}
+
+Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const State& state, Communicator* comm,
+                                              const SaveOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<SaveFuture> f(new SaveFuture());
+  if (Status st = f->Stage(path, state, options); !st.ok()) {
+    // The other ranks' saves are under way: tell them, so that they fail now with this rank's message rather than
+    // wait out the timeout for a rank that never comes.
+    if (comm != nullptr && comm->size() > 1) (void)JoinSaveAsFailed(path, comm, options, st);
+    return st;
+  }
   f->staging_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   SaveFuture* raw = f.get();

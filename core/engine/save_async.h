@@ -33,6 +33,8 @@ class SaveFuture {
   friend Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string&, const State&, Communicator*,
                                                          const SaveOptions&);
   SaveFuture() = default;
+  /// Copies `state` into buffers this future owns (owned_, buffer_), device pieces through the staging pipeline.
+  Status Stage(const std::string& path, const State& state, const SaveOptions& options);
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Result<SaveSummary>> result_;
