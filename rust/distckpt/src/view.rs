@@ -124,8 +124,9 @@ pub enum Advice {
     PopulateRead,
 }
 
-/// The slice traits and the f32 conversion every view type shares, written once: `Deref`/`AsRef` to `[T]` through
-/// the type's own `as_slice()`, and `to_f32_vec()` on byte views through its `dtype()` and `as_bytes()`.
+/// What the view types share, written once: `Deref`/`AsRef` to `[T]` through the type's own `as_slice()`,
+/// `to_f32_vec()` on byte views through its `dtype()` and `as_bytes()`, and for the owned views (fields `view`, the
+/// borrowed view, and `ckpt`) the accessors that forward to the borrowed view.
 macro_rules! slice_view_impls {
     (borrowed $name:ident) => {
         impl<T> Deref for $name<'_, T> {
@@ -147,6 +148,38 @@ macro_rules! slice_view_impls {
         }
     };
     (owned $name:ident) => {
+        impl<T: 'static> $name<T> {
+            /// The elements, row-major (the box's, for a chunk view).
+            pub fn as_slice(&self) -> &[T] {
+                self.view.data
+            }
+            /// The same memory as little-endian bytes.
+            pub fn as_bytes(&self) -> &[u8] {
+                self.view.as_bytes()
+            }
+            pub fn entry(&self) -> &Entry<'_> {
+                &self.view.entry
+            }
+            pub fn name(&self) -> &str {
+                self.view.name()
+            }
+            /// The dtype tag (see [`TensorView::dtype`]).
+            pub fn dtype(&self) -> Dtype {
+                self.view.dtype()
+            }
+            /// The shape of the whole tensor (a chunk view's box is `lengths()`).
+            pub fn shape(&self) -> &[u64] {
+                self.view.shape()
+            }
+            /// The checkpoint this view keeps alive.
+            pub fn checkpoint(&self) -> &Arc<Checkpoint> {
+                &self.ckpt
+            }
+            /// Tells the kernel how the view will be read (`madvise` over its pages).
+            pub fn advise(&self, advice: Advice) -> Result<()> {
+                self.view.advise(advice)
+            }
+        }
         impl<T: 'static> Deref for $name<T> {
             type Target = [T];
             fn deref(&self) -> &[T] {
@@ -204,9 +237,6 @@ impl<'a, T> TensorView<'a, T> {
     }
 }
 
-
-
-
 slice_view_impls!(borrowed TensorView);
 
 impl<T> std::fmt::Debug for TensorView<'_, T> {
@@ -219,7 +249,6 @@ impl<T> std::fmt::Debug for TensorView<'_, T> {
             .finish()
     }
 }
-
 
 /// A box of a tensor held inline (at most `DCKPT_MAX_DIMS` dimensions), so views of regions need no allocation.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -306,9 +335,6 @@ impl<'a, T> ChunkView<'a, T> {
     }
 }
 
-
-
-
 slice_view_impls!(borrowed ChunkView);
 
 impl<T> std::fmt::Debug for ChunkView<'_, T> {
@@ -352,45 +378,13 @@ impl<T: 'static> OwnedTensorView<T> {
     pub fn view(&self) -> TensorView<'_, T> {
         TensorView { data: self.view.data, entry: self.view.entry }
     }
-    /// The elements, row-major.
-    pub fn as_slice(&self) -> &[T] {
-        self.view.data
-    }
-    /// The same memory as little-endian bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        self.view.as_bytes()
-    }
-    pub fn entry(&self) -> &Entry<'_> {
-        &self.view.entry
-    }
-    pub fn name(&self) -> &str {
-        self.view.name()
-    }
-    /// The dtype tag (see [`TensorView::dtype`]).
-    pub fn dtype(&self) -> Dtype {
-        self.view.dtype()
-    }
-    pub fn shape(&self) -> &[u64] {
-        self.view.shape()
-    }
-    /// The checkpoint this view keeps alive.
-    pub fn checkpoint(&self) -> &Arc<Checkpoint> {
-        &self.ckpt
-    }
-    /// Tells the kernel how the view will be read (`madvise` over its pages).
-    pub fn advise(&self, advice: Advice) -> Result<()> {
-        self.view.advise(advice)
-    }
 }
-
 
 impl<T: 'static> Clone for OwnedTensorView<T> {
     fn clone(&self) -> Self {
         OwnedTensorView { view: TensorView { data: self.view.data, entry: self.view.entry }, ckpt: Arc::clone(&self.ckpt) }
     }
 }
-
-
 
 slice_view_impls!(owned OwnedTensorView);
 
@@ -435,28 +429,6 @@ impl<T: 'static> OwnedChunkView<T> {
     pub fn view(&self) -> ChunkView<'_, T> {
         self.view
     }
-    /// The box's elements, row-major.
-    pub fn as_slice(&self) -> &[T] {
-        self.view.data
-    }
-    /// The same memory as little-endian bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        self.view.as_bytes()
-    }
-    pub fn entry(&self) -> &Entry<'_> {
-        &self.view.entry
-    }
-    pub fn name(&self) -> &str {
-        self.view.name()
-    }
-    /// The dtype tag (see [`TensorView::dtype`]).
-    pub fn dtype(&self) -> Dtype {
-        self.view.dtype()
-    }
-    /// The shape of the whole tensor; the box's own is [`lengths`](Self::lengths).
-    pub fn shape(&self) -> &[u64] {
-        self.view.shape()
-    }
     /// See [`ChunkView::chunk_index`].
     pub fn chunk_index(&self) -> usize {
         self.view.chunk
@@ -469,24 +441,13 @@ impl<T: 'static> OwnedChunkView<T> {
     pub fn lengths(&self) -> &[u64] {
         self.view.region.lengths()
     }
-    /// The checkpoint this view keeps alive.
-    pub fn checkpoint(&self) -> &Arc<Checkpoint> {
-        &self.ckpt
-    }
-    /// Tells the kernel how the view will be read (`madvise` over its pages).
-    pub fn advise(&self, advice: Advice) -> Result<()> {
-        self.view.advise(advice)
-    }
 }
-
 
 impl<T: 'static> Clone for OwnedChunkView<T> {
     fn clone(&self) -> Self {
         OwnedChunkView { view: self.view, ckpt: Arc::clone(&self.ckpt) }
     }
 }
-
-
 
 slice_view_impls!(owned OwnedChunkView);
 
