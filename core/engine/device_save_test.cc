@@ -307,7 +307,7 @@ TEST(DeviceSaveTest, DevicePiecesAreNotLoadTargetsYet) {
   State s;
   ASSERT_TRUE(s.AddTensor("w", DType::kF32, {4}).ok());
   ASSERT_TRUE(s.AddPieceIn("w", {0}, {4}, w.data(), kDevice0).ok());
-  EXPECT_TRUE(s.has_device_pieces());
+  EXPECT_FALSE(s.tensors()[0].pieces[0].memory.is_host());
   EXPECT_TRUE(s.tensors()[0].pieces[0].read_only);
   EXPECT_FALSE(s.AddPieceIn("w", {0}, {4}, w.data(), MemoryLocation{MemoryKind::kCuda, -1, nullptr}).ok());
   // The engine's load refuses it while planning (so with several ranks every rank learns it in the plan exchange),

@@ -69,15 +69,6 @@ Status State::AddPieceIn(const std::string& name, const std::vector<uint64_t>& o
   return OkStatus();
 }
 
-bool State::has_device_pieces() const {
-  for (const TensorEntry& t : tensors_) {
-    for (const TensorPiece& p : t.pieces) {
-      if (!p.memory.is_host()) return true;
-    }
-  }
-  return false;
-}
-
 Status State::AddBytes(const std::string& name, void* data, uint64_t size) {
   DCKPT_RETURN_IF_ERROR(CheckNewName(name));
   if (data == nullptr && size != 0) return InvalidArgument("bytes entry '" + name + "' has a NULL buffer");

@@ -64,8 +64,6 @@ class State {
   /// (CheckDeviceBuffer) and a save does when it copies. Save only, for now (see TensorPiece::read_only).
   Status AddPieceIn(const std::string& name, const std::vector<uint64_t>& offsets,
                     const std::vector<uint64_t>& lengths, void* data, const MemoryLocation& memory);
-  /// True if some piece lives in device memory.
-  bool has_device_pieces() const;
   Status AddBytes(const std::string& name, void* data, uint64_t size);
   /// A bytes entry a save only reads (as AddConstPiece).
   Status AddConstBytes(const std::string& name, const void* data, uint64_t size);
