@@ -58,6 +58,11 @@ class CopyEngine {
   std::shared_ptr<PinnedPool> pool_;
 };
 
+/// Testing only: true when DCKPT_TEST_CUDA_ON_HOST=1 was in the environment at the first call. Then "CUDA" buffers
+/// are taken to be host memory: DefaultCopyEngine(kCuda) is the host engine and CheckDeviceBuffer accepts any
+/// pointer, so the bindings' device paths (Python, Rust) run through the real pipeline on machines without a GPU.
+bool CudaEmulatedOnHost();
+
 /// The engine for device memory of `kind`: for kCuda the process-wide CUDA engine, which loads the driver on first
 /// use (kUnsupported naming libcuda.so.1 where it is missing); for kHost the process-wide host engine.
 Result<CopyEngine*> DefaultCopyEngine(MemoryKind kind);

@@ -56,6 +56,11 @@ Result<const CudaDriver*> Load() {
   sym(&d->cuCtxPushCurrent, "cuCtxPushCurrent_v2");
   sym(&d->cuCtxPopCurrent, "cuCtxPopCurrent_v2");
   sym(&d->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+  sym(&d->cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  sym(&d->cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
+  sym(&d->cuMemAlloc, "cuMemAlloc_v2");
+  sym(&d->cuMemFree, "cuMemFree_v2");
+  sym(&d->cuCtxGetDevice, "cuCtxGetDevice");
   sym(&d->cuMemHostAlloc, "cuMemHostAlloc");
   sym(&d->cuMemFreeHost, "cuMemFreeHost");
   sym(&d->cuEventCreate, "cuEventCreate");
@@ -66,6 +71,8 @@ Result<const CudaDriver*> Load() {
   sym(&d->cuStreamCreate, "cuStreamCreate");
   sym(&d->cuStreamWaitEvent, "cuStreamWaitEvent");
   sym(&d->cuStreamSynchronize, "cuStreamSynchronize");
+  sym(&d->cuStreamQuery, "cuStreamQuery");
+  sym(&d->cuStreamDestroy, "cuStreamDestroy_v2");
   sym(&d->cuPointerGetAttribute, "cuPointerGetAttribute");
   sym(&d->cuGetErrorString, "cuGetErrorString");
   if (!missing.ok()) {

@@ -31,6 +31,24 @@ constexpr unsigned kMemoryTypeHost = 1;               // CU_MEMORYTYPE_HOST
 constexpr unsigned kMemoryTypeDevice = 2;             // CU_MEMORYTYPE_DEVICE
 constexpr unsigned kMemoryTypeUnified = 4;            // CU_MEMORYTYPE_UNIFIED
 
+/// Mirror of CUDA_MEMCPY2D (cuda.h's CUDA_MEMCPY2D_v2): a copy of `Height` rows of `WidthInBytes` bytes between
+/// two pitched layouts. CUmemorytype fields are a C enum (an int); CUarray is a handle.
+struct Memcpy2D {
+  size_t srcXInBytes = 0, srcY = 0;
+  unsigned srcMemoryType = 0;
+  const void* srcHost = nullptr;
+  CUdeviceptr srcDevice = 0;
+  void* srcArray = nullptr;
+  size_t srcPitch = 0;
+  size_t dstXInBytes = 0, dstY = 0;
+  unsigned dstMemoryType = 0;
+  void* dstHost = nullptr;
+  CUdeviceptr dstDevice = 0;
+  void* dstArray = nullptr;
+  size_t dstPitch = 0;
+  size_t WidthInBytes = 0, Height = 0;
+};
+
 /// The entry points, resolved once. Names are the symbols libcuda exports (the _v2 ones where cuda.h #defines the
 /// plain name to them).
 struct CudaDriver {
@@ -42,6 +60,11 @@ struct CudaDriver {
   CUresult (*cuCtxPushCurrent)(CUcontext ctx);    // cuCtxPushCurrent_v2
   CUresult (*cuCtxPopCurrent)(CUcontext* ctx);    // cuCtxPopCurrent_v2
   CUresult (*cuMemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);  // cuMemcpyDtoHAsync_v2
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream);  // _v2
+  CUresult (*cuMemcpy2DAsync)(const Memcpy2D* copy, CUstream stream);                            // _v2
+  CUresult (*cuMemAlloc)(CUdeviceptr* p, size_t bytes);                                          // cuMemAlloc_v2
+  CUresult (*cuMemFree)(CUdeviceptr p);                                                            // cuMemFree_v2
+  CUresult (*cuCtxGetDevice)(CUdevice* device);
   CUresult (*cuMemHostAlloc)(void** p, size_t bytes, unsigned flags);
   CUresult (*cuMemFreeHost)(void* p);
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags);
@@ -52,6 +75,8 @@ struct CudaDriver {
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
   CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
   CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuStreamQuery)(CUstream stream);
+  CUresult (*cuStreamDestroy)(CUstream stream);   // cuStreamDestroy_v2
   CUresult (*cuPointerGetAttribute)(void* data, int attribute, CUdeviceptr ptr);
   CUresult (*cuGetErrorString)(CUresult error, const char** str);
 

@@ -15,6 +15,13 @@
 #undef cuCtxPopCurrent
 #undef cuMemcpyDtoHAsync
 #undef cuEventDestroy
+#undef cuMemcpyHtoDAsync
+#undef cuMemcpy2DAsync
+#undef cuMemAlloc
+#undef cuMemFree
+#undef cuStreamDestroy
+
+#include <cstddef>
 
 namespace distckpt {
 namespace cuda {
@@ -30,6 +37,26 @@ static_assert(kMemoryTypeHost == ::CU_MEMORYTYPE_HOST && kMemoryTypeDevice == ::
                   kMemoryTypeUnified == ::CU_MEMORYTYPE_UNIFIED,
               "CUmemorytype");
 static_assert(kCudaSuccess == ::CUDA_SUCCESS, "CUDA_SUCCESS");
+// Memcpy2D has CUDA_MEMCPY2D's layout, field by field.
+static_assert(sizeof(Memcpy2D) == sizeof(::CUDA_MEMCPY2D), "CUDA_MEMCPY2D size");
+#define DCKPT_CHECK_FIELD(f) static_assert(offsetof(Memcpy2D, f) == offsetof(::CUDA_MEMCPY2D, f), "CUDA_MEMCPY2D::" #f)
+DCKPT_CHECK_FIELD(srcXInBytes);
+DCKPT_CHECK_FIELD(srcY);
+DCKPT_CHECK_FIELD(srcMemoryType);
+DCKPT_CHECK_FIELD(srcHost);
+DCKPT_CHECK_FIELD(srcDevice);
+DCKPT_CHECK_FIELD(srcArray);
+DCKPT_CHECK_FIELD(srcPitch);
+DCKPT_CHECK_FIELD(dstXInBytes);
+DCKPT_CHECK_FIELD(dstY);
+DCKPT_CHECK_FIELD(dstMemoryType);
+DCKPT_CHECK_FIELD(dstHost);
+DCKPT_CHECK_FIELD(dstDevice);
+DCKPT_CHECK_FIELD(dstArray);
+DCKPT_CHECK_FIELD(dstPitch);
+DCKPT_CHECK_FIELD(WidthInBytes);
+DCKPT_CHECK_FIELD(Height);
+#undef DCKPT_CHECK_FIELD
 static_assert(sizeof(CUcontext) == sizeof(::CUcontext) && sizeof(CUstream) == sizeof(::CUstream) &&
                   sizeof(CUevent) == sizeof(::CUevent) && sizeof(CUdevice) == sizeof(::CUdevice),
               "handle sizes");
@@ -44,6 +71,8 @@ template <> struct Ours<::CUstream> { using type = CUstream; };
 template <> struct Ours<::CUstream*> { using type = CUstream*; };
 template <> struct Ours<::CUevent> { using type = CUevent; };
 template <> struct Ours<::CUevent*> { using type = CUevent*; };
+template <> struct Ours<::CUdeviceptr*> { using type = CUdeviceptr*; };
+template <> struct Ours<const ::CUDA_MEMCPY2D*> { using type = const Memcpy2D*; };
 template <typename R, typename... A>
 struct Ours<R (*)(A...)> { using type = typename Ours<R>::type (*)(typename Ours<A>::type...); };
 
@@ -58,6 +87,13 @@ DCKPT_CHECK_ENTRY(cuCtxSetCurrent, cuCtxSetCurrent);
 DCKPT_CHECK_ENTRY(cuCtxPushCurrent, cuCtxPushCurrent_v2);
 DCKPT_CHECK_ENTRY(cuCtxPopCurrent, cuCtxPopCurrent_v2);
 DCKPT_CHECK_ENTRY(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);
+DCKPT_CHECK_ENTRY(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2);
+DCKPT_CHECK_ENTRY(cuMemcpy2DAsync, cuMemcpy2DAsync_v2);
+DCKPT_CHECK_ENTRY(cuMemAlloc, cuMemAlloc_v2);
+DCKPT_CHECK_ENTRY(cuMemFree, cuMemFree_v2);
+DCKPT_CHECK_ENTRY(cuCtxGetDevice, cuCtxGetDevice);
+DCKPT_CHECK_ENTRY(cuStreamQuery, cuStreamQuery);
+DCKPT_CHECK_ENTRY(cuStreamDestroy, cuStreamDestroy_v2);
 DCKPT_CHECK_ENTRY(cuMemHostAlloc, cuMemHostAlloc);
 DCKPT_CHECK_ENTRY(cuMemFreeHost, cuMemFreeHost);
 DCKPT_CHECK_ENTRY(cuEventCreate, cuEventCreate);

@@ -134,6 +134,23 @@ DCKPT_API int dckpt_gloo_options_init(dckpt_gloo_options *opts, unsigned version
  * comes from the environment. */
 DCKPT_API int dckpt_comm_new_gloo(dckpt_comm **out, const dckpt_gloo_options *opts);
 
+/* NCCL: byte collectives run as NCCL collectives on the GPU of this rank (one rank per GPU). libnccl.so.2 and the
+ * CUDA driver (libcuda.so.1) are loaded the first time this is called, so one libdistckpt.so serves machines with and
+ * without GPUs; without them the call fails with DCKPT_EUNSUPPORTED naming what is missing. See capi/API.md, "NCCL". */
+#define DCKPT_NCCL_OPTIONS_VERSION 1
+typedef struct dckpt_nccl_options {
+  unsigned version;
+  int device;          /* CUDA device ordinal of this rank; -1: the device of the calling thread's current context,
+                        * else device 0 (default -1) */
+  uint64_t timeout_ms; /* creating the communicator, and the default for its collectives; 0: 10 minutes */
+} dckpt_nccl_options;
+#define DCKPT_NCCL_OPTIONS_INIT {DCKPT_NCCL_OPTIONS_VERSION, -1, 0}
+DCKPT_API int dckpt_nccl_options_init(dckpt_nccl_options *opts, unsigned version);
+/* Creates an NCCL communicator over the ranks of `bootstrap` (collective over `bootstrap`, e.g. a Gloo group, which is
+ * used only during this call, to broadcast rank 0's NCCL unique id; it may be freed afterwards). NULL opts: the
+ * defaults. */
+DCKPT_API int dckpt_comm_new_nccl(dckpt_comm **out, dckpt_comm *bootstrap, const dckpt_nccl_options *opts);
+
 /* Collectives supplied by the host application (torch.distributed, mpi4py, a JAX client...). Each returns 0 on
  * success; non-zero aborts the operation with DCKPT_EUSER. */
 #define DCKPT_COMM_CALLBACKS_VERSION 1
@@ -205,7 +222,9 @@ DCKPT_API int dckpt_piece_options_init(dckpt_piece_options *opts, unsigned versi
  * CUDA device memory. The CUDA driver (libcuda.so.1) is loaded on the first DCKPT_MEMORY_CUDA piece; without it the
  * call fails with DCKPT_EUNSUPPORTED naming what is missing. A device buffer is checked to be memory of `device`
  * (DCKPT_EINVAL otherwise). Device pieces are saved (dckpt_save, dckpt_save_async) through a bounded pool of pinned
- * staging buffers; a load into a state holding one fails with DCKPT_EUNSUPPORTED for now. */
+ * staging buffers, and loaded (dckpt_load) through the same pool: read into pinned buffers, verified on the host, then
+ * copied to the device after the work queued on `stream`, overlapped with the next reads; a load returns once its
+ * device copies have completed. */
 DCKPT_API int dckpt_state_add_piece_ex(dckpt_state *state, const char *name, const uint64_t *offsets,
                                        const uint64_t *lengths, void *data, const dckpt_piece_options *opts);
 /* Adds a bytes entry. Save: `size` bytes of `data`. Load: `data` receives up to `size` bytes (the capacity); see
@@ -436,6 +455,13 @@ DCKPT_API int dckpt_reader_map_chunk(const void **data, uint64_t *size, dckpt_re
  * volume * dtype size. Only the needed bytes are read (rounded out to checksum blocks when verifying). */
 DCKPT_API int dckpt_reader_read(dckpt_reader *reader, const char *name, size_t ndim, const uint64_t *offsets,
                                 const uint64_t *lengths, void *dst, uint64_t dst_size);
+/* As dckpt_reader_read, into memory `dst_opts` describes (NULL: host memory). For DCKPT_MEMORY_CUDA, the bytes are read
+ * into pinned staging buffers, verified on the host, and copied to the device (strided copies for a box that is not
+ * contiguous in a chunk) after the work queued on dst_opts->stream; the copies have completed when the call returns.
+ * Without the CUDA driver: DCKPT_EUNSUPPORTED. */
+DCKPT_API int dckpt_reader_read_ex(dckpt_reader *reader, const char *name, size_t ndim, const uint64_t *offsets,
+                                   const uint64_t *lengths, void *dst, uint64_t dst_size,
+                                   const dckpt_piece_options *dst_opts);
 /* Reads a bytes entry into `dst`. *size receives its size; DCKPT_EBUFSIZE (nothing copied) if capacity is too small.
  * Pass dst = NULL and capacity = 0 to query the size. */
 DCKPT_API int dckpt_reader_read_bytes(uint64_t *size, dckpt_reader *reader, const char *name, void *dst,
