@@ -112,6 +112,10 @@ Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
     }
     if (opts->fanout_round_bytes != 0) o.fanout_round_bytes = opts->fanout_round_bytes;
   }
+  if (opts->version >= 6) {
+    if (opts->staging_buffer_bytes != 0) o.staging_buffer_bytes = opts->staging_buffer_bytes;
+    if (opts->staging_buffers != 0) o.staging_buffers = opts->staging_buffers;
+  }
   return o;
 }
 
@@ -433,7 +437,8 @@ int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
     dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
     defaults.version = version;
     // Write only the fields a caller built against `version` has room for.
-    const size_t size = version >= 5   ? sizeof defaults
+    const size_t size = version >= 6   ? sizeof defaults
+                        : version == 5 ? offsetof(dckpt_read_options, staging_buffer_bytes)
                         : version == 4 ? offsetof(dckpt_read_options, fanout)
                         : version == 3 ? offsetof(dckpt_read_options, pin_files)
                         : version == 2 ? offsetof(dckpt_read_options, map_files)
@@ -629,6 +634,11 @@ int dckpt_reader_map_chunk(const void** data, uint64_t* size, dckpt_reader* read
 
 int dckpt_reader_read(dckpt_reader* reader, const char* name, size_t ndim, const uint64_t* offsets,
                       const uint64_t* lengths, void* dst, uint64_t dst_size) {
+  return dckpt_reader_read_ex(reader, name, ndim, offsets, lengths, dst, dst_size, nullptr);
+}
+
+int dckpt_reader_read_ex(dckpt_reader* reader, const char* name, size_t ndim, const uint64_t* offsets,
+                         const uint64_t* lengths, void* dst, uint64_t dst_size, const dckpt_piece_options* dst_opts) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
@@ -637,9 +647,28 @@ int dckpt_reader_read(dckpt_reader* reader, const char* name, size_t ndim, const
       return Report(distckpt::InvalidArgument("offsets/lengths are NULL"));
     }
     if (dst == nullptr && dst_size > 0) return Report(distckpt::InvalidArgument("dst is NULL"));
+    distckpt::MemoryLocation memory;
+    if (dst_opts != nullptr) {
+      DCKPT_RETURN_IF_FAILED(
+          distckpt::capi::CheckVersion(dst_opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
+      memory = distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(dst_opts->memory), dst_opts->device,
+                                        dst_opts->stream};
+      if (memory.kind != distckpt::MemoryKind::kHost && memory.kind != distckpt::MemoryKind::kCuda) {
+        return Report(distckpt::InvalidArgument("dckpt_piece_options.memory = " + std::to_string(dst_opts->memory) +
+                                                " is not a dckpt_memory_kind"));
+      }
+      if (!memory.is_host()) {
+        if (memory.device < 0) {
+          return Report(distckpt::InvalidArgument("device ordinal " + std::to_string(memory.device) + " is negative"));
+        }
+        if (Status st = distckpt::CheckDeviceBuffer(memory, dst); !st.ok()) {
+          return Report(st.WithContext("reading '" + std::string(name) + "' into " + memory.ToString()));
+        }
+      }
+    }
     auto box = Box::Make(distckpt::Span<const uint64_t>(offsets, ndim), distckpt::Span<const uint64_t>(lengths, ndim));
     if (!box.ok()) return Report(box.status());
-    return Report(reader->reader->ReadRegion(name, *box, dst, dst_size));
+    return Report(reader->reader->ReadRegion(name, *box, dst, dst_size, memory));
   })
 }
 

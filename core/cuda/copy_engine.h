@@ -44,6 +44,17 @@ class CopyEngine {
   virtual Result<std::unique_ptr<CopyFence>> CopyToHostAsync(void* dst, const void* src, uint64_t n,
                                                              const MemoryLocation& loc) = 0;
 
+  /// Starts copying `height` rows of `width` bytes from host memory at `src` (rows `src_pitch` bytes apart) into
+  /// memory at `loc` starting at `dst` (rows `dst_pitch` bytes apart): one strided copy for a box that is not
+  /// contiguous (CUDA: cuMemcpy2DAsync; height 1 is a plain cuMemcpyHtoDAsync). Ordered with this engine's other
+  /// copies to the same device, after OrderAfter. `src` must stay valid until the fence's Wait() returns; pitches
+  /// are at least `width` and below kMaxCopyPitch.
+  virtual Result<std::unique_ptr<CopyFence>> CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
+                                                               uint64_t src_pitch, uint64_t width, uint64_t height,
+                                                               const MemoryLocation& loc) = 0;
+  /// The largest row pitch CopyToDeviceAsync takes (CUDA's limit for 2-D copies is 2^31 - 1 on current devices).
+  static constexpr uint64_t kMaxCopyPitch = (1ull << 31) - 1;
+
   /// The engine's staging pool of `count` buffers of `buffer_bytes`: made on first use and reused by every later
   /// save that asks for the same shape (a different shape replaces it; saves still holding the old one keep it
   /// until they finish). Its memory is bounded by buffer_bytes * count whatever the size of the state.

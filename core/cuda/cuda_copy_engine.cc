@@ -133,6 +133,42 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToHostAsync(void* dst, co
   const std::string what = "copying " + std::to_string(n) + " bytes from " + loc.ToString() + " to host";
   DCKPT_RETURN_IF_ERROR(d_->Check(
       d_->cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), n, dev.copy_stream), what));
+  return FenceAfter(dev, what);
+}
+
+Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
+                                                                     uint64_t src_pitch, uint64_t width,
+                                                                     uint64_t height, const MemoryLocation& loc) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(loc.device));
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  const auto to = reinterpret_cast<CUdeviceptr>(dst);
+  std::string what;
+  if (height <= 1) {
+    what = "copying " + std::to_string(width) + " bytes from host to " + loc.ToString();
+    DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpyHtoDAsync(to, src, width, dev.copy_stream), what));
+  } else {
+    if (dst_pitch < width || src_pitch < width || dst_pitch > kMaxCopyPitch || src_pitch > kMaxCopyPitch) {
+      return InvalidArgument("strided copy with pitches " + std::to_string(src_pitch) + "/" +
+                             std::to_string(dst_pitch) + " for rows of " + std::to_string(width) + " bytes");
+    }
+    what = "copying " + std::to_string(height) + " rows of " + std::to_string(width) + " bytes from host to " +
+           loc.ToString();
+    cuda::Memcpy2D c;
+    c.srcMemoryType = cuda::kMemoryTypeHost;
+    c.srcHost = src;
+    c.srcPitch = src_pitch;
+    c.dstMemoryType = cuda::kMemoryTypeDevice;
+    c.dstDevice = to;
+    c.dstPitch = dst_pitch;
+    c.WidthInBytes = width;
+    c.Height = height;
+    DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpy2DAsync(&c, dev.copy_stream), what));
+  }
+  return FenceAfter(dev, what);
+}
+
+Result<std::unique_ptr<CopyFence>> CudaCopyEngine::FenceAfter(const Device& dev, const std::string& what) {
   CUevent ev = nullptr;
   DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming), "cuEventCreate"));
   if (Status st = d_->Check(d_->cuEventRecord(ev, dev.copy_stream), "cuEventRecord"); !st.ok()) {

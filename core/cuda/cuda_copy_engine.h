@@ -1,6 +1,6 @@
 // The CUDA CopyEngine, on the driver API loaded at run time (cuda_driver.h): per device, the primary context and one
-// dedicated non-blocking copy stream; every copy is a cuMemcpyDtoHAsync on that stream followed by an event, which is
-// the copy's fence. Staging buffers are page-locked (cuMemHostAlloc, portable across contexts).
+// dedicated non-blocking copy stream, used in both directions; every copy (cuMemcpyDtoHAsync, cuMemcpyHtoDAsync,
+// cuMemcpy2DAsync) is followed by an event on that stream, which is the copy's fence. Staging buffers are page-locked (cuMemHostAlloc, portable across contexts).
 #ifndef DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
 #define DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
 
@@ -23,6 +23,9 @@ class CudaCopyEngine final : public CopyEngine {
   Status OrderAfter(const MemoryLocation& loc) override;
   Result<std::unique_ptr<CopyFence>> CopyToHostAsync(void* dst, const void* src, uint64_t n,
                                                      const MemoryLocation& loc) override;
+  Result<std::unique_ptr<CopyFence>> CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
+                                                       uint64_t src_pitch, uint64_t width, uint64_t height,
+                                                       const MemoryLocation& loc) override;
 
   /// The primary context of `device` (retained once, kept for the life of the process).
   Result<cuda::CUcontext> Context(int device);
@@ -34,6 +37,8 @@ class CudaCopyEngine final : public CopyEngine {
     cuda::CUstream copy_stream = nullptr;
   };
   Result<Device> GetDevice(int device);
+  /// An event recorded on `dev`'s copy stream after the copy just queued there: the fence for `what`.
+  Result<std::unique_ptr<CopyFence>> FenceAfter(const Device& dev, const std::string& what);
   const cuda::CudaDriver* const d_;
   std::mutex mu_;
   std::map<int, Device> devices_;

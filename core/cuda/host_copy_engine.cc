@@ -6,9 +6,12 @@
 namespace distckpt {
 
 struct HostCopyEngine::Job {
-  void* dst;
-  const void* src;
-  uint64_t n;
+  char* dst;
+  uint64_t dst_pitch;
+  const char* src;
+  uint64_t src_pitch;
+  uint64_t width;
+  uint64_t height;
   uint64_t index;
   MemoryLocation loc;
   std::mutex mu;
@@ -69,7 +72,34 @@ Status HostCopyEngine::OrderAfter(const MemoryLocation&) {
 Result<std::unique_ptr<CopyFence>> HostCopyEngine::CopyToHostAsync(void* dst, const void* src, uint64_t n,
                                                                    const MemoryLocation& loc) {
   auto job = std::make_shared<Job>();
-  job->dst = dst, job->src = src, job->n = n, job->loc = loc;
+  job->dst = static_cast<char*>(dst), job->src = static_cast<const char*>(src);
+  job->dst_pitch = job->src_pitch = job->width = n;
+  job->height = 1;
+  job->loc = loc;
+  return Enqueue(std::move(job));
+}
+
+Result<std::unique_ptr<CopyFence>> HostCopyEngine::CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
+                                                                     uint64_t src_pitch, uint64_t width,
+                                                                     uint64_t height, const MemoryLocation& loc) {
+  if (height > 1 && (dst_pitch < width || src_pitch < width || dst_pitch > kMaxCopyPitch ||
+                     src_pitch > kMaxCopyPitch)) {
+    return InvalidArgument("strided copy with pitches " + std::to_string(src_pitch) + "/" +
+                           std::to_string(dst_pitch) + " for rows of " + std::to_string(width) + " bytes");
+  }
+  auto job = std::make_shared<Job>();
+  job->dst = static_cast<char*>(dst), job->src = static_cast<const char*>(src);
+  job->dst_pitch = dst_pitch, job->src_pitch = src_pitch, job->width = width, job->height = height;
+  job->loc = loc;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++device_copies_;
+    device_rows_ += height;
+  }
+  return Enqueue(std::move(job));
+}
+
+Result<std::unique_ptr<CopyFence>> HostCopyEngine::Enqueue(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Internal("copy engine is shutting down");
@@ -96,7 +126,11 @@ void HostCopyEngine::Loop() {
       queue_.pop_front();
     }
     Status st = before_copy_ ? before_copy_(job->index) : OkStatus();
-    if (st.ok() && job->n != 0) std::memcpy(job->dst, job->src, job->n);
+    if (st.ok() && job->width != 0) {
+      for (uint64_t row = 0; row < job->height; ++row) {
+        std::memcpy(job->dst + row * job->dst_pitch, job->src + row * job->src_pitch, job->width);
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(job->mu);
       job->status = st;
@@ -113,6 +147,14 @@ uint64_t HostCopyEngine::copies_issued() const {
 uint64_t HostCopyEngine::order_after_calls() const {
   std::lock_guard<std::mutex> lock(mu_);
   return order_after_;
+}
+uint64_t HostCopyEngine::device_copies_issued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_copies_;
+}
+uint64_t HostCopyEngine::device_rows_copied() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_rows_;
 }
 int64_t HostCopyEngine::live_allocations() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -27,13 +27,19 @@ class HostCopyEngine final : public CopyEngine {
   Status OrderAfter(const MemoryLocation& loc) override;
   Result<std::unique_ptr<CopyFence>> CopyToHostAsync(void* dst, const void* src, uint64_t n,
                                                      const MemoryLocation& loc) override;
+  Result<std::unique_ptr<CopyFence>> CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
+                                                       uint64_t src_pitch, uint64_t width, uint64_t height,
+                                                       const MemoryLocation& loc) override;
 
   // ---- Test hooks (set before use) ----
   /// Called on the worker thread before copy number `index` (0-based, in issue order) runs; a non-OK status fails
   /// that copy (its fence reports it) without copying.
   void set_before_copy(std::function<Status(uint64_t index)> hook) { before_copy_ = std::move(hook); }
-  /// Copies issued and OrderAfter calls so far.
+  /// Copies issued (both directions) and OrderAfter calls so far.
   uint64_t copies_issued() const;
+  /// Copies to "device" memory issued so far, and the rows they moved (a strided copy of 8 rows counts 1 and 8).
+  uint64_t device_copies_issued() const;
+  uint64_t device_rows_copied() const;
   uint64_t order_after_calls() const;
   /// Host allocations currently live (staging buffers).
   int64_t live_allocations() const;
@@ -41,6 +47,7 @@ class HostCopyEngine final : public CopyEngine {
  private:
   struct Job;
   void Loop();
+  Result<std::unique_ptr<CopyFence>> Enqueue(std::shared_ptr<Job> job);
   std::function<Status(uint64_t)> before_copy_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -48,6 +55,8 @@ class HostCopyEngine final : public CopyEngine {
   bool stop_ = false;
   uint64_t issued_ = 0;
   uint64_t order_after_ = 0;
+  uint64_t device_copies_ = 0;
+  uint64_t device_rows_ = 0;
   int64_t live_ = 0;
   std::thread worker_;
 };

@@ -39,17 +39,12 @@ Status PlanTensors(Reader* reader, State& state, ReadBatch* batch) {
     }
     std::vector<ReadTarget> targets;
     for (const TensorPiece& p : t.pieces) {
-      if (!p.memory.is_host()) {
-        return Unsupported("loading '" + path + "': tensor '" + t.name + "' piece " + p.box.ToString() + " is in " +
-                           p.memory.ToString() +
-                           " memory: loading into device memory is not supported yet; load into host memory and copy");
-      }
       if (p.read_only) {
         return InvalidArgument("loading '" + path + "': tensor '" + t.name + "' piece " + p.box.ToString() +
                                " was added as read-only (dckpt_state_add_piece_const); a load needs a writable "
                                "buffer (dckpt_state_add_piece)");
       }
-      targets.push_back(ReadTarget{p.box, p.data});
+      targets.push_back(ReadTarget{p.box, p.data, p.memory});
     }
     DCKPT_RETURN_IF_ERROR(batch->Add(*idx, targets));
   }

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/base/wire.h"
+#include "core/engine/load_staging.h"
 #include "core/engine/save.h"
 #include "core/format/checksum.h"
 
@@ -118,12 +119,16 @@ class ReadExecutor {
   Status Add(size_t entry, const std::vector<ReadTarget>& targets) {
     EntryView e = r_->meta_.entry(entry);
     std::vector<Box> boxes;
-    std::vector<char*> dsts;
+    std::vector<const ReadTarget*> dsts;
     for (const ReadTarget& t : targets) {
       if (t.box.empty()) continue;
       if (t.data == nullptr) return r_->EntryError(entry, "destination buffer for " + t.box.ToString() + " is NULL");
+      if (t.memory.kind != MemoryKind::kHost && t.memory.kind != MemoryKind::kCuda) {
+        return r_->EntryError(entry, "destination of " + t.box.ToString() + " has unknown memory kind " +
+                                         std::to_string(static_cast<int>(t.memory.kind)));
+      }
       boxes.push_back(t.box);
-      dsts.push_back(static_cast<char*>(t.data));
+      dsts.push_back(&t);
     }
     if (boxes.empty()) return OkStatus();
     auto planned = PlanTensorRead(e, r_->Index(entry), boxes);
@@ -134,14 +139,19 @@ class ReadExecutor {
       // One job per chunk, however often it is added: its segments then never overlap one another (a fan-out load
       // reads each byte of a chunk once, through the one job that delivers it everywhere).
       auto [at, added] = job_of_.emplace(std::make_pair(entry, ops[i].chunk), jobs_.size());
-      if (added) jobs_.push_back(Job{entry, ops[i].chunk, false, {}});
-      jobs_[at->second].ops.push_back(Op{&ops[i].copy, dsts[ops[i].dest]});
+      if (added) jobs_.push_back(Job{entry, ops[i].chunk, false, false, {}});
+      const ReadTarget& to = *dsts[ops[i].dest];
+      jobs_[at->second].ops.push_back(Op{&ops[i].copy, static_cast<char*>(to.data), to.memory});
+      if (!to.memory.is_host()) {
+        jobs_[at->second].device = true;
+        device_locations_.push_back(to.memory);
+      }
     }
     return OkStatus();
   }
 
   /// Reads and verifies a whole chunk without delivering it anywhere.
-  void AddVerify(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, {}}); }
+  void AddVerify(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, false, {}}); }
 
   Result<std::vector<FileRange>> VerifiedRanges() {
     DCKPT_RETURN_IF_ERROR(Prepare());
@@ -193,10 +203,9 @@ class ReadExecutor {
     progress_ = progress;
     DCKPT_RETURN_IF_ERROR(Prepare());
     std::vector<Work> work;
-    const uint64_t block = r_->meta_.checksum_block_size();
-    const uint64_t seg = std::max(block, kReadSegmentBytes / block * block);
     for (const ChunkRange& r : ranges) {
       DCKPT_ASSIGN_OR_RETURN(const Job* job, FindJob(r));
+      const uint64_t seg = SegmentBytes(*job);
       const ChunkLocation loc = r_->meta_.entry(job->entry).chunk(job->chunk);
       if (r.hi > loc.length || r.lo > r.hi) return Internal("fan-out range beyond its chunk");
       for (uint64_t lo = r.lo; lo < r.hi; lo += seg) {
@@ -218,10 +227,16 @@ class ReadExecutor {
     DCKPT_ASSIGN_OR_RETURN(const Job* job, FindJob(r));
     uint64_t delivered = 0;
     for (const Op& op : job->ops) {
+      std::vector<DeviceRun> runs;
       ForEachRunIn(*op.copy, r.lo, r.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
-        std::memcpy(op.dst + dst, data + (src - r.lo), n);
+        if (op.memory.is_host()) std::memcpy(op.dst + dst, data + (src - r.lo), n);
+        else runs.push_back(DeviceRun{src - r.lo, op.dst + dst, n});
         delivered += n;
       });
+      if (!runs.empty()) {
+        Status st = staging_->CopyNow(data, runs, op.memory);
+        if (!st.ok()) return r_->EntryError(job->entry, st.WithContext("chunk #" + std::to_string(job->chunk)));
+      }
     }
     r_->stats_.bytes_delivered += delivered;
     r_->stats_.bytes_received_from_peers += r.hi - r.lo;
@@ -232,11 +247,13 @@ class ReadExecutor {
   struct Op {
     const CopyPlan* copy;
     char* dst;
+    MemoryLocation memory;
   };
   struct Job {
     size_t entry;
     uint32_t chunk;
     bool verify_only;
+    bool device;  // some destination is device memory: read into pinned staging buffers (load_staging.h)
     std::vector<Op> ops;
   };
 
@@ -291,7 +308,14 @@ class ReadExecutor {
       });
       begin = end;
     }
-    return group.Wait();
+    Status st = group.Wait();
+    if (staging_) {
+      // Every copy to a device has landed (or failed) before the pass returns: the destinations are then ready for
+      // any stream, and no pinned buffer is still in use.
+      Status drained = staging_->Drain();
+      if (st.ok()) st = drained;
+    }
+    return st;
   }
 
 
@@ -299,6 +323,7 @@ class ReadExecutor {
   // total, VerifiedRanges sees what Run does, and Run can cut the list into sequential streams.
   Status Prepare() {
     if (prepared_) return OkStatus();
+    if (!device_locations_.empty()) DCKPT_RETURN_IF_ERROR(PrepareStaging());
     std::vector<Range> segments;
     for (const Job& job : jobs_) {
       segments.clear();
@@ -313,6 +338,34 @@ class ReadExecutor {
       return a.file != b.file ? a.file < b.file : a.offset < b.offset;
     });
     prepared_ = true;
+    return OkStatus();
+  }
+
+  // Segments of a job are at most this long: kReadSegmentBytes, or one staging buffer for device destinations; a
+  // multiple of the checksum block size, and at least one block.
+  uint64_t SegmentBytes(const Job& job) const {
+    const uint64_t block = r_->meta_.checksum_block_size();
+    const uint64_t limit = job.device ? std::min(kReadSegmentBytes, StagingBufferBytes()) : kReadSegmentBytes;
+    return std::max(block, limit / block * block);
+  }
+  uint64_t StagingBufferBytes() const {
+    const uint64_t block = r_->meta_.checksum_block_size();
+    return std::max(block, r_->options_.staging_buffer_bytes / block * block);
+  }
+
+  // Device destinations: the copy engine (the driver is loaded here, at planning time, so that a machine without one
+  // fails before any collective read) and the copies ordered after each destination's stream.
+  Status PrepareStaging() {
+    auto made = LoadStaging::Create(r_->options_.copy_engine, StagingBufferBytes(), r_->options_.staging_buffers);
+    if (!made.ok()) {
+      return made.status().WithContext("checkpoint '" + r_->path_ + "': loading into " +
+                                       device_locations_.front().ToString() + " memory");
+    }
+    staging_ = std::move(made).value();
+    for (const MemoryLocation& loc : device_locations_) {
+      Status st = staging_->OrderAfter(loc);
+      if (!st.ok()) return st.WithContext("checkpoint '" + r_->path_ + "': loading into " + loc.ToString());
+    }
     return OkStatus();
   }
 
@@ -346,7 +399,7 @@ class ReadExecutor {
       }
       MergeRanges(&ranges, kMergeGapBytes);
     }
-    const uint64_t seg = std::max(block, kReadSegmentBytes / block * block);
+    const uint64_t seg = SegmentBytes(job);
     for (const Range& r : ranges) {
       for (uint64_t lo = r.lo; lo < r.hi; lo += seg) out->push_back({lo, std::min(r.hi, lo + seg)});
     }
@@ -363,13 +416,21 @@ class ReadExecutor {
 
     // Data already in the page cache is hashed and scattered straight from a mapping of the file: no kernel copy,
     // no bounce buffer, and only the bytes needed (plus the blocks this rank verifies) are touched.
-    const char* map = r_->options_.map_files ? (*file)->Map() : nullptr;
+    const char* map = r_->options_.map_files && !job.device ? (*file)->Map() : nullptr;
     if (map != nullptr && (*file)->Resident(loc.offset + seg.lo, len)) {
       Status st = Deliver(job, e, loc, seg, map + loc.offset + seg.lo, /*mapped=*/true);
       // Mapped pages count in the resident set: let them go once used, so a load's RSS stays flat (bench (e)).
       (*file)->ReleaseMapped(loc.offset + seg.lo, len);
       return st;
     }
+
+    const ReadableFile* from = *file;
+    if (own != nullptr && loc.file < own->size()) {
+      std::unique_ptr<ReadableFile>& mine = (*own)[loc.file];
+      if (!mine) mine = (*file)->Reopen();
+      if (mine) from = mine.get();
+    }
+    if (job.device) return RunStagedSegment(job, e, loc, seg, from);
 
     // Read straight into a destination when one run covers the whole segment; otherwise into a bounce buffer.
     char* buf = nullptr;
@@ -400,12 +461,6 @@ class ReadExecutor {
       }
     } release{&pool_, bounce};
 
-    const ReadableFile* from = *file;
-    if (own != nullptr && loc.file < own->size()) {
-      std::unique_ptr<ReadableFile>& mine = (*own)[loc.file];
-      if (!mine) mine = (*file)->Reopen();
-      if (mine) from = mine.get();
-    }
     Status st = from->ReadAt(loc.offset + seg.lo, buf, len);
     if (!st.ok()) return r_->EntryError(job.entry, st.WithContext("chunk #" + std::to_string(job.chunk)));
     r_->stats_.bytes_read += len;
@@ -413,13 +468,46 @@ class ReadExecutor {
     return Deliver(job, e, loc, seg, buf, /*mapped=*/false);
   }
 
-  // Verifies the segment's bytes at `buf` (read or mapped) and copies the needed runs into the destinations.
-  Status Deliver(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf,
-                 bool mapped) {
+  // A segment of a job with device destinations: read into a pinned staging buffer, verified there, then copied to
+  // the devices by the staging's engine while this thread goes on with its next segment.
+  Status RunStagedSegment(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg,
+                          const ReadableFile* from) {
     const uint64_t len = seg.hi - seg.lo;
-    if (verify(job)) DCKPT_RETURN_IF_ERROR(Verify(job, e, loc, seg, buf));
+    DCKPT_ASSIGN_OR_RETURN(char* staged, staging_->Acquire());
+    Status st = from->ReadAt(loc.offset + seg.lo, staged, len);
+    if (!st.ok()) {
+      staging_->Release(staged);
+      return r_->EntryError(job.entry, st.WithContext("chunk #" + std::to_string(job.chunk)));
+    }
+    r_->stats_.bytes_read += len;
+    r_->stats_.read_calls += 1;
+    return Deliver(job, e, loc, seg, staged, /*mapped=*/false, staged);
+  }
+
+  // Verifies the segment's bytes at `buf` (read or mapped) and copies the needed runs into the destinations: host
+  // ones now, device ones through the staging when `staged` (the pinned buffer `buf` is, which this call hands back
+  // or over whatever happens).
+  Status Deliver(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf,
+                 bool mapped, char* staged = nullptr) {
+    const uint64_t len = seg.hi - seg.lo;
+    if (verify(job)) {
+      Status st = Verify(job, e, loc, seg, buf);
+      if (!st.ok()) {
+        if (staged != nullptr) staging_->Release(staged);  // nothing unverified reaches a device
+        return st;
+      }
+    }
     uint64_t delivered = 0;
+    std::vector<DeviceRuns> device;
     for (const Op& op : job.ops) {
+      if (!op.memory.is_host()) {
+        device.push_back(DeviceRuns{op.memory, {}});
+        ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
+          device.back().runs.push_back(DeviceRun{src - seg.lo, op.dst + dst, n});
+          delivered += n;
+        });
+        continue;
+      }
       ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
         char* to = op.dst + dst;
         const char* from = buf + (src - seg.lo);
@@ -432,6 +520,13 @@ class ReadExecutor {
     if (sink_) {  // verified above: the bytes may go to the ranks that need them too
       sink_(ChunkRange{static_cast<uint32_t>(job.entry), job.chunk, seg.lo, seg.hi}, buf);
       r_->stats_.bytes_sent_to_peers += len;
+    }
+    if (staged != nullptr) {  // after the sink: the buffer may go back to the pool as soon as the copies land
+      const size_t entry = job.entry;
+      const std::string chunk = "chunk #" + std::to_string(job.chunk);
+      DCKPT_RETURN_IF_ERROR(staging_->Submit(staged, device, [this, entry, chunk](const Status& st) {
+        return r_->EntryError(entry, st.WithContext(chunk));
+      }));
     }
     return Progress(len);
   }
@@ -472,6 +567,8 @@ class ReadExecutor {
 
   Reader* r_;
   BufferPool pool_;
+  std::vector<MemoryLocation> device_locations_;  // of Add's device destinations
+  std::unique_ptr<LoadStaging> staging_;          // made by Prepare when there are some
   std::vector<std::vector<TensorReadOp>> plans_;
   std::vector<Job> jobs_;
   std::map<std::pair<size_t, uint32_t>, size_t> job_of_;  // (entry, chunk) -> index in jobs_ (Add's jobs)
@@ -703,7 +800,8 @@ Status Reader::ReadTargets(size_t entry, const std::vector<ReadTarget>& targets)
   return ex.Run(nullptr);
 }
 
-Status Reader::ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size) {
+Status Reader::ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size,
+                          const MemoryLocation& memory) {
   auto idx = meta_.Find(name);
   if (!idx) return NotFound("checkpoint '" + path_ + "' has no entry '" + std::string(name) + "'");
   EntryView e = meta_.entry(*idx);
@@ -717,7 +815,7 @@ Status Reader::ReadRegion(std::string_view name, const Box& box, void* dst, uint
     return EntryError(*idx, "destination holds " + std::to_string(dst_size) + " bytes; region " + box.ToString() +
                                 " of " + DTypeName(e.dtype) + " needs " + (need.ok() ? std::to_string(*need) : "more"));
   }
-  return ReadTargets(*idx, {ReadTarget{box, dst}});
+  return ReadTargets(*idx, {ReadTarget{box, dst, memory}});
 }
 
 Result<uint64_t> Reader::ReadBytes(std::string_view name, void* dst, uint64_t capacity) {

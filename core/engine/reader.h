@@ -16,11 +16,14 @@
 #include "core/base/status.h"
 #include "core/base/thread_pool.h"
 #include "core/comm/communicator.h"
+#include "core/cuda/memory.h"
 #include "core/format/metadata.h"
 #include "core/plan/load_planner.h"
 #include "core/storage/storage.h"
 
 namespace distckpt {
+
+class CopyEngine;
 
 /// When a collective load exchanges replicated bytes between ranks instead of reading them on each (ReadOptions).
 enum class FanoutMode { kOff, kAuto, kAlways };
@@ -50,6 +53,15 @@ struct ReadOptions {
   uint64_t fanout_round_bytes = 256ull << 20;
   /// Load only: called with (bytes read, bytes to read); non-zero aborts (kUser).
   std::function<int(uint64_t done, uint64_t total)> progress;
+  /// Device destinations are filled through this engine (nullptr: the CUDA engine, loaded on the first device
+  /// destination; kUnsupported naming libcuda.so.1 without a driver). Tests pass a HostCopyEngine. Must outlive
+  /// the reads.
+  CopyEngine* copy_engine = nullptr;
+  /// Device destinations: bytes go through a pool of `staging_buffers` (at least 2) pinned buffers of
+  /// `staging_buffer_bytes` (rounded down to checksum blocks, at least one), the same process-wide pool a save with
+  /// the same shape uses; the pinned memory of a load is bounded by it whatever the checkpoint's size.
+  uint64_t staging_buffer_bytes = 16ull << 20;
+  size_t staging_buffers = 4;
 };
 
 /// Counters of the I/O a reader did. Partial reads show here: bytes_read is what came from storage.
@@ -79,10 +91,13 @@ struct ChunkRange {
 /// Says whether this process hashes the checksum block that starts at byte `offset` of data file `file`.
 using VerifyFilter = std::function<bool(uint32_t file, uint64_t offset)>;
 
-/// A destination for part of a tensor: a row-major host buffer holding `box`.
+/// A destination for part of a tensor: a row-major buffer holding `box`, in host memory or in device memory
+/// (`memory`). Bytes for device memory are read into pinned staging buffers, verified there, and copied to the device
+/// after the work queued on memory.stream (load_staging.h); a read pass returns once those copies have landed.
 struct ReadTarget {
   Box box;
   void* data = nullptr;
+  MemoryLocation memory;
 };
 
 /// Progress callback: (done_bytes, total_bytes). Return non-zero to abort (kUser).
@@ -150,8 +165,10 @@ class Reader {
   const MetadataView& metadata() const { return meta_; }
   const ReadOptions& options() const { return options_; }
 
-  /// Reads the region `box` of tensor `name` into `dst` (row-major, exactly volume * itemsize bytes).
-  Status ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size);
+  /// Reads the region `box` of tensor `name` into `dst` (row-major, exactly volume * itemsize bytes), in host memory
+  /// or in the device memory `memory` describes.
+  Status ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size,
+                    const MemoryLocation& memory = MemoryLocation());
   /// Reads several regions of entry `entry` (an index into metadata()) in one planned, parallel pass.
   Status ReadTargets(size_t entry, const std::vector<ReadTarget>& targets);
   /// Reads regions of many entries in one planned, parallel pass (what Load uses).

@@ -65,7 +65,6 @@ Status State::AddPieceIn(const std::string& name, const std::vector<uint64_t>& o
   DCKPT_RETURN_IF_ERROR(AddPiece(name, offsets, lengths, data));
   TensorPiece& p = FindTensor(name)->pieces.back();
   p.memory = memory;
-  if (!memory.is_host()) p.read_only = true;
   return OkStatus();
 }
 

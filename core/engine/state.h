@@ -23,10 +23,9 @@ struct TensorPiece {
   Box box;
   void* data = nullptr;
   /// Added through a const buffer: a save reads it; a load refuses it (it would write through a const pointer).
-  /// Device pieces are read_only too until loads into device memory exist (issue 12): a load refuses them rather
-  /// than write through a device pointer from the host.
   bool read_only = false;
-  /// Where `data` lives; a save stages device pieces through the copy engine's pinned pool (save_staging.h).
+  /// Where `data` lives; a save stages device pieces through the copy engine's pinned pool (save_staging.h), a load
+  /// fills them through it (load_staging.h).
   MemoryLocation memory;
 };
 
@@ -61,7 +60,7 @@ class State {
                        const std::vector<uint64_t>& lengths, const void* data);
   /// A piece in the memory `memory` describes (host or a CUDA device, with the stream its data is ordered on). Only
   /// the location is recorded: checking that `data` really is such memory needs the driver, which the C ABI does
-  /// (CheckDeviceBuffer) and a save does when it copies. Save only, for now (see TensorPiece::read_only).
+  /// (CheckDeviceBuffer) and a save or load does when it copies.
   Status AddPieceIn(const std::string& name, const std::vector<uint64_t>& offsets,
                     const std::vector<uint64_t>& lengths, void* data, const MemoryLocation& memory);
   Status AddBytes(const std::string& name, void* data, uint64_t size);

@@ -5,8 +5,11 @@
 //
 //   fanout_worker --mode save|load --path CKPT [--mib M] [--fanout 0|1|2] [--round-kib K] [--verify 0|1]
 //                 [--map 0|1] [--fanout-off-rank R] [--timeout-ms T] [--die-rank R --die-at PERCENT] [--repeat N]
+//                 [--device 0|1]
 //   fanout_worker --mode corrupt --path CKPT --entry NAME     (one process: flips a byte of NAME's first chunk)
 // --fanout: 0 off, 1 always (default here: every rank is on this host, where kAuto would not fan out), 2 auto.
+// --device 1: the load's pieces are device pieces (cuda:0, host memory copied by the host copy engine): the bytes a
+// rank reads go through pinned staging buffers, the bytes it receives from peers are copied from the exchange buffer.
 // Rank and world size come from the environment (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
 // A load prints one line per repeat: "FANOUT_STATS rank=R fanout=F bytes_read=.. received=.. sent=.. delivered=..
 // seconds=..". Exit codes: 0 ok, 2 wrong values, 3 a call failed ("rank R: error: ...").
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "core/comm/gloo/gloo.h"
+#include "core/cuda/host_copy_engine.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
@@ -114,7 +118,7 @@ int Corrupt(const std::string& path, const std::string& entry) {
 int Main(int argc, char** argv) {
   std::string mode, path, entry;
   uint64_t mib = 4, round_kib = 0;
-  int fanout = 1, verify = 1, repeat = 1, map = 0;
+  int fanout = 1, verify = 1, repeat = 1, map = 0, device = 0;
   long timeout_ms = 60000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -125,6 +129,7 @@ int Main(int argc, char** argv) {
     else if (k == "--fanout") fanout = std::atoi(v.c_str());
     else if (k == "--verify") verify = std::atoi(v.c_str());
     else if (k == "--map") map = std::atoi(v.c_str());
+    else if (k == "--device") device = std::atoi(v.c_str());
     else if (k == "--round-kib") round_kib = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--repeat") repeat = std::atoi(v.c_str());
     else if (k == "--timeout-ms") timeout_ms = std::atol(v.c_str());
@@ -158,7 +163,11 @@ int Main(int argc, char** argv) {
       else buffers[i].assign(p.len[0] * p.len[1], -1.0f);
       pieces.push_back(p);
       Status st = state.AddTensor(t.name, DType::kF32, {t.rows, t.cols});
-      if (st.ok() && !buffers[i].empty()) st = state.AddPiece(t.name, p.off, p.len, buffers[i].data());
+      const MemoryLocation cuda0{MemoryKind::kCuda, 0, nullptr};
+      if (st.ok() && !buffers[i].empty()) {
+        st = !save && device ? state.AddPieceIn(t.name, p.off, p.len, buffers[i].data(), cuda0)
+                             : state.AddPiece(t.name, p.off, p.len, buffers[i].data());
+      }
       if (!st.ok()) return Fail("building the state", st);
     }
     if (save) {
@@ -170,7 +179,12 @@ int Main(int argc, char** argv) {
       if (!saved.ok()) return Fail("save", saved.status());
       break;
     }
+    HostCopyEngine engine;
     ReadOptions opts;
+    if (device) {
+      opts.copy_engine = &engine;
+      opts.staging_buffer_bytes = 256 << 10;
+    }
     opts.timeout = std::chrono::milliseconds(timeout_ms);
     opts.fanout = fanout == 0 ? FanoutMode::kOff : fanout == 1 ? FanoutMode::kAlways : FanoutMode::kAuto;
     if (g_rank == g_off_rank) opts.fanout = FanoutMode::kOff;
@@ -200,9 +214,9 @@ int Main(int argc, char** argv) {
     if (bad) return 2;
     const IoStats& io = loaded->io;
     std::printf("FANOUT_STATS rank=%d fanout=%d bytes_read=%" PRIu64 " mapped=%" PRIu64 " received=%" PRIu64 " sent=%" PRIu64
-                " delivered=%" PRIu64 " verified=%" PRIu64 " seconds=%.6f\n",
+                " delivered=%" PRIu64 " verified=%" PRIu64 " device_copies=%" PRIu64 " seconds=%.6f\n",
                 g_rank, fanout, io.bytes_read, io.bytes_mapped, io.bytes_received_from_peers, io.bytes_sent_to_peers,
-                io.bytes_delivered, io.bytes_verified, loaded->seconds);
+                io.bytes_delivered, io.bytes_verified, engine.device_copies_issued(), loaded->seconds);
     std::fflush(stdout);
   }
   std::printf("rank %d/%d: %s ok\n", g_rank, world, mode.c_str());

@@ -319,7 +319,7 @@ typedef enum dckpt_fanout_mode {
   DCKPT_FANOUT_ALWAYS = 2 /* whenever several ranks need the same bytes */
 } dckpt_fanout_mode;
 
-#define DCKPT_READ_OPTIONS_VERSION 5
+#define DCKPT_READ_OPTIONS_VERSION 6
 typedef struct dckpt_read_options {
   unsigned version;
   int verify;          /* check checksums of every byte read (default 1) */
@@ -348,8 +348,12 @@ typedef struct dckpt_read_options {
                            * capi/API.md, "Fan-out load". */
   uint64_t fanout_round_bytes; /* the most a rank receives per exchange round (bounds the fan-out's memory); 0:
                                 * default (256 MiB) */
+  /* version >= 6: device destinations (DCKPT_MEMORY_CUDA pieces, dckpt_reader_read_ex) are filled through
+   * `staging_buffers` pinned buffers of `staging_buffer_bytes`, the same process-wide pool a save of that shape uses */
+  uint64_t staging_buffer_bytes; /* 0: default (16 MiB); rounded down to a multiple of the checksum block size */
+  unsigned staging_buffers;      /* 0: default (4); at least 2 */
 } dckpt_read_options;
-#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1, DCKPT_FANOUT_AUTO, 0}
+#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1, DCKPT_FANOUT_AUTO, 0, 0, 0}
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
 #define DCKPT_IO_STATS_VERSION 3
