@@ -7,11 +7,12 @@ pub const DCKPT_VERSION_STRING: &[u8; 6usize] = b"0.1.0\0";
 pub const DCKPT_ABI_VERSION: u32 = 1;
 pub const DCKPT_MAX_DIMS: u32 = 8;
 pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
+pub const DCKPT_NCCL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 4;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
-pub const DCKPT_READ_OPTIONS_VERSION: u32 = 5;
+pub const DCKPT_READ_OPTIONS_VERSION: u32 = 6;
 pub const DCKPT_IO_STATS_VERSION: u32 = 3;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 1;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
@@ -274,6 +275,90 @@ extern "C" {
     pub fn dckpt_comm_new_gloo(
         out: *mut *mut dckpt_comm,
         opts: *const dckpt_gloo_options,
+    ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_nccl_options {
+    pub version: ::std::os::raw::c_uint,
+    pub device: ::std::os::raw::c_int,
+    pub timeout_ms: u64,
+}
+#[test]
+fn bindgen_test_layout_dckpt_nccl_options() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_nccl_options>(),
+        16usize,
+        concat!("Size of: ", stringify!(dckpt_nccl_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_nccl_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_nccl_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_nccl_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_nccl_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_device() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_nccl_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_nccl_options),
+                "::",
+                stringify!(device)
+            )
+        );
+    }
+    test_field_device();
+    fn test_field_timeout_ms() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_nccl_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).timeout_ms) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_nccl_options),
+                "::",
+                stringify!(timeout_ms)
+            )
+        );
+    }
+    test_field_timeout_ms();
+}
+extern "C" {
+    pub fn dckpt_nccl_options_init(
+        opts: *mut dckpt_nccl_options,
+        version: ::std::os::raw::c_uint,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_comm_new_nccl(
+        out: *mut *mut dckpt_comm,
+        bootstrap: *mut dckpt_comm,
+        opts: *const dckpt_nccl_options,
     ) -> ::std::os::raw::c_int;
 }
 #[repr(C)]
@@ -1087,12 +1172,14 @@ pub struct dckpt_read_options {
     pub pin_files: ::std::os::raw::c_int,
     pub fanout: ::std::os::raw::c_int,
     pub fanout_round_bytes: u64,
+    pub staging_buffer_bytes: u64,
+    pub staging_buffers: ::std::os::raw::c_uint,
 }
 #[test]
 fn bindgen_test_layout_dckpt_read_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_read_options>(),
-        64usize,
+        80usize,
         concat!("Size of: ", stringify!(dckpt_read_options))
     );
     assert_eq!(
@@ -1287,6 +1374,40 @@ fn bindgen_test_layout_dckpt_read_options() {
         );
     }
     test_field_fanout_round_bytes();
+    fn test_field_staging_buffer_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).staging_buffer_bytes) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(staging_buffer_bytes)
+            )
+        );
+    }
+    test_field_staging_buffer_bytes();
+    fn test_field_staging_buffers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).staging_buffers) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(staging_buffers)
+            )
+        );
+    }
+    test_field_staging_buffers();
 }
 extern "C" {
     pub fn dckpt_read_options_init(
@@ -2055,6 +2176,18 @@ extern "C" {
         lengths: *const u64,
         dst: *mut ::std::os::raw::c_void,
         dst_size: u64,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_reader_read_ex(
+        reader: *mut dckpt_reader,
+        name: *const ::std::os::raw::c_char,
+        ndim: usize,
+        offsets: *const u64,
+        lengths: *const u64,
+        dst: *mut ::std::os::raw::c_void,
+        dst_size: u64,
+        dst_opts: *const dckpt_piece_options,
     ) -> ::std::os::raw::c_int;
 }
 extern "C" {

@@ -31,11 +31,23 @@ pub struct ReadOptions {
     pub map_files: bool,
     /// In a collective load, ranks on one host hash each shared checksum block once (default true).
     pub share_verification: bool,
+    /// Reads into device memory ([`Checkpoint::read_region_into_device`]) go through a process-wide pool of
+    /// `staging_buffers` pinned buffers of `staging_buffer_bytes` (0: the library's defaults, 4 of 16 MiB).
+    pub staging_buffer_bytes: u64,
+    pub staging_buffers: u32,
 }
 
 impl Default for ReadOptions {
     fn default() -> Self {
-        ReadOptions { verify: true, io_threads: 0, timeout: None, map_files: true, share_verification: true }
+        ReadOptions {
+            verify: true,
+            io_threads: 0,
+            timeout: None,
+            map_files: true,
+            share_verification: true,
+            staging_buffer_bytes: 0,
+            staging_buffers: 0,
+        }
     }
 }
 
@@ -48,8 +60,26 @@ impl ReadOptions {
         raw.timeout_ms = crate::timeout_ms(self.timeout);
         raw.map_files = self.map_files as i32;
         raw.share_verification = self.share_verification as i32;
+        raw.staging_buffer_bytes = self.staging_buffer_bytes;
+        raw.staging_buffers = self.staging_buffers;
         Ok(raw)
     }
+}
+
+/// A CUDA device buffer, given as a raw device pointer (a `CUdeviceptr` from the driver API, `cudaMalloc`, cudarc, a
+/// framework's allocator), for [`Checkpoint::read_region_into_device`]. distckpt loads the CUDA driver
+/// (`libcuda.so.1`) on first use; without it the read fails with [`ErrorCode::Unsupported`].
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceBuffer {
+    /// The device address of the first byte.
+    pub ptr: u64,
+    /// Bytes available at `ptr`: must equal the region's size.
+    pub len: u64,
+    /// The CUDA device ordinal the memory belongs to.
+    pub device: i32,
+    /// The `CUstream` / `cudaStream_t` whose queued work the copies must follow (null: the legacy default stream).
+    /// The copies have completed when the read returns, so the data is ready for any stream.
+    pub stream: *mut c_void,
 }
 
 /// Whether an entry is a tensor or an opaque blob.
@@ -413,6 +443,57 @@ impl Checkpoint {
             ));
         }
         unsafe { self.read_box_raw(&e, offsets, lengths, dst.as_mut_ptr().cast(), std::mem::size_of_val(dst) as u64) }
+    }
+
+    /// Reads the box `[offsets, offsets + lengths)` of a tensor straight into device memory: the needed bytes are read
+    /// into pinned staging buffers, verified on the host (unless opened with `verify: false`), and copied to the
+    /// device (strided copies where the box's rows are apart in the chunk), overlapped with the next reads. Nothing
+    /// goes through a host copy of the tensor. `dst.len` must be the box's size in bytes.
+    ///
+    /// # Safety
+    /// `dst.ptr` must be CUDA device memory of `dst.device`, valid for writes of `dst.len` bytes until the call
+    /// returns, and `dst.stream` a live stream of that device (or null).
+    pub unsafe fn read_region_into_device(&self, name: &str, offsets: &[u64], lengths: &[u64], dst: DeviceBuffer) -> Result<()> {
+        let e = self.tensor(name)?;
+        if offsets.len() != e.shape.len() || lengths.len() != e.shape.len() {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{} has {} dimensions; got {} offsets and {} lengths",
+                    self.describe(name),
+                    e.shape.len(),
+                    offsets.len(),
+                    lengths.len()
+                ),
+            ));
+        }
+        let cname = cstring(e.name, "entry name")?;
+        let mut opts: sys::dckpt_piece_options = std::mem::zeroed();
+        check(sys::dckpt_piece_options_init(&mut opts, sys::DCKPT_PIECE_OPTIONS_VERSION))?;
+        opts.memory = sys::DCKPT_MEMORY_CUDA as i32;
+        opts.device = dst.device;
+        opts.stream = dst.stream;
+        let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
+        check(sys::dckpt_reader_read_ex(
+            self.raw,
+            cname.as_ptr(),
+            offsets.len(),
+            ptr(offsets),
+            ptr(lengths),
+            dst.ptr as usize as *mut c_void,
+            dst.len,
+            &opts,
+        ))
+    }
+
+    /// A whole tensor into device memory; see [`read_region_into_device`](Self::read_region_into_device).
+    ///
+    /// # Safety
+    /// As for [`read_region_into_device`](Self::read_region_into_device).
+    pub unsafe fn read_into_device(&self, name: &str, dst: DeviceBuffer) -> Result<()> {
+        let e = self.tensor(name)?;
+        let zeros = [0u64; sys::DCKPT_MAX_DIMS as usize];
+        self.read_region_into_device(name, &zeros[..e.shape.len()], e.shape, dst)
     }
 
     /// [`read_region_into`](Self::read_region_into) into a new vector.

@@ -42,7 +42,9 @@ pub mod state;
 mod values;
 pub mod view;
 
-pub use checkpoint::{Checkpoint, CheckpointInfo, ChunkInfo, Entries, Entry, EntryKind, IoStats, ReadOptions};
+pub use checkpoint::{
+    Checkpoint, CheckpointInfo, ChunkInfo, DeviceBuffer, Entries, Entry, EntryKind, IoStats, ReadOptions,
+};
 pub use comm::{Collectives, Comm, GlooOptions, ThreadGroup};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};

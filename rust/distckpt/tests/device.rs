@@ -1,0 +1,90 @@
+//! Reads into device memory through `read_region_into_device`, with the library's host copy engine standing in for
+//! CUDA (`DCKPT_TEST_CUDA_ON_HOST=1`, set before this process's first device call): the "device" buffers are host
+//! memory, so everything but the copy itself (pinned staging, host verification, strided copies) is what a GPU
+//! machine runs.
+mod common;
+
+use std::sync::Once;
+
+use common::TempDir;
+use distckpt::{Checkpoint, DeviceBuffer, ErrorCode, ReadOptions, SaveOptions, SaveState};
+
+fn emulate() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| std::env::set_var("DCKPT_TEST_CUDA_ON_HOST", "1"));
+}
+
+const ROWS: u64 = 40;
+const COLS: u64 = 24;
+
+fn value(r: u64, c: u64) -> f32 {
+    (r * 1000 + c) as f32
+}
+
+/// A [ROWS, COLS] f32 tensor saved in 4 row blocks (as 4 ranks would have), 4 KiB checksum blocks.
+fn saved(tmp: &TempDir) -> std::path::PathBuf {
+    let path = tmp.join("ckpt");
+    let m: Vec<f32> = (0..ROWS * COLS).map(|i| value(i / COLS, i % COLS)).collect();
+    let mut s = SaveState::new().unwrap();
+    s.declare_tensor("m", distckpt::Dtype::F32, &[ROWS, COLS]).unwrap();
+    for b in 0..4u64 {
+        let rows = &m[(b * 10 * COLS) as usize..((b + 1) * 10 * COLS) as usize];
+        s.add_piece("m", &[b * 10, 0], &[10, COLS], rows).unwrap();
+    }
+    s.save(&path, &SaveOptions { sync: false, checksum_block_size: 4096, ..Default::default() }).unwrap();
+    path
+}
+
+fn device(buf: &mut [f32]) -> DeviceBuffer {
+    DeviceBuffer {
+        ptr: buf.as_mut_ptr() as u64,
+        len: std::mem::size_of_val(buf) as u64,
+        device: 0,
+        stream: std::ptr::null_mut(),
+    }
+}
+
+#[test]
+fn a_strided_region_lands_in_device_memory() {
+    emulate();
+    let tmp = TempDir::new("device-region");
+    let ckpt = Checkpoint::open_with(
+        saved(&tmp),
+        None,
+        &ReadOptions { staging_buffer_bytes: 4096, staging_buffers: 2, ..Default::default() },
+    )
+    .unwrap();
+    // Rows 5..35 (across all four saved blocks), columns 3..17: every row is a run of its own.
+    let mut dst = vec![-1f32; 30 * 14];
+    unsafe { ckpt.read_region_into_device("m", &[5, 3], &[30, 14], device(&mut dst)).unwrap() };
+    for r in 0..30u64 {
+        for c in 0..14u64 {
+            assert_eq!(dst[(r * 14 + c) as usize], value(5 + r, 3 + c), "element ({}, {})", 5 + r, 3 + c);
+        }
+    }
+    // The whole tensor.
+    let mut all = vec![0f32; (ROWS * COLS) as usize];
+    unsafe { ckpt.read_into_device("m", device(&mut all)).unwrap() };
+    assert_eq!(all, ckpt.read::<f32>("m").unwrap());
+}
+
+#[test]
+fn bad_device_reads_are_clear_errors() {
+    emulate();
+    let tmp = TempDir::new("device-errors");
+    let ckpt = Checkpoint::open(saved(&tmp)).unwrap();
+    let mut dst = vec![0f32; 10];
+    // Wrong size, wrong rank, unknown tensor, negative ordinal: errors naming the tensor, nothing written.
+    let mut short = device(&mut dst);
+    let e = unsafe { ckpt.read_region_into_device("m", &[0, 0], &[1, 11], short) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    assert!(e.message().contains("'m'"), "{e}");
+    let e = unsafe { ckpt.read_region_into_device("m", &[0], &[10], short) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    let e = unsafe { ckpt.read_into_device("nope", short) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    short.device = -1;
+    let e = unsafe { ckpt.read_region_into_device("m", &[0, 0], &[1, 10], short) }.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    assert!(dst.iter().all(|&x| x == 0.0));
+}
