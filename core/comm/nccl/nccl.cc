@@ -1,102 +1,152 @@
 #include "core/comm/nccl/nccl.h"
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <limits>
-#include <new>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/comm/collective_call.h"
 #include "core/comm/layered_communicator.h"
+#include "core/comm/nccl/nccl_library.h"
+#include "core/cuda/cuda_driver.h"
 
 namespace distckpt {
 namespace internal_nccl {
 namespace {
 
+using cuda::CUcontext;
+using cuda::CudaDriver;
+using cuda::CUdevice;
+using cuda::CUdeviceptr;
+using cuda::CUresult;
+using cuda::CUstream;
 using internal_comm::Call;
 using internal_comm::Clock;
 using internal_comm::Millis;
-using internal_comm::Op;
 using internal_comm::OpName;
+using nccl::NcclLibrary;
+using nccl::ncclComm_t;
+using nccl::ncclResult_t;
+
+constexpr CUresult kCudaErrorOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY (checked in nccl_library_abi_test)
 
 StatusCode CodeOf(ncclResult_t r) {
   switch (r) {
-    case ncclRemoteError:
+    case nccl::kRemoteError:
       return StatusCode::kPeer;
-    case ncclSystemError:
+    case nccl::kSystemError:
       return StatusCode::kIo;
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
+    case nccl::kInvalidArgument:
+    case nccl::kInvalidUsage:
       return StatusCode::kInvalidArgument;
     default:
       return StatusCode::kInternal;
   }
 }
 
-// Pinned host memory and device memory that only grow: control-plane messages reuse them call after call.
-class Staging {
+// Makes `ctx` current on the calling thread for the scope and restores the previous context after. NCCL (and every
+// driver call below) works on the current context: the device's primary context, the one the CUDA runtime and
+// frameworks use, so buffers and streams are shared with them.
+class ScopedContext {
  public:
-  ~Staging() { Release(); }
-  cudaError_t Reserve(size_t bytes) {
-    if (bytes <= capacity_) return cudaSuccess;
-    Release();
-    const size_t want = std::max(bytes, size_t{4096});
-    cudaError_t e = cudaMallocHost(&host_, want);
-    if (e != cudaSuccess) return e;
-    e = cudaMalloc(&device_, want);
-    if (e != cudaSuccess) return e;
-    capacity_ = want;
-    return cudaSuccess;
+  ScopedContext(const CudaDriver* d, CUcontext ctx)
+      : d_(d), status_(d->Check(d->cuCtxPushCurrent(ctx), "cuCtxPushCurrent")) {}
+  ~ScopedContext() {
+    CUcontext popped;
+    if (status_.ok()) (void)d_->cuCtxPopCurrent(&popped);
   }
-  char* host() const { return static_cast<char*>(host_); }
-  void* device() const { return device_; }
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+  const Status& status() const { return status_; }
 
  private:
+  const CudaDriver* d_;
+  Status status_;
+};
+
+// Pinned host memory and device memory that only grow: control-plane messages reuse them call after call. Every
+// method runs with the communicator's context current.
+class Staging {
+ public:
+  explicit Staging(const CudaDriver* d) : d_(d) {}
+  ~Staging() { Release(); }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  CUresult Reserve(size_t bytes) {
+    if (bytes <= capacity_) return cuda::kCudaSuccess;
+    Release();
+    const size_t want = std::max(bytes, size_t{4096});
+    CUresult r = d_->cuMemHostAlloc(&host_, want, 0);
+    if (r != cuda::kCudaSuccess) {
+      host_ = nullptr;
+      return r;
+    }
+    r = d_->cuMemAlloc(&device_, want);
+    if (r != cuda::kCudaSuccess) {
+      device_ = 0;
+      return r;
+    }
+    capacity_ = want;
+    return cuda::kCudaSuccess;
+  }
+  char* host() const { return static_cast<char*>(host_); }
+  CUdeviceptr device() const { return device_; }
+  void* device_ptr() const { return reinterpret_cast<void*>(static_cast<uintptr_t>(device_)); }
+
   void Release() {
-    if (host_ != nullptr) cudaFreeHost(host_);
-    if (device_ != nullptr) cudaFree(device_);
-    host_ = device_ = nullptr;
+    if (host_ != nullptr) (void)d_->cuMemFreeHost(host_);
+    if (device_ != 0) (void)d_->cuMemFree(device_);
+    host_ = nullptr;
+    device_ = 0;
     capacity_ = 0;
   }
+
+ private:
+  const CudaDriver* d_;
   void* host_ = nullptr;
-  void* device_ = nullptr;
+  CUdeviceptr device_ = 0;
   size_t capacity_ = 0;
 };
 
 class NcclCommunicator final : public internal_comm::LayeredCommunicator {
  public:
-  NcclCommunicator(int rank, int size, int device, ncclComm_t comm, cudaStream_t stream)
-      : LayeredCommunicator("nccl", rank, size), device_(device), comm_(comm), stream_(stream) {}
+  NcclCommunicator(const NcclLibrary* n, const CudaDriver* d, int rank, int size, int device, CUcontext ctx,
+                   ncclComm_t comm, CUstream stream)
+      : LayeredCommunicator("nccl", rank, size),
+        n_(n),
+        d_(d),
+        device_(device),
+        ctx_(ctx),
+        comm_(comm),
+        stream_(stream),
+        send_(d),
+        recv_(d) {}
 
   ~NcclCommunicator() override {
-    cudaSetDevice(device_);
+    ScopedContext scope(d_, ctx_);
     // Abort, not destroy: it never waits on peers, so a process can always tear down, healthy group or not.
-    if (comm_ != nullptr) ncclCommAbort(comm_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (comm_ != nullptr) (void)n_->ncclCommAbort(comm_);
+    send_.Release();
+    recv_.Release();
+    if (stream_ != nullptr) (void)d_->cuStreamDestroy(stream_);
   }
 
  private:
-  void OnBegin() override { cudaSetDevice(device_); }
-
   Status Fail(const Call& call, const std::string& what, StatusCode code, const std::string& detail) {
-    return Status(code, "nccl: " + call.Describe() + " failed on " + Who() + " (" + what + "; timeout " +
-                            std::to_string(call.timeout.count()) + " ms): " + detail);
+    return Status(code, "nccl: " + call.Describe() + " failed on " + Who() + " (device " + std::to_string(device_) +
+                            ", " + what + "; timeout " + std::to_string(call.timeout.count()) + " ms): " + detail);
   }
-  Status CudaFail(const Call& call, const std::string& what, cudaError_t e) {
-    return Fail(call, what, StatusCode::kInternal, std::string("CUDA error: ") + cudaGetErrorString(e));
+  Status CudaFail(const Call& call, const std::string& what, const char* op, CUresult r) {
+    return Fail(call, what, r == kCudaErrorOutOfMemory ? StatusCode::kNoMemory : StatusCode::kInternal,
+                std::string(op) + ": " + d_->ErrorString(r));
   }
   Status NcclFail(const Call& call, const std::string& what, ncclResult_t r) {
-    const char* last = ncclGetLastError(comm_);
-    return Fail(call, what, CodeOf(r),
-                std::string(ncclGetErrorString(r)) + (last != nullptr && *last ? std::string(": ") + last : ""));
+    return Fail(call, what, CodeOf(r), n_->ErrorString(r, comm_));
   }
 
   // Waits until NCCL has no operation in progress and the stream is drained, sleeping between polls, or aborts
@@ -104,22 +154,23 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
   Status Await(const Call& call, const std::string& what) {
     auto nap = std::chrono::microseconds(20);
     for (;;) {
-      ncclResult_t async = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
-      if (r != ncclSuccess) return NcclFail(call, what, r);
-      if (async != ncclSuccess && async != ncclInProgress) return NcclFail(call, what, async);
-      if (async == ncclSuccess) {
-        cudaError_t e = cudaStreamQuery(stream_);
-        if (e == cudaSuccess) return OkStatus();
-        if (e != cudaErrorNotReady) return CudaFail(call, what, e);
+      ncclResult_t async = nccl::kSuccess;
+      ncclResult_t r = n_->ncclCommGetAsyncError(comm_, &async);
+      if (r != nccl::kSuccess) return NcclFail(call, what, r);
+      if (async != nccl::kSuccess && async != nccl::kInProgress) return NcclFail(call, what, async);
+      if (async == nccl::kSuccess) {
+        CUresult e = d_->cuStreamQuery(stream_);
+        if (e == cuda::kCudaSuccess) return OkStatus();
+        if (e != cuda::kCudaErrorNotReady) return CudaFail(call, what, "cuStreamQuery", e);
       }
       if (Clock::now() >= call.deadline) {
-        ncclCommAbort(comm_);
+        (void)n_->ncclCommAbort(comm_);
         comm_ = nullptr;
         return TimeoutError("nccl: " + call.Describe() + " timed out after " + std::to_string(call.timeout.count()) +
                             " ms on " + Who() + " (" + what +
                             "); the communicator was aborted. NCCL cannot tell which rank is missing: one died, "
-                            "stalled or did not call " + OpName(static_cast<uint32_t>(call.op), call.root));
+                            "stalled or did not call " +
+                            OpName(static_cast<uint32_t>(call.op), call.root));
       }
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
@@ -128,7 +179,7 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
 
   // An enqueue on a non-blocking communicator returns ncclSuccess or ncclInProgress; Await() finishes both.
   Status Enqueued(const Call& call, const std::string& what, ncclResult_t r) {
-    if (r == ncclSuccess || r == ncclInProgress) return OkStatus();
+    if (r == nccl::kSuccess || r == nccl::kInProgress) return OkStatus();
     return NcclFail(call, what, r);
   }
 
@@ -137,122 +188,203 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
     if (n > std::numeric_limits<size_t>::max() / (size() + 1)) {
       return Fail(call, what, StatusCode::kNoMemory, std::to_string(n) + " bytes per rank do not fit");
     }
+    if (comm_ == nullptr) return Fail(call, what, StatusCode::kState, "the communicator was aborted");
+    ScopedContext scope(d_, ctx_);
+    if (!scope.status().ok()) return Fail(call, what, StatusCode::kInternal, scope.status().message());
     const size_t in = n, out = n * size();
-    cudaError_t e = send_.Reserve(in);
-    if (e == cudaSuccess) e = recv_.Reserve(out);
-    if (e != cudaSuccess) return CudaFail(call, what, e);
+    if (CUresult e = send_.Reserve(in); e != cuda::kCudaSuccess) return CudaFail(call, what, "cuMemAlloc", e);
+    if (CUresult e = recv_.Reserve(out); e != cuda::kCudaSuccess) return CudaFail(call, what, "cuMemAlloc", e);
     std::memcpy(send_.host(), send, in);
-    e = cudaMemcpyAsync(send_.device(), send_.host(), in, cudaMemcpyHostToDevice, stream_);
-    if (e != cudaSuccess) return CudaFail(call, what, e);
-    DCKPT_RETURN_IF_ERROR(
-        Enqueued(call, what, ncclAllGather(send_.device(), recv_.device(), in, ncclUint8, comm_, stream_)));
+    if (CUresult e = d_->cuMemcpyHtoDAsync(send_.device(), send_.host(), in, stream_); e != cuda::kCudaSuccess) {
+      return CudaFail(call, what, "cuMemcpyHtoDAsync", e);
+    }
+    DCKPT_RETURN_IF_ERROR(Enqueued(
+        call, what, n_->ncclAllGather(send_.device_ptr(), recv_.device_ptr(), in, nccl::kUint8, comm_, stream_)));
     // Pinned destination: the copy is truly asynchronous, so the wait below stays under our deadline.
-    e = cudaMemcpyAsync(recv_.host(), recv_.device(), out, cudaMemcpyDeviceToHost, stream_);
-    if (e != cudaSuccess) return CudaFail(call, what, e);
+    if (CUresult e = d_->cuMemcpyDtoHAsync(recv_.host(), recv_.device(), out, stream_); e != cuda::kCudaSuccess) {
+      return CudaFail(call, what, "cuMemcpyDtoHAsync", e);
+    }
     DCKPT_RETURN_IF_ERROR(Await(call, what));
     std::memcpy(recv, recv_.host(), out);
     return OkStatus();
   }
 
   Status RawBroadcast(const Call& call, void* buf, size_t n, const std::string& what) override {
-    cudaError_t e = send_.Reserve(n);
-    if (e != cudaSuccess) return CudaFail(call, what, e);
+    if (comm_ == nullptr) return Fail(call, what, StatusCode::kState, "the communicator was aborted");
+    ScopedContext scope(d_, ctx_);
+    if (!scope.status().ok()) return Fail(call, what, StatusCode::kInternal, scope.status().message());
+    if (CUresult e = send_.Reserve(n); e != cuda::kCudaSuccess) return CudaFail(call, what, "cuMemAlloc", e);
     if (rank() == call.root) {
       std::memcpy(send_.host(), buf, n);
-      e = cudaMemcpyAsync(send_.device(), send_.host(), n, cudaMemcpyHostToDevice, stream_);
-      if (e != cudaSuccess) return CudaFail(call, what, e);
+      if (CUresult e = d_->cuMemcpyHtoDAsync(send_.device(), send_.host(), n, stream_); e != cuda::kCudaSuccess) {
+        return CudaFail(call, what, "cuMemcpyHtoDAsync", e);
+      }
     }
-    DCKPT_RETURN_IF_ERROR(Enqueued(
-        call, what, ncclBroadcast(send_.device(), send_.device(), n, ncclUint8, call.root, comm_, stream_)));
+    DCKPT_RETURN_IF_ERROR(Enqueued(call, what,
+                                   n_->ncclBroadcast(send_.device_ptr(), send_.device_ptr(), n, nccl::kUint8,
+                                                     call.root, comm_, stream_)));
     if (rank() != call.root) {
-      e = cudaMemcpyAsync(send_.host(), send_.device(), n, cudaMemcpyDeviceToHost, stream_);
-      if (e != cudaSuccess) return CudaFail(call, what, e);
+      if (CUresult e = d_->cuMemcpyDtoHAsync(send_.host(), send_.device(), n, stream_); e != cuda::kCudaSuccess) {
+        return CudaFail(call, what, "cuMemcpyDtoHAsync", e);
+      }
     }
     DCKPT_RETURN_IF_ERROR(Await(call, what));
     if (rank() != call.root) std::memcpy(buf, send_.host(), n);
     return OkStatus();
   }
 
+  const NcclLibrary* const n_;
+  const CudaDriver* const d_;
   const int device_;
+  const CUcontext ctx_;
   ncclComm_t comm_;
-  cudaStream_t stream_;
+  CUstream stream_;
   Staging send_;
   Staging recv_;
 };
+
+// What one rank brings to the exchange: NCCL, the driver and its device's primary context, and (rank 0) the id.
+struct Local {
+  const NcclLibrary* n = nullptr;
+  const CudaDriver* d = nullptr;
+  int device = -1;
+  CUcontext ctx = nullptr;
+  nccl::ncclUniqueId id{};
+};
+
+// NCCL first (loading it touches no device), then the driver, the device and its primary context.
+Status PrepareLocal(int rank, const NcclOptions& options, Local* out) {
+  DCKPT_ASSIGN_OR_RETURN(out->n, nccl::LoadNcclLibrary());
+  auto driver = cuda::LoadCudaDriver();
+  if (!driver.ok()) {
+    return Status(driver.status().code(), "the NCCL communicator needs the CUDA driver: " + driver.status().message());
+  }
+  out->d = *driver;
+  const CudaDriver* d = out->d;
+  int device = options.device;
+  if (device < 0) {
+    // The device of the calling thread's current context (a framework's, typically), else device 0.
+    CUdevice current = 0;
+    device = d->cuCtxGetDevice(&current) == cuda::kCudaSuccess ? current : 0;
+  }
+  int count = 0;
+  DCKPT_RETURN_IF_ERROR(d->Check(d->cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  if (count <= 0) return Unsupported("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
+  if (device >= count) {
+    return InvalidArgument("CUDA device " + std::to_string(device) + " does not exist: " + std::to_string(count) +
+                           " device(s) are visible");
+  }
+  out->device = device;
+  CUdevice dev = 0;
+  DCKPT_RETURN_IF_ERROR(d->Check(d->cuDeviceGet(&dev, device), "cuDeviceGet(" + std::to_string(device) + ")"));
+  // Retained for the life of the process, as the copy engine does: the runtime and frameworks share it.
+  DCKPT_RETURN_IF_ERROR(d->Check(d->cuDevicePrimaryCtxRetain(&out->ctx, dev), "cuDevicePrimaryCtxRetain"));
+  if (rank == 0) {
+    ScopedContext scope(d, out->ctx);
+    DCKPT_RETURN_IF_ERROR(scope.status());
+    ncclResult_t r = out->n->ncclGetUniqueId(&out->id);
+    if (r != nccl::kSuccess) {
+      return Status(CodeOf(r), "ncclGetUniqueId failed: " + out->n->ErrorString(r, nullptr));
+    }
+  }
+  return OkStatus();
+}
+
+// The exchange's message: a 4-byte status code, then rank 0's unique id (OK) or the error message.
+std::string Encode(const Status& st, const Local& local, int rank) {
+  const int32_t code = static_cast<int32_t>(st.code());
+  std::string out(reinterpret_cast<const char*>(&code), sizeof(code));
+  if (!st.ok()) {
+    out += st.message();
+  } else if (rank == 0) {
+    out.append(local.id.internal, sizeof(local.id.internal));
+  }
+  return out;
+}
 
 }  // namespace
 }  // namespace internal_nccl
 
 Result<std::unique_ptr<Communicator>> NewNcclCommunicator(Communicator* bootstrap, const NcclOptions& options) {
-  using internal_nccl::Clock;
+  using namespace internal_nccl;  // NOLINT: the helpers above
   if (bootstrap == nullptr) return InvalidArgument("nccl: a bootstrap communicator is required");
   if (options.timeout.count() <= 0) return InvalidArgument("nccl: the timeout must be positive");
   const int rank = bootstrap->rank(), size = bootstrap->size();
   const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(size);
   const auto deadline = Clock::now() + options.timeout;
 
-  int device = options.device;
-  cudaError_t e = device >= 0 ? cudaSetDevice(device) : cudaGetDevice(&device);
-  if (e != cudaSuccess) {
-    return Unsupported("nccl: " + who + " cannot use CUDA device " + std::to_string(options.device) + ": " +
-                       cudaGetErrorString(e));
+  // Every rank says whether it is ready (and rank 0 adds the id), so that a rank without NCCL, a driver or its device
+  // makes every rank fail at once, naming it, instead of leaving the others in ncclCommInitRank until the timeout.
+  Local local;
+  const Status ready = PrepareLocal(rank, options, &local);
+  std::vector<std::string> all;
+  Status st = bootstrap->AllGather(Encode(ready, local, rank), &all, options.timeout);
+  if (!st.ok()) {
+    return Status(st.code(), "nccl: " + who + ": exchanging the unique id through " + bootstrap->name() + ": " +
+                                 st.message() + (ready.ok() ? "" : " (and locally: " + ready.message() + ")"));
   }
-
-  // Rank 0 makes the id; everyone else gets it through the bootstrap group.
-  std::string id(sizeof(ncclUniqueId), '\0');
-  if (rank == 0) {
-    ncclUniqueId uid;
-    ncclResult_t r = ncclGetUniqueId(&uid);
-    if (r != ncclSuccess) {
-      return Status(internal_nccl::CodeOf(r), std::string("nccl: rank 0 cannot create a unique id: ") +
-                                                  ncclGetErrorString(r));
+  if (!ready.ok()) {
+    return Status(ready.code(), "nccl: " + who + " cannot create the communicator: " + ready.message());
+  }
+  if (all.size() != static_cast<size_t>(size)) return Internal("nccl: the id exchange returned the wrong count");
+  for (int r = 0; r < size; ++r) {
+    int32_t code = 0;
+    if (all[r].size() < sizeof(code)) return Internal("nccl: rank " + std::to_string(r) + " sent a short message");
+    std::memcpy(&code, all[r].data(), sizeof(code));
+    if (code != 0) {
+      return Status(StatusCode::kPeer, "nccl: " + who + " cannot create the communicator because rank " +
+                                           std::to_string(r) + " cannot: " + all[r].substr(sizeof(code)));
     }
-    std::memcpy(&id[0], &uid, sizeof(uid));
   }
-  Status st = bootstrap->Broadcast(&id, 0, options.timeout);
-  if (!st.ok()) return Status(st.code(), "nccl: broadcasting the unique id through " + bootstrap->name() + ": " +
-                                             st.message());
-  if (id.size() != sizeof(ncclUniqueId)) return Internal("nccl: the unique id arrived with the wrong size");
-  ncclUniqueId uid;
-  std::memcpy(&uid, id.data(), sizeof(uid));
+  if (all[0].size() != sizeof(int32_t) + sizeof(nccl::ncclUniqueId)) {
+    return Internal("nccl: the unique id arrived with the wrong size");
+  }
+  nccl::ncclUniqueId uid;
+  std::memcpy(&uid, all[0].data() + sizeof(int32_t), sizeof(uid));
+
+  const NcclLibrary* n = local.n;
+  const cuda::CudaDriver* d = local.d;
+  const std::string where = who + " on device " + std::to_string(local.device);
+  ScopedContext scope(d, local.ctx);
+  if (!scope.status().ok()) return Status(scope.status().code(), "nccl: " + where + ": " + scope.status().message());
 
   // Non-blocking, so initialisation (and later every collective) can be abandoned at a deadline.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  nccl::ncclConfig_t config = nccl::ConfigInitializer();
   config.blocking = 0;
   ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, size, uid, rank, &config);
+  ncclResult_t r = n->ncclCommInitRankConfig(&comm, size, uid, rank, &config);
   auto nap = std::chrono::microseconds(50);
-  while (r == ncclInProgress || r == ncclSuccess) {
-    ncclResult_t async = ncclSuccess;
-    r = ncclCommGetAsyncError(comm, &async);
-    if (r != ncclSuccess) break;
-    if (async != ncclInProgress) {
+  while (comm != nullptr && (r == nccl::kInProgress || r == nccl::kSuccess)) {
+    ncclResult_t async = nccl::kSuccess;
+    r = n->ncclCommGetAsyncError(comm, &async);
+    if (r != nccl::kSuccess) break;
+    if (async != nccl::kInProgress) {
       r = async;
       break;
     }
     if (Clock::now() >= deadline) {
-      ncclCommAbort(comm);
-      return TimeoutError("nccl: " + who + " could not create the communicator on device " + std::to_string(device) +
-                          " within " + std::to_string(options.timeout.count()) +
+      (void)n->ncclCommAbort(comm);
+      return TimeoutError("nccl: " + where + " could not create the communicator within " +
+                          std::to_string(options.timeout.count()) +
                           " ms (a rank died or stalled during ncclCommInitRank)");
     }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(5000));
   }
-  if (r != ncclSuccess) {
-    const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
-    if (comm != nullptr) ncclCommAbort(comm);
-    return Status(internal_nccl::CodeOf(r), "nccl: " + who + " could not create the communicator on device " +
-                                                std::to_string(device) + ": " + ncclGetErrorString(r) +
-                                                (last != nullptr && *last ? std::string(": ") + last : ""));
+  if (r != nccl::kSuccess || comm == nullptr) {
+    if (r == nccl::kSuccess) r = nccl::kInternalError;  // success without a communicator: never seen
+    Status failed(CodeOf(r), "nccl: " + where + " could not create the communicator (NCCL " +
+                                 nccl::VersionString(n->version) + "): " + n->ErrorString(r, comm));
+    if (comm != nullptr) (void)n->ncclCommAbort(comm);
+    return failed;
   }
-  cudaStream_t stream = nullptr;
-  e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    ncclCommAbort(comm);
-    return Internal(std::string("nccl: cannot create a CUDA stream: ") + cudaGetErrorString(e));
+  CUstream stream = nullptr;
+  if (CUresult e = d->cuStreamCreate(&stream, cuda::kStreamNonBlocking); e != cuda::kCudaSuccess) {
+    (void)n->ncclCommAbort(comm);
+    return Internal("nccl: " + where + ": cuStreamCreate failed: " + d->ErrorString(e));
   }
-  return std::unique_ptr<Communicator>(new internal_nccl::NcclCommunicator(rank, size, device, comm, stream));
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(n, d, rank, size, local.device, local.ctx, comm, stream));
 }
 
 }  // namespace distckpt

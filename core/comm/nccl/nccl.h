@@ -1,6 +1,8 @@
-// The NCCL backend (CUDA build only: bazel build --config=cuda). Byte collectives run as NCCL collectives on device
-// buffers, staged through pinned host memory, on a stream of the communicator's own. The default build compiles
-// this header to nothing, so nothing outside the CUDA build depends on CUDA.
+// The NCCL backend. Built in every build and linked against nothing from CUDA: NCCL (libnccl.so.2) and the CUDA
+// driver (libcuda.so.1) are loaded with dlopen the first time NewNcclCommunicator is called, so one libdistckpt.so
+// serves machines with and without GPUs. Without them that call fails with kUnsupported naming what is missing.
+// Byte collectives run as NCCL collectives on device buffers, staged through pinned host memory, on a stream of the
+// communicator's own, in the primary context of its device. See README.md.
 //
 // Layering, as in the external backend: AllGather and Gather allgather a 24-byte header (sequence, collective,
 // root, size) and then the contributions padded to the largest one; Broadcast broadcasts the header then the payload;
@@ -13,8 +15,6 @@
 #ifndef DISTCKPT_CORE_COMM_NCCL_NCCL_H_
 #define DISTCKPT_CORE_COMM_NCCL_NCCL_H_
 
-#ifdef DISTCKPT_WITH_CUDA
-
 #include <chrono>
 #include <memory>
 
@@ -24,18 +24,20 @@
 namespace distckpt {
 
 struct NcclOptions {
-  int device = -1;  ///< CUDA device of this rank; -1 keeps the calling thread's current device.
-  /// Limit for creating the communicator (the unique id broadcast and NCCL's own initialisation).
+  /// CUDA device of this rank; -1: the device of the calling thread's current CUDA context if it has one, else 0.
+  int device = -1;
+  /// Limit for creating the communicator (the unique id exchange and NCCL's own initialisation).
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
 /// Creates an NCCL communicator over the ranks of `bootstrap` (collective over `bootstrap`, e.g. a Gloo group, which
-/// is used only during this call to broadcast rank 0's ncclUniqueId). One rank per GPU. Not thread-safe: one
-/// collective at a time; each call makes the communicator's device current on the calling thread.
+/// is used only during this call to exchange rank 0's ncclUniqueId and every rank's readiness: a rank that cannot
+/// load NCCL or the driver makes every rank fail, naming it). One rank per GPU. kUnsupported without libnccl.so.2
+/// (or DCKPT_NCCL_LIBRARY), without libcuda.so.1 (or DCKPT_CUDA_DRIVER_LIBRARY), or without a usable device. Not
+/// thread-safe: one collective at a time; each call makes the device's primary context current on the calling thread
+/// for its duration and restores the previous one.
 Result<std::unique_ptr<Communicator>> NewNcclCommunicator(Communicator* bootstrap, const NcclOptions& options);
 
 }  // namespace distckpt
-
-#endif  // DISTCKPT_WITH_CUDA
 
 #endif  // DISTCKPT_CORE_COMM_NCCL_NCCL_H_

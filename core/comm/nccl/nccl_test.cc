@@ -1,18 +1,21 @@
 #include "core/comm/nccl/nccl.h"
 
-#include "gtest/gtest.h"
-
-#ifdef DISTCKPT_WITH_CUDA
-
-#include <cuda_runtime_api.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "core/comm/comm_conformance.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
+#include "core/comm/nccl/nccl_library.h"
+#include "core/cuda/cuda_driver.h"
+#include "gtest/gtest.h"
 
 namespace distckpt {
 namespace {
@@ -21,18 +24,163 @@ using comm_testing::AllExitedZero;
 using comm_testing::Describe;
 using comm_testing::RunRanks;
 
-// CUDA does not survive fork(), so the test process itself never touches CUDA: the device count comes from a child.
-int DeviceCount() {
-  auto outcomes = RunRanks(1, std::chrono::seconds(60), [](int) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-    return std::min(n, 100);
+constexpr int kSkip = 77;  // a child's exit code for "this machine cannot run the check"
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+// How many GPUs the NCCL communicator can use here, and if none, why. CUDA does not survive fork(), so the test
+// process itself never touches CUDA (nor NCCL): a child loads NCCL and the driver and counts the devices.
+struct Gpus {
+  int count = 0;
+  std::string why_not;
+};
+
+Gpus UsableGpus() {
+  const std::string file = comm_testing::MakeTempDir("nccl-probe-") + "/gpus";
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int) {
+    auto n = nccl::LoadNcclLibrary();
+    if (!n.ok()) {
+      WriteFile(file, "0 " + n.status().message());
+      return 0;
+    }
+    auto d = cuda::LoadCudaDriver();
+    if (!d.ok()) {
+      WriteFile(file, "0 " + d.status().message());
+      return 0;
+    }
+    int count = 0;
+    Status st = (*d)->Check((*d)->cuDeviceGetCount(&count), "cuDeviceGetCount");
+    WriteFile(file, st.ok() ? std::to_string(count) + " no CUDA device is visible" : "0 " + st.message());
+    return 0;
   });
-  return outcomes[0].exit_code < 0 ? 0 : outcomes[0].exit_code;
+  Gpus out;
+  if (!AllExitedZero(outcomes)) {
+    out.why_not = "the probe failed: " + Describe(outcomes);
+    return out;
+  }
+  std::istringstream in(ReadFile(file));
+  in >> out.count;
+  std::getline(in >> std::ws, out.why_not);
+  return out;
+}
+
+// In a child: NewNcclCommunicator over a single-process bootstrap, with `env` set first (the loaders read their
+// variables once, on the first load). Exits 0 if it fails with kUnsupported and a message containing `expect`.
+int ExpectUnsupported(int rank, const std::string& env, const std::string& value, const std::string& expect) {
+  if (!env.empty()) setenv(env.c_str(), value.c_str(), 1);
+  std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
+  NcclOptions o;
+  o.timeout = std::chrono::seconds(30);
+  auto comm = NewNcclCommunicator(bootstrap.get(), o);
+  if (comm.ok()) {
+    std::fprintf(stderr, "[rank %d] NewNcclCommunicator succeeded; expected kUnsupported naming %s\n", rank,
+                 expect.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "[rank %d] %s\n", rank, comm.status().ToString().c_str());
+  if (comm.status().message().find("libnccl.so.2 not found") != std::string::npos &&
+      expect.find("libnccl") == std::string::npos) {
+    return kSkip;  // no NCCL here: the driver is never reached
+  }
+  if (comm.status().code() != StatusCode::kUnsupported) return 2;
+  if (comm.status().message().find(expect) == std::string::npos) return 4;
+  return 0;
+}
+
+TEST(Nccl, MissingNcclIsUnsupportedNamingTheLibrary) {
+  const std::string lib = "/nonexistent/dir/libnccl.so.2";
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    return ExpectUnsupported(rank, "DCKPT_NCCL_LIBRARY", lib, lib + " not found");
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+TEST(Nccl, MissingDriverIsUnsupportedNamingLibcuda) {
+  // Deterministic on machines with and without a driver: the override names a driver that is not there.
+  const std::string lib = "/nonexistent/dir/libcuda.so.1";
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    return ExpectUnsupported(rank, "DCKPT_CUDA_DRIVER_LIBRARY", lib, lib + " not found");
+  });
+  if (outcomes[0].exit_code == kSkip) GTEST_SKIP() << "libnccl.so.2 cannot be loaded here; the driver is not reached";
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+TEST(Nccl, WithoutAGpuIsUnsupportedNamingWhatIsMissing) {
+  Gpus gpus = UsableGpus();
+  if (gpus.count > 0) GTEST_SKIP() << gpus.count << " usable GPU(s) here";
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
+    auto comm = NewNcclCommunicator(bootstrap.get(), NcclOptions());
+    if (comm.ok()) return 1;
+    const std::string& m = comm.status().message();
+    std::fprintf(stderr, "[rank %d] %s\n", rank, comm.status().ToString().c_str());
+    if (comm.status().code() != StatusCode::kUnsupported) return 2;
+    const bool named = m.find("libcuda.so.1") != std::string::npos || m.find("libnccl.so.2") != std::string::npos ||
+                       m.find("no CUDA device") != std::string::npos;
+    return named ? 0 : 4;
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+TEST(Nccl, BadArgumentsAreRejectedBeforeLoadingAnything) {
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    setenv("DCKPT_NCCL_LIBRARY", "/nonexistent/dir/libnccl.so.2", 1);
+    auto none = NewNcclCommunicator(nullptr, NcclOptions());
+    if (none.ok() || none.status().code() != StatusCode::kInvalidArgument) return 1;
+    std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
+    NcclOptions o;
+    o.timeout = std::chrono::milliseconds(0);
+    auto zero = NewNcclCommunicator(bootstrap.get(), o);
+    if (zero.ok() || zero.status().code() != StatusCode::kInvalidArgument) return 2;
+    return 0;
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// Two ranks over Gloo; rank 0 cannot load NCCL (its library does not exist). Rank 1 fails too, at once, not after
+// the timeout: with kPeer naming rank 0 where it could run NCCL itself, else with its own kUnsupported.
+TEST(Nccl, EveryRankFailsPromptlyWhenOneCannotLoadNccl) {
+  const std::string store = "file://" + comm_testing::MakeTempDir("nccl-missing-");
+  auto outcomes = RunRanks(2, std::chrono::seconds(60), [&](int rank) {
+    if (rank == 0) setenv("DCKPT_NCCL_LIBRARY", "/nonexistent/dir/rank0/libnccl.so.2", 1);
+    auto bootstrap = NewGlooCommunicator(gloo_testing::Loopback(rank, 2, store));
+    if (!bootstrap.ok()) return comm_testing::ReportInChild(rank, bootstrap.status());
+    NcclOptions o;
+    o.timeout = std::chrono::seconds(20);
+    const auto start = std::chrono::steady_clock::now();
+    auto comm = NewNcclCommunicator(bootstrap->get(), o);
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (comm.ok()) return 1;
+    std::fprintf(stderr, "[rank %d] %s\n", rank, comm.status().ToString().c_str());
+    const std::string& m = comm.status().message();
+    if (rank == 0) {
+      if (comm.status().code() != StatusCode::kUnsupported) return 2;
+      if (m.find("rank0/libnccl.so.2 not found") == std::string::npos) return 4;
+    } else if (comm.status().code() == StatusCode::kPeer) {
+      if (m.find("because rank 0 cannot: ") == std::string::npos || m.find("rank0/libnccl.so.2") == std::string::npos)
+        return 6;
+    } else if (comm.status().code() != StatusCode::kUnsupported) {
+      return 7;
+    }
+    if (took > std::chrono::seconds(10)) return 5;
+    return 0;
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
 TEST(Nccl, SingleRankPassesConformance) {
-  if (DeviceCount() < 1) GTEST_SKIP() << "no CUDA device here; the NCCL backend is only built";
+  Gpus gpus = UsableGpus();
+  if (gpus.count < 1) GTEST_SKIP() << "no usable GPU here (" << gpus.why_not << "); the NCCL backend is only built";
   auto outcomes = RunRanks(1, std::chrono::seconds(120), [](int rank) {
     std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
     NcclOptions o;
@@ -45,10 +193,24 @@ TEST(Nccl, SingleRankPassesConformance) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
+// device = -1 with no current context on the thread: device 0.
+TEST(Nccl, DefaultDeviceIsZeroWithoutACurrentContext) {
+  Gpus gpus = UsableGpus();
+  if (gpus.count < 1) GTEST_SKIP() << "no usable GPU here (" << gpus.why_not << ")";
+  auto outcomes = RunRanks(1, std::chrono::seconds(120), [](int rank) {
+    std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
+    auto comm = NewNcclCommunicator(bootstrap.get(), NcclOptions());
+    if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+    return comm_testing::ReportInChild(rank, (*comm)->Barrier(std::chrono::seconds(30)));
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
 // One rank per GPU (NCCL refuses two ranks of one communicator on one device).
 TEST(Nccl, OneRankPerGpuPassesConformance) {
-  const int n = std::min(DeviceCount(), 4);
-  if (n < 2) GTEST_SKIP() << "needs 2 or more CUDA devices, found " << n;
+  Gpus gpus = UsableGpus();
+  const int n = std::min(gpus.count, 4);
+  if (n < 2) GTEST_SKIP() << "needs 2 or more usable GPUs, found " << n << (n == 0 ? " (" + gpus.why_not + ")" : "");
   const std::string store = "file://" + comm_testing::MakeTempDir("nccl-");
   auto outcomes = RunRanks(n, std::chrono::seconds(120), [&](int rank) {
     auto bootstrap = NewGlooCommunicator(gloo_testing::Loopback(rank, n, store));
@@ -65,9 +227,3 @@ TEST(Nccl, OneRankPerGpuPassesConformance) {
 
 }  // namespace
 }  // namespace distckpt
-
-#else  // !DISTCKPT_WITH_CUDA
-
-TEST(Nccl, NotBuilt) { GTEST_SKIP() << "built without CUDA; bazel test --config=cuda builds and runs the NCCL backend"; }
-
-#endif  // DISTCKPT_WITH_CUDA
