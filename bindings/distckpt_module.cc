@@ -367,6 +367,38 @@ class State {
     held_.push_back(std::move(held));
   }
 
+  /// A piece in CUDA device memory: `nbytes` at `ptr` on `device`, ordered on `stream` (a CUstream as an integer;
+  /// 0 is the legacy default stream). `owner` (the tensor or array the memory belongs to) is kept alive as long as
+  /// the State, as held buffers are. The same call serves save and load (the C ABI has no const device piece; a
+  /// State built for a save is never loaded).
+  void AddDevicePiece(const std::string& name, const std::vector<uint64_t>& offsets,
+                      const std::vector<uint64_t>& lengths, uintptr_t ptr, uint64_t nbytes, int device,
+                      uintptr_t stream, const py::object& owner) {
+    if (offsets.size() != lengths.size()) throw py::value_error("offsets and lengths differ in length");
+    auto it = dtypes_.find(name);
+    const int dtype = it == dtypes_.end() ? 0 : it->second;
+    if (dtype != 0) {
+      const uint64_t expect = Volume(lengths) * dckpt_dtype_size(dtype);
+      if (nbytes != expect) {
+        throw py::value_error("device piece of '" + name + "' has " + std::to_string(nbytes) +
+                              " bytes; its box needs " + std::to_string(expect));
+      }
+    }
+    dckpt_piece_options o;
+    Check(dckpt_piece_options_init(&o, DCKPT_PIECE_OPTIONS_VERSION));
+    o.memory = DCKPT_MEMORY_CUDA;
+    o.device = device;
+    o.stream = reinterpret_cast<void*>(stream);
+    int rc;
+    {
+      py::gil_scoped_release nogil;  // the first device piece loads and initialises the CUDA driver
+      rc = dckpt_state_add_piece_ex(state_, name.c_str(), offsets.data(), lengths.data(),
+                                    reinterpret_cast<void*>(ptr), &o);
+    }
+    Check(rc);
+    owners_.push_back(owner);
+  }
+
   void AddBytes(const std::string& name, const py::object& data, bool writable) {
     auto held = std::make_unique<HeldBuffer>(data, writable);
     Check(dckpt_state_add_bytes(state_, name.c_str(), held->data(), held->size()));
@@ -394,6 +426,7 @@ class State {
   dckpt_state* state_ = nullptr;
   std::unordered_map<std::string, int> dtypes_;
   std::vector<std::unique_ptr<HeldBuffer>> held_;
+  std::vector<py::object> owners_;  // the owners of device pieces' memory
 };
 
 // ---- Save / load ----------------------------------------------------------------------------------------------
@@ -679,6 +712,28 @@ class Reader {
     CheckOpen(rc);
   }
 
+  /// Reads the box [offsets, offsets + lengths) of tensor `name` into `nbytes` of CUDA device memory at `ptr` on
+  /// `device`, after the work queued on `stream` (0: the legacy default stream); the copies have completed on return.
+  void ReadDevice(const std::string& name, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& lengths,
+                  uintptr_t ptr, uint64_t nbytes, int device, uintptr_t stream) {
+    if (offsets.size() != lengths.size()) throw py::value_error("offsets and lengths differ in length");
+    dckpt_piece_options o;
+    Check(dckpt_piece_options_init(&o, DCKPT_PIECE_OPTIONS_VERSION));
+    o.memory = DCKPT_MEMORY_CUDA;
+    o.device = device;
+    o.stream = reinterpret_cast<void*>(stream);
+    int rc = kClosed;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (reader_) {
+        rc = dckpt_reader_read_ex(reader_, name.c_str(), offsets.size(), offsets.data(), lengths.data(),
+                                  reinterpret_cast<void*>(ptr), nbytes, &o);
+      }
+    }
+    CheckOpen(rc);
+  }
+
   py::bytes ReadBytes(const std::string& name) {
     uint64_t size = 0;
     {
@@ -940,6 +995,8 @@ PYBIND11_MODULE(_distckpt, m) {
       .def("add_tensor", &State::AddTensor, py::arg("name"), py::arg("dtype"), py::arg("shape"))
       .def("add_piece", &State::AddPiece, py::arg("name"), py::arg("offsets"), py::arg("lengths"), py::arg("data"),
            py::arg("writable"))
+      .def("add_device_piece", &State::AddDevicePiece, py::arg("name"), py::arg("offsets"), py::arg("lengths"),
+           py::arg("ptr"), py::arg("nbytes"), py::arg("device"), py::arg("stream"), py::arg("owner"))
       .def("add_bytes", &State::AddBytes, py::arg("name"), py::arg("data"), py::arg("writable"))
       .def("bytes_size", &State::BytesSize, py::arg("name"))
       .def("set_user", &State::SetUser, py::arg("key"), py::arg("value"))
@@ -964,6 +1021,8 @@ PYBIND11_MODULE(_distckpt, m) {
       .def("find", &Reader::Find, py::arg("name"))
       .def("chunk", &Reader::Chunk, py::arg("entry"), py::arg("chunk"))
       .def("read", &Reader::Read, py::arg("name"), py::arg("offsets"), py::arg("lengths"), py::arg("dst"))
+      .def("read_device", &Reader::ReadDevice, py::arg("name"), py::arg("offsets"), py::arg("lengths"),
+           py::arg("ptr"), py::arg("nbytes"), py::arg("device"), py::arg("stream"))
       .def("read_bytes", &Reader::ReadBytes, py::arg("name"))
       .def("user", &Reader::User)
       .def("structure", &Reader::Structure)

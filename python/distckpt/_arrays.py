@@ -1,21 +1,31 @@
-"""Array adapters: numpy, torch, JAX, DLPack and buffer-protocol arrays <-> the host memory the C core reads and fills.
+"""Array adapters: numpy, torch, JAX, CuPy, DLPack and buffer-protocol arrays <-> the memory the C core reads and fills.
 
-Saving takes each array's memory as it is whenever it is host-resident and C-contiguous (zero copy); otherwise it
-makes one contiguous host copy (device memory, strided views, big-endian data). Loading fills numpy arrays and CPU
-torch tensors in place, straight from disk when their layout and dtype match the checkpoint, and through one
-temporary buffer otherwise (device tensors, strided views, a different dtype: values are then converted as numpy's
-``astype`` or torch's ``copy_`` would). JAX arrays are immutable: loading builds a new array with the target's
-sharding, and the caller's container gets the new array.
+Host arrays: saving takes each array's memory as it is whenever it is C-contiguous (zero copy); otherwise it makes
+one contiguous host copy (strided views, big-endian data). Loading fills numpy arrays and CPU torch tensors in place,
+straight from disk when their layout and dtype match the checkpoint, and through one temporary buffer otherwise
+(strided views, a different dtype: values are then converted as numpy's ``astype`` or torch's ``copy_`` would).
 
-torch and JAX are never imported here: a value can only be a torch tensor or a JAX array if its library is already
-in ``sys.modules``.
+CUDA arrays (torch CUDA tensors and DTensor/ShardedTensor local shards on CUDA, CuPy arrays, any object with
+``__cuda_array_interface__``, JAX arrays on NVIDIA GPUs) are recognised before any host conversion and go to the core
+as device pieces (``dckpt_state_add_piece_ex`` with ``DCKPT_MEMORY_CUDA``): a pointer, the device ordinal and the
+stream the data is ordered on. Python never copies them to the host; the core stages them through its pinned
+buffers. A non-contiguous torch tensor (or a conjugate/negative view) gets one device-side copy first. Loading fills
+CUDA torch tensors and writable ``__cuda_array_interface__`` arrays in place (through one temporary device buffer and
+a device-side ``copy_`` when the layout or dtype differ). See "GPU arrays" in python/README.md for streams.
+
+JAX arrays are immutable: loading builds a new array with the target's sharding, and the caller's container gets the
+new array. For JAX arrays on GPU that is still a host hop: the shards are read into host memory and ``jax`` puts them
+on the devices (JAX alone offers no way to fill a device buffer it does not own).
+
+torch, JAX and CuPy are never imported here: a value can only be one of their arrays if its library is already in
+``sys.modules``.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -27,12 +37,29 @@ Shape = Tuple[int, ...]
 
 
 @dataclass
+class DeviceBuffer:
+    """C-contiguous CUDA device memory: ``nbytes`` at ``ptr`` on device ``device``, ordered on ``stream``.
+
+    ``stream`` is the C ABI's stream handle as an integer: 0 (NULL) is the legacy default stream, 2 the per-thread
+    default stream (``CU_STREAM_PER_THREAD``), anything else a ``CUstream``. ``owner`` holds the memory (the tensor or
+    array, or a temporary made for the call); the native State keeps it alive until the save or load is over.
+    """
+
+    ptr: int
+    nbytes: int
+    device: int
+    stream: int
+    owner: Any
+
+
+@dataclass
 class Piece:
-    """The box [offsets, offsets + lengths) of a tensor, held row-major in ``data`` (any dtype of the right size)."""
+    """The box [offsets, offsets + lengths) of a tensor, held row-major in ``data``: a host array (any dtype of the
+    right size) or a ``DeviceBuffer``."""
 
     offsets: Shape
     lengths: Shape
-    data: np.ndarray
+    data: Union[np.ndarray, DeviceBuffer]
 
 
 @dataclass
@@ -58,6 +85,16 @@ def bytes_view(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
+def add_piece(state: Any, name: str, piece: Piece, writable: bool) -> None:
+    """Adds ``piece`` to a native State: host memory as a held buffer, device memory as a CUDA piece."""
+    d = piece.data
+    if isinstance(d, DeviceBuffer):
+        state.add_device_piece(name, list(piece.offsets), list(piece.lengths), d.ptr, d.nbytes, d.device, d.stream,
+                               d.owner)  # fmt: skip
+    else:
+        state.add_piece(name, list(piece.offsets), list(piece.lengths), bytes_view(d), writable)
+
+
 # ---- Library detection (no imports) -----------------------------------------------------------------------------
 
 
@@ -67,6 +104,10 @@ def _torch() -> Any:
 
 def _jax() -> Any:
     return sys.modules.get("jax")
+
+
+def _cupy() -> Any:
+    return sys.modules.get("cupy")
 
 
 def is_torch_tensor(x: Any) -> bool:
@@ -96,7 +137,9 @@ def is_array(x: Any) -> bool:
         return _dtypes.code_of(x.dtype) is not None
     if is_torch_tensor(x) or is_jax_array(x) or is_shard_list(x):
         return True
-    return hasattr(x, "__dlpack__") and not isinstance(x, (bytes, bytearray, str))
+    if isinstance(x, (bytes, bytearray, str)):
+        return False
+    return hasattr(x, "__dlpack__") or _cuda_array_interface(x) is not None
 
 
 def is_load_target(x: Any) -> bool:
@@ -158,10 +201,31 @@ def _torch_plain(t: Any, what: str) -> Any:
     return t.detach()
 
 
+def _torch_cuda_buffer(t: Any) -> DeviceBuffer:
+    """The device memory of a contiguous CUDA tensor, ordered on the device's current torch stream."""
+    torch = _torch()
+    stream = torch.cuda.current_stream(t.device).cuda_stream  # 0: the legacy default stream, as in the C ABI
+    return DeviceBuffer(int(t.data_ptr()), t.numel() * t.element_size(), int(t.device.index), int(stream), t)
+
+
+def _torch_cuda_source(t: Any, what: str) -> Tuple[int, Shape, DeviceBuffer]:
+    """A CUDA tensor as a device piece; conjugate/negative views and strided layouts are resolved on the device (one
+    device-side copy, queued on the current stream, which the save waits for)."""
+    code = torch_code(t.dtype, what)
+    t = _torch_plain(t, what)
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return code, tuple(int(d) for d in t.shape), _torch_cuda_buffer(t)
+
+
 def _torch_source(t: Any, what: str) -> Tuple[int, np.ndarray]:
     code = torch_code(t.dtype, what)
     t = _torch_plain(t, what)
-    if t.device.type != "cpu":
+    if t.device.type != "cpu":  # not CUDA (those are device pieces): e.g. MPS or XPU, through one host copy
         t = t.to("cpu")
     if t.is_conj():
         t = t.resolve_conj()
@@ -178,13 +242,20 @@ def _torch_target(t: Any, code: int, offsets: Shape, name: str) -> TargetTensor:
     t_code = torch_code(t.dtype, what)
     plain = _torch_plain(t, what)
     lengths = tuple(int(d) for d in plain.shape)
-    if (
-        plain.device.type == "cpu"
-        and plain.is_contiguous()
-        and t_code == code
-        and not plain.is_conj()
-        and not plain.is_neg()
-    ):
+    same_layout = plain.is_contiguous() and t_code == code and not plain.is_conj() and not plain.is_neg()
+    if plain.device.type == "cuda":
+        # Filled in place on the device; otherwise through one temporary device tensor and a device-side copy_.
+        if same_layout:
+            return TargetTensor([Piece(offsets, lengths, _torch_cuda_buffer(plain))])
+        dev_tmp = torch.empty(lengths, dtype=torch_dtype(code), device=plain.device)
+
+        def finish_device() -> Any:
+            with torch.no_grad():
+                plain.copy_(dev_tmp)
+            return SAME
+
+        return TargetTensor([Piece(offsets, lengths, _torch_cuda_buffer(dev_tmp))], finish_device)
+    if plain.device.type == "cpu" and same_layout:
         return TargetTensor([Piece(offsets, lengths, _torch_raw_numpy(plain))])
     tmp = torch.empty(lengths, dtype=torch_dtype(code))
 
@@ -260,7 +331,134 @@ def _scalar_target(x: np.generic, code: int, name: str) -> TargetTensor:
     return TargetTensor([Piece((), (), tmp)], finish)
 
 
+# ---- CUDA memory: __cuda_array_interface__ (CuPy, Numba, ...) and DLPack ------------------------------------------
+
+#: DLPack's device type of CUDA memory (kDLCUDA); pinned host memory (kDLCUDAHost = 3) is host memory.
+_KDL_CUDA = 2
+#: __cuda_array_interface__'s stream values with a fixed meaning: 1 the legacy default stream, 2 the per-thread default
+#: stream. The C ABI's NULL (0) is the legacy default stream; the driver's CU_STREAM_PER_THREAD handle is 2.
+_CAI_LEGACY_STREAM = 1
+_CAI_PER_THREAD_STREAM = 2
+_CU_STREAM_PER_THREAD = 2
+
+
+def _cuda_array_interface(x: Any) -> Optional[Dict[str, Any]]:
+    """``x.__cuda_array_interface__``, or None when ``x`` has none. torch tensors and JAX arrays are handled by their
+    own code (the property raises for CPU ones)."""
+    if is_torch_tensor(x) or is_jax_array(x) or isinstance(x, (np.ndarray, np.generic, memoryview)):
+        return None
+    try:
+        cai = getattr(x, "__cuda_array_interface__", None)
+    except Exception:  # noqa: BLE001 - e.g. a property that refuses host-resident data
+        return None
+    return cai if isinstance(cai, dict) else None
+
+
+def _dlpack_cuda_ordinal(x: Any) -> Optional[int]:
+    """The CUDA device ordinal of a DLPack producer whose data is in CUDA memory; None otherwise."""
+    fn = getattr(x, "__dlpack_device__", None)
+    if fn is None:
+        return None
+    try:
+        kind, ordinal = fn()
+    except Exception:  # noqa: BLE001 - e.g. a multi-device JAX array
+        return None
+    return int(ordinal) if int(kind) == _KDL_CUDA else None
+
+
+def c_stream(cai_stream: Any) -> int:
+    """``__cuda_array_interface__``'s ``stream`` -> dckpt_piece_options.stream (as an integer).
+
+    None (the producer says no synchronisation is needed) and 1 (the legacy default stream) become NULL, which is the
+    legacy default stream for the C ABI: waiting on it is at worst an extra device-side wait, never a host block. 2
+    (the per-thread default stream) becomes CU_STREAM_PER_THREAD; the core records its event on the calling thread,
+    so this is the caller's per-thread stream. Any other value is a CUstream handle.
+    """
+    if cai_stream is None or cai_stream == 0 or cai_stream == _CAI_LEGACY_STREAM:
+        return 0
+    if cai_stream == _CAI_PER_THREAD_STREAM:
+        return _CU_STREAM_PER_THREAD
+    return int(cai_stream)
+
+
+def _cai_device(x: Any) -> int:
+    """The device ordinal of a __cuda_array_interface__ array: CuPy's ``device.id``, else ``__dlpack_device__``, else
+    0 (the interface itself does not say; the core checks the pointer and names the device it really is on)."""
+    cupy = _cupy()
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return int(x.device.id)
+    ordinal = _dlpack_cuda_ordinal(x)
+    return 0 if ordinal is None else ordinal
+
+
+def _is_c_contiguous(shape: Shape, strides: Any, itemsize: int) -> bool:
+    if strides is None:
+        return True
+    if any(n == 0 for n in shape):
+        return True
+    expect = itemsize
+    for n, st in zip(reversed(shape), reversed(tuple(strides))):
+        if n != 1 and int(st) != expect:
+            return False
+        expect *= n
+    return True
+
+
+@dataclass
+class _CaiArray:
+    code: int
+    shape: Shape
+    contiguous: bool
+    readonly: bool
+    buffer: DeviceBuffer
+
+
+def _parse_cai(x: Any, cai: Dict[str, Any], what: str) -> _CaiArray:
+    version = int(cai.get("version", 0))
+    shape = tuple(int(d) for d in cai["shape"])
+    try:
+        dtype = np.dtype(cai["typestr"])
+    except TypeError as e:
+        raise UnsupportedError(f"{what}: __cuda_array_interface__ typestr {cai['typestr']!r} is not a dtype") from e
+    if dtype.byteorder == ">" and dtype.itemsize > 1:
+        raise UnsupportedError(f"{what}: big-endian device arrays ({cai['typestr']}) are not supported")
+    code = _dtypes.code_of(dtype.newbyteorder("="))
+    if code is None:
+        raise UnsupportedError(f"{what}: __cuda_array_interface__ typestr {cai['typestr']!r} has no distckpt dtype")
+    if cai.get("mask") is not None:
+        raise UnsupportedError(f"{what}: masked device arrays are not supported")
+    ptr, readonly = cai["data"]
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    stream = c_stream(cai.get("stream")) if version >= 3 else 0
+    return _CaiArray(
+        code, shape, _is_c_contiguous(shape, cai.get("strides"), dtype.itemsize), bool(readonly),
+        DeviceBuffer(int(ptr or 0), nbytes, _cai_device(x), stream, x),
+    )  # fmt: skip
+
+
 # ---- JAX --------------------------------------------------------------------------------------------------------
+
+
+def _jax_cuda_buffer(a: Any) -> Optional[DeviceBuffer]:
+    """The CUDA buffer of a single-device JAX array; None when it is not on an NVIDIA GPU.
+
+    XLA orders its work on its own streams, which the caller does not hold: the array is made ready first
+    (``block_until_ready``, as JAX's own ``__cuda_array_interface__`` does), so no stream needs waiting on and the
+    piece names the legacy default stream (NULL).
+    """
+    ordinal = _dlpack_cuda_ordinal(a)
+    if ordinal is None:
+        return None
+    a.block_until_ready()
+    nbytes = int(a.size) * np.dtype(a.dtype).itemsize
+    ptr = 0
+    if nbytes:
+        try:
+            ptr = int(a.__cuda_array_interface__["data"][0])
+        except Exception:  # noqa: BLE001 - dtypes the interface cannot describe (bf16, fp8)
+            ptr = int(a.unsafe_buffer_pointer())
+    return DeviceBuffer(ptr, nbytes, ordinal, 0, a)
+
 
 
 def _jax_source(x: Any, what: str) -> SourceTensor:
@@ -273,7 +471,9 @@ def _jax_source(x: Any, what: str) -> SourceTensor:
         if s.replica_id != 0:  # another device holds the same box: it is written once
             continue
         offsets, lengths = normalize_index(s.index, shape)
-        pieces.append(Piece(offsets, lengths, _c_contiguous(np.asarray(s.data))))
+        data = s.data
+        device = _jax_cuda_buffer(data)
+        pieces.append(Piece(offsets, lengths, device if device is not None else _c_contiguous(np.asarray(data))))
     return SourceTensor(code, shape, pieces)
 
 
@@ -309,6 +509,49 @@ def _torch_sharded(x: Any) -> Optional[List[Shard]]:
     return dtorch.to_shards(x) if dtorch.is_sharded(x) else None
 
 
+def _device_source(x: Any, what: str) -> Optional[Tuple[int, Shape, DeviceBuffer]]:
+    """(code, shape, device buffer) for an array in CUDA memory; None for anything else. Checked before any host
+    conversion, so CUDA data is never copied to the host here."""
+    if is_torch_tensor(x):
+        return _torch_cuda_source(x, what) if x.device.type == "cuda" else None
+    if is_jax_array(x):
+        buf = _jax_cuda_buffer(x)  # a single-device array (e.g. a Shard's data); None for host or sharded arrays
+        if buf is None:
+            return None
+        code = _dtypes.code_of(np.dtype(x.dtype))
+        if code is None:
+            raise UnsupportedError(f"{what}: JAX dtype {x.dtype} has no distckpt dtype")
+        return code, tuple(int(d) for d in x.shape), buf
+    cupy = _cupy()
+    if cupy is not None and isinstance(x, cupy.ndarray) and not x.flags.c_contiguous:
+        x = cupy.ascontiguousarray(x)  # one device-side copy, on CuPy's current stream (which the piece names)
+    cai = _cuda_array_interface(x)
+    if cai is not None:
+        arr = _parse_cai(x, cai, what)
+        if not arr.contiguous:
+            raise UnsupportedError(
+                f"{what}: the device array is not C-contiguous (strides {cai.get('strides')}); make a contiguous copy "
+                "on the device first"
+            )
+        return arr.code, arr.shape, arr.buffer
+    if _dlpack_cuda_ordinal(x) is not None:
+        raise UnsupportedError(
+            f"{what}: {type(x).__module__}.{type(x).__name__} is in CUDA memory but has no __cuda_array_interface__; "
+            "distckpt takes CUDA arrays through torch, JAX, CuPy or __cuda_array_interface__ and never copies them "
+            "to the host in Python"
+        )
+    return None
+
+
+def _source_of(x: Any, what: str) -> Tuple[int, Shape, Union[np.ndarray, DeviceBuffer]]:
+    """(code, shape, memory) of one local array: device memory as it is, host memory C-contiguous."""
+    device = _device_source(x, what)
+    if device is not None:
+        return device
+    code, a = _host_source(x, what)
+    return code, tuple(a.shape), a
+
+
 def source_tensor(x: Any, name: str) -> SourceTensor:
     """Describes an array leaf for saving: dtype, global shape and this rank's pieces."""
     what = f"'{name}'"
@@ -317,28 +560,32 @@ def source_tensor(x: Any, name: str) -> SourceTensor:
     torch_shards = _torch_sharded(x)
     if torch_shards is not None:
         code = torch_code(x.dtype, what)
-        return SourceTensor(code, tuple(int(d) for d in x.shape), _shard_pieces(torch_shards, code, what))
+        return SourceTensor(code, tuple(int(d) for d in x.shape), _shard_pieces(torch_shards, code, what)[1])
     if isinstance(x, Shard) or is_shard_list(x):
         shards = [x] if isinstance(x, Shard) else list(x)
         shape = shards[0].global_shape
         if any(s.global_shape != shape for s in shards):
             raise InvalidArgumentError(f"{what}: shards disagree on the global shape: {[s.global_shape for s in shards]}")
-        code, _ = _host_source(shards[0].data, what)
-        return SourceTensor(code, shape, _shard_pieces(shards, code, what))
-    code, a = _host_source(x, what)
-    return SourceTensor(code, a.shape, [Piece((0,) * a.ndim, a.shape, a)])
+        code, pieces = _shard_pieces(shards, None, what)
+        return SourceTensor(code, shape, pieces)
+    code, shape, data = _source_of(x, what)
+    return SourceTensor(code, shape, [Piece((0,) * len(shape), shape, data)])
 
 
-def _shard_pieces(shards: Sequence[Shard], code: int, what: str) -> List[Piece]:
+def _shard_pieces(shards: Sequence[Shard], code: Optional[int], what: str) -> Tuple[int, List[Piece]]:
+    """The pieces of ``shards``, which must all have dtype ``code`` (None: the first shard's)."""
     pieces = []
     for s in shards:
-        c, a = _host_source(s.data, what)
+        c, shape, data = _source_of(s.data, what)
+        if code is None:
+            code = c
         if c != code:
             raise InvalidArgumentError(
                 f"{what}: shards disagree on the dtype: {_dtypes.name(c)} and {_dtypes.name(code)}"
             )
-        pieces.append(Piece(s.offsets, a.shape, a))
-    return pieces
+        pieces.append(Piece(s.offsets, shape, data))
+    assert code is not None
+    return code, pieces
 
 
 def target_tensor(x: Any, code: int, shape: Shape, name: str) -> TargetTensor:
@@ -358,7 +605,11 @@ def target_tensor(x: Any, code: int, shape: Shape, name: str) -> TargetTensor:
     if isinstance(x, np.generic):
         _check_shape(name, (), shape)
         return _scalar_target(x, code, name)
-    lengths = tuple(int(d) for d in getattr(x, "shape", np.shape(x)))
+    cai = _cuda_array_interface(x)
+    if cai is not None:
+        lengths = tuple(int(d) for d in cai["shape"])
+    else:
+        lengths = tuple(int(d) for d in getattr(x, "shape", np.shape(x)))
     _check_shape(name, lengths, shape)
     return _local_target(x, code, (0,) * len(shape), name)
 
@@ -370,10 +621,40 @@ def _local_target(x: Any, code: int, offsets: Shape, name: str) -> TargetTensor:
         return _numpy_target(x, code, offsets, name)
     if isinstance(x, memoryview):
         return _numpy_target(np.asarray(x), code, offsets, name)
+    cai = _cuda_array_interface(x)
+    if cai is not None:
+        return _cai_target(x, cai, code, offsets, name)
     raise UnsupportedError(
         f"cannot load '{name}' in place into {type(x).__module__}.{type(x).__name__}; "
-        "pass numpy arrays, torch tensors or JAX arrays"
+        "pass numpy arrays, torch tensors, JAX arrays or CUDA arrays with __cuda_array_interface__"
     )
+
+
+def _cai_target(x: Any, cai: Dict[str, Any], code: int, offsets: Shape, name: str) -> TargetTensor:
+    """A writable __cuda_array_interface__ array (CuPy, Numba, ...) filled in place on its device; a CuPy array of
+    another layout or dtype through one temporary CuPy array and a device-side copy."""
+    arr = _parse_cai(x, cai, f"'{name}'")
+    if arr.readonly:
+        raise InvalidArgumentError(f"cannot load '{name}' into a read-only device array")
+    if arr.contiguous and arr.code == code:
+        return TargetTensor([Piece(offsets, arr.shape, arr.buffer)])
+    cupy = _cupy()
+    if cupy is None or not isinstance(x, cupy.ndarray):
+        raise UnsupportedError(
+            f"cannot load '{name}' into a {'strided' if not arr.contiguous else _dtypes.name(arr.code)} device array "
+            f"of {type(x).__module__}.{type(x).__name__}: pass a C-contiguous {_dtypes.name(code)} array (distckpt "
+            "converts on the device only for torch and CuPy)"
+        )
+    with x.device:
+        tmp = cupy.empty(arr.shape, dtype=_dtypes.raw_dtype(code))
+    tmp_arr = _parse_cai(tmp, tmp.__cuda_array_interface__, f"'{name}'")
+
+    def finish() -> Any:
+        with x.device:
+            cupy.copyto(x, tmp.view(_dtypes.numpy_dtype(code, entry=name)), casting="unsafe")
+        return SAME
+
+    return TargetTensor([Piece(offsets, arr.shape, tmp_arr.buffer)], finish)
 
 
 def _merge(targets: Any) -> TargetTensor:

@@ -46,7 +46,7 @@ def _build_save_state(
             src = _arrays.source_tensor(leaf.value, leaf.name)
             state.add_tensor(leaf.name, src.code, list(src.shape))
             for p in src.pieces:
-                state.add_piece(leaf.name, list(p.offsets), list(p.lengths), _arrays.bytes_view(p.data), False)
+                _arrays.add_piece(state, leaf.name, p, writable=False)
         else:
             data, encoding = _tree.encode_object(leaf.value, leaf.name, allow_pickle)
             leaf.node["encoding"] = encoding
@@ -417,7 +417,7 @@ def _load_into(
             target = _arrays.target_tensor(leaf.value, code, shape, leaf.name)
             state.add_tensor(leaf.name, code, list(shape))
             for p in target.pieces:
-                state.add_piece(leaf.name, list(p.offsets), list(p.lengths), _arrays.bytes_view(p.data), True)
+                _arrays.add_piece(state, leaf.name, p, writable=True)
             if target.finish is not None:
                 finishers[leaf.path] = target.finish
         elif kind == _BYTES:

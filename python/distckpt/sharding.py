@@ -11,6 +11,11 @@ __all__ = ["Shard"]
 
 def _shape_of(data: Any) -> Tuple[int, ...]:
     shape = getattr(data, "shape", None)
+    if shape is None:  # a CUDA array that only has __cuda_array_interface__ (read without touching its memory)
+        try:
+            shape = getattr(data, "__cuda_array_interface__", {}).get("shape")
+        except Exception:  # noqa: BLE001 - a property that raises for host data
+            shape = None
     if shape is None:
         import numpy as np  # noqa: PLC0415
 
@@ -21,7 +26,8 @@ def _shape_of(data: Any) -> Tuple[int, ...]:
 class Shard:
     """The box ``[offsets, offsets + local.shape)`` of an array of shape ``global_shape``, held in ``data``.
 
-    ``data`` is any array distckpt accepts (numpy, torch, JAX, DLPack or buffer-protocol objects). On save its values
+    ``data`` is any array distckpt accepts (numpy, torch, JAX, CuPy, ``__cuda_array_interface__``, DLPack or
+    buffer-protocol objects). On save its values
     are written; on load they are filled in place (for JAX, a new array replaces it: JAX arrays are immutable).
 
     Under one name a state may hold a single Shard or a list of Shards (several local pieces of the same array).
