@@ -138,6 +138,7 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
     if (opts->staging_buffers) o.staging_buffers = opts->staging_buffers;
   }
   if (opts->version >= 4) o.max_async_staging_bytes = opts->max_async_staging_bytes;
+  if (opts->version >= 5) o.device_snapshot = opts->device_snapshot != 0;
   return o;
 }
 
@@ -348,7 +349,8 @@ int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
     dckpt_save_options defaults = DCKPT_SAVE_OPTIONS_INIT;
     defaults.version = version;
     // Write only the fields a caller built against `version` has room for.
-    const size_t size = version >= 4   ? sizeof defaults
+    const size_t size = version >= 5   ? sizeof defaults
+                        : version == 4 ? offsetof(dckpt_save_options, device_snapshot)
                         : version == 3 ? offsetof(dckpt_save_options, max_async_staging_bytes)
                         : version == 2 ? offsetof(dckpt_save_options, staging_buffer_bytes)
                                        : offsetof(dckpt_save_options, progress);

@@ -88,6 +88,34 @@ int main(void) {
   }
   dckpt_reader_free(reader);
 
+  /* An asynchronous save with a device snapshot: the caller overwrites its "device" memory as soon as the call
+   * returns; the checkpoint holds the values of the call. */
+  {
+    char p2[300];
+    dckpt_save_future *f = NULL;
+    dckpt_save_options so4;
+    snprintf(p2, sizeof p2, "%s/async", dir);
+    CHECK(so.version == 5 && so.device_snapshot == 0);
+    so.device_snapshot = 1;
+    CHECK_OK(dckpt_save_async(&f, p2, save, NULL, &so));
+    for (r = 0; r < ROWS * COLS; ++r) m[r] = -1.0f;
+    CHECK_OK(dckpt_save_future_wait(NULL, f, DCKPT_WAIT_FOREVER));
+    dckpt_save_future_free(f);
+    CHECK_OK(dckpt_reader_open(&reader, p2, NULL, NULL));
+    {
+      static float back[ROWS * COLS];
+      const uint64_t zero[2] = {0, 0};
+      CHECK_OK(dckpt_reader_read(reader, "m", 2, zero, shape, back, sizeof back));
+      for (r = 0; r < ROWS; ++r)
+        for (c = 0; c < COLS; ++c) CHECK(back[r * COLS + c] == value(r, c));
+    }
+    dckpt_reader_free(reader);
+    /* A version-4 caller's struct ends before device_snapshot. */
+    memset(&so4, 0xAB, sizeof so4);
+    CHECK_OK(dckpt_save_options_init(&so4, 4));
+    CHECK(so4.version == 4 && so4.max_async_staging_bytes == 0 && so4.device_snapshot == (int)0xABABABABu);
+  }
+
   /* A version-5 caller's struct has no staging fields: init must not write past them. */
   memset(&old, 0xAB, sizeof old);
   CHECK_OK(dckpt_read_options_init(&old, 5));

@@ -52,6 +52,16 @@ class CopyEngine {
   virtual Result<std::unique_ptr<CopyFence>> CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
                                                                uint64_t src_pitch, uint64_t width, uint64_t height,
                                                                const MemoryLocation& loc) = 0;
+  /// Device memory for a snapshot of device data (an asynchronous save's device-to-device staging): `bytes` on
+  /// `device`, or kNoMemory when the device has not that much free. FreeDevice waits for nothing: the caller has
+  /// waited for every copy that uses the memory.
+  virtual Result<void*> AllocateDevice(size_t bytes, int device) = 0;
+  virtual void FreeDevice(void* p, int device) = 0;
+  /// Starts copying `n` bytes between two buffers of `loc`'s device, after OrderAfter, in order with the other
+  /// copies to and from that device.
+  virtual Result<std::unique_ptr<CopyFence>> CopyOnDeviceAsync(void* dst, const void* src, uint64_t n,
+                                                               const MemoryLocation& loc) = 0;
+
   /// The largest row pitch CopyToDeviceAsync takes (CUDA's limit for 2-D copies is 2^31 - 1 on current devices).
   static constexpr uint64_t kMaxCopyPitch = (1ull << 31) - 1;
 

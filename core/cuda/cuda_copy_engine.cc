@@ -168,6 +168,39 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToDeviceAsync(void* dst, 
   return FenceAfter(dev, what);
 }
 
+Result<void*> CudaCopyEngine::AllocateDevice(size_t bytes, int device) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(device));
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  CUdeviceptr p = 0;
+  CUresult r = d_->cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
+  if (r != cuda::kCudaSuccess) {
+    return Status(StatusCode::kNoMemory, "cuMemAlloc of " + std::to_string(bytes) + " bytes on cuda:" +
+                                             std::to_string(device) + " failed: " + d_->ErrorString(r));
+  }
+  return reinterpret_cast<void*>(p);
+}
+
+void CudaCopyEngine::FreeDevice(void* p, int device) {
+  if (p == nullptr) return;
+  auto dev = GetDevice(device);
+  if (!dev.ok()) return;
+  ScopedContext scope(d_, dev->ctx);
+  (void)d_->cuMemFree(reinterpret_cast<CUdeviceptr>(p));
+}
+
+Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyOnDeviceAsync(void* dst, const void* src, uint64_t n,
+                                                                     const MemoryLocation& loc) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(loc.device));
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  const std::string what = "copying " + std::to_string(n) + " bytes within " + loc.ToString();
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                                        reinterpret_cast<CUdeviceptr>(src), n, dev.copy_stream),
+                                  what));
+  return FenceAfter(dev, what);
+}
+
 Result<std::unique_ptr<CopyFence>> CudaCopyEngine::FenceAfter(const Device& dev, const std::string& what) {
   CUevent ev = nullptr;
   DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming), "cuEventCreate"));

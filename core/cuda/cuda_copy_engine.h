@@ -26,6 +26,10 @@ class CudaCopyEngine final : public CopyEngine {
   Result<std::unique_ptr<CopyFence>> CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
                                                        uint64_t src_pitch, uint64_t width, uint64_t height,
                                                        const MemoryLocation& loc) override;
+  Result<void*> AllocateDevice(size_t bytes, int device) override;
+  void FreeDevice(void* p, int device) override;
+  Result<std::unique_ptr<CopyFence>> CopyOnDeviceAsync(void* dst, const void* src, uint64_t n,
+                                                       const MemoryLocation& loc) override;
 
   /// The primary context of `device` (retained once, kept for the life of the process).
   Result<cuda::CUcontext> Context(int device);

@@ -58,6 +58,7 @@ Result<const CudaDriver*> Load() {
   sym(&d->cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   sym(&d->cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   sym(&d->cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
+  sym(&d->cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   sym(&d->cuMemAlloc, "cuMemAlloc_v2");
   sym(&d->cuMemFree, "cuMemFree_v2");
   sym(&d->cuCtxGetDevice, "cuCtxGetDevice");

@@ -62,6 +62,7 @@ struct CudaDriver {
   CUresult (*cuMemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes, CUstream stream);  // cuMemcpyDtoHAsync_v2
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream);  // _v2
   CUresult (*cuMemcpy2DAsync)(const Memcpy2D* copy, CUstream stream);                            // _v2
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);  // _v2
   CUresult (*cuMemAlloc)(CUdeviceptr* p, size_t bytes);                                          // cuMemAlloc_v2
   CUresult (*cuMemFree)(CUdeviceptr p);                                                            // cuMemFree_v2
   CUresult (*cuCtxGetDevice)(CUdevice* device);

@@ -17,6 +17,7 @@
 #undef cuEventDestroy
 #undef cuMemcpyHtoDAsync
 #undef cuMemcpy2DAsync
+#undef cuMemcpyDtoDAsync
 #undef cuMemAlloc
 #undef cuMemFree
 #undef cuStreamDestroy
@@ -89,6 +90,7 @@ DCKPT_CHECK_ENTRY(cuCtxPopCurrent, cuCtxPopCurrent_v2);
 DCKPT_CHECK_ENTRY(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);
 DCKPT_CHECK_ENTRY(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2);
 DCKPT_CHECK_ENTRY(cuMemcpy2DAsync, cuMemcpy2DAsync_v2);
+DCKPT_CHECK_ENTRY(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2);
 DCKPT_CHECK_ENTRY(cuMemAlloc, cuMemAlloc_v2);
 DCKPT_CHECK_ENTRY(cuMemFree, cuMemFree_v2);
 DCKPT_CHECK_ENTRY(cuCtxGetDevice, cuCtxGetDevice);

@@ -99,6 +99,43 @@ Result<std::unique_ptr<CopyFence>> HostCopyEngine::CopyToDeviceAsync(void* dst, 
   return Enqueue(std::move(job));
 }
 
+Result<void*> HostCopyEngine::AllocateDevice(size_t bytes, int) {
+  const size_t size = (bytes + 4095) / 4096 * 4096 + 4096;  // the size travels in front of the block
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (device_limit_ != 0 && device_bytes_ + size > device_limit_) {
+      return Status(StatusCode::kNoMemory, "out of device memory (test limit of " + std::to_string(device_limit_) +
+                                               " bytes)");
+    }
+    device_bytes_ += size;
+    ++live_device_;
+  }
+  char* p = static_cast<char*>(std::aligned_alloc(4096, size));
+  if (p == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate " + std::to_string(bytes) + " bytes");
+  std::memcpy(p, &size, sizeof size);
+  return static_cast<void*>(p + 4096);
+}
+
+void HostCopyEngine::FreeDevice(void* p, int) {
+  if (p == nullptr) return;
+  char* block = static_cast<char*>(p) - 4096;
+  size_t size = 0;
+  std::memcpy(&size, block, sizeof size);
+  std::free(block);
+  std::lock_guard<std::mutex> lock(mu_);
+  device_bytes_ -= size;
+  --live_device_;
+}
+
+Result<std::unique_ptr<CopyFence>> HostCopyEngine::CopyOnDeviceAsync(void* dst, const void* src, uint64_t n,
+                                                                     const MemoryLocation& loc) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++on_device_copies_;
+  }
+  return CopyToHostAsync(dst, src, n, loc);
+}
+
 Result<std::unique_ptr<CopyFence>> HostCopyEngine::Enqueue(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -155,6 +192,14 @@ uint64_t HostCopyEngine::device_copies_issued() const {
 uint64_t HostCopyEngine::device_rows_copied() const {
   std::lock_guard<std::mutex> lock(mu_);
   return device_rows_;
+}
+int64_t HostCopyEngine::live_device_allocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_device_;
+}
+uint64_t HostCopyEngine::on_device_copies_issued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return on_device_copies_;
 }
 int64_t HostCopyEngine::live_allocations() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -30,6 +30,10 @@ class HostCopyEngine final : public CopyEngine {
   Result<std::unique_ptr<CopyFence>> CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
                                                        uint64_t src_pitch, uint64_t width, uint64_t height,
                                                        const MemoryLocation& loc) override;
+  Result<void*> AllocateDevice(size_t bytes, int device) override;
+  void FreeDevice(void* p, int device) override;
+  Result<std::unique_ptr<CopyFence>> CopyOnDeviceAsync(void* dst, const void* src, uint64_t n,
+                                                       const MemoryLocation& loc) override;
 
   // ---- Test hooks (set before use) ----
   /// Called on the worker thread before copy number `index` (0-based, in issue order) runs; a non-OK status fails
@@ -43,6 +47,11 @@ class HostCopyEngine final : public CopyEngine {
   uint64_t order_after_calls() const;
   /// Host allocations currently live (staging buffers).
   int64_t live_allocations() const;
+  /// "Device" allocations currently live (snapshots), and copies within a device issued so far.
+  int64_t live_device_allocations() const;
+  uint64_t on_device_copies_issued() const;
+  /// Makes AllocateDevice fail with kNoMemory once this many bytes are live (0: no limit).
+  void set_device_memory_limit(uint64_t bytes) { device_limit_ = bytes; }
 
  private:
   struct Job;
@@ -58,6 +67,10 @@ class HostCopyEngine final : public CopyEngine {
   uint64_t device_copies_ = 0;
   uint64_t device_rows_ = 0;
   int64_t live_ = 0;
+  int64_t live_device_ = 0;
+  uint64_t device_bytes_ = 0;
+  uint64_t device_limit_ = 0;
+  uint64_t on_device_copies_ = 0;
   std::thread worker_;
 };
 

@@ -18,6 +18,8 @@ struct MemoryLocation {
   MemoryKind kind = MemoryKind::kHost;
   int device = 0;
   void* stream = nullptr;
+  /// The data is complete already (a snapshot distckpt made and waited for): copies need not wait for any stream.
+  bool ready = false;
 
   bool is_host() const { return kind == MemoryKind::kHost; }
   /// "host" or "cuda:N", for messages.

@@ -37,6 +37,8 @@ std::vector<float> Iota(size_t n, float start) {
   return v;
 }
 
+uint64_t AlignUpForTest(uint64_t x) { return (x + 4095) / 4096 * 4096; }
+
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
 std::vector<std::string> List(const std::string& dir) {
@@ -238,6 +240,71 @@ TEST(DeviceSaveTest, AsyncSaveStagesDevicePiecesBeforeReturning) {
   auto r = (*fut)->Wait(std::chrono::minutes(1));
   ASSERT_TRUE(r.ok()) << r.status().message();
   f.w0 = w0;
+  f.ExpectSaved(path);
+}
+
+// device_snapshot: the call returns once the device pieces are copied into device memory distckpt owns (no host
+// staging, no device-to-host copy yet); the background save drains the snapshot to host while the caller changes
+// its tensors, and the checkpoint holds the values of the call. The snapshot is freed when the save finishes.
+TEST(DeviceSaveTest, AsyncSaveWithADeviceSnapshotReturnsBeforeAnyDeviceToHostCopy) {
+  HostCopyEngine engine;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  // The copies after the two snapshot copies (issue order: the snapshots come first, in the call) are the background
+  // save's copies to host: they block until the test has checked what happened before the call returned.
+  engine.set_before_copy([&](uint64_t index) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (index >= 2) cv.wait_for(lock, std::chrono::seconds(20), [&] { return released; });
+    return OkStatus();
+  });
+  Fixture f;
+  const std::vector<float> w0 = f.w0, w1 = f.w1;
+  SaveOptions o = DeviceOptions(&engine);
+  o.device_snapshot = true;
+  const std::string path = TempDir() + "/ckpt";
+  auto fut = SaveAsync(path, f.state, nullptr, o);
+  ASSERT_TRUE(fut.ok()) << fut.status().message();
+  EXPECT_EQ(engine.on_device_copies_issued(), 2u) << "one snapshot copy per device piece";
+  EXPECT_FALSE((*fut)->done()) << "the copies to host are held back: the save cannot have finished";
+  EXPECT_EQ((*fut)->snapshot_bytes(), (w0.size() + w1.size()) * 4);
+  EXPECT_EQ((*fut)->staged_bytes(), AlignUpForTest(f.h.size() * 4) + f.blob.size()) << "only host data in host memory";
+  EXPECT_EQ(engine.live_device_allocations(), 2);
+  std::fill(f.w0.begin(), f.w0.end(), -1.0f);  // training changes its tensors at once
+  std::fill(f.w1.begin(), f.w1.end(), -2.0f);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  auto r = (*fut)->Wait(std::chrono::minutes(1));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(engine.live_device_allocations(), 0) << "the snapshot is freed when the save finishes";
+  f.w0 = w0;
+  f.w1 = w1;
+  f.ExpectSaved(path);
+}
+
+// Out of device memory for a snapshot: the pieces that did not fit are staged in host memory instead; the save
+// succeeds with every value.
+TEST(DeviceSaveTest, ADeviceSnapshotThatDoesNotFitFallsBackToHostStaging) {
+  HostCopyEngine engine;
+  engine.set_device_memory_limit(48 << 10);  // room for w0 (40 KB), not for w1 too
+  Fixture f;
+  SaveOptions o = DeviceOptions(&engine);
+  o.device_snapshot = true;
+  const std::string path = TempDir() + "/ckpt";
+  auto fut = SaveAsync(path, f.state, nullptr, o);
+  ASSERT_TRUE(fut.ok()) << fut.status().message();
+  EXPECT_EQ((*fut)->snapshot_bytes(), f.w0.size() * 4);
+  EXPECT_GE((*fut)->staged_bytes(), f.w1.size() * 4);
+  const std::vector<float> w0 = f.w0, w1 = f.w1;
+  std::fill(f.w0.begin(), f.w0.end(), -1.0f);
+  std::fill(f.w1.begin(), f.w1.end(), -2.0f);
+  ASSERT_TRUE((*fut)->Wait(std::chrono::minutes(1)).ok());
+  EXPECT_EQ(engine.live_device_allocations(), 0);
+  f.w0 = w0;
+  f.w1 = w1;
   f.ExpectSaved(path);
 }
 

@@ -38,6 +38,12 @@ struct SaveOptions {
   /// A SaveAsync that would go past it waits for earlier ones to finish (back-pressure) instead of allocating another
   /// state-sized buffer; one save alone may exceed it (it has to stage its whole state). 0: no cap.
   uint64_t max_async_staging_bytes = 0;
+  /// SaveAsync only: device pieces are first snapshotted into device memory distckpt allocates (a device-to-device
+  /// copy, at device memory bandwidth), and the call returns once those copies have finished; the background save
+  /// then copies the snapshot to host through the pinned pool while training goes on. Costs free device memory the
+  /// size of the device pieces; once an allocation fails, the remaining pieces are staged in host memory as without
+  /// the option (never an error). The snapshot is freed as soon as the save finishes.
+  bool device_snapshot = false;
 
   static constexpr uint64_t kDefaultStagingBufferBytes = 16ull << 20;
   static constexpr size_t kDefaultStagingBuffers = 4;

@@ -1,6 +1,8 @@
 #include "core/engine/save_async.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -128,6 +130,34 @@ void ReleaseBudget(uint64_t bytes) {
 SaveFuture::~SaveFuture() {
   if (thread_.joinable()) thread_.join();
   ReleaseBudget(reserved_);  // a save that failed before its thread started
+  FreeSnapshots();
+}
+
+void SaveFuture::FreeSnapshots() {
+  for (const Snapshot& s : snapshots_) snapshot_engine_->FreeDevice(s.data, s.device);
+  snapshots_.clear();
+}
+
+Result<CopyEngine*> SaveFuture::AllocateSnapshots(const State& state, const SaveOptions& options) {
+  if (!options.device_snapshot) return nullptr;
+  CopyEngine* engine = options.copy_engine;
+  for (const TensorEntry& t : state.tensors()) {
+    for (const TensorPiece& p : t.pieces) {
+      const uint64_t n = p.box.volume() * DTypeSize(t.dtype);
+      if (p.memory.is_host() || n == 0) continue;
+      if (engine == nullptr) {
+        auto cuda = DefaultCopyEngine(MemoryKind::kCuda);
+        if (!cuda.ok()) return cuda.status().WithContext("tensor '" + t.name + "' piece " + p.box.ToString());
+        engine = *cuda;
+      }
+      snapshot_engine_ = engine;
+      auto mem = engine->AllocateDevice(n, p.memory.device);
+      if (!mem.ok()) return engine;  // out of device memory: the rest is staged in host memory
+      snapshots_.push_back(Snapshot{&p, *mem, n, p.memory.device});
+      snapshot_bytes_ += n;
+    }
+  }
+  return snapshots_.empty() ? nullptr : engine;
 }
 
 bool SaveFuture::done() const {
@@ -147,10 +177,53 @@ Result<SaveSummary> SaveFuture::Wait(std::chrono::milliseconds timeout) {
 }
 
 Status SaveFuture::Stage(const std::string& path, const State& state, const SaveOptions& options) {
-  // Lay every piece out in one buffer: one allocation, reused by nothing else, freed with the future.
+  // Device pieces snapshotted on the device (device_snapshot) need no host staging; the snapshot copies run first,
+  // on the copy engine, while the host part is copied below.
+  DCKPT_ASSIGN_OR_RETURN(CopyEngine * snapshot_engine, AllocateSnapshots(state, options));
+  std::vector<std::unique_ptr<CopyFence>> snapshot_fences;
+  auto snapshot_of = [this](const TensorPiece* p) -> const Snapshot* {
+    for (const Snapshot& s : snapshots_) {
+      if (s.piece == p) return &s;
+    }
+    return nullptr;
+  };
+  if (snapshot_engine != nullptr) {
+    std::vector<std::pair<int, void*>> ordered;
+    for (const Snapshot& s : snapshots_) {
+      const MemoryLocation& loc = s.piece->memory;
+      if (std::find(ordered.begin(), ordered.end(), std::make_pair(loc.device, loc.stream)) == ordered.end()) {
+        ordered.emplace_back(loc.device, loc.stream);
+        DCKPT_RETURN_IF_ERROR(snapshot_engine->OrderAfter(loc));
+      }
+      auto fence = snapshot_engine->CopyOnDeviceAsync(s.data, s.piece->data, s.size, loc);
+      if (!fence.ok()) {
+        for (auto& f : snapshot_fences) (void)f->Wait();
+        return fence.status().WithContext("saving '" + path + "' (snapshotting " + loc.ToString() + " memory)");
+      }
+      snapshot_fences.push_back(std::move(fence).value());
+    }
+  }
+  auto wait_snapshots = [&]() -> Status {
+    Status st;
+    for (auto& f : snapshot_fences) {
+      Status one = f->Wait();
+      if (st.ok() && !one.ok()) st = one.WithContext("saving '" + path + "' (snapshotting device memory)");
+    }
+    snapshot_fences.clear();
+    return st;
+  };
+  // Whatever happens below, the snapshot copies finish before this returns (the caller may then reuse its memory).
+  struct WaitAtExit {
+    std::function<Status()> wait;
+    ~WaitAtExit() { (void)wait(); }
+  } wait_at_exit{wait_snapshots};
+
+  // Lay every other piece out in one buffer: one allocation, reused by nothing else, freed with the future.
   uint64_t total = 0;
   for (const TensorEntry& t : state.tensors()) {
-    for (const TensorPiece& p : t.pieces) total = AlignUp(total) + p.box.volume() * DTypeSize(t.dtype);
+    for (const TensorPiece& p : t.pieces) {
+      if (snapshot_of(&p) == nullptr) total = AlignUp(total) + p.box.volume() * DTypeSize(t.dtype);
+    }
   }
   for (const BytesEntry& b : state.bytes()) total = AlignUp(total) + b.size;
   DCKPT_RETURN_IF_ERROR(
@@ -177,6 +250,13 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
   for (const TensorEntry& t : state.tensors()) {
     DCKPT_RETURN_IF_ERROR(owned_.AddTensor(t.name, t.dtype, t.shape));
     for (const TensorPiece& p : t.pieces) {
+      std::vector<uint64_t> off(p.box.offset, p.box.offset + p.box.ndim), len(p.box.length, p.box.length + p.box.ndim);
+      if (const Snapshot* s = snapshot_of(&p)) {
+        // Complete once Stage returns: the background save's D2H copies need not wait for the caller's stream.
+        MemoryLocation snap{p.memory.kind, p.memory.device, nullptr, /*ready=*/true};
+        DCKPT_RETURN_IF_ERROR(owned_.AddPieceIn(t.name, off, len, s->data, snap));
+        continue;
+      }
       at = AlignUp(at);
       const uint64_t n = p.box.volume() * DTypeSize(t.dtype);
       if (!p.memory.is_host() && n != 0) {
@@ -185,7 +265,6 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
       } else {
         copies.push_back(Copy{buffer + at, static_cast<const char*>(p.data), n});
       }
-      std::vector<uint64_t> off(p.box.offset, p.box.offset + p.box.ndim), len(p.box.length, p.box.length + p.box.ndim);
       DCKPT_RETURN_IF_ERROR(owned_.AddPiece(t.name, off, len, buffer + at));
       at += n;
     }
@@ -226,6 +305,7 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
     Status staged = group.Wait();
     if (!staged.ok()) return staged.WithContext("saving '" + path + "' (staging the state)");
   }
+  DCKPT_RETURN_IF_ERROR(wait_snapshots());
   staged_bytes_ = total;
   return OkStatus();
 }
@@ -248,6 +328,7 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
     // The staged copy is not needed any more: free it (back to the one-buffer pool) and its share of the budget now,
     // not when the future is freed, so that the next save can stage.
     raw->buffer_.reset();
+    raw->FreeSnapshots();
     ReleaseBudget(std::exchange(raw->reserved_, 0));
     std::lock_guard<std::mutex> lock(raw->mu_);
     raw->result_.emplace(std::move(r));

@@ -10,7 +10,9 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "core/cuda/copy_engine.h"
 #include "core/engine/save.h"
 
 namespace distckpt {
@@ -26,8 +28,10 @@ class SaveFuture {
   bool done() const;
   /// Seconds the caller was blocked: the time to copy the state into owned buffers.
   double staging_seconds() const { return staging_seconds_; }
-  /// Bytes copied into owned buffers.
+  /// Bytes copied into owned host buffers.
   uint64_t staged_bytes() const { return staged_bytes_; }
+  /// Bytes of device pieces snapshotted into device memory (SaveOptions::device_snapshot).
+  uint64_t snapshot_bytes() const { return snapshot_bytes_; }
 
  private:
   friend Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string&, const State&, Communicator*,
@@ -35,6 +39,16 @@ class SaveFuture {
   SaveFuture() = default;
   /// Copies `state` into buffers this future owns (owned_, buffer_), device pieces through the staging pipeline.
   Status Stage(const std::string& path, const State& state, const SaveOptions& options);
+  /// For device_snapshot: allocates a snapshot of every device piece it can (in order, until an allocation fails)
+  /// into snapshots_; returns the engine, or nullptr when nothing is snapshotted.
+  Result<CopyEngine*> AllocateSnapshots(const State& state, const SaveOptions& options);
+  void FreeSnapshots();
+  struct Snapshot {
+    const TensorPiece* piece;  // the caller's: valid during Stage only
+    void* data;
+    uint64_t size;
+    int device;
+  };
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Result<SaveSummary>> result_;
@@ -44,6 +58,9 @@ class SaveFuture {
   uint64_t reserved_ = 0;  // bytes of the process-wide async staging budget this save holds until it finishes
   double staging_seconds_ = 0;
   uint64_t staged_bytes_ = 0;
+  uint64_t snapshot_bytes_ = 0;
+  CopyEngine* snapshot_engine_ = nullptr;
+  std::vector<Snapshot> snapshots_;  // device memory this future owns, freed when the save finishes
 };
 
 /// Copies every piece and bytes entry of `state` into one owned buffer (in parallel; device pieces through the

@@ -48,7 +48,7 @@ Status RunStagingPipeline(const StagingResources& res, const std::vector<DeviceC
   std::vector<std::pair<int, void*>> ordered;
   for (const DeviceCopy& c : copies) {
     std::pair<int, void*> key(c.memory.device, c.memory.stream);
-    if (c.size == 0 || std::find(ordered.begin(), ordered.end(), key) != ordered.end()) continue;
+    if (c.size == 0 || c.memory.ready || std::find(ordered.begin(), ordered.end(), key) != ordered.end()) continue;
     ordered.push_back(key);
     Status st = res.engine->OrderAfter(c.memory);
     if (!st.ok()) return st.WithContext(c.what);

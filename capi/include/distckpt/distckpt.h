@@ -241,7 +241,7 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 
 /* ---- Save ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_SAVE_OPTIONS_VERSION 4
+#define DCKPT_SAVE_OPTIONS_VERSION 5
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
@@ -263,8 +263,14 @@ typedef struct dckpt_save_options {
                                      * saves may hold; a call that would go past it waits (up to timeout_ms, then
                                      * DCKPT_ETIMEOUT) for earlier ones to finish. One save alone may exceed it.
                                      * 0: no cap (default) */
+  /* version >= 5 */
+  int device_snapshot; /* dckpt_save_async: DCKPT_MEMORY_CUDA pieces are first copied into device memory distckpt
+                        * allocates (device to device, at device memory bandwidth) and the call returns once those
+                        * copies are done; the background save then copies them to host through the pinned pool.
+                        * Costs free device memory the size of the device pieces; pieces that do not fit are staged
+                        * in host memory instead. Freed when the save finishes (default 0) */
 } dckpt_save_options;
-#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0}
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0}
 DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
 
 #define DCKPT_SAVE_INFO_VERSION 1

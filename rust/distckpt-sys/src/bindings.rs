@@ -10,7 +10,7 @@ pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_NCCL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
-pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 4;
+pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 5;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 6;
 pub const DCKPT_IO_STATS_VERSION: u32 = 3;
@@ -758,12 +758,13 @@ pub struct dckpt_save_options {
     pub staging_buffer_bytes: u64,
     pub staging_buffers: ::std::os::raw::c_uint,
     pub max_async_staging_bytes: u64,
+    pub device_snapshot: ::std::os::raw::c_int,
 }
 #[test]
 fn bindgen_test_layout_dckpt_save_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_save_options>(),
-        72usize,
+        80usize,
         concat!("Size of: ", stringify!(dckpt_save_options))
     );
     assert_eq!(
@@ -958,6 +959,23 @@ fn bindgen_test_layout_dckpt_save_options() {
         );
     }
     test_field_max_async_staging_bytes();
+    fn test_field_device_snapshot() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device_snapshot) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(device_snapshot)
+            )
+        );
+    }
+    test_field_device_snapshot();
 }
 extern "C" {
     pub fn dckpt_save_options_init(
