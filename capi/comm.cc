@@ -1,4 +1,5 @@
-// The communicator part of the C ABI: Gloo over TCP and external (host-supplied) collectives.
+// The communicator part of the C ABI: Gloo over TCP, NCCL (loaded at run time) and external (host-supplied)
+// collectives.
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -7,6 +8,7 @@
 #include "capi/include/distckpt/distckpt.h"
 #include "core/comm/external/external.h"
 #include "core/comm/gloo/gloo.h"
+#include "core/comm/nccl/nccl.h"
 
 using distckpt::OkStatus;
 using distckpt::Status;
@@ -48,6 +50,39 @@ int dckpt_comm_new_gloo(dckpt_comm** out, const dckpt_gloo_options* opts) {
     auto filled = distckpt::GlooOptionsFromEnv(o);
     if (!filled.ok()) return Report(filled.status());
     auto comm = distckpt::NewGlooCommunicator(*filled);
+    if (!comm.ok()) return Report(comm.status());
+    *out = new dckpt_comm{std::move(comm).value()};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_nccl_options_init(dckpt_nccl_options* opts, unsigned version) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
+    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_NCCL_OPTIONS_VERSION, "dckpt_nccl_options"));
+    dckpt_nccl_options defaults = DCKPT_NCCL_OPTIONS_INIT;
+    defaults.version = version;
+    *opts = defaults;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_comm_new_nccl(dckpt_comm** out, dckpt_comm* bootstrap, const dckpt_nccl_options* opts) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    DCKPT_RETURN_IF_FAILED(NotNull(bootstrap, "bootstrap"));
+    distckpt::NcclOptions o;
+    if (opts) {
+      DCKPT_RETURN_IF_FAILED(CheckVersion(opts->version, DCKPT_NCCL_OPTIONS_VERSION, "dckpt_nccl_options"));
+      if (opts->device < -1) {
+        return Report(distckpt::InvalidArgument("dckpt_nccl_options.device must be -1 (the current device) or a "
+                                                "CUDA device ordinal, not " + std::to_string(opts->device)));
+      }
+      o.device = opts->device;
+      o.timeout = distckpt::capi::Timeout(opts->timeout_ms);
+    }
+    auto comm = distckpt::NewNcclCommunicator(distckpt::capi::CommunicatorOf(bootstrap), o);
     if (!comm.ok()) return Report(comm.status());
     *out = new dckpt_comm{std::move(comm).value()};
     return DCKPT_OK;
