@@ -436,6 +436,31 @@ def _parse_cai(x: Any, cai: Dict[str, Any], what: str) -> _CaiArray:
     )  # fmt: skip
 
 
+def device_out_buffer(x: Any, code: int, lengths: Shape, what: str) -> Optional[DeviceBuffer]:
+    """The memory of a CUDA array to read a box into in place (a CUDA torch tensor or a writable
+    __cuda_array_interface__ array, C-contiguous, of dtype ``code`` and shape ``lengths``); None for anything that is
+    not in CUDA memory."""
+    if is_torch_tensor(x):
+        if x.device.type != "cuda":
+            return None
+        t = _torch_plain(x, what)
+        ok = t.is_contiguous() and not t.is_conj() and not t.is_neg() and torch_code(t.dtype, what) == code
+        if not ok or tuple(int(d) for d in t.shape) != tuple(lengths):
+            raise InvalidArgumentError(
+                f"{what}: out must be a contiguous {_dtypes.name(code)} CUDA tensor of shape {tuple(lengths)}"
+            )
+        return _torch_cuda_buffer(t)
+    cai = _cuda_array_interface(x)
+    if cai is None:
+        return None
+    arr = _parse_cai(x, cai, what)
+    if arr.readonly or not arr.contiguous or arr.code != code or arr.shape != tuple(lengths):
+        raise InvalidArgumentError(
+            f"{what}: out must be a writable C-contiguous {_dtypes.name(code)} device array of shape {tuple(lengths)}"
+        )
+    return arr.buffer
+
+
 # ---- JAX --------------------------------------------------------------------------------------------------------
 
 

@@ -339,8 +339,9 @@ def load(
 
     Each array leaf of ``state_dict`` (numpy array, torch tensor, DTensor, JAX array, ``Shard`` or list of Shards,
     ``jax.ShapeDtypeStruct``) says which part of the stored tensor this rank wants; each rank reads only the bytes
-    its pieces need. numpy arrays and CPU torch tensors are filled in place (other devices and dtypes through one
-    temporary copy); JAX arrays, which are immutable, are replaced in their container by new arrays with the same
+    its pieces need. numpy arrays, CPU and CUDA torch tensors and writable CUDA arrays (``__cuda_array_interface__``)
+    are filled in place, CUDA ones on their device (other layouts and dtypes through one temporary copy on the same
+    device; README "GPU arrays"); JAX arrays, which are immutable, are replaced in their container by new arrays with the same
     sharding. Other leaves (numbers, strings, None, ...) are replaced by the stored values. Stateful objects get
     ``load_state_dict`` with their filled state dict. Entries of the checkpoint that ``state_dict`` does not name are
     not read.

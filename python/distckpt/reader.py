@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from . import _dtypes, _native, _tree
+from . import _arrays, _dtypes, _native, _tree
 from .comm import Communicator, native_of
 from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError
 
@@ -160,10 +160,21 @@ class ArrayView:
         return self.shape[0]
 
     def read(self, offsets: Optional[Sequence[int]] = None, lengths: Optional[Sequence[int]] = None,
-             out: Optional[np.ndarray] = None) -> np.ndarray:  # fmt: skip
-        """Reads the box ``[offsets, offsets + lengths)`` (default: everything), into ``out`` if given."""
+             out: Any = None) -> Any:  # fmt: skip
+        """Reads the box ``[offsets, offsets + lengths)`` (default: everything), into ``out`` if given.
+
+        ``out`` may be in CUDA memory (a CUDA torch tensor, a CuPy array, any writable ``__cuda_array_interface__``
+        array; C-contiguous, of the stored dtype): the bytes go through the core's pinned staging buffers straight
+        to the device (``dckpt_reader_read_ex``), ordered after the work queued on its current stream, and have
+        arrived when this returns.
+        """
         offsets = tuple(offsets) if offsets is not None else (0,) * self.ndim
         lengths = tuple(lengths) if lengths is not None else tuple(s - o for s, o in zip(self.shape, offsets))
+        if out is not None and not isinstance(out, np.ndarray):
+            device = _arrays.device_out_buffer(out, self._code, lengths, f"read('{self.name}')")
+            if device is not None:
+                self._reader._read_into_device(self.name, offsets, lengths, device)
+                return out
         if out is None:
             out = np.empty(lengths, dtype=self.dtype)
         elif tuple(out.shape) != lengths or not out.flags.c_contiguous or _dtypes.code_of(out.dtype) != self._code:
@@ -322,6 +333,9 @@ class Reader(Mapping[str, Any]):
 
     def _read_into(self, name: str, offsets: Shape, lengths: Shape, out: np.ndarray) -> None:
         self._native.read(name, list(offsets), list(lengths), out.reshape(-1).view(np.uint8))
+
+    def _read_into_device(self, name: str, offsets: Shape, lengths: Shape, out: "_arrays.DeviceBuffer") -> None:
+        self._native.read_device(name, list(offsets), list(lengths), out.ptr, out.nbytes, out.device, out.stream)
 
     def to_dict(self) -> Dict[Any, Any]:
         """Everything as a nested dict of numpy arrays and values (what ``distckpt.load(None, path)`` returns)."""

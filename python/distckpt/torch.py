@@ -87,13 +87,18 @@ def load_dtensor(
         code = entry._code
         shape = entry.shape
         local_shape, offsets = compute_local_shape_and_global_offset(shape, device_mesh, placements)
-        local = torch.empty(tuple(local_shape), dtype=_arrays.torch_dtype(code))
-        reader._read_into(name, tuple(offsets), tuple(local_shape), _arrays._torch_raw_numpy(local))
+        if device_mesh.device_type == "cuda":  # read straight into device memory (dckpt_reader_read_ex)
+            device = torch.device("cuda", torch.cuda.current_device())
+            local = torch.empty(tuple(local_shape), dtype=_arrays.torch_dtype(code), device=device)
+            reader[name].read(tuple(offsets), tuple(local_shape), out=local)
+        else:
+            local = torch.empty(tuple(local_shape), dtype=_arrays.torch_dtype(code))
+            reader._read_into(name, tuple(offsets), tuple(local_shape), _arrays._torch_raw_numpy(local))
     finally:
         if reader is not source:
             reader.close()
     if dtype is not None:
         local = local.to(dtype)
-    local = local.to(device_mesh.device_type)
+    local = local.to(device_mesh.device_type)  # a no-op for CUDA
     return DTensor.from_local(local, device_mesh, placements, run_check=False, shape=torch.Size(shape),
                               stride=torch.empty(shape, device="meta").stride())  # fmt: skip
