@@ -1,6 +1,11 @@
+// The NCCL communicator: kUnsupported naming what is missing (everywhere), and the conformance suite where GPUs are
+// usable. Built twice from this file: nccl_test bootstraps multi-rank groups through files in a temporary directory
+// and needs nothing but libc and libstdc++ at run time (copy the binary to a GPU machine and run it, see README.md);
+// nccl_gloo_test (DCKPT_NCCL_TEST_GLOO) bootstraps them through Gloo on loopback, as applications do.
 #include "core/comm/nccl/nccl.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,10 +14,14 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/comm/comm_conformance.h"
+#ifdef DCKPT_NCCL_TEST_GLOO
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
+#endif
 #include "core/comm/nccl/nccl_library.h"
 #include "core/cuda/cuda_driver.h"
 #include "gtest/gtest.h"
@@ -37,6 +46,69 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
 }
+
+#ifdef DCKPT_NCCL_TEST_GLOO
+Result<std::unique_ptr<Communicator>> NewBootstrap(int rank, int n, const std::string& dir) {
+  return NewGlooCommunicator(gloo_testing::Loopback(rank, n, "file://" + dir));
+}
+#else
+// A bootstrap group for ranks forked from one test process: every collective is an allgather through files in a
+// shared directory (each rank writes "<seq>.<rank>" atomically and polls for the others). Enough for
+// NewNcclCommunicator, which uses only AllGather, and needs no library beyond libc.
+class FileBootstrap final : public Communicator {
+ public:
+  FileBootstrap(int rank, int size, std::string dir) : rank_(rank), size_(size), dir_(std::move(dir)) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "file-bootstrap"; }
+
+  Status AllGather(const std::string& mine, std::vector<std::string>* all, std::chrono::milliseconds timeout) override {
+    const std::string prefix = dir_ + "/" + std::to_string(seq_++) + ".";
+    const std::string tmp = prefix + std::to_string(rank_) + ".tmp";
+    WriteFile(tmp, mine);
+    if (::rename(tmp.c_str(), (prefix + std::to_string(rank_)).c_str()) != 0) return IoError("rename " + tmp);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    all->assign(size_, std::string());
+    for (int r = 0; r < size_; ++r) {
+      const std::string path = prefix + std::to_string(r);
+      while (::access(path.c_str(), F_OK) != 0) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          return TimeoutError("file-bootstrap: rank " + std::to_string(r) + " did not arrive");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      (*all)[r] = ReadFile(path);
+    }
+    return OkStatus();
+  }
+  Status Gather(const std::string& mine, int root, std::vector<std::string>* all,
+                std::chrono::milliseconds timeout) override {
+    std::vector<std::string> got;
+    DCKPT_RETURN_IF_ERROR(AllGather(mine, &got, timeout));
+    if (rank_ == root) *all = std::move(got);
+    return OkStatus();
+  }
+  Status Broadcast(std::string* data, int root, std::chrono::milliseconds timeout) override {
+    std::vector<std::string> got;
+    DCKPT_RETURN_IF_ERROR(AllGather(rank_ == root ? *data : std::string(), &got, timeout));
+    *data = got[root];
+    return OkStatus();
+  }
+  Status Barrier(std::chrono::milliseconds timeout) override {
+    std::vector<std::string> got;
+    return AllGather(std::string(), &got, timeout);
+  }
+
+ private:
+  const int rank_, size_;
+  const std::string dir_;
+  uint64_t seq_ = 0;
+};
+
+Result<std::unique_ptr<Communicator>> NewBootstrap(int rank, int n, const std::string& dir) {
+  return std::unique_ptr<Communicator>(new FileBootstrap(rank, n, dir));
+}
+#endif
 
 // How many GPUs the NCCL communicator can use here, and if none, why. CUDA does not survive fork(), so the test
 // process itself never touches CUDA (nor NCCL): a child loads NCCL and the driver and counts the devices.
@@ -147,13 +219,13 @@ TEST(Nccl, BadArgumentsAreRejectedBeforeLoadingAnything) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
-// Two ranks over Gloo; rank 0 cannot load NCCL (its library does not exist). Rank 1 fails too, at once, not after
+// Two ranks; rank 0 cannot load NCCL (its library does not exist). Rank 1 fails too, at once, not after
 // the timeout: with kPeer naming rank 0 where it could run NCCL itself, else with its own kUnsupported.
 TEST(Nccl, EveryRankFailsPromptlyWhenOneCannotLoadNccl) {
-  const std::string store = "file://" + comm_testing::MakeTempDir("nccl-missing-");
+  const std::string store = comm_testing::MakeTempDir("nccl-missing-");
   auto outcomes = RunRanks(2, std::chrono::seconds(60), [&](int rank) {
     if (rank == 0) setenv("DCKPT_NCCL_LIBRARY", "/nonexistent/dir/rank0/libnccl.so.2", 1);
-    auto bootstrap = NewGlooCommunicator(gloo_testing::Loopback(rank, 2, store));
+    auto bootstrap = NewBootstrap(rank, 2, store);
     if (!bootstrap.ok()) return comm_testing::ReportInChild(rank, bootstrap.status());
     NcclOptions o;
     o.timeout = std::chrono::seconds(20);
@@ -211,9 +283,9 @@ TEST(Nccl, OneRankPerGpuPassesConformance) {
   Gpus gpus = UsableGpus();
   const int n = std::min(gpus.count, 4);
   if (n < 2) GTEST_SKIP() << "needs 2 or more usable GPUs, found " << n << (n == 0 ? " (" + gpus.why_not + ")" : "");
-  const std::string store = "file://" + comm_testing::MakeTempDir("nccl-");
+  const std::string store = comm_testing::MakeTempDir("nccl-");
   auto outcomes = RunRanks(n, std::chrono::seconds(120), [&](int rank) {
-    auto bootstrap = NewGlooCommunicator(gloo_testing::Loopback(rank, n, store));
+    auto bootstrap = NewBootstrap(rank, n, store);
     if (!bootstrap.ok()) return comm_testing::ReportInChild(rank, bootstrap.status());
     NcclOptions o;
     o.device = rank;
