@@ -201,6 +201,12 @@ def _torch_plain(t: Any, what: str) -> Any:
     return t.detach()
 
 
+def _is_torch_cuda(t: Any) -> bool:
+    """A tensor in CUDA memory (not ROCm's HIP memory, which torch also calls "cuda": that goes through the host)."""
+    torch = _torch()
+    return t.device.type == "cuda" and getattr(torch.version, "hip", None) is None
+
+
 def _torch_cuda_buffer(t: Any) -> DeviceBuffer:
     """The device memory of a contiguous CUDA tensor, ordered on the device's current torch stream."""
     torch = _torch()
@@ -225,7 +231,7 @@ def _torch_cuda_source(t: Any, what: str) -> Tuple[int, Shape, DeviceBuffer]:
 def _torch_source(t: Any, what: str) -> Tuple[int, np.ndarray]:
     code = torch_code(t.dtype, what)
     t = _torch_plain(t, what)
-    if t.device.type != "cpu":  # not CUDA (those are device pieces): e.g. MPS or XPU, through one host copy
+    if t.device.type != "cpu":  # not CUDA (those are device pieces): ROCm, MPS, XPU, through one host copy
         t = t.to("cpu")
     if t.is_conj():
         t = t.resolve_conj()
@@ -243,7 +249,7 @@ def _torch_target(t: Any, code: int, offsets: Shape, name: str) -> TargetTensor:
     plain = _torch_plain(t, what)
     lengths = tuple(int(d) for d in plain.shape)
     same_layout = plain.is_contiguous() and t_code == code and not plain.is_conj() and not plain.is_neg()
-    if plain.device.type == "cuda":
+    if _is_torch_cuda(plain):
         # Filled in place on the device; otherwise through one temporary device tensor and a device-side copy_.
         if same_layout:
             return TargetTensor([Piece(offsets, lengths, _torch_cuda_buffer(plain))])
@@ -441,7 +447,7 @@ def device_out_buffer(x: Any, code: int, lengths: Shape, what: str) -> Optional[
     __cuda_array_interface__ array, C-contiguous, of dtype ``code`` and shape ``lengths``); None for anything that is
     not in CUDA memory."""
     if is_torch_tensor(x):
-        if x.device.type != "cuda":
+        if not _is_torch_cuda(x):
             return None
         t = _torch_plain(x, what)
         ok = t.is_contiguous() and not t.is_conj() and not t.is_neg() and torch_code(t.dtype, what) == code
@@ -538,7 +544,7 @@ def _device_source(x: Any, what: str) -> Optional[Tuple[int, Shape, DeviceBuffer
     """(code, shape, device buffer) for an array in CUDA memory; None for anything else. Checked before any host
     conversion, so CUDA data is never copied to the host here."""
     if is_torch_tensor(x):
-        return _torch_cuda_source(x, what) if x.device.type == "cuda" else None
+        return _torch_cuda_source(x, what) if _is_torch_cuda(x) else None
     if is_jax_array(x):
         buf = _jax_cuda_buffer(x)  # a single-device array (e.g. a Shard's data); None for host or sharded arrays
         if buf is None:

@@ -87,7 +87,7 @@ def load_dtensor(
         code = entry._code
         shape = entry.shape
         local_shape, offsets = compute_local_shape_and_global_offset(shape, device_mesh, placements)
-        if device_mesh.device_type == "cuda":  # read straight into device memory (dckpt_reader_read_ex)
+        if device_mesh.device_type == "cuda" and torch.version.hip is None:  # straight to the device (read_ex)
             device = torch.device("cuda", torch.cuda.current_device())
             local = torch.empty(tuple(local_shape), dtype=_arrays.torch_dtype(code), device=device)
             reader[name].read(tuple(offsets), tuple(local_shape), out=local)
