@@ -576,9 +576,10 @@ class SaveFuture {
 
 std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std::shared_ptr<Comm> comm,
                                       unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
-                                      uint64_t timeout_ms, py::object progress) {
+                                      uint64_t timeout_ms, py::object progress, bool device_snapshot) {
   auto prog = MakeProgress(progress);
   dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get());
+  o.device_snapshot = device_snapshot ? 1 : 0;
   Comm::Use use(comm);
   dckpt_comm* c = use.get();
   dckpt_save_future* f = nullptr;
@@ -1035,7 +1036,7 @@ PYBIND11_MODULE(_distckpt, m) {
         py::arg("progress"));
   m.def("save_async", &SaveAsync, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
-        py::arg("progress"));
+        py::arg("progress"), py::arg("device_snapshot") = false);
   m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"),
         py::arg("io_threads"), py::arg("timeout_ms"), py::arg("progress"), py::arg("map_files") = true,
         py::arg("share_verification") = true);

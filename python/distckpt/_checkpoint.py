@@ -260,12 +260,18 @@ def async_save(
     checksum_block_size: int = 0,
     timeout: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
+    device_snapshot: bool = False,
 ) -> AsyncSave:
     """Like :func:`save`, but returns once the state is copied into memory distckpt owns.
 
     The caller may modify or free its arrays as soon as this returns (the copy is taken first; see DCP issue
     pytorch#144657 for why this matters). Planning, writing, hashing and the commit run on a background C++ thread;
     ``comm`` belongs to the save until it completes, so run no other distckpt collective on it meanwhile.
+
+    CUDA arrays are copied to pinned host memory before the call returns; with ``device_snapshot=True`` they are
+    instead copied device-to-device into GPU memory distckpt allocates (the call then blocks only for that copy, at
+    device memory bandwidth), and the background save drains the snapshot to the host. It costs free GPU memory the
+    size of the CUDA arrays; arrays that do not fit are staged in host memory as without the option.
     """
     path = os.fspath(path)
     with _pending_lock:
@@ -276,7 +282,7 @@ def async_save(
         state = _build_save_state(state_dict, allow_pickle, user_metadata)
     future = _native.save_async(
         path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
-        _native.timeout_ms(timeout), progress,
+        _native.timeout_ms(timeout), progress, device_snapshot,
     )  # fmt: skip
     return AsyncSave(future, path)
 

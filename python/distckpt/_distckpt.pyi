@@ -140,6 +140,7 @@ def save_async(
     checksum_block_size: int,
     timeout_ms: int,
     progress: Optional[ProgressFn],
+    device_snapshot: bool = ...,
 ) -> SaveFuture: ...
 def load(
     path: str,

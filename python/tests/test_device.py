@@ -111,6 +111,26 @@ def test_async_save_copies_device_memory_before_returning(tmp_path):
     """)
 
 
+def test_async_save_with_a_device_snapshot(tmp_path):
+    # The CUDA arrays are snapshotted on the "device" (no host staging for them); the values of the call are saved.
+    run_python(f"""
+        import numpy as np, distckpt
+        from _fake_cuda import FakeCudaArray
+
+        big = np.arange(1 << 20, dtype=np.float32)
+        host = np.arange(5, dtype=np.int32)
+        before = big.copy()
+        h = distckpt.async_save({{"big": FakeCudaArray(big), "host": host}}, {str(tmp_path / "c")!r},
+                                device_snapshot=True)
+        big += 1
+        assert h.staged_bytes < big.nbytes, h.staged_bytes  # only the host array went to host staging
+        h.result(timeout=120)
+        out = distckpt.load(None, {str(tmp_path / "c")!r})
+        np.testing.assert_array_equal(out["big"], before)
+        np.testing.assert_array_equal(out["host"], host)
+    """)
+
+
 def test_resharded_load_into_device_memory(tmp_path):
     # Saved as 3 row blocks (from device memory); loaded into a 2 x 2 grid of column/row blocks, which are not
     # contiguous in any saved chunk (strided copies to the device), plus a whole-array target.
@@ -292,6 +312,24 @@ def test_torch_cuda_async_save_sees_queued_work_and_not_later_work(tmp_path):
     assert float(x[0]) == 27.0
     out = distckpt.load(None, tmp_path / "c")["x"]
     np.testing.assert_array_equal(out, np.full(1 << 24, 7.0, dtype=np.float32))
+
+
+def test_torch_cuda_async_save_with_a_device_snapshot(tmp_path):
+    torch = _torch_cuda()
+    dev = torch.device("cuda", 0)
+    x = torch.zeros(1 << 24, device=dev)
+    side = torch.cuda.Stream(device=dev)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        x.fill_(3.0)
+        h = distckpt.async_save({"x": x}, tmp_path / "c", device_snapshot=True)
+        for _ in range(20):
+            x.add_(1.0)
+    h.result(timeout=120)
+    torch.cuda.synchronize()
+    assert float(x[0]) == 23.0
+    out = distckpt.load(None, tmp_path / "c")["x"]
+    np.testing.assert_array_equal(out, np.full(1 << 24, 3.0, dtype=np.float32))
 
 
 def test_cupy_round_trip_on_a_stream_and_in_place_load(tmp_path):
