@@ -187,6 +187,53 @@ TEST(Nccl, MissingDriverIsUnsupportedNamingLibcuda) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
+// A stand-in libnccl.so.2 built beside the test (testdata/fake_nccl.cc), or "" where the test runs without its
+// runfiles (copied to another machine).
+std::string FakeNccl(const std::string& name) {
+  const char* dir = std::getenv("TEST_SRCDIR");
+  if (dir == nullptr) return "";
+  const std::string path = std::string(dir) + "/distckpt/core/comm/nccl/" + name;
+  return ::access(path.c_str(), R_OK) == 0 ? path : "";
+}
+
+// With a stand-in NCCL the driver is reached on every machine, NCCL installed or not.
+TEST(Nccl, MissingDriverAfterNcclLoadsIsUnsupportedNamingLibcuda) {
+  const std::string fake = FakeNccl("libfake_nccl.so");
+  if (fake.empty()) GTEST_SKIP() << "no runfiles: the stand-in NCCL is not here";
+  const std::string lib = "/nonexistent/dir/libcuda.so.1";
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    setenv("DCKPT_NCCL_LIBRARY", fake.c_str(), 1);
+    return ExpectUnsupported(rank, "DCKPT_CUDA_DRIVER_LIBRARY", lib, "needs the CUDA driver: " + lib + " not found");
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+TEST(Nccl, OldNcclIsUnsupportedNamingTheVersion) {
+  const std::string fake = FakeNccl("libfake_nccl_old.so");
+  if (fake.empty()) GTEST_SKIP() << "no runfiles: the stand-in NCCL is not here";
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    return ExpectUnsupported(rank, "DCKPT_NCCL_LIBRARY", fake,
+                             fake + " is NCCL 2.16.3; the NCCL communicator needs NCCL 2.17.0 or later");
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+TEST(Nccl, MissingSymbolIsUnsupportedNamingIt) {
+  const std::string fake = FakeNccl("libfake_nccl_partial.so");
+  if (fake.empty()) GTEST_SKIP() << "no runfiles: the stand-in NCCL is not here";
+  auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    return ExpectUnsupported(rank, "DCKPT_NCCL_LIBRARY", fake, fake + " has no symbol ncclCommInitRankConfig");
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+TEST(Nccl, VersionStrings) {
+  EXPECT_EQ(nccl::VersionString(22809), "2.28.9");
+  EXPECT_EQ(nccl::VersionString(nccl::Version(2, 17, 0)), "2.17.0");
+  EXPECT_EQ(nccl::VersionString(2804), "2.8.4");
+  EXPECT_EQ(nccl::Version(2, 8, 4), 2804);
+}
+
 TEST(Nccl, WithoutAGpuIsUnsupportedNamingWhatIsMissing) {
   Gpus gpus = UsableGpus();
   if (gpus.count > 0) GTEST_SKIP() << gpus.count << " usable GPU(s) here";
