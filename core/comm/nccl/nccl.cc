@@ -149,9 +149,12 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
     return Fail(call, what, CodeOf(r), n_->ErrorString(r, comm_));
   }
 
-  // Waits until NCCL has no operation in progress and the stream is drained, sleeping between polls, or aborts
-  // the communicator at the deadline (which also unblocks the kernels waiting on absent peers).
-  Status Await(const Call& call, const std::string& what) {
+  // Waits until NCCL has no operation in progress (and, with `drain`, the stream is drained too), sleeping between
+  // polls, or aborts the communicator at the deadline (which also unblocks the kernels waiting on absent peers).
+  // A non-blocking communicator may finish enqueueing a collective in the background (the call returned
+  // ncclInProgress): the collective is on the stream only once the async state is ncclSuccess, so work that must
+  // follow it on the stream is queued after Await(call, what, /*drain=*/false).
+  Status Await(const Call& call, const std::string& what, bool drain) {
     auto nap = std::chrono::microseconds(20);
     for (;;) {
       ncclResult_t async = nccl::kSuccess;
@@ -159,6 +162,7 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
       if (r != nccl::kSuccess) return NcclFail(call, what, r);
       if (async != nccl::kSuccess && async != nccl::kInProgress) return NcclFail(call, what, async);
       if (async == nccl::kSuccess) {
+        if (!drain) return OkStatus();
         CUresult e = d_->cuStreamQuery(stream_);
         if (e == cuda::kCudaSuccess) return OkStatus();
         if (e != cuda::kCudaErrorNotReady) return CudaFail(call, what, "cuStreamQuery", e);
@@ -200,11 +204,12 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
     }
     DCKPT_RETURN_IF_ERROR(Enqueued(
         call, what, n_->ncclAllGather(send_.device_ptr(), recv_.device_ptr(), in, nccl::kUint8, comm_, stream_)));
+    DCKPT_RETURN_IF_ERROR(Await(call, what, /*drain=*/false));
     // Pinned destination: the copy is truly asynchronous, so the wait below stays under our deadline.
     if (CUresult e = d_->cuMemcpyDtoHAsync(recv_.host(), recv_.device(), out, stream_); e != cuda::kCudaSuccess) {
       return CudaFail(call, what, "cuMemcpyDtoHAsync", e);
     }
-    DCKPT_RETURN_IF_ERROR(Await(call, what));
+    DCKPT_RETURN_IF_ERROR(Await(call, what, /*drain=*/true));
     std::memcpy(recv, recv_.host(), out);
     return OkStatus();
   }
@@ -223,12 +228,13 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
     DCKPT_RETURN_IF_ERROR(Enqueued(call, what,
                                    n_->ncclBroadcast(send_.device_ptr(), send_.device_ptr(), n, nccl::kUint8,
                                                      call.root, comm_, stream_)));
+    DCKPT_RETURN_IF_ERROR(Await(call, what, /*drain=*/false));
     if (rank() != call.root) {
       if (CUresult e = d_->cuMemcpyDtoHAsync(send_.host(), send_.device(), n, stream_); e != cuda::kCudaSuccess) {
         return CudaFail(call, what, "cuMemcpyDtoHAsync", e);
       }
     }
-    DCKPT_RETURN_IF_ERROR(Await(call, what));
+    DCKPT_RETURN_IF_ERROR(Await(call, what, /*drain=*/true));
     if (rank() != call.root) std::memcpy(buf, send_.host(), n);
     return OkStatus();
   }
