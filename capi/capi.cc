@@ -82,7 +82,10 @@ Status NotNull(const void* p, const char* what) {
 }
 
 std::chrono::milliseconds Timeout(uint64_t ms) {
-  return ms == 0 ? kDefaultCollectiveTimeout : std::chrono::milliseconds(ms);
+  // Deadlines are now + timeout on steady_clock (nanoseconds in an int64): anything past a century is "forever", and
+  // is clamped there so that the sum cannot overflow.
+  constexpr uint64_t kCentury = 100ull * 365 * 24 * 3600 * 1000;
+  return ms == 0 ? kDefaultCollectiveTimeout : std::chrono::milliseconds(std::min(ms, kCentury));
 }
 
 Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {

@@ -1,5 +1,5 @@
 // The communicator interface: byte-buffer collectives with a timeout on every call. Backends: single process,
-// Gloo over TCP, external (host callbacks through the C ABI) and, in the CUDA build, NCCL. All backends pass the
+// Gloo over TCP, external (host callbacks through the C ABI) and NCCL (loaded at run time). All backends pass the
 // shared conformance suite.
 #ifndef DISTCKPT_CORE_COMM_COMMUNICATOR_H_
 #define DISTCKPT_CORE_COMM_COMMUNICATOR_H_
