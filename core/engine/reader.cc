@@ -473,7 +473,12 @@ class ReadExecutor {
   Status RunStagedSegment(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg,
                           const ReadableFile* from) {
     const uint64_t len = seg.hi - seg.lo;
-    DCKPT_ASSIGN_OR_RETURN(char* staged, staging_->Acquire());
+    auto acquired = staging_->Acquire();  // a copy failure of this pass (already named), or out of pinned memory
+    if (!acquired.ok()) {
+      return acquired.status().code() == StatusCode::kNoMemory ? r_->EntryError(job.entry, acquired.status())
+                                                                 : acquired.status();
+    }
+    char* staged = *acquired;
     Status st = from->ReadAt(loc.offset + seg.lo, staged, len);
     if (!st.ok()) {
       staging_->Release(staged);
