@@ -275,14 +275,8 @@ int dckpt_state_add_piece_const(dckpt_state* state, const char* name, const uint
 }
 
 int dckpt_piece_options_init(dckpt_piece_options* opts, unsigned version) {
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
-    dckpt_piece_options defaults = DCKPT_PIECE_OPTIONS_INIT;
-    defaults.version = version;
-    std::memcpy(opts, &defaults, sizeof defaults);
-    return DCKPT_OK;
-  })
+  return distckpt::capi::InitVersioned<dckpt_piece_options>(opts, "opts", DCKPT_PIECE_OPTIONS_INIT, version,
+                                                            DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options");
 }
 
 int dckpt_state_add_piece_ex(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
@@ -346,20 +340,13 @@ int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size)
 /* ---- save ---- */
 
 int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(version, DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options"));
-    dckpt_save_options defaults = DCKPT_SAVE_OPTIONS_INIT;
-    defaults.version = version;
-    // Write only the fields a caller built against `version` has room for.
-    const size_t size = version >= 5   ? sizeof defaults
-                        : version == 4 ? offsetof(dckpt_save_options, device_snapshot)
-                        : version == 3 ? offsetof(dckpt_save_options, max_async_staging_bytes)
-                        : version == 2 ? offsetof(dckpt_save_options, staging_buffer_bytes)
-                                       : offsetof(dckpt_save_options, progress);
-    std::memcpy(opts, &defaults, size);
-    return DCKPT_OK;
-  })
+  const size_t size = version >= 5   ? sizeof(dckpt_save_options)
+                      : version == 4 ? offsetof(dckpt_save_options, device_snapshot)
+                      : version == 3 ? offsetof(dckpt_save_options, max_async_staging_bytes)
+                      : version == 2 ? offsetof(dckpt_save_options, staging_buffer_bytes)
+                                     : offsetof(dckpt_save_options, progress);
+  return distckpt::capi::InitVersioned<dckpt_save_options>(opts, "opts", DCKPT_SAVE_OPTIONS_INIT, version,
+                                                           DCKPT_SAVE_OPTIONS_VERSION, "dckpt_save_options", size);
 }
 
 int dckpt_save(dckpt_save_info* info, const char* path, const dckpt_state* state, dckpt_comm* comm,
@@ -436,21 +423,14 @@ void dckpt_save_future_free(dckpt_save_future* future) {
 /* ---- load / read ---- */
 
 int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(version, DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options"));
-    dckpt_read_options defaults = DCKPT_READ_OPTIONS_INIT;
-    defaults.version = version;
-    // Write only the fields a caller built against `version` has room for.
-    const size_t size = version >= 6   ? sizeof defaults
-                        : version == 5 ? offsetof(dckpt_read_options, staging_buffer_bytes)
-                        : version == 4 ? offsetof(dckpt_read_options, fanout)
-                        : version == 3 ? offsetof(dckpt_read_options, pin_files)
-                        : version == 2 ? offsetof(dckpt_read_options, map_files)
-                                       : offsetof(dckpt_read_options, progress);
-    std::memcpy(opts, &defaults, size);
-    return DCKPT_OK;
-  })
+  const size_t size = version >= 6   ? sizeof(dckpt_read_options)
+                      : version == 5 ? offsetof(dckpt_read_options, staging_buffer_bytes)
+                      : version == 4 ? offsetof(dckpt_read_options, fanout)
+                      : version == 3 ? offsetof(dckpt_read_options, pin_files)
+                      : version == 2 ? offsetof(dckpt_read_options, map_files)
+                                     : offsetof(dckpt_read_options, progress);
+  return distckpt::capi::InitVersioned<dckpt_read_options>(opts, "opts", DCKPT_READ_OPTIONS_INIT, version,
+                                                           DCKPT_READ_OPTIONS_VERSION, "dckpt_read_options", size);
 }
 
 static void FillIoStats(dckpt_io_stats* out, const distckpt::IoStats& s, double seconds) {

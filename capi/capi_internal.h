@@ -3,6 +3,7 @@
 #define DISTCKPT_CAPI_CAPI_INTERNAL_H_
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 
 #include "capi/include/distckpt/distckpt.h"
@@ -44,5 +45,25 @@ std::chrono::milliseconds Timeout(uint64_t ms);
     ::distckpt::Status dckpt_st_ = (expr);                  \
     if (!dckpt_st_.ok()) return ::distckpt::capi::Report(dckpt_st_); \
   } while (0)
+
+namespace distckpt {
+namespace capi {
+
+/// The body of every dckpt_*_init: checks `out` and `version`, then writes `defaults` (the struct's _INIT) with its
+/// version set to `version`, only the first `size` bytes: the fields a caller built against `version` has room for.
+template <typename T>
+int InitVersioned(T* out, const char* arg, T defaults, unsigned version, unsigned current, const char* what,
+                  size_t size = sizeof(T)) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, arg));
+    DCKPT_RETURN_IF_FAILED(CheckVersion(version, current, what));
+    defaults.version = version;
+    std::memcpy(out, &defaults, size);
+    return 0;
+  })
+}
+
+}  // namespace capi
+}  // namespace distckpt
 
 #endif  // DISTCKPT_CAPI_CAPI_INTERNAL_H_

@@ -22,14 +22,8 @@ using distckpt::capi::ReportException;
 extern "C" {
 
 int dckpt_gloo_options_init(dckpt_gloo_options* opts, unsigned version) {
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_GLOO_OPTIONS_VERSION, "dckpt_gloo_options"));
-    dckpt_gloo_options defaults = DCKPT_GLOO_OPTIONS_INIT;
-    defaults.version = version;
-    *opts = defaults;
-    return DCKPT_OK;
-  })
+  return distckpt::capi::InitVersioned<dckpt_gloo_options>(opts, "opts", DCKPT_GLOO_OPTIONS_INIT, version,
+                                                           DCKPT_GLOO_OPTIONS_VERSION, "dckpt_gloo_options");
 }
 
 int dckpt_comm_new_gloo(dckpt_comm** out, const dckpt_gloo_options* opts) {
@@ -57,14 +51,8 @@ int dckpt_comm_new_gloo(dckpt_comm** out, const dckpt_gloo_options* opts) {
 }
 
 int dckpt_nccl_options_init(dckpt_nccl_options* opts, unsigned version) {
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_NCCL_OPTIONS_VERSION, "dckpt_nccl_options"));
-    dckpt_nccl_options defaults = DCKPT_NCCL_OPTIONS_INIT;
-    defaults.version = version;
-    *opts = defaults;
-    return DCKPT_OK;
-  })
+  return distckpt::capi::InitVersioned<dckpt_nccl_options>(opts, "opts", DCKPT_NCCL_OPTIONS_INIT, version,
+                                                           DCKPT_NCCL_OPTIONS_VERSION, "dckpt_nccl_options");
 }
 
 int dckpt_comm_new_nccl(dckpt_comm** out, dckpt_comm* bootstrap, const dckpt_nccl_options* opts) {
@@ -90,14 +78,8 @@ int dckpt_comm_new_nccl(dckpt_comm** out, dckpt_comm* bootstrap, const dckpt_ncc
 }
 
 int dckpt_comm_callbacks_init(dckpt_comm_callbacks* callbacks, unsigned version) {
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(callbacks, "callbacks"));
-    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_COMM_CALLBACKS_VERSION, "dckpt_comm_callbacks"));
-    dckpt_comm_callbacks defaults = DCKPT_COMM_CALLBACKS_INIT;
-    defaults.version = version;
-    *callbacks = defaults;
-    return DCKPT_OK;
-  })
+  return distckpt::capi::InitVersioned<dckpt_comm_callbacks>(callbacks, "callbacks", DCKPT_COMM_CALLBACKS_INIT, version,
+                                                             DCKPT_COMM_CALLBACKS_VERSION, "dckpt_comm_callbacks");
 }
 
 int dckpt_comm_new_external(dckpt_comm** out, const dckpt_comm_callbacks* callbacks) {

@@ -14,14 +14,8 @@ using distckpt::capi::Report;
 extern "C" {
 
 int dckpt_export_options_init(dckpt_export_options* opts, unsigned version) {
-  DCKPT_GUARD({
-    DCKPT_RETURN_IF_FAILED(NotNull(opts, "opts"));
-    DCKPT_RETURN_IF_FAILED(CheckVersion(version, DCKPT_EXPORT_OPTIONS_VERSION, "dckpt_export_options"));
-    dckpt_export_options defaults = DCKPT_EXPORT_OPTIONS_INIT;
-    defaults.version = version;
-    *opts = defaults;
-    return DCKPT_OK;
-  })
+  return distckpt::capi::InitVersioned<dckpt_export_options>(opts, "opts", DCKPT_EXPORT_OPTIONS_INIT, version,
+                                                             DCKPT_EXPORT_OPTIONS_VERSION, "dckpt_export_options");
 }
 
 int dckpt_export_safetensors(const char* ckpt_path, const char* out_dir, const dckpt_export_options* opts) {
