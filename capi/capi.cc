@@ -169,6 +169,20 @@ using distckpt::capi::ReportException;
 
 namespace {
 
+// Where a buffer lives, from dckpt_piece_options (NULL: host memory).
+distckpt::Result<distckpt::MemoryLocation> MemoryOf(const dckpt_piece_options* opts) {
+  if (opts == nullptr) return distckpt::MemoryLocation{};
+  DCKPT_RETURN_IF_ERROR(distckpt::capi::CheckVersion(opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
+  return distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(opts->memory), opts->device, opts->stream};
+}
+
+// A CUDA buffer must be memory of its device (asking needs the driver, which this loads). The engine checks the kind
+// and the ordinal itself: the driver is asked only about a well-formed CUDA location.
+Status CheckBuffer(const distckpt::MemoryLocation& memory, const void* data) {
+  if (memory.kind != distckpt::MemoryKind::kCuda || memory.device < 0) return OkStatus();
+  return distckpt::CheckDeviceBuffer(memory, data);
+}
+
 // dckpt_state_add_piece, its const twin and dckpt_state_add_piece_ex: the same checks, then the State call for the
 // buffer's kind (a device buffer is first checked to be memory of its device, which loads the driver).
 int AddPieceImpl(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
@@ -187,11 +201,8 @@ int AddPieceImpl(dckpt_state* state, const char* name, const uint64_t* offsets, 
       return Report(read_only ? state->state.AddConstPiece(name, off, len, data)
                               : state->state.AddPiece(name, off, len, const_cast<void*>(data)));
     }
-    // AddPieceIn checks the kind and the ordinal; the driver is asked only about a well-formed CUDA location.
-    if (memory.kind == distckpt::MemoryKind::kCuda && memory.device >= 0) {
-      if (Status st = distckpt::CheckDeviceBuffer(memory, data); !st.ok()) {
-        return Report(st.WithContext("tensor '" + std::string(name) + "' (" + memory.ToString() + ")"));
-      }
+    if (Status st = CheckBuffer(memory, data); !st.ok()) {
+      return Report(st.WithContext("tensor '" + std::string(name) + "' (" + memory.ToString() + ")"));
     }
     return Report(state->state.AddPieceIn(name, off, len, const_cast<void*>(data), memory));
   })
@@ -281,13 +292,9 @@ int dckpt_piece_options_init(dckpt_piece_options* opts, unsigned version) {
 
 int dckpt_state_add_piece_ex(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
                              void* data, const dckpt_piece_options* opts) {
-  distckpt::MemoryLocation memory;
-  if (opts != nullptr) {
-    DCKPT_RETURN_IF_FAILED(
-        distckpt::capi::CheckVersion(opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
-    memory = distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(opts->memory), opts->device, opts->stream};
-  }
-  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false, memory);
+  auto memory = MemoryOf(opts);
+  if (!memory.ok()) return Report(memory.status());
+  return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false, *memory);
 }
 
 int dckpt_state_add_bytes_const(dckpt_state* state, const char* name, const void* data, uint64_t size) {
@@ -632,28 +639,14 @@ int dckpt_reader_read_ex(dckpt_reader* reader, const char* name, size_t ndim, co
       return Report(distckpt::InvalidArgument("offsets/lengths are NULL"));
     }
     if (dst == nullptr && dst_size > 0) return Report(distckpt::InvalidArgument("dst is NULL"));
-    distckpt::MemoryLocation memory;
-    if (dst_opts != nullptr) {
-      DCKPT_RETURN_IF_FAILED(
-          distckpt::capi::CheckVersion(dst_opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
-      memory = distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(dst_opts->memory), dst_opts->device,
-                                        dst_opts->stream};
-      if (memory.kind != distckpt::MemoryKind::kHost && memory.kind != distckpt::MemoryKind::kCuda) {
-        return Report(distckpt::InvalidArgument("dckpt_piece_options.memory = " + std::to_string(dst_opts->memory) +
-                                                " is not a dckpt_memory_kind"));
-      }
-      if (!memory.is_host()) {
-        if (memory.device < 0) {
-          return Report(distckpt::InvalidArgument("device ordinal " + std::to_string(memory.device) + " is negative"));
-        }
-        if (Status st = distckpt::CheckDeviceBuffer(memory, dst); !st.ok()) {
-          return Report(st.WithContext("reading '" + std::string(name) + "' into " + memory.ToString()));
-        }
-      }
+    auto memory = MemoryOf(dst_opts);
+    if (!memory.ok()) return Report(memory.status());
+    if (Status st = CheckBuffer(*memory, dst); !st.ok()) {
+      return Report(st.WithContext("reading '" + std::string(name) + "' into " + memory->ToString()));
     }
     auto box = Box::Make(distckpt::Span<const uint64_t>(offsets, ndim), distckpt::Span<const uint64_t>(lengths, ndim));
     if (!box.ok()) return Report(box.status());
-    return Report(reader->reader->ReadRegion(name, *box, dst, dst_size, memory));
+    return Report(reader->reader->ReadRegion(name, *box, dst, dst_size, *memory));
   })
 }
 

@@ -127,6 +127,10 @@ class ReadExecutor {
         return r_->EntryError(entry, "destination of " + t.box.ToString() + " has unknown memory kind " +
                                          std::to_string(static_cast<int>(t.memory.kind)));
       }
+      if (!t.memory.is_host() && t.memory.device < 0) {
+        return r_->EntryError(entry, "destination of " + t.box.ToString() + " has a negative device ordinal (" +
+                                         std::to_string(t.memory.device) + ")");
+      }
       boxes.push_back(t.box);
       dsts.push_back(&t);
     }
