@@ -1,5 +1,6 @@
 #include "core/cuda/copy_engine.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/cuda/cuda_copy_engine.h"
@@ -13,6 +14,18 @@ CopyEngine::~CopyEngine() = default;
 void CopyEngine::DropStagingPool() {
   std::lock_guard<std::mutex> lock(pool_mu_);
   pool_.reset();
+}
+
+Status CopyEngine::OrderAfterEach(const std::vector<MemoryLocation>& locations) {
+  std::vector<std::pair<int, void*>> done;
+  for (const MemoryLocation& loc : locations) {
+    const std::pair<int, void*> key(loc.device, loc.stream);
+    if (loc.is_host() || loc.ready || std::find(done.begin(), done.end(), key) != done.end()) continue;
+    done.push_back(key);
+    Status st = OrderAfter(loc);
+    if (!st.ok()) return st.WithContext("ordering copies of " + loc.ToString() + " after its stream");
+  }
+  return OkStatus();
 }
 
 Result<std::shared_ptr<PinnedPool>> CopyEngine::StagingPool(size_t buffer_bytes, size_t count) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/cuda/memory.h"
@@ -39,6 +40,9 @@ class CopyEngine {
   /// Orders every later copy from `loc`'s device after the work queued on `loc.stream` so far (CUDA: an event
   /// recorded on the caller's stream, which the copy stream waits on). Never blocks the calling thread on the device.
   virtual Status OrderAfter(const MemoryLocation& loc) = 0;
+  /// OrderAfter once for every distinct (device, stream) of `locations`, skipping host memory and `ready` data (which
+  /// waits for nothing). An error names the location.
+  Status OrderAfterEach(const std::vector<MemoryLocation>& locations);
   /// Starts copying `n` bytes at `src` (memory at `loc`) into host memory at `dst`. Copies from one device run in
   /// the order they were issued. `dst` must stay valid until the fence's Wait() returns.
   virtual Result<std::unique_ptr<CopyFence>> CopyToHostAsync(void* dst, const void* src, uint64_t n,

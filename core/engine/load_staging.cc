@@ -43,14 +43,6 @@ Result<std::unique_ptr<LoadStaging>> LoadStaging::Create(CopyEngine* engine, uin
 
 LoadStaging::~LoadStaging() { (void)Drain(); }
 
-Status LoadStaging::OrderAfter(const MemoryLocation& loc) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!ordered_.emplace(loc.device, loc.stream).second) return OkStatus();
-  }
-  return engine_->OrderAfter(loc);
-}
-
 void LoadStaging::Fail(const Status& st) {
   std::lock_guard<std::mutex> lock(mu_);
   if (failure_.ok()) failure_ = st;

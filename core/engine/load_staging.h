@@ -13,7 +13,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -57,9 +56,6 @@ class LoadStaging {
   static Result<std::unique_ptr<LoadStaging>> Create(CopyEngine* engine, uint64_t buffer_bytes, size_t count);
   ~LoadStaging();  ///< Drains.
 
-  /// Makes this pass's copies to `loc`'s device wait for the work queued on loc.stream (once per device and stream).
-  Status OrderAfter(const MemoryLocation& loc);
-
   /// A pinned buffer of at least the segment size, blocking while every buffer is in flight. Fails with the first
   /// copy failure of this pass (no further reads are worth doing), or kNoMemory.
   Result<char*> Acquire();
@@ -99,7 +95,6 @@ class LoadStaging {
   bool retiring_ = false;  // the retiring thread holds an item it has popped
   bool stop_ = false;
   Status failure_;
-  std::set<std::pair<int, void*>> ordered_;
   std::thread retirer_;
 };
 

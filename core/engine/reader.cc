@@ -366,11 +366,8 @@ class ReadExecutor {
                                        device_locations_.front().ToString() + " memory");
     }
     staging_ = std::move(made).value();
-    for (const MemoryLocation& loc : device_locations_) {
-      Status st = staging_->OrderAfter(loc);
-      if (!st.ok()) return st.WithContext("checkpoint '" + r_->path_ + "': loading into " + loc.ToString());
-    }
-    return OkStatus();
+    Status st = staging_->engine()->OrderAfterEach(device_locations_);
+    return st.ok() ? st : st.WithContext("checkpoint '" + r_->path_ + "'");
   }
 
   // Chooses the byte ranges of the chunk to read, split into segments.

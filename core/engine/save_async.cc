@@ -188,13 +188,11 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
     return nullptr;
   };
   if (snapshot_engine != nullptr) {
-    std::vector<std::pair<int, void*>> ordered;
+    std::vector<MemoryLocation> locations;
+    for (const Snapshot& s : snapshots_) locations.push_back(s.piece->memory);
+    DCKPT_RETURN_IF_ERROR(snapshot_engine->OrderAfterEach(locations));
     for (const Snapshot& s : snapshots_) {
       const MemoryLocation& loc = s.piece->memory;
-      if (std::find(ordered.begin(), ordered.end(), std::make_pair(loc.device, loc.stream)) == ordered.end()) {
-        ordered.emplace_back(loc.device, loc.stream);
-        DCKPT_RETURN_IF_ERROR(snapshot_engine->OrderAfter(loc));
-      }
       auto fence = snapshot_engine->CopyOnDeviceAsync(s.data, s.piece->data, s.size, loc);
       if (!fence.ok()) {
         for (auto& f : snapshot_fences) (void)f->Wait();

@@ -45,14 +45,11 @@ Result<StagingResources> GetStagingResources(const SaveOptions& options, uint64_
 Status RunStagingPipeline(const StagingResources& res, const std::vector<DeviceCopy>& copies, TaskGroup* group,
                           const StagedConsumer& consume) {
   // The data is ordered on the callers' streams: every copy waits for the work queued there up to now.
-  std::vector<std::pair<int, void*>> ordered;
+  std::vector<MemoryLocation> locations;
   for (const DeviceCopy& c : copies) {
-    std::pair<int, void*> key(c.memory.device, c.memory.stream);
-    if (c.size == 0 || c.memory.ready || std::find(ordered.begin(), ordered.end(), key) != ordered.end()) continue;
-    ordered.push_back(key);
-    Status st = res.engine->OrderAfter(c.memory);
-    if (!st.ok()) return st.WithContext(c.what);
+    if (c.size != 0) locations.push_back(c.memory);
   }
+  DCKPT_RETURN_IF_ERROR(res.engine->OrderAfterEach(locations));
   PinnedPool* pool = res.pool.get();
   // Tasks may outlive this call (until group->Wait()): they hold their own copies of what they use.
   auto consumer = std::make_shared<StagedConsumer>(consume);
