@@ -396,9 +396,42 @@ impl Checkpoint {
     /// # Safety
     /// `dst` must be valid for writes of `dst_size` bytes.
     unsafe fn read_box_raw(&self, e: &Entry<'_>, offsets: &[u64], lengths: &[u64], dst: *mut c_void, dst_size: u64) -> Result<()> {
+        self.read_box_in(e, offsets, lengths, dst, dst_size, std::ptr::null())
+    }
+
+    /// [`read_box_raw`](Self::read_box_raw) into the memory `opts` describes (null: host memory).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `dst_size` bytes in that memory; `opts` null or valid.
+    unsafe fn read_box_in(
+        &self,
+        e: &Entry<'_>,
+        offsets: &[u64],
+        lengths: &[u64],
+        dst: *mut c_void,
+        dst_size: u64,
+        opts: *const sys::dckpt_piece_options,
+    ) -> Result<()> {
         let cname = cstring(e.name, "entry name")?;
         let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
-        check(sys::dckpt_reader_read(self.raw, cname.as_ptr(), offsets.len(), ptr(offsets), ptr(lengths), dst, dst_size))
+        check(sys::dckpt_reader_read_ex(self.raw, cname.as_ptr(), offsets.len(), ptr(offsets), ptr(lengths), dst, dst_size, opts))
+    }
+
+    /// `InvalidArgument` unless `offsets` and `lengths` have one value per dimension of `e`.
+    fn check_box_rank(&self, e: &Entry<'_>, offsets: &[u64], lengths: &[u64]) -> Result<()> {
+        if offsets.len() == e.shape.len() && lengths.len() == e.shape.len() {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "{} has {} dimensions; got {} offsets and {} lengths",
+                self.describe(e.name),
+                e.shape.len(),
+                offsets.len(),
+                lengths.len()
+            ),
+        ))
     }
 
     /// Reads a whole tensor. `T` must hold its dtype (`f32` for F32, `u16` for F16/BF16 bits, `u8` for BOOL and
@@ -423,18 +456,7 @@ impl Checkpoint {
     pub fn read_region_into<T: Element>(&self, name: &str, offsets: &[u64], lengths: &[u64], dst: &mut [T]) -> Result<()> {
         let e = self.tensor(name)?;
         check_element::<T>(e.dtype, || self.describe(name))?;
-        if offsets.len() != e.shape.len() || lengths.len() != e.shape.len() {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "{} has {} dimensions; got {} offsets and {} lengths",
-                    self.describe(name),
-                    e.shape.len(),
-                    offsets.len(),
-                    lengths.len()
-                ),
-            ));
-        }
+        self.check_box_rank(&e, offsets, lengths)?;
         let n = volume(lengths, || self.describe(name))?;
         if dst.len() != n {
             return Err(Error::new(
@@ -455,35 +477,13 @@ impl Checkpoint {
     /// returns, and `dst.stream` a live stream of that device (or null).
     pub unsafe fn read_region_into_device(&self, name: &str, offsets: &[u64], lengths: &[u64], dst: DeviceBuffer) -> Result<()> {
         let e = self.tensor(name)?;
-        if offsets.len() != e.shape.len() || lengths.len() != e.shape.len() {
-            return Err(Error::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "{} has {} dimensions; got {} offsets and {} lengths",
-                    self.describe(name),
-                    e.shape.len(),
-                    offsets.len(),
-                    lengths.len()
-                ),
-            ));
-        }
-        let cname = cstring(e.name, "entry name")?;
+        self.check_box_rank(&e, offsets, lengths)?;
         let mut opts: sys::dckpt_piece_options = std::mem::zeroed();
         check(sys::dckpt_piece_options_init(&mut opts, sys::DCKPT_PIECE_OPTIONS_VERSION))?;
         opts.memory = sys::DCKPT_MEMORY_CUDA as i32;
         opts.device = dst.device;
         opts.stream = dst.stream;
-        let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
-        check(sys::dckpt_reader_read_ex(
-            self.raw,
-            cname.as_ptr(),
-            offsets.len(),
-            ptr(offsets),
-            ptr(lengths),
-            dst.ptr as usize as *mut c_void,
-            dst.len,
-            &opts,
-        ))
+        self.read_box_in(&e, offsets, lengths, dst.ptr as usize as *mut c_void, dst.len, &opts)
     }
 
     /// A whole tensor into device memory; see [`read_region_into_device`](Self::read_region_into_device).
