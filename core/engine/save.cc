@@ -127,7 +127,7 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   uint64_t file_size = 0;
   for (const WriteTask& t : assignment.tasks) file_size = std::max(file_size, t.offset + t.length);
 
-  const std::string file_path = staged.StagingFile(DataFileName(assignment.rank));
+  const std::string file_path = staged.StagingFile(staged.FileName(DataFileName(assignment.rank)));
   DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, storage->CreateFile(file_path));
   DCKPT_RETURN_IF_ERROR(file->Preallocate(file_size));
 
@@ -251,6 +251,8 @@ Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, St
   // StagedCheckpoint::Create refuses an overwrite of anything but a checkpoint or an empty directory.
   *nonce = NewNonce();
   DCKPT_ASSIGN_OR_RETURN(*staged, StagedCheckpoint::Create(storage, path, *nonce, options.overwrite));
+  // Under the metadata-last protocol data files carry the save's nonce (FORMAT.md section 6.2).
+  for (DataFileRecord& f : (*plan)->metadata.files) f.name = (*staged)->FileName(f.name);
   return OkStatus();
 }
 
@@ -275,10 +277,9 @@ Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std
   plan->metadata.structure = state.structure();
   DCKPT_ASSIGN_OR_RETURN(std::string encoded, EncodeMetadata(std::move(plan->metadata)));
   summary->metadata_bytes = encoded.size();
-  DCKPT_RETURN_IF_ERROR(storage->WriteFileDurably(staged->StagingFile(kMetadataFileName), encoded));
   // Another save committing into the same directory holds its lock for milliseconds; wait well inside the time the
   // other ranks wait for this round.
-  return staged->Commit(std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(60)));
+  return staged->CommitWithMetadata(encoded, std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(60)));
 }
 
 }  // namespace

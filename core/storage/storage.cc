@@ -147,6 +147,40 @@ bool ParseReplacedName(const std::string& name, std::string* final_name) {
   return internal_storage::ParseSuffixedName(name, internal_storage::kReplacedInfix, final_name);
 }
 
+std::string ObjectMarkerName(const std::string& nonce) { return std::string(kStagingMarkerName) + "." + nonce; }
+
+bool ParseObjectMarkerName(const std::string& name, std::string* nonce) {
+  const std::string prefix = std::string(kStagingMarkerName) + ".";
+  if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0) return false;
+  if (!internal_storage::IsLowerHex(name, prefix.size())) return false;
+  if (nonce != nullptr) *nonce = name.substr(prefix.size());
+  return true;
+}
+
+std::string NoncedFileName(const std::string& name, const std::string& nonce) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return name + "." + nonce;
+  return name.substr(0, dot) + "." + nonce + name.substr(dot);
+}
+
+bool ParseNoncedFileName(const std::string& name, std::string* nonce) {
+  // "data-" digits "." 16 hex ".bin"
+  constexpr size_t kNonce = 16;
+  const std::string prefix = "data-", suffix = ".bin";
+  if (name.size() < prefix.size() + 1 + 1 + kNonce + suffix.size()) return false;
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  if (name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+  const size_t nonce_at = name.size() - suffix.size() - kNonce;
+  if (name[nonce_at - 1] != '.') return false;
+  for (size_t i = prefix.size(); i + 1 < nonce_at; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  const std::string hex = name.substr(nonce_at, kNonce);
+  if (!internal_storage::IsLowerHex(hex, 0)) return false;
+  if (nonce != nullptr) *nonce = hex;
+  return true;
+}
+
 std::string NewNonce() {
   // Kernel randomness alone would do; time, pid and a counter are mixed in so two nonces from one process differ
   // even where the kernel source is unavailable (seccomp sandboxes, no /dev).
@@ -183,8 +217,27 @@ Status CheckReplaceable(Storage* storage, const std::string& path) {
 
 }  // namespace
 
+Status Storage::Publish(const std::string& path, const std::string& data, bool replace) {
+  if (!replace) {
+    DCKPT_ASSIGN_OR_RETURN(bool exists, Exists(path));
+    if (exists) return Status(StatusCode::kExists, "'" + path + "' already exists");
+  }
+  return WriteFileDurably(path, data);
+}
+
+std::string StagingMarkerText(const std::string& final_path) {
+  return "distckpt staging directory (not committed)\nhost: " + internal_storage::HostName() +
+         "\npid: " + std::to_string(getpid()) + "\nstarted_utc: " + internal_storage::UtcNow() +
+         "\nfinal_path: " + final_path + "\n";
+}
+
 Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::string& final_path,
                                                   const std::string& nonce, bool overwrite) {
+  return Create(storage, final_path, nonce, overwrite, storage->commit_protocol());
+}
+
+Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::string& final_path,
+                                                  const std::string& nonce, bool overwrite, CommitProtocol protocol) {
   if (!internal_storage::IsLowerHex(nonce, 0)) {
     return InvalidArgument("staging nonce '" + nonce + "' for checkpoint '" + final_path +
                            "' must be lower-case hex digits (use NewNonce())");
@@ -193,6 +246,7 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
   if (final_clean.empty() || final_clean == "/") {
     return InvalidArgument("'" + final_path + "' cannot be a checkpoint path");
   }
+  if (protocol == CommitProtocol::kMetadataLast) return CreateMetadataLast(storage, final_clean, nonce, overwrite);
   DCKPT_ASSIGN_OR_RETURN(bool exists, storage->Exists(final_clean));
   if (exists && !overwrite) {
     return Status(StatusCode::kExists,
@@ -212,10 +266,7 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
   const std::string context = "creating staging directory for checkpoint '" + final_clean + "'";
   DCKPT_RETURN_IF_ERROR(storage->CreateDir(staged.staging_dir_).WithContext(context));
   // The marker says who was writing and when, so a staging directory left by a crash can be judged and removed.
-  const std::string marker = "distckpt staging directory (not committed)\nhost: " + internal_storage::HostName() +
-                             "\npid: " + std::to_string(getpid()) + "\nstarted_utc: " + internal_storage::UtcNow() +
-                             "\nfinal_path: " + final_clean + "\n";
-  Status st = storage->WriteFileDurably(staged.StagingFile(kStagingMarkerName), marker);
+  Status st = storage->WriteFileDurably(staged.StagingFile(kStagingMarkerName), StagingMarkerText(final_clean));
   if (st.ok()) st = storage->SyncDir(staged.staging_dir_);
   if (!st.ok()) {
     (void)storage->RemoveAll(staged.staging_dir_);
@@ -227,7 +278,20 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
 StagedCheckpoint StagedCheckpoint::Join(Storage* storage, const std::string& final_path, const std::string& nonce,
                                         bool overwrite) {
   const std::string final_clean = StripTrailingSlashes(final_path);
+  if (storage->commit_protocol() == CommitProtocol::kMetadataLast) {
+    return StagedCheckpoint(storage, final_clean, final_clean, overwrite, nonce, "", CommitProtocol::kMetadataLast);
+  }
   return StagedCheckpoint(storage, final_clean, StagingPath(final_clean, nonce), overwrite, nonce, "");
+}
+
+std::string StagedCheckpoint::FileName(const std::string& name) const {
+  return protocol_ == CommitProtocol::kMetadataLast ? NoncedFileName(name, nonce_) : name;
+}
+
+Status StagedCheckpoint::CommitWithMetadata(const std::string& metadata, std::chrono::milliseconds lock_timeout) {
+  if (protocol_ == CommitProtocol::kMetadataLast) return CommitMetadataLast(metadata);
+  DCKPT_RETURN_IF_ERROR(storage_->WriteFileDurably(StagingFile("metadata.dckpt"), metadata));
+  return Commit(lock_timeout);
 }
 
 Status StagedCheckpoint::Commit(std::chrono::milliseconds lock_timeout) {
@@ -323,6 +387,7 @@ Result<std::string> StagedCheckpoint::SwapIntoPlace(const std::string& context) 
 }
 
 Status StagedCheckpoint::Abort() {
+  if (protocol_ == CommitProtocol::kMetadataLast) return AbortMetadataLast();
   return storage_->RemoveAll(staging_dir_).WithContext("aborting checkpoint '" + final_path_ + "'");
 }
 

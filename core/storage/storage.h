@@ -83,12 +83,27 @@ class DirectoryLock {
   virtual ~DirectoryLock() = default;
 };
 
+/// How a checkpoint is made visible on a backend (FORMAT.md section 6).
+enum class CommitProtocol {
+  /// Write under a staging directory, then rename it into place (file systems).
+  kRename,
+  /// Write data files under nonce-qualified names directly below the checkpoint path, then the metadata last: its
+  /// appearance is the commit (object stores, which have no rename; section 6.2).
+  kMetadataLast,
+};
+
 /// A storage backend. Paths are plain strings ("/a/b/c"); the backend defines what they mean.
 /// All methods are thread-safe. Error messages name the path and say what failed.
 class Storage {
  public:
   virtual ~Storage() = default;
   virtual std::string name() const = 0;  ///< "posix", "memory"
+  /// How checkpoints are committed here. Backends without Rename/Exchange (object stores) say kMetadataLast.
+  virtual CommitProtocol commit_protocol() const { return CommitProtocol::kRename; }
+  /// Writes `data` to `path` in one atomic, durable step (a reader sees all of it or what was there before). Without
+  /// `replace`, kExists when something is at `path`. The default checks, then writes (a check a racing writer can
+  /// beat); object stores override it with a conditional write.
+  virtual Status Publish(const std::string& path, const std::string& data, bool replace);
 
   /// Creates (or truncates) a file for writing.
   virtual Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& path) = 0;
@@ -137,6 +152,19 @@ std::unique_ptr<Storage> NewMemoryStorage();
 /// The process-wide POSIX backend.
 Storage* DefaultStorage();
 
+/// Names of the metadata-last layout (CommitProtocol::kMetadataLast, FORMAT.md section 6.2), all directly below the
+/// checkpoint path: "STAGING.<nonce>" is a save's marker (written first, removed after the commit), and a data file
+/// "data-00000.bin" is written as "data-00000.<nonce>.bin", so that saves never write over each other's files.
+std::string ObjectMarkerName(const std::string& nonce);
+/// True if `name` is a marker; sets *nonce.
+bool ParseObjectMarkerName(const std::string& name, std::string* nonce);
+/// "data-00000.bin" + nonce -> "data-00000.<nonce>.bin".
+std::string NoncedFileName(const std::string& name, const std::string& nonce);
+/// True if `name` is a data file of the metadata-last layout ("data-<digits>.<16 hex>.bin"); sets *nonce.
+bool ParseNoncedFileName(const std::string& name, std::string* nonce);
+/// The text of a staging marker: host, pid, start time (UTC) and final path.
+std::string StagingMarkerText(const std::string& final_path);
+
 /// Marker file inside a staging directory (holds host, pid and start time as text). Its presence means "not
 /// committed"; it is removed just before the rename.
 constexpr char kStagingMarkerName[] = "STAGING";
@@ -169,27 +197,48 @@ class StagedCheckpoint {
   /// `nonce` must be lower-case hex (NewNonce()), so that ParseStagingName recognises a directory left behind.
   static Result<StagedCheckpoint> Create(Storage* storage, const std::string& final_path, const std::string& nonce,
                                          bool overwrite);
+  /// Create with a protocol other than the storage's own (any backend can run kMetadataLast).
+  static Result<StagedCheckpoint> Create(Storage* storage, const std::string& final_path, const std::string& nonce,
+                                         bool overwrite, CommitProtocol protocol);
   /// Other ranks: refer to the staging directory the coordinator created.
   static StagedCheckpoint Join(Storage* storage, const std::string& final_path, const std::string& nonce,
                                bool overwrite);
 
+  /// Where files are written: the staging directory (kRename) or the final path itself (kMetadataLast).
   const std::string& staging_dir() const { return staging_dir_; }
   const std::string& final_path() const { return final_path_; }
+  CommitProtocol protocol() const { return protocol_; }
+  /// The name a data file gets in the checkpoint (and in its metadata): `name` itself (kRename), or
+  /// NoncedFileName(name, nonce) (kMetadataLast).
+  std::string FileName(const std::string& name) const;
   std::string StagingFile(const std::string& name) const { return staging_dir_ + "/" + name; }
+
+  /// Writes the metadata and commits: kRename writes it into the staging directory then Commit()s; kMetadataLast
+  /// publishes it at the final path (Storage::Publish; without overwrite, kExists if a checkpoint appeared
+  /// meanwhile), then removes the marker and the files of the checkpoint it replaced (and garbage of earlier saves
+  /// whose writers are gone: nonced files with no marker). A reader still reading the replaced checkpoint then fails
+  /// with kNotFound naming the file; it never reads a mix.
+  Status CommitWithMetadata(const std::string& metadata,
+                            std::chrono::milliseconds lock_timeout = std::chrono::seconds(60));
 
   /// Makes the checkpoint visible at final_path, if what is there is still what Create found (else kExists). With
   /// overwrite, the previous checkpoint is swapped out in one atomic step where the storage can (Exchange), so the final
   /// path holds the old or the new checkpoint at every instant, and is removed afterwards; elsewhere it is renamed
   /// aside first. Waits at most `lock_timeout` for another commit into the same directory.
   Status Commit(std::chrono::milliseconds lock_timeout = std::chrono::seconds(60));
-  /// Removes the staging directory. Safe to call after a failed Commit.
+  /// Removes the staging directory (kMetadataLast: this save's files and marker). Safe to call after a failed Commit.
   Status Abort();
 
  private:
   StagedCheckpoint(Storage* storage, std::string final_path, std::string staging_dir, bool overwrite,
-                   std::string nonce, std::string expected)
+                   std::string nonce, std::string expected, CommitProtocol protocol = CommitProtocol::kRename)
       : storage_(storage), final_path_(std::move(final_path)), staging_dir_(std::move(staging_dir)),
-        overwrite_(overwrite), nonce_(std::move(nonce)), expected_(std::move(expected)) {}
+        overwrite_(overwrite), nonce_(std::move(nonce)), expected_(std::move(expected)), protocol_(protocol) {}
+  // The kMetadataLast halves of Create, CommitWithMetadata and Abort (object_commit.cc).
+  static Result<StagedCheckpoint> CreateMetadataLast(Storage* storage, const std::string& final_path,
+                                                     const std::string& nonce, bool overwrite);
+  Status CommitMetadataLast(const std::string& metadata);
+  Status AbortMetadataLast();
   // The two ways into place: a rename where nothing is there, a swap (returning where the previous checkpoint went)
   // where an overwrite replaces one.
   Status RenameIntoPlace(const std::string& context);
@@ -202,6 +251,7 @@ class StagedCheckpoint {
   bool overwrite_;
   std::string nonce_;
   std::string expected_;  // Identity() of the final path when Create ran ("" = nothing there)
+  CommitProtocol protocol_;
 };
 
 }  // namespace distckpt

@@ -40,6 +40,9 @@ class StorageConformanceTest : public ::testing::TestWithParam<StorageConformanc
   void SetUp() override;
   Storage* storage() { return storage_.get(); }
   const std::string& root() const { return root_; }
+  /// True for backends with directories and rename (CommitProtocol::kRename); the tests of directories, rename and
+  /// the rename commit run only there. Every backend runs the rest, the metadata-last commit included.
+  bool Filesystem() { return storage_->commit_protocol() == CommitProtocol::kRename; }
   /// root() + "/" + name.
   std::string Path(const std::string& name) const { return root_ + "/" + name; }
 

@@ -1,0 +1,458 @@
+// ObjectStorage: the Storage interface over an ObjectClient (object_storage.h), and the in-memory object store.
+#include "core/storage/object/object_storage.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/storage/backend_util.h"
+
+namespace distckpt {
+namespace {
+
+using internal_storage::CheckRange;
+using internal_storage::ClosedFileError;
+using internal_storage::TruncatedFileError;
+
+std::string Quoted(const std::string& path) { return "'" + path + "'"; }
+
+// Lexical normalisation: collapses "//" and ".", resolves ".." (which stops at the root), drops trailing slashes; a
+// leading '/' is kept.
+std::string Normalize(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    const std::string part = path.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  std::string out = !path.empty() && path[0] == '/' ? "/" : "";
+  for (size_t k = 0; k < parts.size(); ++k) out += (k ? "/" : "") + parts[k];
+  return out;
+}
+
+std::string Join(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir == "/" ? "/" + name : dir + "/" + name;
+}
+
+// Bounds the Write and Read calls in flight across all files of one storage.
+class Gate {
+ public:
+  explicit Gate(unsigned n) : free_(n) {}
+  void Enter() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return free_ > 0; });
+    --free_;
+  }
+  void Leave() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++free_;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  unsigned free_;
+};
+
+class GateHold {
+ public:
+  explicit GateHold(Gate* gate) : gate_(gate) { gate_->Enter(); }
+  ~GateHold() { gate_->Leave(); }
+  GateHold(const GateHold&) = delete;
+  GateHold& operator=(const GateHold&) = delete;
+
+ private:
+  Gate* gate_;
+};
+
+struct Shared {
+  std::shared_ptr<ObjectClient> client;
+  Gate gate;
+  Shared(std::shared_ptr<ObjectClient> c, unsigned n) : client(std::move(c)), gate(n) {}
+};
+
+// The object is started on the first write (or Preallocate, whose size becomes the client's size hint) and published
+// by Close; dropping the file unclosed discards it.
+class ObjectWritableFile final : public WritableFile {
+ public:
+  ObjectWritableFile(std::shared_ptr<Shared> shared, std::string path)
+      : shared_(std::move(shared)), path_(std::move(path)) {}
+  ~ObjectWritableFile() override {
+    if (upload_ != nullptr && !closed_) (void)upload_->Close(0, /*discard=*/true);
+  }
+
+  Status WriteAt(uint64_t offset, const void* data, size_t size) override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
+    DCKPT_ASSIGN_OR_RETURN(ObjectUpload * upload, Started(0, "writing to"));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      end_ = std::max(end_, offset + size);
+    }
+    if (size == 0) return OkStatus();
+    GateHold hold(&shared_->gate);
+    return upload->Write(offset, data, size).WithContext("writing " + std::to_string(size) + " bytes at offset " +
+                                                         std::to_string(offset) + " of " + Quoted(path_));
+  }
+
+  Status Preallocate(uint64_t size) override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
+    return Started(size, "preallocating").status();
+  }
+
+  Status Truncate(uint64_t size) override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
+    DCKPT_RETURN_IF_ERROR(Started(size, "truncating").status());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size < end_) {
+      return Unsupported("truncating " + Quoted(path_) + " to " + std::to_string(size) + " bytes below the " +
+                         std::to_string(end_) + " already written: an object store cannot shrink an upload");
+    }
+    end_ = size;
+    return OkStatus();
+  }
+
+  Status Sync() override {
+    DCKPT_ASSIGN_OR_RETURN(ObjectUpload * upload, Started(0, "syncing"));
+    return upload->Sync().WithContext("syncing " + Quoted(path_));
+  }
+
+  Status Close() override {
+    DCKPT_ASSIGN_OR_RETURN(ObjectUpload * upload, Started(0, "closing"));
+    uint64_t size;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      size = end_;
+    }
+    return upload->Close(size, /*discard=*/false).WithContext("writing " + Quoted(path_));
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  // The upload, started now if need be; fails once the file is closed.
+  Result<ObjectUpload*> Started(uint64_t size_hint, const char* operation) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return ClosedFileError(path_, operation);
+    if (upload_ == nullptr) {
+      auto upload = shared_->client->Create(path_, size_hint);
+      if (!upload.ok()) return upload.status().WithContext("creating " + Quoted(path_));
+      upload_ = std::move(upload).value();
+    }
+    return upload_.get();
+  }
+
+  const std::shared_ptr<Shared> shared_;
+  const std::string path_;
+  std::mutex mu_;
+  std::unique_ptr<ObjectUpload> upload_;
+  uint64_t end_ = 0;
+  bool closed_ = false;
+};
+
+class ObjectReadableFile final : public ReadableFile {
+ public:
+  ObjectReadableFile(std::shared_ptr<Shared> shared, std::string path, uint64_t size)
+      : shared_(std::move(shared)), path_(std::move(path)), size_(size) {}
+
+  Status ReadAt(uint64_t offset, void* data, size_t size) const override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
+    if (offset > size_ || size > size_ - offset) return TruncatedFileError(path_, offset, size, size_);
+    size_t done = 0;
+    while (done < size) {
+      Result<size_t> got(size_t{0});
+      {
+        GateHold hold(&shared_->gate);
+        got = shared_->client->Read(path_, offset + done, static_cast<char*>(data) + done, size - done);
+      }
+      if (!got.ok()) {
+        if (got.status().code() == StatusCode::kNotFound) {
+          return NotFound("data file " + Quoted(path_) + " is gone (removed after it was opened): " +
+                          got.status().message());
+        }
+        return got.status().WithContext("reading " + std::to_string(size) + " bytes at offset " +
+                                        std::to_string(offset) + " of " + Quoted(path_));
+      }
+      if (*got > size - done) return Internal("reading " + Quoted(path_) + ": the storage returned too many bytes");
+      // Shorter than its size when opened: replaced or truncated meanwhile.
+      if (*got == 0) return TruncatedFileError(path_, offset, size, offset + done);
+      done += *got;
+    }
+    return OkStatus();
+  }
+  uint64_t size() const override { return size_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  const std::shared_ptr<Shared> shared_;
+  const std::string path_;
+  const uint64_t size_;
+};
+
+class ObjectStorage;
+
+class ObjectDirectory final : public Directory {
+ public:
+  ObjectDirectory(ObjectStorage* storage, std::string path) : storage_(storage), path_(std::move(path)) {}
+  const std::string& path() const override { return path_; }
+  Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& name) override;
+  Result<bool> Exists(const std::string& name) override;
+
+ private:
+  ObjectStorage* storage_;
+  const std::string path_;
+};
+
+class ObjectStorage final : public Storage {
+ public:
+  ObjectStorage(std::shared_ptr<ObjectClient> client, unsigned max_in_flight)
+      : shared_(std::make_shared<Shared>(std::move(client), max_in_flight ? max_in_flight : 16)) {}
+
+  std::string name() const override { return shared_->client->name(); }
+  CommitProtocol commit_protocol() const override { return CommitProtocol::kMetadataLast; }
+
+  Status Publish(const std::string& path, const std::string& data, bool replace) override {
+    const std::string p = Normalize(path);
+    Status st = shared_->client->Commit(p, data, replace);
+    if (st.code() != StatusCode::kUnsupported) {
+      if (st.code() == StatusCode::kExists) return Status(StatusCode::kExists, Quoted(p) + " already exists");
+      return st.WithContext("committing " + Quoted(p));
+    }
+    return Storage::Publish(p, data, replace);
+  }
+
+  Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& path) override {
+    const std::string p = Normalize(path);
+    if (p.empty() || p == "/") return InvalidArgument("cannot create a file at " + Quoted(path));
+    return std::unique_ptr<WritableFile>(new ObjectWritableFile(shared_, p));
+  }
+
+  Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& path) override {
+    const std::string p = Normalize(path);
+    DCKPT_ASSIGN_OR_RETURN(uint64_t size, SizeOf(p));
+    return std::unique_ptr<ReadableFile>(new ObjectReadableFile(shared_, p, size));
+  }
+
+  Result<std::string> ReadFile(const std::string& path, uint64_t max_size) override {
+    DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, OpenFile(path));
+    if (file->size() > max_size) {
+      return Corrupt("file " + Quoted(file->path()) + " is " + std::to_string(file->size()) +
+                     " bytes, more than the " + std::to_string(max_size) + " expected");
+    }
+    std::string out(static_cast<size_t>(file->size()), '\0');
+    DCKPT_RETURN_IF_ERROR(file->ReadAt(0, &out[0], out.size()));
+    return out;
+  }
+
+  Status WriteFileDurably(const std::string& path, const std::string& data) override {
+    DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, CreateFile(path));
+    DCKPT_RETURN_IF_ERROR(file->Preallocate(data.size()));
+    DCKPT_RETURN_IF_ERROR(file->WriteAt(0, data.data(), data.size()));
+    DCKPT_RETURN_IF_ERROR(file->Sync());
+    return file->Close();
+  }
+
+  Result<uint64_t> FileSize(const std::string& path) override { return SizeOf(Normalize(path)); }
+
+  Result<bool> Exists(const std::string& path) override {
+    const std::string p = Normalize(path);
+    auto size = shared_->client->Size(p);
+    if (size.ok()) return true;
+    if (size.status().code() != StatusCode::kNotFound) return size.status().WithContext("looking up " + Quoted(p));
+    return IsDirectory(p);
+  }
+
+  Result<bool> IsDirectory(const std::string& path) override {
+    DCKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(path));
+    return !names.empty();
+  }
+
+  Status CreateDir(const std::string&) override { return OkStatus(); }
+  Status SyncDir(const std::string&) override { return OkStatus(); }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    return Unsupported("renaming " + Quoted(from) + " to " + Quoted(to) + ": " + name() + " storage has no rename");
+  }
+
+  Status RemoveAll(const std::string& path) override {
+    const std::string p = Normalize(path);
+    if (p.empty() || p == "/") return InvalidArgument("refusing to remove everything (" + Quoted(path) + ")");
+    DCKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(p));
+    for (const std::string& n : names) DCKPT_RETURN_IF_ERROR(RemoveAll(Join(p, n)));
+    return shared_->client->Remove(p).WithContext("removing " + Quoted(p));
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    const std::string p = Normalize(path);
+    auto names = shared_->client->List(p);
+    if (!names.ok()) return names.status().WithContext("listing " + Quoted(p));
+    std::set<std::string> unique;
+    for (const std::string& n : *names) {
+      if (n.empty() || n == "." || n == ".." || n.find('/') != std::string::npos) {
+        return IoError("listing " + Quoted(p) + ": the storage returned '" + n + "', which is not a plain name");
+      }
+      unique.insert(n);
+    }
+    return std::vector<std::string>(unique.begin(), unique.end());
+  }
+
+  Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& path) override {
+    const std::string p = Normalize(path);
+    DCKPT_ASSIGN_OR_RETURN(bool is_dir, IsDirectory(p));
+    if (!is_dir) return NotFound("nothing is stored below " + Quoted(p));
+    return std::unique_ptr<Directory>(new ObjectDirectory(this, p));
+  }
+
+  Result<std::string> Identity(const std::string& path) override {
+    return Unsupported("the identity of " + Quoted(path) + ": " + name() + " storage has none");
+  }
+  Status Exchange(const std::string& a, const std::string& b) override {
+    return Unsupported("exchanging " + Quoted(a) + " and " + Quoted(b) + ": " + name() + " storage has no rename");
+  }
+  Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& dir, std::chrono::milliseconds) override {
+    return Unsupported("locking " + Quoted(dir) + ": " + name() + " storage has no locks");
+  }
+
+  Result<uint64_t> SizeOf(const std::string& p) {
+    auto size = shared_->client->Size(p);
+    if (size.ok()) return size;
+    if (size.status().code() == StatusCode::kNotFound) return NotFound("file " + Quoted(p) + " not found");
+    return size.status().WithContext("looking up " + Quoted(p));
+  }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+Result<std::unique_ptr<ReadableFile>> ObjectDirectory::OpenFile(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return InvalidArgument("'" + name + "' in " + Quoted(path_) + " is not a plain file name");
+  }
+  return storage_->OpenFile(Join(path_, name));
+}
+
+Result<bool> ObjectDirectory::Exists(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return false;
+  return storage_->Exists(Join(path_, name));
+}
+
+// ---- In-memory object store ----------------------------------------------------------------------------------------
+
+class MemoryObjects;
+
+class MemoryUpload final : public ObjectUpload {
+ public:
+  MemoryUpload(MemoryObjects* store, std::string path, uint64_t hint);
+  Status Write(uint64_t offset, const void* data, size_t size) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (data_.size() < offset + size) data_.resize(static_cast<size_t>(offset + size));
+    std::memcpy(&data_[static_cast<size_t>(offset)], data, size);
+    return OkStatus();
+  }
+  Status Sync() override { return OkStatus(); }
+  Status Close(uint64_t size, bool discard) override;
+
+ private:
+  MemoryObjects* store_;
+  const std::string path_;
+  std::mutex mu_;
+  std::string data_;
+};
+
+class MemoryObjects final : public ObjectClient, public std::enable_shared_from_this<MemoryObjects> {
+ public:
+  std::string name() const override { return "memory"; }
+  Result<std::unique_ptr<ObjectUpload>> Create(const std::string& path, uint64_t size_hint) override {
+    return std::unique_ptr<ObjectUpload>(new MemoryUpload(this, path, size_hint));
+  }
+  Result<uint64_t> Size(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(path);
+    if (it == objects_.end()) return NotFound("no object");
+    return uint64_t(it->second->size());
+  }
+  Result<size_t> Read(const std::string& path, uint64_t offset, void* data, size_t size) override {
+    std::shared_ptr<const std::string> object;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = objects_.find(path);
+      if (it == objects_.end()) return NotFound("no object");
+      object = it->second;
+    }
+    if (offset >= object->size()) return size_t{0};
+    const size_t n = std::min<uint64_t>(size, object->size() - offset);
+    std::memcpy(data, object->data() + offset, n);
+    return n;
+  }
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    const std::string prefix = dir.empty() ? "" : (dir == "/" ? "/" : dir + "/");
+    std::vector<std::string> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = objects_.lower_bound(prefix); it != objects_.end(); ++it) {
+      if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+      const std::string rest = it->first.substr(prefix.size());
+      if (rest.empty()) continue;
+      out.push_back(rest.substr(0, rest.find('/')));
+    }
+    return out;
+  }
+  Status Remove(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    objects_.erase(path);
+    return OkStatus();
+  }
+  Status Commit(const std::string& path, const std::string& data, bool replace) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!replace && objects_.count(path)) return Status(StatusCode::kExists, "exists");
+    objects_[path] = std::make_shared<const std::string>(data);
+    return OkStatus();
+  }
+  void Put(const std::string& path, std::string data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    objects_[path] = std::make_shared<const std::string>(std::move(data));
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const std::string>> objects_;
+};
+
+MemoryUpload::MemoryUpload(MemoryObjects* store, std::string path, uint64_t hint)
+    : store_(store), path_(std::move(path)) {
+  data_.reserve(static_cast<size_t>(std::min<uint64_t>(hint, uint64_t{1} << 30)));
+}
+
+Status MemoryUpload::Close(uint64_t size, bool discard) {
+  if (discard) return OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  data_.resize(static_cast<size_t>(size));
+  store_->Put(path_, std::move(data_));
+  return OkStatus();
+}
+
+}  // namespace
+
+std::unique_ptr<Storage> NewObjectStorage(std::shared_ptr<ObjectClient> client, ObjectStorageOptions options) {
+  return std::unique_ptr<Storage>(new ObjectStorage(std::move(client), options.max_in_flight));
+}
+
+std::shared_ptr<ObjectClient> NewMemoryObjectClient() { return std::make_shared<MemoryObjects>(); }
+
+}  // namespace distckpt

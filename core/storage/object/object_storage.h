@@ -1,0 +1,65 @@
+// Storage over an object store: a flat namespace of paths ("a/b/c") holding immutable objects written whole, with
+// ranged reads, listing by prefix and removal, but no directories and no rename. The host's storage callbacks (C ABI
+// dckpt_storage_callbacks) and the in-memory object store both come in as an ObjectClient; ObjectStorage turns one into
+// a Storage whose checkpoints are committed metadata-last (CommitProtocol::kMetadataLast, FORMAT.md section 6.2).
+#ifndef DISTCKPT_CORE_STORAGE_OBJECT_OBJECT_STORAGE_H_
+#define DISTCKPT_CORE_STORAGE_OBJECT_OBJECT_STORAGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/storage/storage.h"
+
+namespace distckpt {
+
+/// An object being written. Write may be called from several threads at once for disjoint ranges, in any order.
+class ObjectUpload {
+ public:
+  virtual ~ObjectUpload() = default;
+  virtual Status Write(uint64_t offset, const void* data, size_t size) = 0;
+  virtual Status Sync() = 0;
+  /// Called exactly once. !discard: publishes the object (durably) with `size` bytes, unwritten ones zero. discard:
+  /// nothing appears.
+  virtual Status Close(uint64_t size, bool discard) = 0;
+};
+
+/// What an object store offers. Thread-safe. Errors: kNotFound for a missing path; messages need not name the path
+/// (ObjectStorage adds it).
+class ObjectClient {
+ public:
+  virtual ~ObjectClient() = default;
+  virtual std::string name() const = 0;
+  /// Starts an object; `size_hint` is its final size when known (0: unknown).
+  virtual Result<std::unique_ptr<ObjectUpload>> Create(const std::string& path, uint64_t size_hint) = 0;
+  virtual Result<uint64_t> Size(const std::string& path) = 0;
+  /// Reads up to `size` bytes at `offset`; returns how many (fewer only at the end).
+  virtual Result<size_t> Read(const std::string& path, uint64_t offset, void* data, size_t size) = 0;
+  /// Names directly below `dir` (first components of longer paths included), any order, duplicates allowed.
+  virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;
+  /// OK when nothing is there.
+  virtual Status Remove(const std::string& path) = 0;
+  /// An atomic write of a whole small object; without `replace`, kExists if something is there. kUnsupported: the
+  /// client has none (ObjectStorage then checks and writes).
+  virtual Status Commit(const std::string& path, const std::string& data, bool replace) = 0;
+};
+
+struct ObjectStorageOptions {
+  /// The most Write and Read calls running at once (the engine's I/O threads wait beyond it). 0: 16.
+  unsigned max_in_flight = 0;
+};
+
+/// A Storage over `client`: paths are normalised ("//a/./b/" -> "a/b"; a leading '/' is kept as written so that a
+/// client mapping paths onto a local tree sees absolute paths), a directory is any path with something below it,
+/// CreateDir/SyncDir do nothing, Rename/Exchange/LockDirectory/Identity are kUnsupported, Map() is unavailable.
+std::unique_ptr<Storage> NewObjectStorage(std::shared_ptr<ObjectClient> client, ObjectStorageOptions options = {});
+
+/// An object store in process memory (objects appear when closed; Commit is atomic and conditional).
+std::shared_ptr<ObjectClient> NewMemoryObjectClient();
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_STORAGE_OBJECT_OBJECT_STORAGE_H_
