@@ -34,10 +34,12 @@ struct dckpt_state {
 
 struct dckpt_save_future {
   std::unique_ptr<distckpt::SaveFuture> future;
+  std::shared_ptr<distckpt::Storage> storage;  // what the save writes to, kept alive until it is freed
 };
 
 struct dckpt_reader {
   std::unique_ptr<distckpt::Reader> reader;
+  std::shared_ptr<distckpt::Storage> storage;  // what the reader reads from, kept alive until it is freed
 };
 
 namespace distckpt {
@@ -119,6 +121,7 @@ Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
     if (opts->staging_buffer_bytes != 0) o.staging_buffer_bytes = opts->staging_buffer_bytes;
     if (opts->staging_buffers != 0) o.staging_buffers = opts->staging_buffers;
   }
+  if (opts->version >= 7 && opts->storage) o.storage = opts->storage->storage.get();
   return o;
 }
 
@@ -142,7 +145,16 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
   }
   if (opts->version >= 4) o.max_async_staging_bytes = opts->max_async_staging_bytes;
   if (opts->version >= 5) o.device_snapshot = opts->device_snapshot != 0;
+  if (opts->version >= 6 && opts->storage) o.storage = opts->storage->storage.get();
   return o;
+}
+
+std::shared_ptr<Storage> StorageRef(const dckpt_save_options* opts) {
+  return opts && opts->version >= 6 && opts->storage ? opts->storage->storage : nullptr;
+}
+
+std::shared_ptr<Storage> StorageRef(const dckpt_read_options* opts) {
+  return opts && opts->version >= 7 && opts->storage ? opts->storage->storage : nullptr;
 }
 
 void FillSaveInfo(dckpt_save_info* info, const SaveSummary& r) {
@@ -347,7 +359,8 @@ int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size)
 /* ---- save ---- */
 
 int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
-  const size_t size = version >= 5   ? sizeof(dckpt_save_options)
+  const size_t size = version >= 6   ? sizeof(dckpt_save_options)
+                      : version == 5 ? offsetof(dckpt_save_options, storage)
                       : version == 4 ? offsetof(dckpt_save_options, device_snapshot)
                       : version == 3 ? offsetof(dckpt_save_options, max_async_staging_bytes)
                       : version == 2 ? offsetof(dckpt_save_options, staging_buffer_bytes)
@@ -384,7 +397,7 @@ int dckpt_save_async(dckpt_save_future** out, const char* path, const dckpt_stat
     if (!o.ok()) return Report(o.status());
     auto f = distckpt::SaveAsync(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!f.ok()) return Report(f.status());
-    *out = new dckpt_save_future{std::move(f).value()};
+    *out = new dckpt_save_future{std::move(f).value(), distckpt::capi::StorageRef(opts)};
     return DCKPT_OK;
   })
 }
@@ -430,7 +443,8 @@ void dckpt_save_future_free(dckpt_save_future* future) {
 /* ---- load / read ---- */
 
 int dckpt_read_options_init(dckpt_read_options* opts, unsigned version) {
-  const size_t size = version >= 6   ? sizeof(dckpt_read_options)
+  const size_t size = version >= 7   ? sizeof(dckpt_read_options)
+                      : version == 6 ? offsetof(dckpt_read_options, storage)
                       : version == 5 ? offsetof(dckpt_read_options, staging_buffer_bytes)
                       : version == 4 ? offsetof(dckpt_read_options, fanout)
                       : version == 3 ? offsetof(dckpt_read_options, pin_files)
@@ -481,7 +495,7 @@ int dckpt_reader_open(dckpt_reader** out, const char* path, dckpt_comm* comm, co
     auto r = distckpt::Reader::Open(path, distckpt::capi::CommOf(comm), *o,
                                     pin ? distckpt::FilePinning::kAllAtOpen : distckpt::FilePinning::kOnFirstUse);
     if (!r.ok()) return Report(r.status());
-    *out = new dckpt_reader{std::move(r).value()};
+    *out = new dckpt_reader{std::move(r).value(), distckpt::capi::StorageRef(opts)};
     return DCKPT_OK;
   })
 }

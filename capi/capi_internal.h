@@ -9,9 +9,15 @@
 #include "capi/include/distckpt/distckpt.h"
 #include "core/base/status.h"
 #include "core/comm/communicator.h"
+#include "core/storage/storage.h"
 
 struct dckpt_comm {
   std::unique_ptr<distckpt::Communicator> comm;
+};
+
+/// Shared: readers and async saves that use a storage keep it alive after dckpt_storage_free.
+struct dckpt_storage {
+  std::shared_ptr<distckpt::Storage> storage;
 };
 
 namespace distckpt {

@@ -14,8 +14,10 @@ using distckpt::capi::Report;
 extern "C" {
 
 int dckpt_export_options_init(dckpt_export_options* opts, unsigned version) {
+  const size_t size = version >= 2 ? sizeof(dckpt_export_options) : offsetof(dckpt_export_options, storage);
   return distckpt::capi::InitVersioned<dckpt_export_options>(opts, "opts", DCKPT_EXPORT_OPTIONS_INIT, version,
-                                                             DCKPT_EXPORT_OPTIONS_VERSION, "dckpt_export_options");
+                                                             DCKPT_EXPORT_OPTIONS_VERSION, "dckpt_export_options",
+                                                             size);
 }
 
 int dckpt_export_safetensors(const char* ckpt_path, const char* out_dir, const dckpt_export_options* opts) {
@@ -32,6 +34,11 @@ int dckpt_export_safetensors(const char* ckpt_path, const char* out_dir, const d
         dckpt_progress_fn fn = opts->progress;
         void* user = opts->progress_user_data;
         o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
+      }
+      if (opts->version >= 2) {
+        if (opts->storage) o.storage = opts->storage->storage.get();
+        // NULL out_storage is the POSIX file system whatever the checkpoint is read from.
+        o.out_storage = opts->out_storage ? opts->out_storage->storage.get() : distckpt::DefaultStorage();
       }
     }
     auto r = distckpt::ExportSafetensors(ckpt_path, out_dir, o);

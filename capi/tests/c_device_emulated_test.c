@@ -49,7 +49,7 @@ int main(void) {
   CHECK_OK(dckpt_save(NULL, path, save, NULL, &so));
 
   /* Loaded into "device" memory by columns: every row of each piece is a strided run. */
-  CHECK(ro.version == 6 && ro.staging_buffer_bytes == 0 && ro.staging_buffers == 0);
+  CHECK(ro.version == DCKPT_READ_OPTIONS_VERSION && ro.storage == NULL && ro.staging_buffer_bytes == 0 && ro.staging_buffers == 0);
   ro.staging_buffer_bytes = 4096;
   ro.staging_buffers = 2;
   memset(left, 0, sizeof left);
@@ -95,7 +95,7 @@ int main(void) {
     dckpt_save_future *f = NULL;
     dckpt_save_options so4;
     snprintf(p2, sizeof p2, "%s/async", dir);
-    CHECK(so.version == 5 && so.device_snapshot == 0);
+    CHECK(so.version == DCKPT_SAVE_OPTIONS_VERSION && so.storage == NULL && so.device_snapshot == 0);
     so.device_snapshot = 1;
     CHECK_OK(dckpt_save_async(&f, p2, save, NULL, &so));
     for (r = 0; r < ROWS * COLS; ++r) m[r] = -1.0f;

@@ -211,14 +211,16 @@ const char* SafetensorsDTypeName(DType dtype) {
 
 Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path, const std::string& out_dir,
                                                    const SafetensorsExportOptions& options) {
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = options.out_storage ? options.out_storage : options.storage ? options.storage : DefaultStorage();
+  // Object stores have no rename and no directories: files go straight to their names.
+  const bool direct = storage->commit_protocol() == CommitProtocol::kMetadataLast;
   const std::string index_name = options.prefix + ".safetensors.index.json";
   if (options.prefix.empty() || !IsValidFileName(index_name)) {
     return InvalidArgument("safetensors export: prefix '" + options.prefix +
                            "' is not a plain file name (no '/', no '..', no control characters)");
   }
   if (options.max_shard_bytes == 0) return InvalidArgument("safetensors export: max_shard_bytes must be > 0");
-  DCKPT_ASSIGN_OR_RETURN(bool is_dir, storage->IsDirectory(out_dir));
+  DCKPT_ASSIGN_OR_RETURN(bool is_dir, direct ? Result<bool>(true) : storage->IsDirectory(out_dir));
   if (!is_dir) {
     return NotFound("safetensors export: output directory '" + out_dir + "' does not exist; create it first");
   }
@@ -309,7 +311,7 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
   for (size_t s = 0; s < shards.size(); ++s) {
     ShardFile& shard = shards[s];
     shard.name = FileName(options.prefix, s, shards.size());
-    shard.tmp_path = out_dir + "/." + shard.name + ".tmp-" + nonce;
+    shard.tmp_path = direct ? out_dir + "/" + shard.name : out_dir + "/." + shard.name + ".tmp-" + nonce;
     // Largest elements first keeps every tensor aligned to its element size (safetensors' own writer does this).
     std::stable_sort(shard.tensors.begin(), shard.tensors.end(), [](const TensorToExport& a, const TensorToExport& b) {
       const size_t sa = DTypeSize(a.dtype), sb = DTypeSize(b.dtype);
@@ -368,7 +370,7 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
     index += JsonQuote(name) + ": " + JsonQuote(*file);
   }
   index += first ? "}\n}\n" : "\n  }\n}\n";
-  const std::string index_tmp = out_dir + "/." + index_name + ".tmp-" + nonce;
+  const std::string index_tmp = direct ? out_dir + "/" + index_name : out_dir + "/." + index_name + ".tmp-" + nonce;
   written_tmp.push_back(index_tmp);
   if (Status st = storage->WriteFileDurably(index_tmp, index); !st.ok()) {
     cleanup();
@@ -378,6 +380,7 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
   // Everything is complete and durable: move the files into place, the index last.
   auto install = [&](const std::string& tmp, const std::string& name) -> Status {
     const std::string path = out_dir + "/" + name;
+    if (direct) return OkStatus();  // already there
     DCKPT_RETURN_IF_ERROR(storage->RemoveAll(path));
     return storage->Rename(tmp, path);
   };

@@ -27,7 +27,10 @@ struct SafetensorsExportOptions {
   /// Bytes of tensor data held in memory at once. A tensor larger than this is copied region by region (row slabs,
   /// finer slabs for huge rows), so the whole export never holds more than this plus the metadata.
   uint64_t buffer_bytes = 64ull << 20;
-  Storage* storage = nullptr;  ///< nullptr: the POSIX filesystem (for reading and writing)
+  Storage* storage = nullptr;  ///< nullptr: the POSIX filesystem (for reading, and writing unless out_storage is set)
+  /// Where the files are written; nullptr: `storage`. On storage without rename (object stores) each file is written
+  /// straight to its name (an object appears whole when it is closed); elsewhere under a temporary name renamed last.
+  Storage* out_storage = nullptr;
   /// Called with (tensor bytes written so far, total tensor bytes); non-zero aborts with kUser.
   std::function<int(uint64_t done, uint64_t total)> progress;
 };

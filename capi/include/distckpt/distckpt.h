@@ -181,6 +181,106 @@ DCKPT_API int dckpt_comm_barrier(dckpt_comm *comm, uint64_t timeout_ms);
  * callbacks it does nothing (the host owns the transport). The communicator is unusable afterwards. */
 DCKPT_API int dckpt_comm_abort(dckpt_comm *comm, const char *reason);
 
+/* ---- Storage: where checkpoints live ------------------------------------------------------------------------- */
+
+/* A storage backend: the built-in POSIX file system, an in-process memory store, or storage the host plugs in through
+ * callbacks (an object store client, fsspec, an SDK). Passed through the `storage` field of the save, read and export
+ * options (NULL there: the POSIX file system). Thread-safe; distckpt calls a storage from several threads at once.
+ * dckpt_storage_free drops the caller's reference: readers and async saves that use the storage keep it alive until
+ * they are freed or finish. See FORMAT.md "Commit on storage without rename" for what is written where. */
+typedef struct dckpt_storage dckpt_storage;
+/* The sink dckpt_storage_callbacks.list reports names into (valid only during that call). */
+typedef struct dckpt_storage_list dckpt_storage_list;
+/* A file a write callback writes into: the host's own handle, returned by `create`. */
+typedef void dckpt_storage_file;
+
+/* Storage supplied by the host. Paths are '/'-separated strings exactly as the caller passed them to dckpt_save /
+ * dckpt_reader_open, joined with plain file names ("<checkpoint>/metadata.dckpt"); the host decides what they mean (an
+ * object key, a bucket and key, a local path). There are no directories to create or rename: a "directory" is the
+ * set of paths below a prefix. Every callback returns 0 on success or a negative DCKPT_E* code (DCKPT_ENOTFOUND for
+ * a missing path, DCKPT_ENOSPC, DCKPT_EIO...); any other non-zero value is DCKPT_EUSER. Callbacks are called from
+ * several threads at once (at most `max_in_flight` write/read calls together), so they must be thread-safe; a
+ * callback may set no distckpt error (dckpt_error_last is distckpt's, it names the path and the operation). */
+#define DCKPT_STORAGE_CALLBACKS_VERSION 1
+typedef struct dckpt_storage_callbacks {
+  unsigned version;
+  /* Starts writing `path`, replacing what is there when the file is closed. `size_hint` is the final size when known
+   * (0: unknown). Nothing is visible at `path` before `close` returns 0 with discard == 0. */
+  int (*create)(dckpt_storage_file **file, const char *path, uint64_t size_hint, void *user_data);
+  /* Writes `size` bytes at `offset`. Calls for one file may come from several threads at once, for disjoint ranges,
+   * in any order; bytes never written read as zeros. */
+  int (*write)(dckpt_storage_file *file, uint64_t offset, const void *data, size_t size, void *user_data);
+  /* Optional (NULL: nothing to do): makes what was written so far durable. */
+  int (*sync)(dckpt_storage_file *file, void *user_data);
+  /* Finishes the file: discard == 0 publishes it at its path, durably, of size `size` (the largest offset + size
+   * written, or more: the rest is zeros); discard != 0 abandons it (nothing appears). Called exactly once per file. */
+  int (*close)(dckpt_storage_file *file, uint64_t size, int discard, void *user_data);
+  /* The size of the file at `path`; DCKPT_ENOTFOUND when there is none. */
+  int (*size)(uint64_t *size, const char *path, void *user_data);
+  /* Reads `size` bytes at `offset` of `path` into `data`; `*got` is how many it read (fewer only at the end of the
+   * file). Calls may come from several threads at once. */
+  int (*read)(size_t *got, const char *path, uint64_t offset, void *data, size_t size, void *user_data);
+  /* Reports, through dckpt_storage_list_add, the names directly below `dir` (files, and the first component of
+   * longer paths: "a/b/c" is reported as "b" when listing "a"), each once, in any order. A `dir` with nothing below
+   * it is not an error (report nothing). */
+  int (*list)(dckpt_storage_list *out, const char *dir, void *user_data);
+  /* Removes the file at `path`; 0 when there is none. */
+  int (*remove)(const char *path, void *user_data);
+  /* Optional: the commit. Writes the `size` bytes at `data` to `path` (a checkpoint's metadata) as one atomic, durable
+   * step: readers see the old content (or nothing) or all of the new. With `replace` == 0 it must fail with
+   * DCKPT_EEXISTS when something is already at `path` (S3: a conditional PUT with If-None-Match: *). NULL: distckpt
+   * uses create/write/close after checking that nothing is there when replace == 0 (a check another writer can race). */
+  int (*commit)(const char *path, const void *data, size_t size, int replace, void *user_data);
+  void *user_data;
+  unsigned max_in_flight; /* most write and read callbacks running at once; 0: default (16) */
+} dckpt_storage_callbacks;
+#define DCKPT_STORAGE_CALLBACKS_INIT \
+  {DCKPT_STORAGE_CALLBACKS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+DCKPT_API int dckpt_storage_callbacks_init(dckpt_storage_callbacks *callbacks, unsigned version);
+/* Storage through the host's callbacks (create, write, close, size, read, list and remove are required). The callbacks
+ * and user_data must stay valid until the storage and everything that uses it are freed. Checkpoints on it are
+ * committed by writing the metadata last (FORMAT.md), never by renaming. */
+DCKPT_API int dckpt_storage_new_callbacks(dckpt_storage **out, const dckpt_storage_callbacks *callbacks);
+/* The POSIX file system (what NULL storage means). */
+DCKPT_API int dckpt_storage_new_posix(dckpt_storage **out);
+/* An in-process store of files (lost when freed), committed like callback storage: for tests and examples. */
+DCKPT_API int dckpt_storage_new_memory(dckpt_storage **out);
+DCKPT_API void dckpt_storage_free(dckpt_storage *storage);
+/* For a list callback: adds one name (a plain name, no '/'). */
+DCKPT_API int dckpt_storage_list_add(dckpt_storage_list *list, const char *name);
+
+/* What is at a path of a storage (dckpt_storage_stat). */
+typedef enum dckpt_path_kind {
+  DCKPT_PATH_NONE = 0,       /* nothing, or nothing distckpt wrote */
+  DCKPT_PATH_CHECKPOINT = 1, /* a committed checkpoint (its metadata is there; it is not opened or checked here) */
+  DCKPT_PATH_INCOMPLETE = 2  /* no checkpoint, only what unfinished saves left: prune's to remove */
+} dckpt_path_kind;
+#define DCKPT_PATH_INFO_VERSION 1
+typedef struct dckpt_path_info {
+  unsigned version;
+  int kind;               /* a dckpt_path_kind */
+  uint64_t files;         /* files distckpt wrote there (committed and leftover) */
+  uint64_t bytes;         /* their total size */
+  uint64_t leftover_files; /* files no committed checkpoint refers to: unfinished or superseded saves */
+  uint64_t leftover_bytes;
+  unsigned saves_in_progress; /* unfinished saves whose writer marker is younger than the grace period given */
+} dckpt_path_info;
+#define DCKPT_PATH_INFO_INIT {DCKPT_PATH_INFO_VERSION, 0, 0, 0, 0, 0, 0}
+/* Describes what is at `path` on `storage` (NULL: POSIX) for a checkpoint laid out for storage without rename (any
+ * storage from dckpt_storage_new_callbacks or _new_memory). Saves whose marker is younger than `grace_seconds` count
+ * as in progress. */
+DCKPT_API int dckpt_storage_stat(dckpt_path_info *out, dckpt_storage *storage, const char *path, double grace_seconds);
+/* Removes the leftovers at `path` (files of unfinished saves whose marker is older than `grace_seconds`, and files no
+ * committed checkpoint refers to), never the committed checkpoint nor a file distckpt did not write. `removed` (may be
+ * NULL) is called with each path removed; a non-zero return stops with DCKPT_EUSER. With dry_run != 0 nothing is
+ * removed but `removed` still reports what would be. */
+DCKPT_API int dckpt_storage_remove_leftovers(dckpt_storage *storage, const char *path, double grace_seconds,
+                                             int dry_run, int (*removed)(const char *path, void *user_data),
+                                             void *user_data);
+/* Removes the checkpoint at `path` and its leftovers: the metadata first (so it stops existing in one step), then its
+ * data files. DCKPT_ENOTFOUND when nothing distckpt wrote is there. */
+DCKPT_API int dckpt_storage_remove_checkpoint(dckpt_storage *storage, const char *path);
+
 /* ---- State: what a rank saves, or where it loads to ------------------------------------------------------------ */
 
 /* A set of named entries: tensors made of local pieces, and opaque bytes. Buffers are borrowed, not copied: they must
@@ -241,7 +341,7 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 
 /* ---- Save ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_SAVE_OPTIONS_VERSION 5
+#define DCKPT_SAVE_OPTIONS_VERSION 6
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
@@ -269,8 +369,11 @@ typedef struct dckpt_save_options {
                         * copies are done; the background save then copies them to host through the pinned pool.
                         * Costs free device memory the size of the device pieces; pieces that do not fit are staged
                         * in host memory instead. Freed when the save finishes (default 0) */
+  /* version >= 6 */
+  dckpt_storage *storage; /* where the checkpoint is written; NULL: the POSIX file system (default). The save (an
+                           * async one too) holds a reference until it finishes */
 } dckpt_save_options;
-#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0}
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0, NULL}
 DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
 
 #define DCKPT_SAVE_INFO_VERSION 1
@@ -325,7 +428,7 @@ typedef enum dckpt_fanout_mode {
   DCKPT_FANOUT_ALWAYS = 2 /* whenever several ranks need the same bytes */
 } dckpt_fanout_mode;
 
-#define DCKPT_READ_OPTIONS_VERSION 6
+#define DCKPT_READ_OPTIONS_VERSION 7
 typedef struct dckpt_read_options {
   unsigned version;
   int verify;          /* check checksums of every byte read (default 1) */
@@ -358,8 +461,12 @@ typedef struct dckpt_read_options {
    * `staging_buffers` pinned buffers of `staging_buffer_bytes`, the same process-wide pool a save of that shape uses */
   uint64_t staging_buffer_bytes; /* 0: default (16 MiB); rounded down to a multiple of the checksum block size */
   unsigned staging_buffers;      /* 0: default (4); at least 2 */
+  /* version >= 7 */
+  dckpt_storage *storage; /* where the checkpoint is read from; NULL: the POSIX file system (default). A reader holds
+                           * a reference until it is freed */
 } dckpt_read_options;
-#define DCKPT_READ_OPTIONS_INIT {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1, DCKPT_FANOUT_AUTO, 0, 0, 0}
+#define DCKPT_READ_OPTIONS_INIT \
+  {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1, DCKPT_FANOUT_AUTO, 0, 0, 0, NULL}
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
 #define DCKPT_IO_STATS_VERSION 3
@@ -501,7 +608,7 @@ DCKPT_API int dckpt_reader_io_stats(dckpt_io_stats *out, const dckpt_reader *rea
 
 /* ---- Tools ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_EXPORT_OPTIONS_VERSION 1
+#define DCKPT_EXPORT_OPTIONS_VERSION 2
 typedef struct dckpt_export_options {
   unsigned version;
   uint64_t max_shard_bytes;   /* largest .safetensors file; 0: 5 GB (10^9 bytes per GB, as Hugging Face counts) */
@@ -509,8 +616,11 @@ typedef struct dckpt_export_options {
   int verify;                 /* check checksums while reading (default 1) */
   dckpt_progress_fn progress; /* bytes written so far; NULL: none */
   void *progress_user_data;
+  /* version >= 2 */
+  dckpt_storage *storage;     /* where the checkpoint is read from; NULL: the POSIX file system (default) */
+  dckpt_storage *out_storage; /* where the safetensors files are written; NULL: the POSIX file system (default) */
 } dckpt_export_options;
-#define DCKPT_EXPORT_OPTIONS_INIT {DCKPT_EXPORT_OPTIONS_VERSION, 0, NULL, 1, NULL, NULL}
+#define DCKPT_EXPORT_OPTIONS_INIT {DCKPT_EXPORT_OPTIONS_VERSION, 0, NULL, 1, NULL, NULL, NULL, NULL}
 DCKPT_API int dckpt_export_options_init(dckpt_export_options *opts, unsigned version);
 
 /* Writes every tensor of the checkpoint at `ckpt_path` into `out_dir` as safetensors files

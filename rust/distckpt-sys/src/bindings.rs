@@ -9,15 +9,17 @@ pub const DCKPT_MAX_DIMS: u32 = 8;
 pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_NCCL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
+pub const DCKPT_STORAGE_CALLBACKS_VERSION: u32 = 1;
+pub const DCKPT_PATH_INFO_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
-pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 5;
+pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 6;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
-pub const DCKPT_READ_OPTIONS_VERSION: u32 = 6;
+pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
 pub const DCKPT_IO_STATS_VERSION: u32 = 3;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 1;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
-pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 1;
+pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 2;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __uint64_t = ::std::os::raw::c_ulong;
 extern "C" {
@@ -563,6 +565,514 @@ extern "C" {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct dckpt_storage {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_storage_list {
+    _unused: [u8; 0],
+}
+pub type dckpt_storage_file = ::std::os::raw::c_void;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_storage_callbacks {
+    pub version: ::std::os::raw::c_uint,
+    pub create: ::std::option::Option<
+        unsafe extern "C" fn(
+            file: *mut *mut dckpt_storage_file,
+            path: *const ::std::os::raw::c_char,
+            size_hint: u64,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub write: ::std::option::Option<
+        unsafe extern "C" fn(
+            file: *mut dckpt_storage_file,
+            offset: u64,
+            data: *const ::std::os::raw::c_void,
+            size: usize,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub sync: ::std::option::Option<
+        unsafe extern "C" fn(
+            file: *mut dckpt_storage_file,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub close: ::std::option::Option<
+        unsafe extern "C" fn(
+            file: *mut dckpt_storage_file,
+            size: u64,
+            discard: ::std::os::raw::c_int,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub size: ::std::option::Option<
+        unsafe extern "C" fn(
+            size: *mut u64,
+            path: *const ::std::os::raw::c_char,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub read: ::std::option::Option<
+        unsafe extern "C" fn(
+            got: *mut usize,
+            path: *const ::std::os::raw::c_char,
+            offset: u64,
+            data: *mut ::std::os::raw::c_void,
+            size: usize,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub list: ::std::option::Option<
+        unsafe extern "C" fn(
+            out: *mut dckpt_storage_list,
+            dir: *const ::std::os::raw::c_char,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub remove: ::std::option::Option<
+        unsafe extern "C" fn(
+            path: *const ::std::os::raw::c_char,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub commit: ::std::option::Option<
+        unsafe extern "C" fn(
+            path: *const ::std::os::raw::c_char,
+            data: *const ::std::os::raw::c_void,
+            size: usize,
+            replace: ::std::os::raw::c_int,
+            user_data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub user_data: *mut ::std::os::raw::c_void,
+    pub max_in_flight: ::std::os::raw::c_uint,
+}
+#[test]
+fn bindgen_test_layout_dckpt_storage_callbacks() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_storage_callbacks>(),
+        96usize,
+        concat!("Size of: ", stringify!(dckpt_storage_callbacks))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_storage_callbacks>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_storage_callbacks))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_create() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).create) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(create)
+            )
+        );
+    }
+    test_field_create();
+    fn test_field_write() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).write) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(write)
+            )
+        );
+    }
+    test_field_write();
+    fn test_field_sync() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).sync) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(sync)
+            )
+        );
+    }
+    test_field_sync();
+    fn test_field_close() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).close) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(close)
+            )
+        );
+    }
+    test_field_close();
+    fn test_field_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).size) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(size)
+            )
+        );
+    }
+    test_field_size();
+    fn test_field_read() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).read) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(read)
+            )
+        );
+    }
+    test_field_read();
+    fn test_field_list() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).list) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(list)
+            )
+        );
+    }
+    test_field_list();
+    fn test_field_remove() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remove) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(remove)
+            )
+        );
+    }
+    test_field_remove();
+    fn test_field_commit() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).commit) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(commit)
+            )
+        );
+    }
+    test_field_commit();
+    fn test_field_user_data() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).user_data) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(user_data)
+            )
+        );
+    }
+    test_field_user_data();
+    fn test_field_max_in_flight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_in_flight) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(max_in_flight)
+            )
+        );
+    }
+    test_field_max_in_flight();
+}
+extern "C" {
+    pub fn dckpt_storage_callbacks_init(
+        callbacks: *mut dckpt_storage_callbacks,
+        version: ::std::os::raw::c_uint,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_new_callbacks(
+        out: *mut *mut dckpt_storage,
+        callbacks: *const dckpt_storage_callbacks,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_new_posix(out: *mut *mut dckpt_storage) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_new_memory(out: *mut *mut dckpt_storage) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_free(storage: *mut dckpt_storage);
+}
+extern "C" {
+    pub fn dckpt_storage_list_add(
+        list: *mut dckpt_storage_list,
+        name: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
+pub const DCKPT_PATH_NONE: dckpt_path_kind = 0;
+pub const DCKPT_PATH_CHECKPOINT: dckpt_path_kind = 1;
+pub const DCKPT_PATH_INCOMPLETE: dckpt_path_kind = 2;
+pub type dckpt_path_kind = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_path_info {
+    pub version: ::std::os::raw::c_uint,
+    pub kind: ::std::os::raw::c_int,
+    pub files: u64,
+    pub bytes: u64,
+    pub leftover_files: u64,
+    pub leftover_bytes: u64,
+    pub saves_in_progress: ::std::os::raw::c_uint,
+}
+#[test]
+fn bindgen_test_layout_dckpt_path_info() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_path_info>(),
+        48usize,
+        concat!("Size of: ", stringify!(dckpt_path_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_path_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_path_info))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_path_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_path_info),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_kind() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_path_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kind) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_path_info),
+                "::",
+                stringify!(kind)
+            )
+        );
+    }
+    test_field_kind();
+    fn test_field_files() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_path_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).files) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_path_info),
+                "::",
+                stringify!(files)
+            )
+        );
+    }
+    test_field_files();
+    fn test_field_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_path_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_path_info),
+                "::",
+                stringify!(bytes)
+            )
+        );
+    }
+    test_field_bytes();
+    fn test_field_leftover_files() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_path_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).leftover_files) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_path_info),
+                "::",
+                stringify!(leftover_files)
+            )
+        );
+    }
+    test_field_leftover_files();
+    fn test_field_leftover_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_path_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).leftover_bytes) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_path_info),
+                "::",
+                stringify!(leftover_bytes)
+            )
+        );
+    }
+    test_field_leftover_bytes();
+    fn test_field_saves_in_progress() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_path_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).saves_in_progress) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_path_info),
+                "::",
+                stringify!(saves_in_progress)
+            )
+        );
+    }
+    test_field_saves_in_progress();
+}
+extern "C" {
+    pub fn dckpt_storage_stat(
+        out: *mut dckpt_path_info,
+        storage: *mut dckpt_storage,
+        path: *const ::std::os::raw::c_char,
+        grace_seconds: f64,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_remove_leftovers(
+        storage: *mut dckpt_storage,
+        path: *const ::std::os::raw::c_char,
+        grace_seconds: f64,
+        dry_run: ::std::os::raw::c_int,
+        removed: ::std::option::Option<
+            unsafe extern "C" fn(
+                path: *const ::std::os::raw::c_char,
+                user_data: *mut ::std::os::raw::c_void,
+            ) -> ::std::os::raw::c_int,
+        >,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_remove_checkpoint(
+        storage: *mut dckpt_storage,
+        path: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct dckpt_state {
     _unused: [u8; 0],
 }
@@ -759,12 +1269,13 @@ pub struct dckpt_save_options {
     pub staging_buffers: ::std::os::raw::c_uint,
     pub max_async_staging_bytes: u64,
     pub device_snapshot: ::std::os::raw::c_int,
+    pub storage: *mut dckpt_storage,
 }
 #[test]
 fn bindgen_test_layout_dckpt_save_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_save_options>(),
-        80usize,
+        88usize,
         concat!("Size of: ", stringify!(dckpt_save_options))
     );
     assert_eq!(
@@ -976,6 +1487,23 @@ fn bindgen_test_layout_dckpt_save_options() {
         );
     }
     test_field_device_snapshot();
+    fn test_field_storage() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).storage) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(storage)
+            )
+        );
+    }
+    test_field_storage();
 }
 extern "C" {
     pub fn dckpt_save_options_init(
@@ -1192,12 +1720,13 @@ pub struct dckpt_read_options {
     pub fanout_round_bytes: u64,
     pub staging_buffer_bytes: u64,
     pub staging_buffers: ::std::os::raw::c_uint,
+    pub storage: *mut dckpt_storage,
 }
 #[test]
 fn bindgen_test_layout_dckpt_read_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_read_options>(),
-        80usize,
+        88usize,
         concat!("Size of: ", stringify!(dckpt_read_options))
     );
     assert_eq!(
@@ -1426,6 +1955,23 @@ fn bindgen_test_layout_dckpt_read_options() {
         );
     }
     test_field_staging_buffers();
+    fn test_field_storage() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_read_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).storage) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_read_options),
+                "::",
+                stringify!(storage)
+            )
+        );
+    }
+    test_field_storage();
 }
 extern "C" {
     pub fn dckpt_read_options_init(
@@ -2283,12 +2829,14 @@ pub struct dckpt_export_options {
     pub verify: ::std::os::raw::c_int,
     pub progress: dckpt_progress_fn,
     pub progress_user_data: *mut ::std::os::raw::c_void,
+    pub storage: *mut dckpt_storage,
+    pub out_storage: *mut dckpt_storage,
 }
 #[test]
 fn bindgen_test_layout_dckpt_export_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_export_options>(),
-        48usize,
+        64usize,
         concat!("Size of: ", stringify!(dckpt_export_options))
     );
     assert_eq!(
@@ -2398,6 +2946,40 @@ fn bindgen_test_layout_dckpt_export_options() {
         );
     }
     test_field_progress_user_data();
+    fn test_field_storage() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_export_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).storage) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_export_options),
+                "::",
+                stringify!(storage)
+            )
+        );
+    }
+    test_field_storage();
+    fn test_field_out_storage() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_export_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).out_storage) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_export_options),
+                "::",
+                stringify!(out_storage)
+            )
+        );
+    }
+    test_field_out_storage();
 }
 extern "C" {
     pub fn dckpt_export_options_init(

@@ -1,0 +1,219 @@
+// The storage part of the C ABI: dckpt_storage handles (POSIX, in-memory, host callbacks), and the prune of the
+// metadata-last layout.
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/capi_internal.h"
+#include "capi/include/distckpt/distckpt.h"
+#include "core/storage/object/object_storage.h"
+#include "core/tools/leftovers.h"
+
+struct dckpt_storage_list {
+  std::vector<std::string> names;
+};
+
+namespace distckpt {
+namespace capi {
+namespace {
+
+// A callback's return value as a Status: its own DCKPT_E* code, or kUser for anything else non-zero.
+Status FromCallback(int rc, const char* callback) {
+  if (rc == 0) return OkStatus();
+  const bool known = rc < 0 && rc >= DCKPT_EINTERNAL;
+  const StatusCode code = known ? static_cast<StatusCode>(rc) : StatusCode::kUser;
+  return Status(code, std::string("the storage's ") + callback + " callback returned " + std::to_string(rc) +
+                          (known ? std::string(" (") + StatusCodeName(code) + ")" : std::string()));
+}
+
+class CallbackUpload final : public ObjectUpload {
+ public:
+  CallbackUpload(const dckpt_storage_callbacks& cb, dckpt_storage_file* file) : cb_(cb), file_(file) {}
+  ~CallbackUpload() override {
+    if (!closed_) (void)cb_.close(file_, 0, 1, cb_.user_data);
+  }
+  Status Write(uint64_t offset, const void* data, size_t size) override {
+    return FromCallback(cb_.write(file_, offset, data, size, cb_.user_data), "write");
+  }
+  Status Sync() override { return cb_.sync ? FromCallback(cb_.sync(file_, cb_.user_data), "sync") : OkStatus(); }
+  Status Close(uint64_t size, bool discard) override {
+    closed_ = true;
+    return FromCallback(cb_.close(file_, size, discard ? 1 : 0, cb_.user_data), "close");
+  }
+
+ private:
+  const dckpt_storage_callbacks& cb_;
+  dckpt_storage_file* const file_;
+  bool closed_ = false;
+};
+
+class CallbackClient final : public ObjectClient {
+ public:
+  explicit CallbackClient(const dckpt_storage_callbacks& cb) : cb_(cb) {}
+  std::string name() const override { return "callback"; }
+  Result<std::unique_ptr<ObjectUpload>> Create(const std::string& path, uint64_t size_hint) override {
+    dckpt_storage_file* file = nullptr;
+    DCKPT_RETURN_IF_ERROR(FromCallback(cb_.create(&file, path.c_str(), size_hint, cb_.user_data), "create"));
+    return std::unique_ptr<ObjectUpload>(new CallbackUpload(cb_, file));
+  }
+  Result<uint64_t> Size(const std::string& path) override {
+    uint64_t size = 0;
+    DCKPT_RETURN_IF_ERROR(FromCallback(cb_.size(&size, path.c_str(), cb_.user_data), "size"));
+    return size;
+  }
+  Result<size_t> Read(const std::string& path, uint64_t offset, void* data, size_t size) override {
+    size_t got = 0;
+    DCKPT_RETURN_IF_ERROR(FromCallback(cb_.read(&got, path.c_str(), offset, data, size, cb_.user_data), "read"));
+    return got;
+  }
+  Result<std::vector<std::string>> List(const std::string& dir) override {
+    dckpt_storage_list list;
+    DCKPT_RETURN_IF_ERROR(FromCallback(cb_.list(&list, dir.c_str(), cb_.user_data), "list"));
+    return std::move(list.names);
+  }
+  Status Remove(const std::string& path) override {
+    return FromCallback(cb_.remove(path.c_str(), cb_.user_data), "remove");
+  }
+  Status Commit(const std::string& path, const std::string& data, bool replace) override {
+    if (cb_.commit == nullptr) return Unsupported("no commit callback");
+    return FromCallback(cb_.commit(path.c_str(), data.data(), data.size(), replace ? 1 : 0, cb_.user_data), "commit");
+  }
+
+ private:
+  const dckpt_storage_callbacks cb_;
+};
+
+Result<std::chrono::seconds> Grace(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e12) {
+    return InvalidArgument("grace_seconds = " + std::to_string(seconds) + " must be a number >= 0");
+  }
+  return std::chrono::seconds(static_cast<int64_t>(std::ceil(seconds)));
+}
+
+}  // namespace
+
+}  // namespace capi
+}  // namespace distckpt
+
+using distckpt::capi::NotNull;
+using distckpt::capi::Report;
+
+extern "C" {
+
+int dckpt_storage_callbacks_init(dckpt_storage_callbacks* callbacks, unsigned version) {
+  return distckpt::capi::InitVersioned<dckpt_storage_callbacks>(callbacks, "callbacks", DCKPT_STORAGE_CALLBACKS_INIT,
+                                                                version, DCKPT_STORAGE_CALLBACKS_VERSION,
+                                                                "dckpt_storage_callbacks");
+}
+
+int dckpt_storage_new_callbacks(dckpt_storage** out, const dckpt_storage_callbacks* callbacks) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    DCKPT_RETURN_IF_FAILED(NotNull(callbacks, "callbacks"));
+    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(callbacks->version, DCKPT_STORAGE_CALLBACKS_VERSION,
+                                                        "dckpt_storage_callbacks"));
+    const std::pair<const void*, const char*> required[] = {
+        {reinterpret_cast<const void*>(callbacks->create), "callbacks->create"},
+        {reinterpret_cast<const void*>(callbacks->write), "callbacks->write"},
+        {reinterpret_cast<const void*>(callbacks->close), "callbacks->close"},
+        {reinterpret_cast<const void*>(callbacks->size), "callbacks->size"},
+        {reinterpret_cast<const void*>(callbacks->read), "callbacks->read"},
+        {reinterpret_cast<const void*>(callbacks->list), "callbacks->list"},
+        {reinterpret_cast<const void*>(callbacks->remove), "callbacks->remove"}};
+    for (const auto& [fn, what] : required) DCKPT_RETURN_IF_FAILED(NotNull(fn, what));
+    distckpt::ObjectStorageOptions o;
+    o.max_in_flight = callbacks->max_in_flight;
+    *out = new dckpt_storage{distckpt::NewObjectStorage(
+        std::make_shared<distckpt::capi::CallbackClient>(*callbacks), o)};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_storage_new_posix(dckpt_storage** out) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = new dckpt_storage{distckpt::NewPosixStorage()};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_storage_new_memory(dckpt_storage** out) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = new dckpt_storage{distckpt::NewObjectStorage(distckpt::NewMemoryObjectClient())};
+    return DCKPT_OK;
+  })
+}
+
+void dckpt_storage_free(dckpt_storage* storage) {
+  try {
+    delete storage;
+  } catch (...) {
+  }
+}
+
+int dckpt_storage_list_add(dckpt_storage_list* list, const char* name) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(list, "list"));
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
+    list->names.emplace_back(name);
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_storage_stat(dckpt_path_info* out, dckpt_storage* storage, const char* path, double grace_seconds) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(out->version, DCKPT_PATH_INFO_VERSION, "dckpt_path_info"));
+    auto grace = distckpt::capi::Grace(grace_seconds);
+    if (!grace.ok()) return Report(grace.status());
+    distckpt::Storage* s = storage ? storage->storage.get() : distckpt::DefaultStorage();
+    auto scan = distckpt::ScanCheckpointPath(s, path, *grace);
+    if (!scan.ok()) return Report(scan.status());
+    out->kind = static_cast<int>(scan->kind);
+    out->files = scan->files;
+    out->bytes = scan->bytes;
+    out->leftover_files = scan->leftover_files;
+    out->leftover_bytes = scan->leftover_bytes;
+    out->saves_in_progress = scan->saves_in_progress;
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_storage_remove_leftovers(dckpt_storage* storage, const char* path, double grace_seconds, int dry_run,
+                                   int (*removed)(const char* path, void* user_data), void* user_data) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    auto grace = distckpt::capi::Grace(grace_seconds);
+    if (!grace.ok()) return Report(grace.status());
+    distckpt::Storage* s = storage ? storage->storage.get() : distckpt::DefaultStorage();
+    std::function<distckpt::Status(const std::string&)> report;
+    if (removed) {
+      report = [removed, user_data](const std::string& p) {
+        const int rc = removed(p.c_str(), user_data);
+        return rc == 0 ? distckpt::OkStatus()
+                       : distckpt::Status(distckpt::StatusCode::kUser, "the removed callback stopped the prune at '" +
+                                                                           p + "' (it returned " +
+                                                                           std::to_string(rc) + ")");
+      };
+    }
+    DCKPT_RETURN_IF_FAILED(distckpt::RemoveLeftovers(s, path, *grace, dry_run != 0, report));
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_storage_remove_checkpoint(dckpt_storage* storage, const char* path) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    distckpt::Storage* s = storage ? storage->storage.get() : distckpt::DefaultStorage();
+    DCKPT_RETURN_IF_FAILED(distckpt::RemoveCheckpoint(s, path));
+    return DCKPT_OK;
+  })
+}
+
+}  // extern "C"

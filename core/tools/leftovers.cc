@@ -1,0 +1,181 @@
+#include "core/tools/leftovers.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "core/format/metadata.h"
+
+namespace distckpt {
+namespace {
+
+// The writer a marker names (StagingMarkerText), and whether it is gone.
+bool MarkerIsStale(const std::string& text, std::chrono::seconds grace) {
+  std::map<std::string, std::string> fields;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(": ");
+    if (colon != std::string::npos) fields[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0 && fields["host"] == host && !fields["pid"].empty()) {
+    char* end = nullptr;
+    const long pid = std::strtol(fields["pid"].c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      return true;  // its writer, on this host, has exited
+    }
+  }
+  std::tm tm{};
+  const std::string& started = fields["started_utc"];
+  if (strptime(started.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm) == nullptr) return false;  // unknown age: keep
+  const std::time_t when = timegm(&tm);
+  return std::time(nullptr) - when > grace.count();
+}
+
+struct Judged {
+  CheckpointScan scan;
+  bool has_metadata = false;
+  std::vector<std::string> committed;  // metadata first, then data files
+};
+
+Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::seconds grace) {
+  Judged j;
+  auto listed = storage->ListDir(path);
+  if (!listed.ok()) {
+    if (listed.status().code() == StatusCode::kNotFound) return j;
+    return listed.status();
+  }
+  std::set<std::string> referenced;
+  std::set<std::string> committed_nonces;
+  std::map<std::string, uint64_t> sizes;
+  for (const std::string& name : *listed) {
+    if (name != "metadata.dckpt" && !ParseObjectMarkerName(name, nullptr) && !ParseNoncedFileName(name, nullptr)) {
+      continue;  // not distckpt's: never counted, never removed
+    }
+    auto size = storage->FileSize(path + "/" + name);
+    if (!size.ok()) {
+      if (size.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
+      return size.status();
+    }
+    sizes[name] = *size;
+  }
+  if (sizes.count("metadata.dckpt")) {
+    j.has_metadata = true;
+    auto bytes = storage->ReadFile(path + "/metadata.dckpt", kMaxMetadataBytes - 1);
+    if (!bytes.ok()) return bytes.status();
+    auto view = MetadataView::Parse(std::make_shared<const std::string>(std::move(bytes).value()), path);
+    if (!view.ok()) {
+      return Status(StatusCode::kCorrupt, "the metadata of checkpoint '" + path + "' cannot be read (" +
+                                              view.status().message() +
+                                              "), so nothing there can be judged unreferenced; nothing was removed");
+    }
+    j.committed.push_back("metadata.dckpt");
+    for (size_t i = 0; i < view->num_files(); ++i) {
+      const std::string name(view->file_name(i));
+      referenced.insert(name);
+      j.committed.push_back(name);
+      std::string nonce;
+      if (ParseNoncedFileName(name, &nonce)) committed_nonces.insert(nonce);
+    }
+  }
+  // Markers: a committed save's is garbage; a stale one's save is abandoned; the rest are saves in progress.
+  std::set<std::string> live;
+  std::vector<std::string> dead_markers;
+  for (const auto& [name, size] : sizes) {
+    std::string nonce;
+    if (!ParseObjectMarkerName(name, &nonce)) continue;
+    if (!committed_nonces.count(nonce)) {
+      auto text = storage->ReadFile(path + "/" + name, 1 << 16);
+      if (!text.ok() && text.status().code() == StatusCode::kNotFound) continue;
+      if (!text.ok() || !MarkerIsStale(*text, grace)) {
+        live.insert(nonce);
+        continue;
+      }
+    }
+    dead_markers.push_back(name);
+  }
+  for (const auto& [name, size] : sizes) {
+    ++j.scan.files;
+    j.scan.bytes += size;
+    std::string nonce;
+    if (name == "metadata.dckpt" || referenced.count(name)) continue;
+    if (ParseNoncedFileName(name, &nonce) && live.count(nonce)) continue;
+    if (ParseObjectMarkerName(name, &nonce)) continue;  // counted below
+    ++j.scan.leftover_files;
+    j.scan.leftover_bytes += size;
+    j.scan.leftovers.push_back(name);
+  }
+  for (const std::string& m : dead_markers) {
+    ++j.scan.leftover_files;
+    j.scan.leftover_bytes += sizes[m];
+    j.scan.leftovers.push_back(m);  // markers last: while one exists, its save's files stay recognisable
+  }
+  j.scan.saves_in_progress = static_cast<unsigned>(live.size());
+  j.scan.kind = j.has_metadata ? CheckpointScan::Kind::kCheckpoint
+                : sizes.empty() ? CheckpointScan::Kind::kNone
+                                : CheckpointScan::Kind::kIncomplete;
+  return j;
+}
+
+// Removes `names` below `path`; a data file only while its save still has no marker that is not stale (asked again
+// right before, so that a save starting meanwhile keeps its files).
+Status RemoveNames(Storage* storage, const std::string& path, const std::vector<std::string>& names,
+                   const std::set<std::string>& stale_markers, bool dry_run,
+                   const std::function<Status(const std::string&)>& removed) {
+  for (const std::string& name : names) {
+    std::string nonce;
+    if (ParseNoncedFileName(name, &nonce) && !stale_markers.count(ObjectMarkerName(nonce))) {
+      DCKPT_ASSIGN_OR_RETURN(bool marker, storage->Exists(path + "/" + ObjectMarkerName(nonce)));
+      if (marker) continue;
+    }
+    const std::string full = path + "/" + name;
+    if (removed) DCKPT_RETURN_IF_ERROR(removed(full));
+    if (!dry_run) DCKPT_RETURN_IF_ERROR(storage->RemoveAll(full));
+  }
+  return OkStatus();
+}
+
+std::set<std::string> Markers(const std::vector<std::string>& names) {
+  std::set<std::string> out;
+  for (const std::string& n : names) {
+    if (ParseObjectMarkerName(n, nullptr)) out.insert(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<CheckpointScan> ScanCheckpointPath(Storage* storage, const std::string& path, std::chrono::seconds grace) {
+  auto j = Judge(storage, path, grace);
+  if (!j.ok()) return j.status().WithContext("looking at '" + path + "'");
+  return std::move(j)->scan;
+}
+
+Status RemoveLeftovers(Storage* storage, const std::string& path, std::chrono::seconds grace, bool dry_run,
+                       const std::function<Status(const std::string&)>& removed) {
+  const std::string context = "removing leftovers at '" + path + "'";
+  auto j = Judge(storage, path, grace);
+  if (!j.ok()) return j.status().WithContext(context);
+  return RemoveNames(storage, path, j->scan.leftovers, Markers(j->scan.leftovers), dry_run, removed)
+      .WithContext(context);
+}
+
+Status RemoveCheckpoint(Storage* storage, const std::string& path) {
+  const std::string context = "removing checkpoint '" + path + "'";
+  auto j = Judge(storage, path, std::chrono::seconds(0));
+  if (!j.ok()) return j.status().WithContext(context);
+  if (j->scan.kind == CheckpointScan::Kind::kNone) return NotFound(context + ": no checkpoint is there");
+  // The metadata goes first and alone: from then on the checkpoint does not exist, and what remains are leftovers.
+  std::vector<std::string> names = j->committed;
+  names.insert(names.end(), j->scan.leftovers.begin(), j->scan.leftovers.end());
+  return RemoveNames(storage, path, names, Markers(j->scan.leftovers), false, nullptr).WithContext(context);
+}
+
+}  // namespace distckpt
