@@ -26,7 +26,7 @@ namespace distckpt {
 struct StorageConformanceParams {
   std::string name;  ///< test-name suffix, e.g. "posix"
   /// A fresh backend; called once per test.
-  std::function<std::unique_ptr<Storage>()> make_storage;
+  std::function<std::shared_ptr<Storage>()> make_storage;
   /// Returns an existing, empty directory in `storage` that only this test uses.
   std::function<std::string(Storage* storage)> make_root;
 };
@@ -47,7 +47,7 @@ class StorageConformanceTest : public ::testing::TestWithParam<StorageConformanc
   std::string Path(const std::string& name) const { return root_ + "/" + name; }
 
  private:
-  std::unique_ptr<Storage> storage_;
+  std::shared_ptr<Storage> storage_;
   std::string root_;
 };
 

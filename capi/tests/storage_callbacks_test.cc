@@ -1,0 +1,377 @@
+// Storage the host plugs in through dckpt_storage_callbacks: an object store written here against the C callbacks
+// only (a map behind a mutex, objects appearing when closed, a conditional commit). It passes the storage conformance
+// suite, and checkpoints saved through it load, verify, reshard and prune through the C ABI like any other.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "capi/capi_internal.h"
+#include "capi/include/distckpt/distckpt.h"
+#include "core/storage/storage_conformance.h"
+
+namespace distckpt {
+namespace {
+
+// ---- The host's object store, through the C callbacks only -----------------------------------------------------
+
+struct HostStore {
+  std::mutex mu;
+  std::map<std::string, std::string> objects;
+  std::atomic<int> in_flight{0}, max_seen{0};
+  std::atomic<int> fail_writes_after{-1};  // >= 0: that many writes succeed, then DCKPT_ENOSPC
+  std::atomic<int> creates{0}, commits{0};
+};
+
+struct HostFile {
+  std::string path;
+  std::mutex mu;
+  std::string data;
+};
+
+struct InFlight {
+  explicit InFlight(HostStore* s) : s_(s) {
+    const int now = ++s_->in_flight;
+    int seen = s_->max_seen.load();
+    while (now > seen && !s_->max_seen.compare_exchange_weak(seen, now)) {
+    }
+  }
+  ~InFlight() { --s_->in_flight; }
+  HostStore* s_;
+};
+
+HostStore* StoreOf(void* user_data) { return static_cast<HostStore*>(user_data); }
+
+int Create(dckpt_storage_file** file, const char* path, uint64_t size_hint, void* user_data) {
+  ++StoreOf(user_data)->creates;
+  auto* f = new HostFile{path, {}, {}};
+  f->data.reserve(std::min<uint64_t>(size_hint, 1 << 28));
+  *file = f;
+  return 0;
+}
+
+int Write(dckpt_storage_file* file, uint64_t offset, const void* data, size_t size, void* user_data) {
+  HostStore* s = StoreOf(user_data);
+  InFlight hold(s);
+  if (s->fail_writes_after.load() == 0) return DCKPT_ENOSPC;
+  if (s->fail_writes_after.load() > 0) --s->fail_writes_after;
+  auto* f = static_cast<HostFile*>(file);
+  std::lock_guard<std::mutex> lock(f->mu);
+  if (f->data.size() < offset + size) f->data.resize(offset + size);
+  std::memcpy(&f->data[offset], data, size);
+  return 0;
+}
+
+int Close(dckpt_storage_file* file, uint64_t size, int discard, void* user_data) {
+  std::unique_ptr<HostFile> f(static_cast<HostFile*>(file));
+  if (discard) return 0;
+  f->data.resize(size);
+  HostStore* s = StoreOf(user_data);
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->objects[f->path] = std::move(f->data);
+  return 0;
+}
+
+int Size(uint64_t* size, const char* path, void* user_data) {
+  HostStore* s = StoreOf(user_data);
+  std::lock_guard<std::mutex> lock(s->mu);
+  auto it = s->objects.find(path);
+  if (it == s->objects.end()) return DCKPT_ENOTFOUND;
+  *size = it->second.size();
+  return 0;
+}
+
+int Read(size_t* got, const char* path, uint64_t offset, void* data, size_t size, void* user_data) {
+  HostStore* s = StoreOf(user_data);
+  InFlight hold(s);
+  std::lock_guard<std::mutex> lock(s->mu);
+  auto it = s->objects.find(path);
+  if (it == s->objects.end()) return DCKPT_ENOTFOUND;
+  *got = offset >= it->second.size() ? 0 : std::min<uint64_t>(size, it->second.size() - offset);
+  std::memcpy(data, it->second.data() + offset, *got);
+  return 0;
+}
+
+int List(dckpt_storage_list* out, const char* dir, void* user_data) {
+  HostStore* s = StoreOf(user_data);
+  std::lock_guard<std::mutex> lock(s->mu);
+  const std::string prefix = std::string(dir) + "/";
+  for (const auto& kv : s->objects) {
+    if (kv.first.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = kv.first.substr(prefix.size());
+    if (int rc = dckpt_storage_list_add(out, rest.substr(0, rest.find('/')).c_str())) return rc;
+  }
+  return 0;
+}
+
+int Remove(const char* path, void* user_data) {
+  HostStore* s = StoreOf(user_data);
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->objects.erase(path);
+  return 0;
+}
+
+int Commit(const char* path, const void* data, size_t size, int replace, void* user_data) {
+  HostStore* s = StoreOf(user_data);
+  ++s->commits;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (!replace && s->objects.count(path)) return DCKPT_EEXISTS;
+  s->objects[path] = std::string(static_cast<const char*>(data), size);
+  return 0;
+}
+
+dckpt_storage_callbacks Callbacks(HostStore* store, unsigned max_in_flight) {
+  dckpt_storage_callbacks cb;
+  EXPECT_EQ(dckpt_storage_callbacks_init(&cb, DCKPT_STORAGE_CALLBACKS_VERSION), 0);
+  cb.create = Create;
+  cb.write = Write;
+  cb.close = Close;
+  cb.size = Size;
+  cb.read = Read;
+  cb.list = List;
+  cb.remove = Remove;
+  cb.commit = Commit;
+  cb.user_data = store;
+  cb.max_in_flight = max_in_flight;
+  return cb;
+}
+
+// A dckpt_storage over a HostStore that lives as long as the storage does.
+std::shared_ptr<dckpt_storage> NewCallbackStorage(std::shared_ptr<HostStore> store, unsigned max_in_flight = 0) {
+  const dckpt_storage_callbacks cb = Callbacks(store.get(), max_in_flight);
+  dckpt_storage* s = nullptr;
+  EXPECT_EQ(dckpt_storage_new_callbacks(&s, &cb), 0) << dckpt_error_last();
+  return std::shared_ptr<dckpt_storage>(s, [store](dckpt_storage* p) { dckpt_storage_free(p); });
+}
+
+std::shared_ptr<Storage> MakeCallbackStorage() {
+  std::shared_ptr<dckpt_storage> s = NewCallbackStorage(std::make_shared<HostStore>());
+  // The C++ Storage behind the handle, keeping the handle (and so the host store) alive.
+  return std::shared_ptr<Storage>(s, s->storage.get());
+}
+
+INSTANTIATE_TEST_SUITE_P(Callbacks, StorageConformanceTest,
+                         ::testing::Values(StorageConformanceParams{"callbacks", MakeCallbackStorage,
+                                                                    [](Storage*) { return std::string("bkt/root"); }}),
+                         StorageConformanceTestName);
+
+// ---- Checkpoints through the C ABI ------------------------------------------------------------------------------
+
+constexpr uint64_t kRows = 1024, kCols = 4096;  // 16 MiB of f32: several write segments, so writes overlap
+
+std::vector<float> Values() {
+  std::vector<float> v(kRows * kCols);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 100003) * 0.25f;
+  return v;
+}
+
+int SaveTo(const char* path, dckpt_storage* storage, const std::vector<float>& w, int overwrite = 0) {
+  dckpt_state* state = nullptr;
+  EXPECT_EQ(dckpt_state_new(&state), 0);
+  const uint64_t shape[2] = {kRows, kCols}, off[2] = {0, 0};
+  EXPECT_EQ(dckpt_state_add_tensor(state, "w", DCKPT_DTYPE_F32, 2, shape), 0);
+  // Two row pieces, as two ranks' shards would be.
+  const uint64_t half[2] = {kRows / 2, kCols}, off2[2] = {kRows / 2, 0};
+  EXPECT_EQ(dckpt_state_add_piece_const(state, "w", off, half, w.data()), 0);
+  EXPECT_EQ(dckpt_state_add_piece_const(state, "w", off2, half, w.data() + w.size() / 2), 0);
+  dckpt_save_options so;
+  EXPECT_EQ(dckpt_save_options_init(&so, DCKPT_SAVE_OPTIONS_VERSION), 0);
+  so.storage = storage;
+  so.io_threads = 4;
+  so.overwrite = overwrite;
+  const int rc = dckpt_save(nullptr, path, state, nullptr, &so);
+  dckpt_state_free(state);
+  return rc;
+}
+
+dckpt_read_options ReadOpts(dckpt_storage* storage) {
+  dckpt_read_options ro;
+  EXPECT_EQ(dckpt_read_options_init(&ro, DCKPT_READ_OPTIONS_VERSION), 0);
+  ro.storage = storage;
+  ro.io_threads = 4;
+  return ro;
+}
+
+std::vector<std::string> Names(HostStore* store) {
+  std::lock_guard<std::mutex> lock(store->mu);
+  std::vector<std::string> out;
+  for (const auto& kv : store->objects) out.push_back(kv.first);
+  return out;
+}
+
+TEST(CallbackStorageTest, SaveLoadReshardVerifyAndExportThroughTheHostsCallbacks) {
+  auto store = std::make_shared<HostStore>();
+  std::shared_ptr<dckpt_storage> storage = NewCallbackStorage(store, 2);
+  const std::vector<float> w = Values();
+  ASSERT_EQ(SaveTo("bkt/ckpts/step-1", storage.get(), w), 0) << dckpt_error_last();
+  // Writes were parallel, and never more than max_in_flight at once.
+  EXPECT_EQ(store->max_seen.load(), 2);
+  EXPECT_EQ(store->commits.load(), 1);
+  // Only nonce-named data, and the metadata: no marker, nothing renamed.
+  const std::vector<std::string> names = Names(store.get());
+  ASSERT_EQ(names.size(), 2u);
+  std::string nonce;
+  EXPECT_TRUE(ParseNoncedFileName(names[0].substr(names[0].rfind('/') + 1), &nonce)) << names[0];
+  EXPECT_EQ(names[1], "bkt/ckpts/step-1/metadata.dckpt");
+
+  // Resharded: a column block, as a rank of another layout would read it.
+  store->max_seen = 0;
+  dckpt_read_options ro = ReadOpts(storage.get());
+  dckpt_state* state = nullptr;
+  ASSERT_EQ(dckpt_state_new(&state), 0);
+  const uint64_t shape[2] = {kRows, kCols}, off[2] = {0, kCols / 4}, len[2] = {kRows, kCols / 2};
+  std::vector<float> cols(kRows * kCols / 2);
+  ASSERT_EQ(dckpt_state_add_tensor(state, "w", DCKPT_DTYPE_F32, 2, shape), 0);
+  ASSERT_EQ(dckpt_state_add_piece(state, "w", off, len, cols.data()), 0);
+  ASSERT_EQ(dckpt_load(nullptr, "bkt/ckpts/step-1", state, nullptr, &ro), 0) << dckpt_error_last();
+  dckpt_state_free(state);
+  for (uint64_t r = 0; r < kRows; r += 97) {
+    for (uint64_t c = 0; c < kCols / 2; c += 13) ASSERT_EQ(cols[r * kCols / 2 + c], w[r * kCols + kCols / 4 + c]);
+  }
+  EXPECT_LE(store->max_seen.load(), 2);
+
+  // The reader keeps the storage alive after the caller frees its handle.
+  dckpt_reader* reader = nullptr;
+  ASSERT_EQ(dckpt_reader_open(&reader, "bkt/ckpts/step-1", nullptr, &ro), 0) << dckpt_error_last();
+  // (The host keeps its callbacks' user_data valid until then, as the header asks.)
+  std::weak_ptr<Storage> alive = storage->storage;
+  storage.reset();
+  ASSERT_FALSE(alive.expired());
+  EXPECT_EQ(dckpt_reader_verify(reader, nullptr, nullptr), 0) << dckpt_error_last();
+  dckpt_reader_free(reader);
+  EXPECT_TRUE(alive.expired());
+}
+
+TEST(CallbackStorageTest, DamagedDataIsDetectedAndNamed) {
+  auto store = std::make_shared<HostStore>();
+  std::shared_ptr<dckpt_storage> storage = NewCallbackStorage(store);
+  ASSERT_EQ(SaveTo("bkt/c", storage.get(), Values()), 0) << dckpt_error_last();
+  const std::string data = Names(store.get())[0];
+  {
+    std::lock_guard<std::mutex> lock(store->mu);
+    store->objects[data][12345] ^= 1;
+  }
+  dckpt_read_options ro = ReadOpts(storage.get());
+  dckpt_reader* reader = nullptr;
+  ASSERT_EQ(dckpt_reader_open(&reader, "bkt/c", nullptr, &ro), 0) << dckpt_error_last();
+  EXPECT_EQ(dckpt_reader_verify(reader, nullptr, nullptr), DCKPT_ECORRUPT);
+  EXPECT_NE(std::string(dckpt_error_last()).find(data.substr(data.rfind('/') + 1)), std::string::npos)
+      << dckpt_error_last();
+  dckpt_reader_free(reader);
+  // A truncated object is named too.
+  {
+    std::lock_guard<std::mutex> lock(store->mu);
+    store->objects[data].resize(1000);
+  }
+  ASSERT_EQ(dckpt_reader_open(&reader, "bkt/c", nullptr, &ro), 0) << dckpt_error_last();
+  EXPECT_EQ(dckpt_reader_verify(reader, nullptr, nullptr), DCKPT_ECORRUPT);
+  EXPECT_NE(std::string(dckpt_error_last()).find("truncated"), std::string::npos) << dckpt_error_last();
+  dckpt_reader_free(reader);
+}
+
+TEST(CallbackStorageTest, AFailedSaveLeavesNothingAndAnOverwriteKeepsTheOldCheckpointUntilItCommits) {
+  auto store = std::make_shared<HostStore>();
+  std::shared_ptr<dckpt_storage> storage = NewCallbackStorage(store);
+  const std::vector<float> w = Values();
+  ASSERT_EQ(SaveTo("bkt/c", storage.get(), w), 0) << dckpt_error_last();
+  const std::vector<std::string> before = Names(store.get());
+  // The storage fills up mid-save: the error names the checkpoint, the old one is untouched, nothing else is left.
+  store->fail_writes_after = 1;
+  EXPECT_EQ(SaveTo("bkt/c", storage.get(), w, /*overwrite=*/1), DCKPT_ENOSPC);
+  EXPECT_NE(std::string(dckpt_error_last()).find("bkt/c"), std::string::npos) << dckpt_error_last();
+  EXPECT_EQ(Names(store.get()), before);
+  // Without overwrite: EEXISTS before anything is written.
+  store->fail_writes_after = -1;
+  EXPECT_EQ(SaveTo("bkt/c", storage.get(), w), DCKPT_EEXISTS);
+  EXPECT_EQ(Names(store.get()), before);
+  // With it, the new checkpoint replaces the old one's files.
+  ASSERT_EQ(SaveTo("bkt/c", storage.get(), w, 1), 0) << dckpt_error_last();
+  const std::vector<std::string> after = Names(store.get());
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_NE(after[0], before[0]);
+}
+
+TEST(CallbackStorageTest, ACrashedSaveIsNoCheckpointAndItsLeftoversArePruned) {
+  auto store = std::make_shared<HostStore>();
+  std::shared_ptr<dckpt_storage> storage = NewCallbackStorage(store);
+  ASSERT_EQ(SaveTo("bkt/c", storage.get(), Values()), 0) << dckpt_error_last();
+  // What a save killed after writing data leaves: its marker (a writer that has exited) and a nonce-named data file.
+  {
+    std::lock_guard<std::mutex> lock(store->mu);
+    store->objects["bkt/d/STAGING.00000000000000aa"] =
+        "distckpt staging directory (not committed)\nhost: elsewhere\npid: 1\nstarted_utc: 2020-01-01T00:00:00Z\n";
+    store->objects["bkt/d/data-00000.00000000000000aa.bin"] = std::string(100, 'x');
+    store->objects["bkt/d/notes.txt"] = "not ours";
+    // And one next to the committed checkpoint: an overwrite that died.
+    store->objects["bkt/c/STAGING.00000000000000bb"] =
+        "distckpt staging directory (not committed)\nhost: elsewhere\npid: 1\nstarted_utc: 2020-01-01T00:00:00Z\n";
+    store->objects["bkt/c/data-00001.00000000000000bb.bin"] = std::string(10, 'y');
+  }
+  dckpt_read_options ro = ReadOpts(storage.get());
+  dckpt_reader* reader = nullptr;
+  EXPECT_EQ(dckpt_reader_open(&reader, "bkt/d", nullptr, &ro), DCKPT_ENOTFOUND);
+  dckpt_path_info info = DCKPT_PATH_INFO_INIT;
+  ASSERT_EQ(dckpt_storage_stat(&info, storage.get(), "bkt/d", 3600), 0) << dckpt_error_last();
+  EXPECT_EQ(info.kind, DCKPT_PATH_INCOMPLETE);
+  EXPECT_EQ(info.files, 2u);  // notes.txt is not distckpt's
+  EXPECT_EQ(info.leftover_files, 2u);
+  ASSERT_EQ(dckpt_storage_stat(&info, storage.get(), "bkt/c", 3600), 0) << dckpt_error_last();
+  EXPECT_EQ(info.kind, DCKPT_PATH_CHECKPOINT);
+  EXPECT_EQ(info.leftover_files, 2u);
+
+  // A marker younger than the grace period is a save in progress: kept.
+  {
+    std::lock_guard<std::mutex> lock(store->mu);
+    store->objects["bkt/c/STAGING.00000000000000cc"] = StagingMarkerText("bkt/c");
+    store->objects["bkt/c/data-00000.00000000000000cc.bin"] = "running";
+  }
+  std::vector<std::string> removed;
+  auto record = [](const char* p, void* user) {
+    static_cast<std::vector<std::string>*>(user)->push_back(p);
+    return 0;
+  };
+  ASSERT_EQ(dckpt_storage_remove_leftovers(storage.get(), "bkt/c", 3600, /*dry_run=*/1, record, &removed), 0);
+  EXPECT_EQ(removed, std::vector<std::string>({"bkt/c/data-00001.00000000000000bb.bin", "bkt/c/STAGING.00000000000000bb"}));
+  ASSERT_EQ(dckpt_storage_remove_leftovers(storage.get(), "bkt/c", 3600, 0, nullptr, nullptr), 0);
+  ASSERT_EQ(dckpt_storage_remove_leftovers(storage.get(), "bkt/d", 3600, 0, nullptr, nullptr), 0);
+  std::vector<std::string> names = Names(store.get());
+  EXPECT_EQ(std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.find("bb") != n.npos; }), 0);
+  EXPECT_NE(std::find(names.begin(), names.end(), "bkt/c/data-00000.00000000000000cc.bin"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "bkt/d/notes.txt"), names.end());
+  ASSERT_EQ(dckpt_reader_open(&reader, "bkt/c", nullptr, &ro), 0) << dckpt_error_last();
+  EXPECT_EQ(dckpt_reader_verify(reader, nullptr, nullptr), 0) << dckpt_error_last();
+  dckpt_reader_free(reader);
+
+  // Removing the checkpoint: metadata first, then its files; the running save's files and foreign files stay.
+  ASSERT_EQ(dckpt_storage_remove_checkpoint(storage.get(), "bkt/c"), 0) << dckpt_error_last();
+  names = Names(store.get());
+  EXPECT_EQ(names, std::vector<std::string>({"bkt/c/STAGING.00000000000000cc", "bkt/c/data-00000.00000000000000cc.bin",
+                                             "bkt/d/notes.txt"}));
+  EXPECT_EQ(dckpt_storage_remove_checkpoint(storage.get(), "bkt/nothing"), DCKPT_ENOTFOUND);
+}
+
+TEST(CallbackStorageTest, MissingCallbacksAndHostErrorsAreReported) {
+  dckpt_storage_callbacks cb = DCKPT_STORAGE_CALLBACKS_INIT;
+  dckpt_storage* s = nullptr;
+  EXPECT_EQ(dckpt_storage_new_callbacks(&s, &cb), DCKPT_EINVAL);
+  EXPECT_NE(std::string(dckpt_error_last()).find("callbacks->create"), std::string::npos);
+  auto store = std::make_shared<HostStore>();
+  cb = Callbacks(store.get(), 0);
+  cb.read = [](size_t*, const char*, uint64_t, void*, size_t, void*) { return 42; };  // not a DCKPT code
+  ASSERT_EQ(dckpt_storage_new_callbacks(&s, &cb), 0);
+  ASSERT_EQ(SaveTo("bkt/e", s, Values()), 0) << dckpt_error_last();
+  dckpt_read_options ro = ReadOpts(s);
+  dckpt_reader* reader = nullptr;
+  EXPECT_EQ(dckpt_reader_open(&reader, "bkt/e", nullptr, &ro), DCKPT_EUSER);
+  EXPECT_NE(std::string(dckpt_error_last()).find("bkt/e/metadata.dckpt"), std::string::npos) << dckpt_error_last();
+  dckpt_storage_free(s);
+}
+
+}  // namespace
+}  // namespace distckpt
