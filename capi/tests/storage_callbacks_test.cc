@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capi/capi_internal.h"
@@ -61,6 +62,8 @@ int Write(dckpt_storage_file* file, uint64_t offset, const void* data, size_t si
   InFlight hold(s);
   if (s->fail_writes_after.load() == 0) return DCKPT_ENOSPC;
   if (s->fail_writes_after.load() > 0) --s->fail_writes_after;
+  // A store's latency: large writes take a while, so that the engine's parallel writes visibly overlap.
+  if (size >= (1 << 20)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto* f = static_cast<HostFile*>(file);
   std::lock_guard<std::mutex> lock(f->mu);
   if (f->data.size() < offset + size) f->data.resize(offset + size);

@@ -39,6 +39,19 @@ bool MarkerIsStale(const std::string& text, std::chrono::seconds grace) {
   return std::time(nullptr) - when > grace.count();
 }
 
+// "data-<digits>.bin": a data file as the rename protocol names it (a checkpoint copied from a file system).
+bool IsPlainDataFileName(const std::string& name) {
+  const std::string prefix = "data-", suffix = ".bin";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  for (size_t i = prefix.size(); i < name.size() - suffix.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  return true;
+}
+
 struct Judged {
   CheckpointScan scan;
   bool has_metadata = false;
@@ -80,7 +93,9 @@ Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::sec
     for (size_t i = 0; i < view->num_files(); ++i) {
       const std::string name(view->file_name(i));
       referenced.insert(name);
-      j.committed.push_back(name);
+      // Only names distckpt writes are ever removed: metadata may name any file (a checkpoint copied from a file
+      // system has "data-00000.bin"; a hostile one could name a neighbour's "notes.txt").
+      if (ParseNoncedFileName(name, nullptr) || IsPlainDataFileName(name)) j.committed.push_back(name);
       std::string nonce;
       if (ParseNoncedFileName(name, &nonce)) committed_nonces.insert(nonce);
     }

@@ -1,0 +1,72 @@
+// The prune of the metadata-last layout against a real object storage (the in-memory one): what it keeps and what it
+// removes, including metadata that names files distckpt did not write.
+#include "core/tools/leftovers.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/format/metadata.h"
+#include "core/storage/object/object_storage.h"
+
+namespace distckpt {
+namespace {
+
+// A metadata file referencing `files` (one bytes entry per file, so that it passes validation).
+std::string MetadataNaming(const std::vector<std::string>& files) {
+  MetadataRecord m;
+  m.writer = "test";
+  for (size_t i = 0; i < files.size(); ++i) {
+    m.files.push_back({files[i], 4});
+    EntryRecord e;
+    e.name = "blob" + std::to_string(i);
+    e.kind = EntryKind::kBytes;
+    e.shape = {4};
+    e.chunk_offsets = {0};
+    e.chunk_lengths = {4};
+    ChunkLocation c;
+    c.length = 4;
+    c.file = static_cast<uint32_t>(i);
+    e.chunks.push_back(c);
+    m.entries.push_back(e);
+  }
+  auto encoded = EncodeMetadata(m);
+  EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
+  return encoded.ok() ? *encoded : std::string();
+}
+
+TEST(LeftoversTest, RemovingACheckpointNeverRemovesAFileDistckptDidNotWrite) {
+  std::unique_ptr<Storage> storage = NewObjectStorage(NewMemoryObjectClient());
+  const std::string nonced = "data-00000.0123456789abcdef.bin";
+  for (const std::string& name : {nonced, std::string("notes.txt"), std::string("data-00001.bin")}) {
+    ASSERT_TRUE(storage->WriteFileDurably("b/c/" + name, "xxxx").ok());
+  }
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/metadata.dckpt", MetadataNaming({nonced, "notes.txt", "data-00001.bin"}))
+                  .ok());
+  auto scan = ScanCheckpointPath(storage.get(), "b/c", std::chrono::seconds(0));
+  ASSERT_TRUE(scan.ok()) << scan.status().ToString();
+  EXPECT_EQ(scan->kind, CheckpointScan::Kind::kCheckpoint);
+  EXPECT_EQ(scan->leftover_files, 0u);
+  ASSERT_TRUE(RemoveCheckpoint(storage.get(), "b/c").ok());
+  auto names = storage->ListDir("b/c");
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>({"notes.txt"}));
+}
+
+TEST(LeftoversTest, UnreadableMetadataStopsThePrune) {
+  std::unique_ptr<Storage> storage = NewObjectStorage(NewMemoryObjectClient());
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/data-00000.0123456789abcdef.bin", "xxxx").ok());
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/metadata.dckpt", "garbage").ok());
+  Status st = RemoveLeftovers(storage.get(), "b/c", std::chrono::seconds(0), false, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
+  EXPECT_NE(st.message().find("b/c"), std::string::npos);
+  EXPECT_EQ(RemoveCheckpoint(storage.get(), "b/c").code(), StatusCode::kCorrupt);
+  auto names = storage->ListDir("b/c");
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(names->size(), 2u);
+}
+
+}  // namespace
+}  // namespace distckpt
