@@ -19,10 +19,12 @@ import "unsafe"
 
 // ExportOptions configures ExportSafetensors. The zero value (or nil) means the defaults.
 type ExportOptions struct {
-	MaxShardBytes uint64       // largest .safetensors file; 0: 5 GB
-	Prefix        string       // file name prefix; "": "model"
-	NoVerify      bool         // skip checksum verification while reading
-	Progress      ProgressFunc // bytes written so far
+	MaxShardBytes uint64         // largest .safetensors file; 0: 5 GB
+	Prefix        string         // file name prefix; "": "model"
+	NoVerify      bool           // skip checksum verification while reading
+	Progress      ProgressFunc   // bytes written so far
+	Storage       *StorageHandle // where the checkpoint is read from (nil: the POSIX file system)
+	OutStorage    *StorageHandle // where the safetensors files are written (nil: the POSIX file system)
 }
 
 // ExportSafetensors writes every tensor of the checkpoint at ckptPath into the existing directory outDir as
@@ -39,7 +41,20 @@ func ExportSafetensors(ckptPath, outDir string, opts *ExportOptions) error {
 		return err
 	}
 	var hook *progressHook
+	var in, out *StorageHandle
 	if opts != nil {
+		in, out = opts.Storage, opts.OutStorage
+		inPtr, err := in.acquire()
+		if err != nil {
+			return err
+		}
+		defer in.release()
+		outPtr, err := out.acquire()
+		if err != nil {
+			return err
+		}
+		defer out.release()
+		copts.storage, copts.out_storage = inPtr, outPtr
 		copts.max_shard_bytes = C.uint64_t(opts.MaxShardBytes)
 		if opts.Prefix != "" {
 			copts.prefix = C.CString(opts.Prefix)
@@ -55,5 +70,6 @@ func ExportSafetensors(ckptPath, outDir string, opts *ExportOptions) error {
 	cckpt, cout := C.CString(ckptPath), C.CString(outDir)
 	defer C.free(unsafe.Pointer(cckpt))
 	defer C.free(unsafe.Pointer(cout))
-	return hook.finish(ccall(func() C.int { return C.dckpt_export_safetensors(cckpt, cout, &copts) }))
+	err := hook.finish(ccall(func() C.int { return C.dckpt_export_safetensors(cckpt, cout, &copts) }))
+	return out.explain(in.explain(err))
 }

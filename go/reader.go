@@ -19,14 +19,18 @@ type ReadOptions struct {
 	// NoMap reads everything with read calls instead of mapping the metadata and page-cache-resident data (a mapped
 	// file truncated by another process raises SIGBUS; set this where files may change under a reader).
 	NoMap bool
+	// Storage is where the checkpoint is read from (nil: the POSIX file system). The Reader keeps it alive until
+	// the Reader is closed.
+	Storage *StorageHandle
 }
 
 // Reader is an open, committed checkpoint. It is safe for concurrent use by several goroutines; Close waits for the
 // calls in flight and makes every later call fail with ErrState.
 type Reader struct {
-	mu   sync.RWMutex
-	ptr  *C.dckpt_reader
-	path string
+	mu      sync.RWMutex
+	ptr     *C.dckpt_reader
+	path    string
+	storage *StorageHandle // holds a reference until Close
 }
 
 // Open opens the committed checkpoint in directory path. Its metadata is verified and validated first: a damaged or
@@ -37,7 +41,14 @@ func Open(path string, opts *ReadOptions) (*Reader, error) {
 	if err := ccall(func() C.int { return C.dckpt_read_options_init(&copts, C.DCKPT_READ_OPTIONS_VERSION) }); err != nil {
 		return nil, err
 	}
+	var storage *StorageHandle
 	if opts != nil {
+		storage = opts.Storage
+		ptr, err := storage.acquire()
+		if err != nil {
+			return nil, err
+		}
+		copts.storage = ptr
 		if opts.NoVerify {
 			copts.verify = 0
 		}
@@ -50,9 +61,11 @@ func Open(path string, opts *ReadOptions) (*Reader, error) {
 	defer C.free(unsafe.Pointer(cpath))
 	var ptr *C.dckpt_reader
 	if err := ccall(func() C.int { return C.dckpt_reader_open(&ptr, cpath, nil, &copts) }); err != nil {
+		err = storage.explain(err)
+		storage.release()
 		return nil, err
 	}
-	r := &Reader{ptr: ptr, path: path}
+	r := &Reader{ptr: ptr, path: path, storage: storage}
 	runtime.SetFinalizer(r, (*Reader).Close)
 	return r, nil
 }
@@ -67,6 +80,8 @@ func (r *Reader) Close() error {
 	if r.ptr != nil {
 		C.dckpt_reader_free(r.ptr)
 		r.ptr = nil
+		r.storage.release()
+		r.storage = nil
 		runtime.SetFinalizer(r, nil)
 	}
 	return nil

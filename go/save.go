@@ -130,6 +130,9 @@ type SaveOptions struct {
 	IOThreads         int          // 0: default
 	ChecksumBlockSize uint64       // 0: default (1 MiB); else a power of two >= 4096
 	Progress          ProgressFunc // bytes written so far
+	// Storage is where the checkpoint is written (nil: the POSIX file system). On a storage other than POSIX the
+	// checkpoint is committed by writing its metadata last, and path is the storage's (an object key prefix, ...).
+	Storage *StorageHandle
 }
 
 // SaveInfo reports what Save wrote.
@@ -253,7 +256,15 @@ func Save(path string, state *State, opts *SaveOptions) (SaveInfo, error) {
 		return SaveInfo{}, err
 	}
 	var hook *progressHook
+	var storage *StorageHandle
 	if opts != nil {
+		storage = opts.Storage
+		ptr, err := storage.acquire()
+		if err != nil {
+			return SaveInfo{}, err
+		}
+		defer storage.release()
+		copts.storage = ptr
 		if opts.Overwrite {
 			copts.overwrite = 1
 		}
@@ -275,7 +286,7 @@ func Save(path string, state *State, opts *SaveOptions) (SaveInfo, error) {
 	defer C.free(unsafe.Pointer(cpath))
 	var info C.dckpt_save_info
 	info.version = C.DCKPT_SAVE_INFO_VERSION
-	err = hook.finish(ccall(func() C.int { return C.dckpt_save(&info, cpath, cs.ptr, nil, &copts) }))
+	err = storage.explain(hook.finish(ccall(func() C.int { return C.dckpt_save(&info, cpath, cs.ptr, nil, &copts) })))
 	if err != nil {
 		return SaveInfo{}, err
 	}
