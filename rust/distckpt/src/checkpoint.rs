@@ -12,6 +12,7 @@ use crate::comm::Comm;
 use crate::dtype::check_element;
 use crate::error::check;
 use crate::progress::Progress;
+use crate::storage::StorageHandle;
 use crate::view::CopiedChunk;
 use crate::{Dtype, Element, Error, ErrorCode, Result};
 
@@ -35,6 +36,9 @@ pub struct ReadOptions {
     /// `staging_buffers` pinned buffers of `staging_buffer_bytes` (0: the library's defaults, 4 of 16 MiB).
     pub staging_buffer_bytes: u64,
     pub staging_buffers: u32,
+    /// Where the checkpoint is read from; `None`: the POSIX file system. A [`Checkpoint`] keeps a clone of the
+    /// handle until it is dropped.
+    pub storage: Option<StorageHandle>,
 }
 
 impl Default for ReadOptions {
@@ -47,6 +51,7 @@ impl Default for ReadOptions {
             share_verification: true,
             staging_buffer_bytes: 0,
             staging_buffers: 0,
+            storage: None,
         }
     }
 }
@@ -62,7 +67,14 @@ impl ReadOptions {
         raw.share_verification = self.share_verification as i32;
         raw.staging_buffer_bytes = self.staging_buffer_bytes;
         raw.staging_buffers = self.staging_buffers;
+        raw.storage = crate::storage::raw_or_null(&self.storage);
         Ok(raw)
+    }
+
+    /// These options, reading from `storage`.
+    pub fn with_storage(mut self, storage: &StorageHandle) -> ReadOptions {
+        self.storage = Some(storage.clone());
+        self
     }
 }
 
@@ -206,6 +218,8 @@ pub struct Checkpoint {
     /// Views' copies where the reader maps nothing (`map_files: false`), by entry and chunk index, kept until drop:
     /// views borrow from them, so entries are never removed.
     pub(crate) copies: Mutex<HashMap<(usize, usize), Arc<CopiedChunk>>>,
+    /// The storage it reads from, kept alive while the reader may call it (dropped after the reader: see Drop).
+    storage: Option<StorageHandle>,
 }
 
 unsafe impl Send for Checkpoint {}
@@ -270,13 +284,13 @@ impl Checkpoint {
         let mut raw = std::ptr::null_mut();
         let comm_ptr = comm.as_ref().map_or(std::ptr::null_mut(), |c| c.raw);
         let rc = unsafe { sys::dckpt_reader_open(&mut raw, cpath.as_ptr(), comm_ptr, &raw_opts) };
-        let result = check(rc);
+        let result = check(rc).map_err(|e| crate::storage::annotate(&opts.storage, e));
         if let Some(c) = comm {
             c.after_call(result)?;
         } else {
             result?;
         }
-        Ok(Checkpoint { raw, path, copies: Mutex::new(HashMap::new()) })
+        Ok(Checkpoint { raw, path, copies: Mutex::new(HashMap::new()), storage: opts.storage.clone() })
     }
 
     /// The path it was opened with.
@@ -415,6 +429,7 @@ impl Checkpoint {
         let cname = cstring(e.name, "entry name")?;
         let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
         check(sys::dckpt_reader_read_ex(self.raw, cname.as_ptr(), offsets.len(), ptr(offsets), ptr(lengths), dst, dst_size, opts))
+            .map_err(|e| self.storage_error(e))
     }
 
     /// `InvalidArgument` unless `offsets` and `lengths` have one value per dimension of `e`.
@@ -579,7 +594,17 @@ impl Checkpoint {
     /// Reads and checks every chunk; a `Corrupt` error names the entry, chunk, file and byte range of the first bad
     /// block.
     pub fn verify(&self) -> Result<()> {
-        check(unsafe { sys::dckpt_reader_verify(self.raw, None, std::ptr::null_mut()) })
+        check(unsafe { sys::dckpt_reader_verify(self.raw, None, std::ptr::null_mut()) }).map_err(|e| self.storage_error(e))
+    }
+
+    /// The storage it reads from (`None`: the POSIX file system).
+    pub fn storage(&self) -> Option<&StorageHandle> {
+        self.storage.as_ref()
+    }
+
+    /// Adds what a Rust [`crate::Storage`] said to an error of a call that read through it.
+    pub(crate) fn storage_error(&self, e: Error) -> Error {
+        crate::storage::annotate(&self.storage, e)
     }
 
     /// [`verify`](Self::verify), reporting (done, total) bytes; return `false` to stop (a `User` error).

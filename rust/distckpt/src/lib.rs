@@ -25,10 +25,11 @@
 //! sharded tensors and contiguous regions, borrowed or owned through an `Arc<Checkpoint>`), [`state`] (save and
 //! load), [`comm`] (communicators), [`dtype`] and [`float`] (element types; F16, BF16 and float8 as raw bits with
 //! conversions), [`json`] (values saved from Python: [`Checkpoint::value`], [`Checkpoint::structure_json`]),
+//! [`storage`] (where checkpoints live: POSIX, in memory, or a Rust [`Storage`] such as an object store client),
 //! [`error`].
 //!
 //! Threading follows capi/API.md: [`Checkpoint`] is `Send + Sync`; [`SaveState`]/[`LoadState`] and [`Comm`] are
-//! `Send` only; [`SaveFuture`] is `Send + Sync`; views, owned views included, are `Send + Sync`. Every handle is
+//! `Send` only; [`SaveFuture`] and [`StorageHandle`] are `Send + Sync`; views, owned views included, are `Send + Sync`. Every handle is
 //! freed on `Drop`.
 
 pub mod checkpoint;
@@ -39,6 +40,7 @@ pub mod float;
 pub mod json;
 mod progress;
 pub mod state;
+pub mod storage;
 mod values;
 pub mod view;
 
@@ -49,6 +51,7 @@ pub use comm::{Collectives, Comm, GlooOptions, ThreadGroup};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
 pub use state::{LoadState, SaveFuture, SaveInfo, SaveOptions, SaveState};
+pub use storage::{export_safetensors, ExportOptions, PathInfo, PathKind, Storage, StorageFile, StorageHandle};
 pub use view::{Advice, ChunkView, OwnedChunkView, OwnedTensorView, TensorView};
 
 pub use distckpt_sys as sys;

@@ -13,6 +13,7 @@ use crate::comm::Comm;
 use crate::dtype::check_element;
 use crate::error::check;
 use crate::progress::{Progress, ProgressFn};
+use crate::storage::{annotate, StorageHandle};
 use crate::{Dtype, Element, Error, ErrorCode, Result};
 
 /// Options for a save (`dckpt_save_options`).
@@ -28,11 +29,14 @@ pub struct SaveOptions {
     pub checksum_block_size: u64,
     /// Collective timeout; None: the library's default (10 minutes).
     pub timeout: Option<Duration>,
+    /// Where the checkpoint is written; `None`: the POSIX file system. An async save keeps a clone of the handle
+    /// until it finishes.
+    pub storage: Option<StorageHandle>,
 }
 
 impl Default for SaveOptions {
     fn default() -> Self {
-        SaveOptions { io_threads: 0, overwrite: false, sync: true, checksum_block_size: 0, timeout: None }
+        SaveOptions { io_threads: 0, overwrite: false, sync: true, checksum_block_size: 0, timeout: None, storage: None }
     }
 }
 
@@ -45,7 +49,14 @@ impl SaveOptions {
         raw.sync = self.sync as i32;
         raw.checksum_block_size = self.checksum_block_size;
         raw.timeout_ms = crate::timeout_ms(self.timeout);
+        raw.storage = crate::storage::raw_or_null(&self.storage);
         Ok(raw)
+    }
+
+    /// These options, writing to `storage`.
+    pub fn with_storage(mut self, storage: &StorageHandle) -> SaveOptions {
+        self.storage = Some(storage.clone());
+        self
     }
 }
 
@@ -254,7 +265,7 @@ impl<'a> SaveState<'a> {
         }
         let mut info = new_save_info();
         let rc = unsafe { sys::dckpt_save(&mut info, cpath.as_ptr(), self.inner.raw, comm_ptr(&comm), &raw_opts) };
-        let mut result = check(rc).map(|_| SaveInfo::from_raw(&info));
+        let mut result = check(rc).map(|_| SaveInfo::from_raw(&info)).map_err(|e| annotate(&opts.storage, e));
         if let Some(p) = progress {
             result = p.finish(result);
         }
@@ -270,9 +281,9 @@ impl<'a> SaveState<'a> {
         let mut raw = std::ptr::null_mut();
         let rc = unsafe { sys::dckpt_save_async(&mut raw, cpath.as_ptr(), self.inner.raw, comm_ptr(&comm), &raw_opts) };
         if let Err(e) = check(rc) {
-            return Err(finish_collective(comm, Err::<(), _>(e)).unwrap_err());
+            return Err(finish_collective(comm, Err::<(), _>(annotate(&opts.storage, e))).unwrap_err());
         }
-        Ok(SaveFuture { raw, comm })
+        Ok(SaveFuture { raw, comm, storage: opts.storage.clone() })
     }
 }
 
@@ -281,6 +292,8 @@ impl<'a> SaveState<'a> {
 pub struct SaveFuture<'c> {
     raw: *mut sys::dckpt_save_future,
     comm: Option<&'c mut Comm>,
+    /// The storage the save writes to, kept alive until the save has finished (dropped after the future: see Drop).
+    storage: Option<StorageHandle>,
 }
 
 unsafe impl Send for SaveFuture<'_> {}
@@ -303,7 +316,7 @@ impl SaveFuture<'_> {
     pub fn wait(mut self) -> Result<SaveInfo> {
         let mut info = new_save_info();
         let rc = unsafe { sys::dckpt_save_future_wait(&mut info, self.raw, u64::MAX) }; // DCKPT_WAIT_FOREVER (UINT64_MAX; bindgen cannot expand it)
-        let result = check(rc).map(|_| SaveInfo::from_raw(&info));
+        let result = check(rc).map(|_| SaveInfo::from_raw(&info)).map_err(|e| annotate(&self.storage, e));
         finish_collective(self.comm.take(), result)
     }
 
@@ -318,9 +331,9 @@ impl SaveFuture<'_> {
             if !self.is_done() {
                 return Ok(None);
             }
-            return finish_collective(self.comm.as_deref_mut(), Err(err));
+            return finish_collective(self.comm.as_deref_mut(), Err(annotate(&self.storage, err)));
         }
-        let result = check(rc).map(|_| Some(SaveInfo::from_raw(&info)));
+        let result = check(rc).map(|_| Some(SaveInfo::from_raw(&info))).map_err(|e| annotate(&self.storage, e));
         finish_collective(self.comm.as_deref_mut(), result)
     }
 
@@ -414,6 +427,6 @@ impl<'a> LoadState<'a> {
         let mut stats: sys::dckpt_io_stats = unsafe { std::mem::zeroed() };
         stats.version = sys::DCKPT_IO_STATS_VERSION;
         let rc = unsafe { sys::dckpt_load(&mut stats, cpath.as_ptr(), self.inner.raw, comm_ptr(&comm), &raw_opts) };
-        finish_collective(comm, check(rc).map(|_| IoStats::from_raw(&stats)))
+        finish_collective(comm, check(rc).map(|_| IoStats::from_raw(&stats)).map_err(|e| annotate(&opts.storage, e)))
     }
 }

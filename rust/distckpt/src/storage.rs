@@ -1,0 +1,519 @@
+//! Where checkpoints live (`dckpt_storage`): the POSIX file system, an in-process memory store, or storage written in
+//! Rust ([`Storage`]: an object store client, an SDK) plugged in through the C callbacks. A [`StorageHandle`] goes in
+//! the `storage` field of [`crate::SaveOptions`], [`crate::ReadOptions`] and [`ExportOptions`], and runs the prune
+//! operations of the metadata-last layout ([`StorageHandle::stat`], [`StorageHandle::remove_leftovers`],
+//! [`StorageHandle::remove_checkpoint`]).
+//!
+//! Lifetimes. The C storage is reference counted (readers and async saves keep it alive), but the callbacks have no
+//! destructor: the C library never says when it stops calling them. So the Rust side keeps the [`Storage`] alive
+//! itself: every [`crate::Checkpoint`] and [`crate::SaveFuture`] opened with a handle holds a clone of it, and the
+//! storage (C object, trampolines' context, the `Arc<dyn Storage>`) is freed when the last clone goes.
+//!
+//! Panics. Every trampoline runs the Rust code under `catch_unwind`: a panic in a [`Storage`] method becomes an error
+//! (`ErrorCode::User`) of the operation that called it, whose message says so; it never unwinds into C.
+
+use std::ffi::{c_void, CStr, CString};
+use std::io;
+use std::os::raw::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distckpt_sys as sys;
+
+use crate::checkpoint::{cstring, path_cstring};
+use crate::error::check;
+use crate::progress::{Progress, ProgressFn};
+use crate::{Error, ErrorCode, Result};
+
+/// A file being written through a [`Storage`] (what [`Storage::create`] returns). Nothing is visible at its path
+/// before [`close`](Self::close) succeeds with `discard == false`.
+pub trait StorageFile: Send + Sync {
+    /// Writes `data` at `offset`. Called from several threads at once, for disjoint ranges, in any order; bytes never
+    /// written read as zeros.
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Makes what was written so far durable (default: nothing to do).
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+    /// Finishes the file: `discard == false` publishes it, durably, with `size` bytes (the rest past what was written
+    /// is zeros); `discard == true` abandons it. Called exactly once.
+    fn close(self: Box<Self>, size: u64, discard: bool) -> io::Result<()>;
+}
+
+/// Storage written in Rust. Paths are '/'-separated strings exactly as given to the save or open call, joined with
+/// plain file names ("<checkpoint>/metadata.dckpt"); there are no directories to create or rename. Every method may
+/// be called from several threads at once (at most `max_in_flight` writes and reads together).
+///
+/// Errors are `std::io::Error`s, mapped to the C codes by kind: `NotFound` is `DCKPT_ENOTFOUND`, `AlreadyExists`
+/// `DCKPT_EEXISTS`, `StorageFull` `DCKPT_ENOSPC`, an `io::Error` wrapping a [`crate::Error`] its code, anything else
+/// `DCKPT_EIO`. The message is appended to the error of the distckpt call that failed (which names the path).
+pub trait Storage: Send + Sync {
+    /// Starts writing `path` (`size_hint`: its final size, 0 when unknown).
+    fn create(&self, path: &str, size_hint: u64) -> io::Result<Box<dyn StorageFile>>;
+    /// The size of the file at `path`; a `NotFound` error when there is none.
+    fn size(&self, path: &str) -> io::Result<u64>;
+    /// Reads into `buf` from `offset` of `path`; returns the bytes read (fewer than `buf.len()` only at the end).
+    fn read_at(&self, path: &str, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// The names directly below `dir` (files, and the first component of longer paths), each once, in any order.
+    /// Nothing below `dir` is an empty list, not an error.
+    fn list(&self, dir: &str) -> io::Result<Vec<String>>;
+    /// Removes the file at `path`; `Ok` when there is none.
+    fn remove(&self, path: &str) -> io::Result<()>;
+    /// Whether [`commit`](Self::commit) is implemented (default false: distckpt commits with create/write/close
+    /// after checking that nothing is there, a check another writer can race). Read once, by
+    /// [`StorageHandle::from_storage`].
+    fn supports_commit(&self) -> bool {
+        false
+    }
+    /// The commit: writes `data` to `path` as one atomic, durable step. With `replace == false` it must fail with
+    /// `AlreadyExists` when something is at `path` (S3: a conditional PUT, If-None-Match: *). Called only when
+    /// [`supports_commit`](Self::supports_commit) returns true.
+    fn commit(&self, path: &str, data: &[u8], replace: bool) -> io::Result<()> {
+        let _ = (path, data, replace);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this storage has no atomic commit"))
+    }
+}
+
+/// The C code of an `io::Error` a [`Storage`] returned.
+pub fn io_error_code(e: &io::Error) -> ErrorCode {
+    if let Some(inner) = e.get_ref().and_then(|r| r.downcast_ref::<Error>()) {
+        return inner.code();
+    }
+    match e.kind() {
+        io::ErrorKind::NotFound => ErrorCode::NotFound,
+        io::ErrorKind::AlreadyExists => ErrorCode::Exists,
+        io::ErrorKind::StorageFull => ErrorCode::NoSpace,
+        io::ErrorKind::OutOfMemory => ErrorCode::NoMemory,
+        io::ErrorKind::Unsupported => ErrorCode::Unsupported,
+        io::ErrorKind::InvalidInput => ErrorCode::InvalidArgument,
+        _ => ErrorCode::Io,
+    }
+}
+
+/// What the trampolines share: the Rust storage, and the messages of its latest failures (by path), which the C
+/// library cannot carry (its callbacks return a code only).
+struct Bridge {
+    storage: Arc<dyn Storage>,
+    errors: Mutex<Vec<(String, String)>>,
+}
+
+/// How many storage failure messages are kept for the errors of the calls that hit them.
+const KEPT_ERRORS: usize = 16;
+
+impl Bridge {
+    fn record(&self, path: &str, message: String) {
+        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        if errors.len() >= KEPT_ERRORS {
+            errors.remove(0);
+        }
+        errors.push((path.to_string(), message));
+    }
+
+    /// Runs `f` under `catch_unwind`; an error or a panic becomes a C code, its message kept for `path`.
+    fn run(&self, op: &str, path: &str, f: impl FnOnce() -> io::Result<()>) -> c_int {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(())) => sys::DCKPT_OK,
+            Ok(Err(e)) => {
+                self.record(path, format!("{op} '{path}': {e}"));
+                io_error_code(&e).raw()
+            }
+            Err(payload) => {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_string());
+                self.record(path, format!("{op} '{path}': the storage panicked: {what}"));
+                sys::DCKPT_EUSER
+            }
+        }
+    }
+}
+
+/// The file handle the C library holds: the Rust file and the path it was created for (for messages).
+struct OpenFile {
+    file: Box<dyn StorageFile>,
+    path: String,
+}
+
+unsafe fn bridge<'a>(user_data: *mut c_void) -> &'a Bridge {
+    &*(user_data as *const Bridge)
+}
+
+unsafe fn path_str<'a>(p: *const c_char) -> io::Result<&'a str> {
+    if p.is_null() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "null path"));
+    }
+    CStr::from_ptr(p).to_str().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path is not UTF-8"))
+}
+
+unsafe fn lossy(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}
+
+unsafe extern "C" fn t_create(file: *mut *mut sys::dckpt_storage_file, path: *const c_char, size_hint: u64, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let name = lossy(path);
+    b.run("create", &name, || {
+        let p = path_str(path)?;
+        let f = b.storage.create(p, size_hint)?;
+        *file = Box::into_raw(Box::new(OpenFile { file: f, path: p.to_string() })).cast();
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn t_write(file: *mut sys::dckpt_storage_file, offset: u64, data: *const c_void, size: usize, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let f = &*(file as *const OpenFile);
+    b.run("write", &f.path, || {
+        let bytes = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        f.file.write_at(offset, bytes)
+    })
+}
+
+unsafe extern "C" fn t_sync(file: *mut sys::dckpt_storage_file, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let f = &*(file as *const OpenFile);
+    b.run("sync", &f.path, || f.file.sync())
+}
+
+unsafe extern "C" fn t_close(file: *mut sys::dckpt_storage_file, size: u64, discard: c_int, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    // Called exactly once per file: the box is taken back here whatever happens.
+    let f = Box::from_raw(file as *mut OpenFile);
+    let OpenFile { file, path } = *f;
+    b.run("close", &path, move || file.close(size, discard != 0))
+}
+
+unsafe extern "C" fn t_size(size: *mut u64, path: *const c_char, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let name = lossy(path);
+    let rc = b.run("size", &name, || {
+        *size = b.storage.size(path_str(path)?)?;
+        Ok(())
+    });
+    if rc == sys::DCKPT_ENOTFOUND {
+        // Asking is how distckpt looks for files: a missing one is no failure worth reporting.
+        b.forget(&name);
+    }
+    rc
+}
+
+unsafe extern "C" fn t_read(got: *mut usize, path: *const c_char, offset: u64, data: *mut c_void, size: usize, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let name = lossy(path);
+    b.run("read", &name, || {
+        let buf = if size == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(data.cast::<u8>(), size) };
+        let n = b.storage.read_at(path_str(path)?, offset, buf)?;
+        if n > size {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("read_at returned {n} for a {size}-byte buffer")));
+        }
+        *got = n;
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn t_list(out: *mut sys::dckpt_storage_list, dir: *const c_char, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let name = lossy(dir);
+    b.run("list", &name, || {
+        for n in b.storage.list(path_str(dir)?)? {
+            let c = CString::new(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a listed name holds a NUL byte"))?;
+            let rc = sys::dckpt_storage_list_add(out, c.as_ptr());
+            if rc != sys::DCKPT_OK {
+                let msg = Error::last(rc).to_string();
+                return Err(io::Error::new(io::ErrorKind::InvalidData, msg));
+            }
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn t_remove(path: *const c_char, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let name = lossy(path);
+    b.run("remove", &name, || b.storage.remove(path_str(path)?))
+}
+
+unsafe extern "C" fn t_commit(path: *const c_char, data: *const c_void, size: usize, replace: c_int, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let name = lossy(path);
+    let rc = b.run("commit", &name, || {
+        let bytes = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        b.storage.commit(path_str(path)?, bytes, replace != 0)
+    });
+    if rc == sys::DCKPT_EEXISTS {
+        b.forget(&name); // the C error already says what is there
+    }
+    rc
+}
+
+impl Bridge {
+    fn forget(&self, path: &str) {
+        self.errors.lock().unwrap_or_else(|e| e.into_inner()).retain(|(p, _)| p != path);
+    }
+
+    /// The messages of failures on paths that `message` (a distckpt error) names, taken out of the record.
+    fn take_for(&self, message: &str) -> Vec<String> {
+        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found = Vec::new();
+        errors.retain(|(p, m)| {
+            let named = !p.is_empty() && (message.contains(p.as_str()) || p.rsplit('/').next().is_some_and(|f| !f.is_empty() && message.contains(f)));
+            if named {
+                found.push(m.clone());
+            }
+            !named
+        });
+        found
+    }
+}
+
+struct Inner {
+    raw: *mut sys::dckpt_storage,
+    kind: &'static str,
+    bridge: Option<Box<Bridge>>,
+}
+
+// The C storage is thread-safe (distckpt.h); the bridge holds a `Send + Sync` storage and mutexes.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Every reader and async save that used this storage held a clone of the handle and is gone, so the C
+        // library calls the trampolines no more: the bridge may go after the C reference.
+        unsafe { sys::dckpt_storage_free(self.raw) };
+        self.bridge.take();
+    }
+}
+
+/// A storage (`dckpt_storage`): cheap to clone (shared), `Send + Sync`, freed with its last clone. Readers and
+/// async saves opened with it keep a clone, so dropping the caller's handle while they run is safe.
+#[derive(Clone)]
+pub struct StorageHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for StorageHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageHandle").field("kind", &self.inner.kind).finish()
+    }
+}
+
+/// What is at a path of a storage ([`StorageHandle::stat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathKind {
+    /// Nothing, or nothing distckpt wrote.
+    None,
+    /// A committed checkpoint (its metadata is there).
+    Checkpoint,
+    /// No checkpoint, only what unfinished saves left.
+    Incomplete,
+    /// A kind newer than this crate.
+    Other(i32),
+}
+
+/// [`StorageHandle::stat`]'s answer (`dckpt_path_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathInfo {
+    pub kind: PathKind,
+    /// Files distckpt wrote there (committed and leftover), and their total size.
+    pub files: u64,
+    pub bytes: u64,
+    /// Files no committed checkpoint refers to: unfinished or superseded saves.
+    pub leftover_files: u64,
+    pub leftover_bytes: u64,
+    /// Unfinished saves whose marker is younger than the grace period.
+    pub saves_in_progress: u32,
+}
+
+impl StorageHandle {
+    fn wrap(raw: *mut sys::dckpt_storage, kind: &'static str, bridge: Option<Box<Bridge>>) -> StorageHandle {
+        StorageHandle { inner: Arc::new(Inner { raw, kind, bridge }) }
+    }
+
+    /// The POSIX file system (what no storage means).
+    pub fn posix() -> Result<StorageHandle> {
+        crate::check_abi()?;
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { sys::dckpt_storage_new_posix(&mut raw) })?;
+        Ok(Self::wrap(raw, "posix", None))
+    }
+
+    /// An in-process store of files, lost with the last clone of the handle (for tests and examples); checkpoints
+    /// on it are committed by writing the metadata last.
+    pub fn memory() -> Result<StorageHandle> {
+        crate::check_abi()?;
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { sys::dckpt_storage_new_memory(&mut raw) })?;
+        Ok(Self::wrap(raw, "memory", None))
+    }
+
+    /// Storage written in Rust, behind the C callbacks. `max_in_flight`: the most write and read calls running at
+    /// once (0: the library's default, 16). Checkpoints on it are committed by writing the metadata last.
+    pub fn from_storage(storage: Arc<dyn Storage>, max_in_flight: u32) -> Result<StorageHandle> {
+        crate::check_abi()?;
+        let has_commit = storage.supports_commit();
+        let bridge = Box::new(Bridge { storage, errors: Mutex::new(Vec::new()) });
+        let mut cb: sys::dckpt_storage_callbacks = unsafe { std::mem::zeroed() };
+        check(unsafe { sys::dckpt_storage_callbacks_init(&mut cb, sys::DCKPT_STORAGE_CALLBACKS_VERSION) })?;
+        cb.create = Some(t_create);
+        cb.write = Some(t_write);
+        cb.sync = Some(t_sync);
+        cb.close = Some(t_close);
+        cb.size = Some(t_size);
+        cb.read = Some(t_read);
+        cb.list = Some(t_list);
+        cb.remove = Some(t_remove);
+        cb.commit = if has_commit { Some(t_commit) } else { None };
+        // The box's address is stable; it lives in `Inner` until after dckpt_storage_free.
+        cb.user_data = &*bridge as *const Bridge as *mut c_void;
+        cb.max_in_flight = max_in_flight;
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { sys::dckpt_storage_new_callbacks(&mut raw, &cb) })?;
+        Ok(Self::wrap(raw, "callbacks", Some(bridge)))
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::dckpt_storage {
+        self.inner.raw
+    }
+
+    /// Adds to `err` what the [`Storage`] said about the paths it names (the C error carries only a code).
+    pub(crate) fn annotate(&self, err: Error) -> Error {
+        let Some(b) = &self.inner.bridge else { return err };
+        let said = b.take_for(err.message());
+        if said.is_empty() {
+            err
+        } else {
+            err.context(&format!("storage: {}", said.join("; ")))
+        }
+    }
+
+    /// Describes what is at `path` for a checkpoint laid out for storage without rename. Saves whose marker is
+    /// younger than `grace` count as in progress.
+    pub fn stat(&self, path: impl AsRef<Path>, grace: Duration) -> Result<PathInfo> {
+        let cpath = path_cstring(path.as_ref())?;
+        let mut raw: sys::dckpt_path_info = unsafe { std::mem::zeroed() };
+        raw.version = sys::DCKPT_PATH_INFO_VERSION;
+        check(unsafe { sys::dckpt_storage_stat(&mut raw, self.raw(), cpath.as_ptr(), grace.as_secs_f64()) })
+            .map_err(|e| self.annotate(e))?;
+        let kind = match raw.kind as u32 {
+            sys::DCKPT_PATH_NONE => PathKind::None,
+            sys::DCKPT_PATH_CHECKPOINT => PathKind::Checkpoint,
+            sys::DCKPT_PATH_INCOMPLETE => PathKind::Incomplete,
+            _ => PathKind::Other(raw.kind),
+        };
+        Ok(PathInfo {
+            kind,
+            files: raw.files,
+            bytes: raw.bytes,
+            leftover_files: raw.leftover_files,
+            leftover_bytes: raw.leftover_bytes,
+            saves_in_progress: raw.saves_in_progress,
+        })
+    }
+
+    /// Removes the leftovers at `path` (files of unfinished saves whose marker is older than `grace`, files no
+    /// committed checkpoint refers to), never the committed checkpoint nor a file distckpt did not write. Returns the
+    /// paths removed (with `dry_run`, those that would be, removing nothing).
+    pub fn remove_leftovers(&self, path: impl AsRef<Path>, grace: Duration, dry_run: bool) -> Result<Vec<String>> {
+        unsafe extern "C" fn removed(path: *const c_char, ud: *mut c_void) -> c_int {
+            let out = &*(ud as *const Mutex<Vec<String>>);
+            out.lock().unwrap_or_else(|e| e.into_inner()).push(lossy(path));
+            0
+        }
+        let cpath = path_cstring(path.as_ref())?;
+        let out: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        let rc = unsafe {
+            sys::dckpt_storage_remove_leftovers(
+                self.raw(),
+                cpath.as_ptr(),
+                grace.as_secs_f64(),
+                dry_run as c_int,
+                Some(removed),
+                &out as *const Mutex<Vec<String>> as *mut c_void,
+            )
+        };
+        check(rc).map_err(|e| self.annotate(e))?;
+        Ok(out.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Removes the checkpoint at `path` and its leftovers: the metadata first (it stops existing in one step), then
+    /// its data files. `NotFound` when nothing distckpt wrote is there.
+    pub fn remove_checkpoint(&self, path: impl AsRef<Path>) -> Result<()> {
+        let cpath = path_cstring(path.as_ref())?;
+        check(unsafe { sys::dckpt_storage_remove_checkpoint(self.raw(), cpath.as_ptr()) }).map_err(|e| self.annotate(e))
+    }
+}
+
+/// The raw pointer of an optional handle (null: the POSIX file system).
+pub(crate) fn raw_or_null(s: &Option<StorageHandle>) -> *mut sys::dckpt_storage {
+    s.as_ref().map_or(std::ptr::null_mut(), |h| h.raw())
+}
+
+/// [`StorageHandle::annotate`] for an optional handle.
+pub(crate) fn annotate(s: &Option<StorageHandle>, err: Error) -> Error {
+    match s {
+        Some(h) => h.annotate(err),
+        None => err,
+    }
+}
+
+/// Options for [`export_safetensors`] (`dckpt_export_options`).
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    /// Largest .safetensors file; 0: 5 GB.
+    pub max_shard_bytes: u64,
+    /// File name prefix; `None`: "model".
+    pub prefix: Option<String>,
+    /// Check checksums while reading (default true).
+    pub verify: bool,
+    /// Where the checkpoint is read from; `None`: the POSIX file system.
+    pub storage: Option<StorageHandle>,
+    /// Where the safetensors files are written; `None`: the POSIX file system.
+    pub out_storage: Option<StorageHandle>,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions { max_shard_bytes: 0, prefix: None, verify: true, storage: None, out_storage: None }
+    }
+}
+
+/// Writes every tensor of the checkpoint at `ckpt` into `out_dir` as safetensors files
+/// ("<prefix>-00001-of-0000N.safetensors" plus "<prefix>.safetensors.index.json"). `progress` (may be `None`)
+/// reports bytes written; returning `false` stops the export (`User` error).
+pub fn export_safetensors(
+    ckpt: impl AsRef<Path>,
+    out_dir: impl AsRef<Path>,
+    opts: &ExportOptions,
+    progress: Option<ProgressFn<'_>>,
+) -> Result<()> {
+    crate::check_abi()?;
+    let (cin, cout) = (path_cstring(ckpt.as_ref())?, path_cstring(out_dir.as_ref())?);
+    let prefix = opts.prefix.as_deref().map(|p| cstring(p, "prefix")).transpose()?;
+    let mut raw: sys::dckpt_export_options = unsafe { std::mem::zeroed() };
+    check(unsafe { sys::dckpt_export_options_init(&mut raw, sys::DCKPT_EXPORT_OPTIONS_VERSION) })?;
+    raw.max_shard_bytes = opts.max_shard_bytes;
+    raw.prefix = prefix.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
+    raw.verify = opts.verify as c_int;
+    raw.storage = raw_or_null(&opts.storage);
+    raw.out_storage = raw_or_null(&opts.out_storage);
+    let progress = progress.map(Progress::new);
+    if let Some(p) = &progress {
+        raw.progress = Some(Progress::callback);
+        raw.progress_user_data = p.user_data();
+    }
+    let rc = unsafe { sys::dckpt_export_safetensors(cin.as_ptr(), cout.as_ptr(), &raw) };
+    let mut result = check(rc).map_err(|e| annotate(&opts.out_storage, annotate(&opts.storage, e)));
+    if let Some(p) = progress {
+        result = p.finish(result);
+    }
+    result
+}
