@@ -606,3 +606,28 @@ fn three_ranks_save_and_two_ranks_load_resharded_through_one_storage() {
         }
     }
 }
+
+#[test]
+fn posix_handle_is_the_file_system_and_memory_outlives_its_handle() {
+    let tmp = common::TempDir::new("storage-posix");
+    let path = tmp.join("ckpt");
+    let posix = StorageHandle::posix().unwrap();
+    let w = iota(8, 8);
+    let mut s = SaveState::new().unwrap();
+    s.add_tensor("w", &[8, 8], &w).unwrap();
+    s.save(&path, &save_opts(&posix)).unwrap();
+    assert!(path.join("metadata.dckpt").is_file());
+    assert_eq!(Checkpoint::open(&path).unwrap().read::<f32>("w").unwrap(), w); // no storage: the same files
+    assert_eq!(Checkpoint::open_with(&path, None, &read_opts(&posix)).unwrap().read::<f32>("w").unwrap(), w);
+
+    // The memory storage's files live as long as a reader of them does.
+    let mem = StorageHandle::memory().unwrap();
+    s.save("mem/ckpt", &save_opts(&mem)).unwrap();
+    let ckpt = Checkpoint::open_with("mem/ckpt", None, &ReadOptions { map_files: false, ..read_opts(&mem) }).unwrap();
+    drop(mem);
+    assert_eq!(ckpt.read::<f32>("w").unwrap(), w);
+    ckpt.verify().unwrap();
+    let h = ckpt.storage().unwrap().clone();
+    drop(ckpt);
+    assert_eq!(h.stat("mem/ckpt", Duration::ZERO).unwrap().kind, PathKind::Checkpoint);
+}
