@@ -13,6 +13,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -429,6 +430,333 @@ class State {
   std::vector<py::object> owners_;  // the owners of device pieces' memory
 };
 
+// ---- Storage --------------------------------------------------------------------------------------------------
+
+/// What a Python storage object's callbacks share: the object, and the last exception one of them raised (its text
+/// is appended to the error of the call that failed, the exception itself becomes its __cause__). Lives as long as
+/// the dckpt_storage that points at it (Storage, and every Reader and SaveFuture using it, hold it).
+struct PyStorageCallbacks {
+  py::object impl;
+  py::object create, write, sync, close, size, read, list, remove, commit;  // bound methods (None: absent)
+  std::mutex mu;
+  uint64_t failures = 0;   // guarded by mu: exceptions kept so far (a call compares before and after)
+  std::string last_text;   // guarded by mu: "TypeName: message" of the last one
+  py::object last_exc;     // guarded by mu; only touched with the GIL held
+
+  /// Maps the exception being handled to a status code and keeps it. Called with the GIL held.
+  int Fail(py::error_already_set& e) {
+    int code = DCKPT_EIO;
+    if (e.matches(PyExc_FileNotFoundError)) {
+      code = DCKPT_ENOTFOUND;
+    } else if (e.matches(PyExc_FileExistsError)) {
+      code = DCKPT_EEXISTS;
+    } else if (e.matches(PyExc_OSError)) {
+      py::object err = py::getattr(e.value(), "errno", py::none());
+      if (!err.is_none() && py::int_(err).cast<long>() == ENOSPC) code = DCKPT_ENOSPC;
+    }
+    // A missing path is an ordinary answer (distckpt probes for files), not a failure worth reporting.
+    if (code == DCKPT_ENOTFOUND) return code;
+    std::string text;
+    try {
+      text = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + py::str(e.value()).cast<std::string>();
+    } catch (py::error_already_set&) {
+      text = "an exception that cannot be printed";
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    ++failures;
+    last_text = std::move(text);
+    last_exc = e.value();
+    return code;
+  }
+  uint64_t Failures() {
+    std::lock_guard<std::mutex> lock(mu);
+    return failures;
+  }
+  /// The last kept exception if one was kept after `since` (else empty / None).
+  std::pair<std::string, py::object> Since(uint64_t since) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failures <= since) return {std::string(), py::none()};
+    return {last_text, last_exc};
+  }
+};
+
+/// A memoryview over memory distckpt owns, released when the callback returns (a callback that keeps it gets a
+/// released view, never a dangling pointer).
+class TempView {
+ public:
+  TempView(const void* data, size_t size, bool writable)
+      : view_(py::reinterpret_steal<py::object>(PyMemoryView_FromMemory(
+            static_cast<char*>(const_cast<void*>(data)), static_cast<Py_ssize_t>(size),
+            writable ? PyBUF_WRITE : PyBUF_READ))) {
+    if (!view_) throw py::error_already_set();
+  }
+  ~TempView() {
+    if (PyObject_CallMethod(view_.ptr(), "release", nullptr) == nullptr) PyErr_Clear();  // still exported: leave it
+  }
+  const py::object& get() const { return view_; }
+
+ private:
+  py::object view_;
+};
+
+/// Runs `body` with the GIL, turning a Python exception into a status code (a C++ one into DCKPT_EIO).
+template <typename F>
+int CallPython(PyStorageCallbacks* cb, F&& body) {
+  py::gil_scoped_acquire gil;
+  try {
+    body();
+    return DCKPT_OK;
+  } catch (py::error_already_set& e) {
+    return cb->Fail(e);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    py::error_already_set err;
+    return cb->Fail(err);
+  }
+}
+
+namespace storage_trampolines {
+
+int Create(dckpt_storage_file** file, const char* path, uint64_t size_hint, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    py::object f = cb->create(path, size_hint);
+    *file = f.release().ptr();  // a new reference, dropped by Close
+  });
+}
+
+int Write(dckpt_storage_file* file, uint64_t offset, const void* data, size_t size, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    TempView view(data, size, /*writable=*/false);
+    cb->write(py::handle(static_cast<PyObject*>(file)), offset, view.get());
+  });
+}
+
+int Sync(dckpt_storage_file* file, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] { cb->sync(py::handle(static_cast<PyObject*>(file))); });
+}
+
+int Close(dckpt_storage_file* file, uint64_t size, int discard, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    py::object f = py::reinterpret_steal<py::object>(static_cast<PyObject*>(file));  // dropped whatever happens
+    cb->close(f, size, discard != 0);
+  });
+}
+
+int Size(uint64_t* size, const char* path, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] { *size = cb->size(path).cast<uint64_t>(); });
+}
+
+int Read(size_t* got, const char* path, uint64_t offset, void* data, size_t size, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    TempView view(data, size, /*writable=*/true);
+    uint64_t n = cb->read(path, offset, view.get()).cast<uint64_t>();
+    if (n > size) throw std::runtime_error("the storage's read() returned more bytes than were asked for");
+    *got = static_cast<size_t>(n);
+  });
+}
+
+int List(dckpt_storage_list* out, const char* dir, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    py::object names = cb->list(dir);
+    for (py::handle n : names) {
+      std::string name = py::str(n).cast<std::string>();
+      if (dckpt_storage_list_add(out, name.c_str()) != DCKPT_OK) {
+        throw std::runtime_error(std::string("the storage's list() gave a name distckpt refused: ") +
+                                 dckpt_error_last());
+      }
+    }
+  });
+}
+
+int Remove(const char* path, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] { cb->remove(path); });
+}
+
+int Commit(const char* path, const void* data, size_t size, int replace, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    py::bytes b(static_cast<const char*>(data), size);  // metadata: small, and a callback may keep it
+    cb->commit(path, b, replace != 0);
+  });
+}
+
+}  // namespace storage_trampolines
+
+/// A dckpt_storage: POSIX, in memory, or a Python object's methods (see distckpt/storage.py for the protocol).
+class Storage {
+ public:
+  static std::shared_ptr<Storage> Posix() {
+    auto s = std::shared_ptr<Storage>(new Storage("posix"));
+    Check(dckpt_storage_new_posix(&s->storage_));
+    return s;
+  }
+  static std::shared_ptr<Storage> Memory() {
+    auto s = std::shared_ptr<Storage>(new Storage("memory"));
+    Check(dckpt_storage_new_memory(&s->storage_));
+    return s;
+  }
+  static std::shared_ptr<Storage> Callbacks(const py::object& impl, unsigned max_in_flight) {
+    auto cb = std::make_shared<PyStorageCallbacks>();
+    cb->impl = impl;
+    auto method = [&](const char* name, bool required) -> py::object {
+      py::object m = py::getattr(impl, name, py::none());
+      if (!m.is_none() && !PyCallable_Check(m.ptr())) {
+        throw py::type_error(std::string("storage method '") + name + "' is not callable");
+      }
+      if (required && m.is_none()) throw py::type_error(std::string("a storage needs a method '") + name + "'");
+      return m;
+    };
+    cb->create = method("create", true);
+    cb->write = method("write", true);
+    cb->sync = method("sync", false);
+    cb->close = method("close", true);
+    cb->size = method("size", true);
+    cb->read = method("read", true);
+    cb->list = method("list", true);
+    cb->remove = method("remove", true);
+    cb->commit = method("commit", false);
+    dckpt_storage_callbacks c;
+    Check(dckpt_storage_callbacks_init(&c, DCKPT_STORAGE_CALLBACKS_VERSION));
+    namespace t = storage_trampolines;
+    c.create = &t::Create;
+    c.write = &t::Write;
+    c.sync = cb->sync.is_none() ? nullptr : &t::Sync;
+    c.close = &t::Close;
+    c.size = &t::Size;
+    c.read = &t::Read;
+    c.list = &t::List;
+    c.remove = &t::Remove;
+    c.commit = cb->commit.is_none() ? nullptr : &t::Commit;
+    c.user_data = cb.get();
+    c.max_in_flight = max_in_flight;
+    auto s = std::shared_ptr<Storage>(new Storage("callbacks"));
+    Check(dckpt_storage_new_callbacks(&s->storage_, &c));
+    s->callbacks_ = std::move(cb);
+    return s;
+  }
+
+  ~Storage() {
+    // Only the caller's reference: readers and saves that use the storage hold this object too, so nothing runs on
+    // it now, and freeing it calls no callback.
+    dckpt_storage_free(storage_);
+    if (callbacks_) {
+      py::gil_scoped_acquire gil;  // the bound methods are Python objects
+      callbacks_.reset();
+    }
+  }
+
+  dckpt_storage* get() const { return storage_; }
+  const std::string& kind() const { return kind_; }
+  uint64_t failures() const { return callbacks_ ? callbacks_->Failures() : 0; }
+  std::pair<std::string, py::object> FailuresSince(uint64_t since) const {
+    if (!callbacks_) return {std::string(), py::none()};
+    return callbacks_->Since(since);
+  }
+  py::object impl() const { return callbacks_ ? callbacks_->impl : py::none(); }
+
+ private:
+  explicit Storage(std::string kind) : kind_(std::move(kind)) {}
+  dckpt_storage* storage_ = nullptr;
+  std::string kind_;
+  std::shared_ptr<PyStorageCallbacks> callbacks_;
+};
+
+/// Marks where a call that uses `storage` starts, so that a failure can name the exception a callback raised during
+/// it (text appended to the message, exception as the cause when nothing else is).
+class StorageCall {
+ public:
+  explicit StorageCall(std::shared_ptr<Storage> s) : storage_(std::move(s)), start_(storage_ ? storage_->failures() : 0) {}
+  dckpt_storage* get() const { return storage_ ? storage_->get() : nullptr; }
+  /// Where a later step of a long-lived user (a reader's read) starts.
+  uint64_t Mark() const { return storage_ ? storage_->failures() : 0; }
+  /// Appends the text of the last exception a callback raised since `since` (default: the start of the call) to
+  /// `message`; sets `cause` to it if `cause` is None.
+  void Annotate(std::string& message, py::object& cause) const { Annotate(message, cause, start_); }
+  void Annotate(std::string& message, py::object& cause, uint64_t since) const {
+    if (!storage_) return;
+    auto [text, exc] = storage_->FailuresSince(since);
+    if (text.empty()) return;
+    message += " (storage callback raised " + text + ")";
+    if (cause.is_none()) cause = exc;
+  }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  uint64_t start_;
+};
+
+/// Raises for rc != OK with the storage's callback error attached.
+void CheckStorage(int rc, const StorageCall& call, py::object cause = py::none()) {
+  if (rc == DCKPT_OK) return;
+  std::string message = dckpt_error_last();
+  call.Annotate(message, cause);
+  throw NativeError(rc, std::move(message), std::move(cause));
+}
+
+struct RemovedList {
+  std::vector<std::string> paths;
+};
+
+int CollectRemoved(const char* path, void* user) {
+  static_cast<RemovedList*>(user)->paths.emplace_back(path);
+  return 0;
+}
+
+py::dict StorageStat(std::shared_ptr<Storage> storage, const std::string& path, double grace_seconds) {
+  StorageCall call(storage);
+  dckpt_path_info info = DCKPT_PATH_INFO_INIT;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_storage_stat(&info, call.get(), path.c_str(), grace_seconds);
+  }
+  CheckStorage(rc, call);
+  static const char* const kinds[] = {"none", "checkpoint", "incomplete"};
+  py::dict d;
+  d["kind"] = info.kind >= 0 && info.kind <= 2 ? kinds[info.kind] : "unknown";
+  d["files"] = info.files;
+  d["bytes"] = info.bytes;
+  d["leftover_files"] = info.leftover_files;
+  d["leftover_bytes"] = info.leftover_bytes;
+  d["saves_in_progress"] = info.saves_in_progress;
+  return d;
+}
+
+/// The paths removed (or, with dry_run, that would be).
+std::vector<std::string> StorageRemoveLeftovers(std::shared_ptr<Storage> storage, const std::string& path,
+                                                double grace_seconds, bool dry_run) {
+  StorageCall call(storage);
+  RemovedList removed;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_storage_remove_leftovers(call.get(), path.c_str(), grace_seconds, dry_run ? 1 : 0, &CollectRemoved,
+                                        &removed);
+  }
+  CheckStorage(rc, call);
+  return removed.paths;
+}
+
+void StorageRemoveCheckpoint(std::shared_ptr<Storage> storage, const std::string& path) {
+  StorageCall call(storage);
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_storage_remove_checkpoint(call.get(), path.c_str());
+  }
+  CheckStorage(rc, call);
+}
+
+
 // ---- Save / load ----------------------------------------------------------------------------------------------
 
 py::dict SaveInfoDict(const dckpt_save_info& info) {
@@ -487,8 +815,11 @@ dckpt_read_options ReadOptions(bool verify, unsigned io_threads, uint64_t timeou
   return o;
 }
 
-/// Raises for a failed collective call, preferring an exception a callback raised (progress first, then comm).
-void CheckCall(int rc, Progress* progress, const std::shared_ptr<Comm>& comm) {
+/// Raises for a failed collective call, preferring an exception a callback raised (progress first, then comm, then
+/// storage); the text of an exception a storage callback raised during the call is appended to the message.
+/// `since`: a StorageCall::Mark() where the call started, when it started after the StorageCall was made.
+void CheckCall(int rc, Progress* progress, const std::shared_ptr<Comm>& comm, const StorageCall* storage = nullptr,
+               std::optional<uint64_t> since = std::nullopt) {
   if (rc == DCKPT_OK) return;
   std::string message = dckpt_error_last();
   py::object cause = progress ? progress->errors.Take() : py::none();
@@ -496,13 +827,23 @@ void CheckCall(int rc, Progress* progress, const std::shared_ptr<Comm>& comm) {
     py::object comm_cause = comm->errors()->Take();
     if (cause.is_none()) cause = comm_cause;
   }
+  if (storage) {
+    if (since) {
+      storage->Annotate(message, cause, *since);
+    } else {
+      storage->Annotate(message, cause);
+    }
+  }
   throw NativeError(rc, std::move(message), std::move(cause));
 }
 
 py::dict Save(const std::string& path, State& state, std::shared_ptr<Comm> comm, unsigned io_threads, bool overwrite,
-              bool sync, uint64_t checksum_block_size, uint64_t timeout_ms, py::object progress) {
+              bool sync, uint64_t checksum_block_size, uint64_t timeout_ms, py::object progress,
+              std::shared_ptr<Storage> storage) {
   auto prog = MakeProgress(progress);
   dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get());
+  StorageCall call(std::move(storage));
+  o.storage = call.get();
   dckpt_save_info info = DCKPT_SAVE_INFO_INIT;
   Comm::Use use(comm);
   dckpt_comm* c = use.get();
@@ -511,15 +852,20 @@ py::dict Save(const std::string& path, State& state, std::shared_ptr<Comm> comm,
     py::gil_scoped_release nogil;
     rc = dckpt_save(&info, path.c_str(), state.get(), c, &o);
   }
-  CheckCall(rc, prog.get(), comm);
+  CheckCall(rc, prog.get(), comm, &call);
   return SaveInfoDict(info);
 }
 
 /// An asynchronous save in flight. Holds the communicator and the progress callback until the save completes.
 class SaveFuture {
  public:
-  SaveFuture(dckpt_save_future* f, std::shared_ptr<Comm> comm, std::shared_ptr<Progress> progress)
-      : future_(f), comm_(std::move(comm)), use_(std::make_unique<Comm::Use>(comm_)), progress_(std::move(progress)) {}
+  SaveFuture(dckpt_save_future* f, std::shared_ptr<Comm> comm, std::shared_ptr<Progress> progress,
+             std::unique_ptr<StorageCall> storage)
+      : future_(f),
+        comm_(std::move(comm)),
+        use_(std::make_unique<Comm::Use>(comm_)),
+        progress_(std::move(progress)),
+        storage_(std::move(storage)) {}
   ~SaveFuture() { Free(); }
 
   /// The save's summary; raises its error; returns None if it is still running after timeout_ms.
@@ -534,7 +880,7 @@ class SaveFuture {
       if (rc == DCKPT_ETIMEOUT) dckpt_save_future_test(&done, future_);
     }
     if (rc == DCKPT_ETIMEOUT && !done) return py::none();
-    CheckCall(rc, progress_.get(), comm_);
+    CheckCall(rc, progress_.get(), comm_, storage_.get());
     return SaveInfoDict(info);
   }
 
@@ -565,6 +911,7 @@ class SaveFuture {
     progress_.reset();
     use_.reset();
     comm_.reset();
+    storage_.reset();
   }
 
  private:
@@ -572,14 +919,18 @@ class SaveFuture {
   std::shared_ptr<Comm> comm_;
   std::unique_ptr<Comm::Use> use_;  // the communicator belongs to the save until it completes
   std::shared_ptr<Progress> progress_;
+  std::unique_ptr<StorageCall> storage_;  // the storage's callbacks must outlive the save
 };
 
 std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std::shared_ptr<Comm> comm,
                                       unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
-                                      uint64_t timeout_ms, py::object progress, bool device_snapshot) {
+                                      uint64_t timeout_ms, py::object progress, bool device_snapshot,
+                                      std::shared_ptr<Storage> storage) {
   auto prog = MakeProgress(progress);
   dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get());
   o.device_snapshot = device_snapshot ? 1 : 0;
+  auto call = std::make_unique<StorageCall>(std::move(storage));
+  o.storage = call->get();
   Comm::Use use(comm);
   dckpt_comm* c = use.get();
   dckpt_save_future* f = nullptr;
@@ -588,14 +939,17 @@ std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std
     py::gil_scoped_release nogil;  // staging copies every buffer (in parallel)
     rc = dckpt_save_async(&f, path.c_str(), state.get(), c, &o);
   }
-  CheckCall(rc, prog.get(), comm);
-  return std::make_unique<SaveFuture>(f, std::move(comm), std::move(prog));
+  CheckCall(rc, prog.get(), comm, call.get());
+  return std::make_unique<SaveFuture>(f, std::move(comm), std::move(prog), std::move(call));
 }
 
 py::dict Load(const std::string& path, State& state, std::shared_ptr<Comm> comm, bool verify, unsigned io_threads,
-              uint64_t timeout_ms, py::object progress, bool map_files, bool share_verification) {
+              uint64_t timeout_ms, py::object progress, bool map_files, bool share_verification,
+              std::shared_ptr<Storage> storage) {
   auto prog = MakeProgress(progress);
   dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, prog.get(), map_files, share_verification);
+  StorageCall call(std::move(storage));
+  o.storage = call.get();
   dckpt_io_stats stats = DCKPT_IO_STATS_INIT;
   Comm::Use use(comm);
   dckpt_comm* c = use.get();
@@ -604,7 +958,7 @@ py::dict Load(const std::string& path, State& state, std::shared_ptr<Comm> comm,
     py::gil_scoped_release nogil;
     rc = dckpt_load(&stats, path.c_str(), state.get(), c, &o);
   }
-  CheckCall(rc, prog.get(), comm);
+  CheckCall(rc, prog.get(), comm, &call);
   return IoStatsDict(stats);
 }
 
@@ -616,10 +970,13 @@ class Reader {
  public:
   static std::unique_ptr<Reader> Open(const std::string& path, std::shared_ptr<Comm> comm, bool verify,
                                       unsigned io_threads, uint64_t timeout_ms, bool map_files,
-                                      bool share_verification, bool pin_files, int fanout) {
+                                      bool share_verification, bool pin_files, int fanout,
+                                      std::shared_ptr<Storage> storage) {
     dckpt_read_options o = ReadOptions(verify, io_threads, timeout_ms, nullptr, map_files, share_verification);
     o.pin_files = pin_files ? 1 : 0;
     o.fanout = fanout;
+    auto call = std::make_unique<StorageCall>(std::move(storage));
+    o.storage = call->get();
     Comm::Use use(comm);
     dckpt_comm* c = use.get();
     dckpt_reader* r = nullptr;
@@ -628,10 +985,13 @@ class Reader {
       py::gil_scoped_release nogil;
       rc = dckpt_reader_open(&r, path.c_str(), c, &o);
     }
-    CheckCall(rc, nullptr, comm);
-    return std::unique_ptr<Reader>(new Reader(r));
+    CheckCall(rc, nullptr, comm, call.get());
+    return std::unique_ptr<Reader>(new Reader(r, std::move(call)));
   }
-  ~Reader() { dckpt_reader_free(reader_); }
+  ~Reader() {
+    py::gil_scoped_release nogil;  // plugged-in storage may take the GIL while the reader lets go of its files
+    dckpt_reader_free(reader_);
+  }
 
   void Close() {
     py::gil_scoped_release nogil;
@@ -701,6 +1061,7 @@ class Reader {
             const py::object& dst) {
     if (offsets.size() != lengths.size()) throw py::value_error("offsets and lengths differ in length");
     HeldBuffer buf(dst, /*writable=*/true);
+    const uint64_t mark = Mark();
     int rc = kClosed;
     {
       py::gil_scoped_release nogil;
@@ -710,7 +1071,7 @@ class Reader {
                                buf.size());
       }
     }
-    CheckOpen(rc);
+    CheckOpen(rc, mark);
   }
 
   /// Reads the box [offsets, offsets + lengths) of tensor `name` into `nbytes` of CUDA device memory at `ptr` on
@@ -723,6 +1084,7 @@ class Reader {
     o.memory = DCKPT_MEMORY_CUDA;
     o.device = device;
     o.stream = reinterpret_cast<void*>(stream);
+    const uint64_t mark = Mark();
     int rc = kClosed;
     {
       py::gil_scoped_release nogil;
@@ -732,7 +1094,7 @@ class Reader {
                                   reinterpret_cast<void*>(ptr), nbytes, &o);
       }
     }
-    CheckOpen(rc);
+    CheckOpen(rc, mark);
   }
 
   py::bytes ReadBytes(const std::string& name) {
@@ -744,13 +1106,14 @@ class Reader {
       if (rc != DCKPT_OK && rc != DCKPT_EBUFSIZE) Raise(rc);
     }
     std::string out(size, '\0');
+    const uint64_t mark = Mark();
     int rc = kClosed;
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
       if (reader_) rc = dckpt_reader_read_bytes(&size, reader_, name.c_str(), out.data(), out.size());
     }
-    CheckOpen(rc);
+    CheckOpen(rc, mark);
     return py::bytes(out.data(), size);
   }
 
@@ -779,14 +1142,15 @@ class Reader {
 
   void Verify(py::object progress) {
     auto prog = MakeProgress(progress);
+    const uint64_t mark = Mark();
     int rc = kClosed;
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
       if (reader_) rc = dckpt_reader_verify(reader_, prog ? &ProgressTrampoline : nullptr, prog.get());
     }
-    if (rc == kClosed) CheckOpen(rc);
-    CheckCall(rc, prog.get(), nullptr);
+    if (rc == kClosed) CheckOpen(rc, mark);
+    CheckCall(rc, prog.get(), nullptr, storage_.get(), mark);
   }
 
   /// Loads a State from the checkpoint this reader opened (collective over `comm`, as it was opened).
@@ -795,6 +1159,7 @@ class Reader {
     dckpt_io_stats stats = DCKPT_IO_STATS_INIT;
     Comm::Use use(comm);
     dckpt_comm* c = use.get();
+    const uint64_t mark = Mark();
     int rc = kClosed;
     {
       py::gil_scoped_release nogil;
@@ -803,19 +1168,20 @@ class Reader {
         rc = dckpt_reader_load(&stats, reader_, state.get(), c, prog ? &ProgressTrampoline : nullptr, prog.get());
       }
     }
-    if (rc == kClosed) CheckOpen(rc);
-    CheckCall(rc, prog.get(), comm);
+    if (rc == kClosed) CheckOpen(rc, mark);
+    CheckCall(rc, prog.get(), comm, storage_.get(), mark);
     return IoStatsDict(stats);
   }
 
   void VerifyChunk(size_t entry, size_t chunk) {
+    const uint64_t mark = Mark();
     int rc = kClosed;
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
       if (reader_) rc = dckpt_reader_verify_chunk(reader_, entry, chunk);
     }
-    CheckOpen(rc);
+    CheckOpen(rc, mark);
   }
 
   py::dict IoStats() {
@@ -826,7 +1192,7 @@ class Reader {
   }
 
  private:
-  explicit Reader(dckpt_reader* r) : reader_(r) {}
+  Reader(dckpt_reader* r, std::unique_ptr<StorageCall> storage) : reader_(r), storage_(std::move(storage)) {}
 
   // Every use of reader_ holds mu_ shared; close() holds it exclusively. Calls that release the GIL drop the lock
   // before taking the GIL back, so the lock and the GIL never wait on each other.
@@ -840,21 +1206,32 @@ class Reader {
     if (reader_ == nullptr) throw NativeError(DCKPT_ESTATE, "the reader is closed");
     return Locked{std::move(lock), reader_};
   }
-  static void CheckOpen(int rc) {
+  uint64_t Mark() const { return storage_->Mark(); }
+  /// Raises for rc != OK (kClosed: the reader was closed), naming what a storage callback raised since `mark`.
+  void CheckOpen(int rc, uint64_t mark) const {
     if (rc == kClosed) throw NativeError(DCKPT_ESTATE, "the reader is closed");
-    Check(rc);
+    if (rc == DCKPT_OK) return;
+    std::string message = dckpt_error_last();
+    py::object cause = py::none();
+    storage_->Annotate(message, cause, mark);
+    throw NativeError(rc, std::move(message), std::move(cause));
   }
   dckpt_reader* reader_;
   std::shared_mutex mu_;
+  std::unique_ptr<StorageCall> storage_;  // the storage's callbacks must outlive the reader
 };
 
 // ---- Tools ----------------------------------------------------------------------------------------------------
 
 void ExportSafetensors(const std::string& ckpt_path, const std::string& out_dir, uint64_t max_shard_bytes,
-                       std::optional<std::string> prefix, bool verify, py::object progress) {
+                       std::optional<std::string> prefix, bool verify, py::object progress,
+                       std::shared_ptr<Storage> storage, std::shared_ptr<Storage> out_storage) {
   auto prog = MakeProgress(progress);
   dckpt_export_options o;
   Check(dckpt_export_options_init(&o, DCKPT_EXPORT_OPTIONS_VERSION));
+  StorageCall in_call(std::move(storage)), out_call(std::move(out_storage));
+  o.storage = in_call.get();
+  o.out_storage = out_call.get();
   o.max_shard_bytes = max_shard_bytes;
   o.prefix = prefix ? prefix->c_str() : nullptr;
   o.verify = verify ? 1 : 0;
@@ -867,7 +1244,12 @@ void ExportSafetensors(const std::string& ckpt_path, const std::string& out_dir,
     py::gil_scoped_release nogil;
     rc = dckpt_export_safetensors(ckpt_path.c_str(), out_dir.c_str(), &o);
   }
-  CheckCall(rc, prog.get(), nullptr);
+  if (rc == DCKPT_OK) return;
+  std::string message = dckpt_error_last();
+  py::object cause = prog ? prog->errors.Take() : py::none();
+  in_call.Annotate(message, cause);
+  if (out_call.storage() != in_call.storage()) out_call.Annotate(message, cause);
+  throw NativeError(rc, std::move(message), std::move(cause));
 }
 
 }  // namespace
@@ -1013,7 +1395,7 @@ PYBIND11_MODULE(_distckpt, m) {
       .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"),
                   py::arg("io_threads"), py::arg("timeout_ms"), py::arg("map_files") = true,
                   py::arg("share_verification") = true, py::arg("pin_files") = true,
-                  py::arg("fanout") = static_cast<int>(DCKPT_FANOUT_AUTO))
+                  py::arg("fanout") = static_cast<int>(DCKPT_FANOUT_AUTO), py::arg("storage").none(true) = nullptr)
       .def("load", &Reader::Load, py::arg("state"), py::arg("comm").none(true), py::arg("progress"))
       .def("close", &Reader::Close)
       .def_property_readonly("closed", &Reader::closed)
@@ -1033,13 +1415,27 @@ PYBIND11_MODULE(_distckpt, m) {
 
   m.def("save", &Save, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
-        py::arg("progress"));
+        py::arg("progress"), py::arg("storage").none(true) = nullptr);
   m.def("save_async", &SaveAsync, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
-        py::arg("progress"), py::arg("device_snapshot") = false);
+        py::arg("progress"), py::arg("device_snapshot") = false, py::arg("storage").none(true) = nullptr);
   m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"),
         py::arg("io_threads"), py::arg("timeout_ms"), py::arg("progress"), py::arg("map_files") = true,
-        py::arg("share_verification") = true);
+        py::arg("share_verification") = true, py::arg("storage").none(true) = nullptr);
   m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"), py::arg("max_shard_bytes"),
-        py::arg("prefix"), py::arg("verify"), py::arg("progress"));
+        py::arg("prefix"), py::arg("verify"), py::arg("progress"), py::arg("storage").none(true) = nullptr,
+        py::arg("out_storage").none(true) = nullptr);
+
+  py::class_<Storage, std::shared_ptr<Storage>>(m, "Storage")
+      .def_static("posix", &Storage::Posix)
+      .def_static("memory", &Storage::Memory)
+      .def_static("callbacks", &Storage::Callbacks, py::arg("impl"), py::arg("max_in_flight") = 0,
+                  "Storage through impl's methods create/write/sync/close/size/read/list/remove/commit "
+                  "(distckpt/storage.py describes them); sync and commit may be missing or None.")
+      .def_property_readonly("kind", &Storage::kind)
+      .def_property_readonly("impl", &Storage::impl);
+  m.def("storage_stat", &StorageStat, py::arg("storage").none(true), py::arg("path"), py::arg("grace_seconds"));
+  m.def("storage_remove_leftovers", &StorageRemoveLeftovers, py::arg("storage").none(true), py::arg("path"),
+        py::arg("grace_seconds"), py::arg("dry_run"));
+  m.def("storage_remove_checkpoint", &StorageRemoveCheckpoint, py::arg("storage").none(true), py::arg("path"));
 }

@@ -20,7 +20,7 @@ Non-array values are stored as JSON; pickle is used only with ``allow_pickle=Tru
 
 from __future__ import annotations
 
-from . import comm, errors
+from . import comm, errors, storage
 from ._checkpoint import AsyncSave, SaveSummary, async_save, load, save
 from ._native import version_string as _version_string
 from .errors import (
@@ -41,6 +41,18 @@ from .errors import (
 from .interop import export_safetensors, import_safetensors, import_torch_dcp
 from .reader import ArrayView, CheckpointMetadata, ChunkMetadata, EntryMetadata, IoStats, Reader, open
 from .sharding import Shard
+from .storage import (
+    CallbackStorage,
+    FsspecStorage,
+    MemoryStorage,
+    PathInfo,
+    PosixStorage,
+    Storage,
+    remove_checkpoint,
+    remove_leftovers,
+    storage_for,
+    storage_stat,
+)
 
 __version__: str = _version_string()
 
@@ -64,6 +76,17 @@ __all__ = [
     "import_torch_dcp",
     "comm",
     "errors",
+    "storage",
+    "Storage",
+    "PosixStorage",
+    "MemoryStorage",
+    "CallbackStorage",
+    "FsspecStorage",
+    "storage_for",
+    "PathInfo",
+    "storage_stat",
+    "remove_leftovers",
+    "remove_checkpoint",
     "Error",
     "InvalidArgumentError",
     "NotFoundError",

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, MutableMapping,
 import numpy as np
 
 from . import _arrays, _dtypes, _native, _tree
+from . import storage as _storage
 from .comm import Communicator, native_of
 from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError
 
@@ -83,6 +84,7 @@ def save(
     checksum_block_size: int = 0,
     timeout: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
+    storage: Optional["_storage.Storage"] = None,
 ) -> SaveSummary:
     """Saves a (nested) state dict as one checkpoint directory, atomically.
 
@@ -108,16 +110,19 @@ def save(
         checksum_block_size: bytes per checksum block (a power of two >= 4096); 0 means 1 MiB.
         timeout: seconds to wait for the other ranks at each collective step; None: 10 minutes.
         progress: ``progress(done_bytes, total_bytes)``, called from a distckpt thread; raising aborts the save.
+        storage: where to write (:mod:`distckpt.storage`); None: the one ``path`` names (a URL such as
+            ``"s3://bucket/ckpt"`` goes through fsspec, a plain path or ``file://`` to the POSIX file system).
 
     Returns:
         The checkpoint's summary. The GIL is released while writing.
     """
     path = os.fspath(path)
+    native_path, native_storage, _ = _storage.resolve(path, storage)
     with _abort_on_local_error(comm):
         state = _build_save_state(state_dict, allow_pickle, user_metadata)
     info = _native.save(
-        path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
-        _native.timeout_ms(timeout), progress,
+        native_path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
+        _native.timeout_ms(timeout), progress, native_storage,
     )  # fmt: skip
     return SaveSummary(path=path, **info)
 
@@ -261,6 +266,7 @@ def async_save(
     timeout: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
     device_snapshot: bool = False,
+    storage: Optional["_storage.Storage"] = None,
 ) -> AsyncSave:
     """Like :func:`save`, but returns once the state is copied into memory distckpt owns.
 
@@ -272,8 +278,11 @@ def async_save(
     instead copied device-to-device into GPU memory distckpt allocates (the call then blocks only for that copy, at
     device memory bandwidth), and the background save drains the snapshot to the host. It costs free GPU memory the
     size of the CUDA arrays; arrays that do not fit are staged in host memory as without the option.
+
+    ``storage`` as for :func:`save` (URLs too); the save keeps it alive until it finishes.
     """
     path = os.fspath(path)
+    native_path, native_storage, _ = _storage.resolve(path, storage)
     with _pending_lock:
         pending = list(_pending)
     for handle in pending:  # free the staging memory of saves that have finished
@@ -281,8 +290,8 @@ def async_save(
     with _abort_on_local_error(comm):
         state = _build_save_state(state_dict, allow_pickle, user_metadata)
     future = _native.save_async(
-        path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
-        _native.timeout_ms(timeout), progress, device_snapshot,
+        native_path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
+        _native.timeout_ms(timeout), progress, device_snapshot, native_storage,
     )  # fmt: skip
     return AsyncSave(future, path)
 
@@ -340,6 +349,7 @@ def load(
     map_files: bool = True,
     share_verification: bool = True,
     fanout: str = "auto",
+    storage: Optional["_storage.Storage"] = None,
 ) -> Any:
     """Loads a checkpoint into ``state_dict`` in place, resharding as needed, like ``torch.distributed.checkpoint``.
 
@@ -360,7 +370,8 @@ def load(
     file raises SIGBUS); ``share_verification`` lets the ranks of one host hash each shared checksum block once
     (``capi/API.md``, "How data is read"). ``fanout`` ("auto", "always" or "off"): bytes several ranks need
     (replicated weights) are read from storage once, split among those ranks, and exchanged over ``comm``; "auto"
-    does so only where the ranks do not share one page cache (``capi/API.md``, "Fan-out load").
+    does so only where the ranks do not share one page cache (``capi/API.md``, "Fan-out load"). ``storage`` as for
+    :func:`save` (URLs too).
 
     Returns:
         ``state_dict`` (the same object), or the new nested dict.
@@ -370,6 +381,7 @@ def load(
         CorruptCheckpointError: a checksum does not match, or the metadata is invalid.
     """
     path = os.fspath(path)
+    native_path, native_storage, _ = _storage.resolve(path, storage)
     native_comm = native_of(comm)
     ms = _native.timeout_ms(timeout)
     # One reader for the structure, the bytes entries and the tensors: everything comes from the checkpoint it opened.
@@ -379,8 +391,8 @@ def load(
     pin_files = native_comm is None
     if fanout not in _FANOUT_MODES:
         raise InvalidArgumentError(f"fanout={fanout!r}: expected one of {', '.join(map(repr, _FANOUT_MODES))}")
-    reader = _native.Reader.open(path, native_comm, verify, io_threads, ms, map_files, share_verification, pin_files,
-                                 _FANOUT_MODES[fanout])
+    reader = _native.Reader.open(native_path, native_comm, verify, io_threads, ms, map_files, share_verification,
+                                 pin_files, _FANOUT_MODES[fanout], native_storage)
     try:
         # A failure on this rank before the load's collectives (a missing entry, a refused pickle) aborts the group,
         # so the other ranks fail at once instead of waiting out their timeouts.

@@ -14,6 +14,7 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     Reader,
     SaveFuture,
     State,
+    Storage,
     abi_version,
     dtype_from_name,
     dtype_name,
@@ -23,6 +24,9 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     save,
     save_async,
     status_name,
+    storage_remove_checkpoint,
+    storage_remove_leftovers,
+    storage_stat,
     version,
     version_string,
 )

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _dcp_metadata, _dtypes, _native, _safetensors_header, _tree
+from . import storage as _storage
 from ._checkpoint import SaveSummary, save
 from .errors import (
     CorruptCheckpointError,
@@ -60,6 +61,8 @@ def export_safetensors(
     prefix: str = "model",
     verify: bool = True,
     progress: Optional[ProgressFn] = None,
+    storage: Optional["_storage.Storage"] = None,
+    out_storage: Optional["_storage.Storage"] = None,
 ) -> List[str]:
     """Writes every tensor of a checkpoint as safetensors files plus an index, the layout ``transformers`` loads.
 
@@ -67,20 +70,25 @@ def export_safetensors(
     a single tensor that alone exceeds it) and ``<prefix>.safetensors.index.json`` with ``metadata.total_size`` and
     ``weight_map``. Each file's ``__metadata__`` holds the checkpoint's user metadata plus ``"format": "pt"`` unless
     the user metadata sets a format. Bytes entries (objects) are skipped; a C128 tensor has no safetensors dtype
-    and fails the export (UnsupportedError naming it) before anything is written. ``out_dir`` is created if needed;
-    files with the same names are replaced.
+    and fails the export (UnsupportedError naming it) before anything is written. ``out_dir`` is created if needed
+    (on the POSIX file system); files with the same names are replaced. ``ckpt_path`` and ``out_dir`` may be URLs
+    (``"s3://..."``), or paths on ``storage`` and ``out_storage`` (:mod:`distckpt.storage`).
 
     Returns:
         The paths written: the .safetensors files in order, then the index.
     """
     ckpt_path, out_dir = os.fspath(ckpt_path), os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    _native.export_safetensors(ckpt_path, out_dir, parse_size(max_shard_size), prefix, verify, progress)
-    index_path = os.path.join(out_dir, f"{prefix}.safetensors.index.json")
-    with open(index_path, encoding="utf-8") as f:
-        index = json.load(f)
+    native_ckpt, native_storage, _ = _storage.resolve(ckpt_path, storage)
+    native_out, native_out_storage, out = _storage.resolve(out_dir, out_storage)
+    if native_out_storage is None:
+        os.makedirs(native_out, exist_ok=True)
+    _native.export_safetensors(native_ckpt, native_out, parse_size(max_shard_size), prefix, verify, progress,
+                               native_storage, native_out_storage)
+    index_name = f"{prefix}.safetensors.index.json"
+    index = json.loads(_storage.read_file(native_out.rstrip("/") + "/" + index_name, out))
     files = sorted(set(index["weight_map"].values())) or [f"{prefix}-00001-of-00001.safetensors"]
-    return [os.path.join(out_dir, name) for name in files] + [index_path]
+    join = os.path.join if native_out_storage is None else (lambda d, n: d.rstrip("/") + "/" + n)
+    return [join(out_dir, name) for name in files] + [join(out_dir, index_name)]
 
 
 # ---- Import ---------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import numpy as np
 
 from . import _arrays, _dtypes, _native, _tree
+from . import storage as _storage
 from .comm import Communicator, native_of
 from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError
 
@@ -393,15 +394,19 @@ def open(  # noqa: A001 - distckpt.open mirrors h5py.File / safetensors.safe_ope
     io_threads: int = 0,
     timeout: Optional[float] = None,
     map_files: bool = True,
+    storage: Optional["_storage.Storage"] = None,
 ) -> Reader:
     """Opens a committed checkpoint for reading. The metadata is verified and validated before use.
 
     With ``comm`` the call is collective: rank 0 reads the metadata once and broadcasts it. ``verify`` checks the
     checksums of every block a read touches. ``map_files`` reads the metadata and cached data through mappings of the
-    files (``capi/API.md``, "How data is read"); ``io_stats.bytes_mapped`` counts what came that way.
+    files (``capi/API.md``, "How data is read"); ``io_stats.bytes_mapped`` counts what came that way. ``storage``:
+    where the checkpoint lives (:mod:`distckpt.storage`); None: the one ``path`` names (URLs go through fsspec).
     """
     path = os.fspath(path)
-    native = _native.Reader.open(path, native_of(comm), verify, io_threads, _native.timeout_ms(timeout), map_files)
+    native_path, native_storage, _ = _storage.resolve(path, storage)
+    native = _native.Reader.open(native_path, native_of(comm), verify, io_threads, _native.timeout_ms(timeout),
+                                 map_files, storage=native_storage)
     try:
         return Reader(native, path, allow_pickle)
     except BaseException:

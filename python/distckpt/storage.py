@@ -1,0 +1,338 @@
+"""Where checkpoints live: the POSIX file system (the default), an in-process store, or storage you plug in.
+
+Every entry point that takes a checkpoint path (``save``, ``async_save``, ``load``, ``open``, ``export_safetensors``,
+the prune functions below) also takes ``storage=``. Without it, a URL picks the storage: ``"s3://bucket/ckpt"``,
+``"gs://..."``, ``"az://..."``, ``"memory://..."`` or any other fsspec protocol goes through :class:`FsspecStorage`
+(``fsspec.core.url_to_fs``, so fsspec's usual configuration applies); plain paths and ``file://`` URLs stay on the
+built-in POSIX backend.
+
+Plugged-in storage has no rename, so distckpt commits there by writing the metadata last (core/format/FORMAT.md,
+"Commit on storage without rename"): data files ``data-NNNNN.<nonce>.bin`` and a marker ``STAGING.<nonce>`` below the
+checkpoint path, then ``metadata.dckpt``, whose appearance is the commit. A save that dies leaves files but no
+checkpoint; :func:`storage_stat` shows them and :func:`remove_leftovers` removes them.
+
+A callback storage is any object with these methods (:class:`CallbackStorage` wraps one; they are called from several
+distckpt threads at once, each with the GIL, so they must be thread-safe; raise ``FileNotFoundError`` for a missing
+path, ``FileExistsError`` where commit finds one, anything else for an I/O error; the exception's text is added to the
+``distckpt.Error`` the call raises, and the exception becomes its ``__cause__``):
+
+- ``create(path, size_hint) -> handle``: start writing ``path`` (``size_hint``: its final size, 0 if unknown); nothing
+  may be visible at ``path`` before ``close``.
+- ``write(handle, offset, data)``: ``data`` (a memoryview, valid only during the call) at ``offset``; calls for one
+  file come from several threads, for disjoint ranges, in any order.
+- ``sync(handle)`` (optional, may be None): make what was written durable.
+- ``close(handle, size, discard)``: publish the file with ``size`` bytes (the rest zeros), or drop it if ``discard``.
+- ``size(path) -> int``.
+- ``read(path, offset, out) -> int``: fill the writable memoryview ``out`` from ``offset``; return the bytes read
+  (fewer only at the end of the file).
+- ``list(dir) -> iterable of str``: the names directly below ``dir`` (plain names, sub-"directories" included).
+- ``remove(path)``: remove a file; nothing to do if it is missing.
+- ``commit(path, data, replace)`` (optional): write ``data`` at ``path`` in one atomic step; with ``replace`` False,
+  raise ``FileExistsError`` if something is there (S3: a PUT with ``If-None-Match: *``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple, Union
+
+from . import _native
+from .errors import InvalidArgumentError
+
+__all__ = [
+    "Storage",
+    "PosixStorage",
+    "MemoryStorage",
+    "CallbackStorage",
+    "FsspecStorage",
+    "storage_for",
+    "PathInfo",
+    "storage_stat",
+    "remove_leftovers",
+    "remove_checkpoint",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Storage:
+    """A storage backend (one native ``dckpt_storage``). Thread-safe; one may serve many saves and loads at once, and
+    the saves and readers using it keep it alive."""
+
+    _native: "_native.Storage"
+
+    def path_of(self, path: PathLike) -> str:
+        """The path the storage sees for ``path`` as the user wrote it (a URL loses its protocol where the storage
+        names paths without one)."""
+        return os.fspath(path)
+
+    @property
+    def native(self) -> "_native.Storage":
+        return self._native
+
+    def __repr__(self) -> str:
+        return f"<distckpt.{type(self).__name__}>"
+
+
+class PosixStorage(Storage):
+    """The POSIX file system, what no storage means: atomic rename commit, fsync, mapped reads."""
+
+    def __init__(self) -> None:
+        self._native = _native.Storage.posix()
+
+    def path_of(self, path: PathLike) -> str:
+        path = os.fspath(path)
+        return path[len("file://") :] if path.startswith("file://") else path
+
+
+class MemoryStorage(Storage):
+    """An in-process store of files, lost with the object (tests, examples); committed metadata-last like plugged-in
+    storage."""
+
+    def __init__(self) -> None:
+        self._native = _native.Storage.memory()
+
+
+class CallbackStorage(Storage):
+    """Storage through ``impl``'s methods (see the module documentation for what they are).
+
+    ``max_in_flight``: the most ``write``/``read`` calls running at once (0: distckpt's default, 16).
+    """
+
+    def __init__(self, impl: Any, *, max_in_flight: int = 0) -> None:
+        if max_in_flight < 0:
+            raise InvalidArgumentError(f"max_in_flight must be >= 0, not {max_in_flight}")
+        self.impl = impl
+        self._native = _native.Storage.callbacks(impl, max_in_flight)
+
+
+# ---- fsspec -----------------------------------------------------------------------------------------------------------
+
+
+class _Upload:
+    """A file being written: the bytes, uploaded in one piece on close."""
+
+    __slots__ = ("path", "buf", "lock")
+
+    def __init__(self, path: str, size_hint: int) -> None:
+        self.path = path
+        self.buf: Optional[bytearray] = bytearray(size_hint)
+        self.lock = threading.Lock()
+
+
+class _FsspecFiles:
+    """The callback protocol over an fsspec filesystem, through its public API only (no per-store code)."""
+
+    def __init__(self, fs: Any, atomic_commit: Optional[bool]) -> None:
+        self.fs = fs
+        # pipe_file(mode="create") is fsspec's exclusive write: a conditional PUT on S3 (s3fs), a check then a write
+        # elsewhere (AbstractFileSystem), no worse than distckpt's own check. Filesystems too old to take `mode`
+        # get no commit callback: distckpt then checks and writes itself.
+        if atomic_commit is None:
+            try:
+                atomic_commit = "mode" in inspect.signature(fs.pipe_file).parameters
+            except (TypeError, ValueError):
+                atomic_commit = False
+        if not atomic_commit:
+            self.commit = None  # type: ignore[assignment]
+
+    def _fresh(self, path: str) -> None:
+        # Other processes (other ranks) write the same store: never answer from a listing cached earlier.
+        try:
+            self.fs.invalidate_cache(path)
+        except Exception:  # noqa: BLE001 - a filesystem without a cache
+            pass
+
+    def create(self, path: str, size_hint: int) -> _Upload:
+        return _Upload(path, size_hint)
+
+    def write(self, f: _Upload, offset: int, data: memoryview) -> None:
+        end = offset + len(data)
+        buf = f.buf
+        assert buf is not None, "write after close"
+        if end > len(buf):
+            with f.lock:
+                if end > len(buf):
+                    buf.extend(bytes(end - len(buf)))
+        buf[offset:end] = data
+
+    sync = None  # close uploads the whole file: once it returns the object is stored
+
+    def close(self, f: _Upload, size: int, discard: bool) -> None:
+        buf, f.buf = f.buf, None
+        if discard or buf is None:
+            return
+        if len(buf) < size:
+            buf.extend(bytes(size - len(buf)))
+        elif len(buf) > size:
+            del buf[size:]
+        self.fs.pipe_file(f.path, bytes(buf))
+
+    def size(self, path: str) -> int:
+        self._fresh(path)
+        info = self.fs.info(path)
+        if info.get("type") == "directory":
+            raise FileNotFoundError(path)
+        return int(info["size"])
+
+    def read(self, path: str, offset: int, out: memoryview) -> int:
+        if len(out) == 0:
+            return 0
+        data = self.fs.cat_file(path, start=offset, end=offset + len(out))
+        n = len(data)
+        out[:n] = data
+        return n
+
+    def list(self, dir: str) -> List[str]:  # noqa: A002 - the protocol's name
+        self._fresh(dir)
+        try:
+            entries = self.fs.ls(dir, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        prefix = self.fs._strip_protocol(dir).rstrip("/")
+        names = set()
+        for e in entries:
+            e = e.rstrip("/")
+            if e == prefix:  # ls of a file lists the file itself
+                continue
+            names.add(e.rsplit("/", 1)[-1])
+        return sorted(n for n in names if n)
+
+    def remove(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def commit(self, path: str, data: bytes, replace: bool) -> None:
+        self.fs.pipe_file(path, data, mode="overwrite" if replace else "create")
+
+
+class FsspecStorage(CallbackStorage):
+    """Any fsspec filesystem (s3fs, gcsfs, adlfs, memory, ...), through the fsspec API.
+
+    Each file is assembled in memory (preallocated from distckpt's size hint, written at offsets by several threads)
+    and uploaded once with ``fs.pipe_file`` when distckpt closes it; reads are ranged ``fs.cat_file`` calls; the
+    metadata is committed with ``fs.pipe_file(mode="create")`` (a conditional PUT on S3). Memory: a rank holds the
+    files it is writing (at most ``max_in_flight`` writes at once, but whole files until they are closed).
+
+    Args:
+        fs: an ``fsspec.AbstractFileSystem``. Tune the store there (e.g. ``s3fs.S3FileSystem(max_concurrency=8)``
+            for parallel multipart uploads of large files).
+        max_in_flight: the most reads and writes distckpt runs at once (0: its default, 16).
+        atomic_commit: use ``pipe_file(mode=...)`` for the commit (None: when the filesystem takes ``mode``).
+    """
+
+    def __init__(self, fs: Any, *, max_in_flight: int = 32, atomic_commit: Optional[bool] = None) -> None:
+        self.fs = fs
+        super().__init__(_FsspecFiles(fs, atomic_commit), max_in_flight=max_in_flight)
+
+    def path_of(self, path: PathLike) -> str:
+        return self.fs._strip_protocol(os.fspath(path))
+
+    def __repr__(self) -> str:
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        return f"<distckpt.FsspecStorage {protocol}>"
+
+
+# ---- Choosing a storage -----------------------------------------------------------------------------------------------
+
+
+def _protocol(path: str) -> Optional[str]:
+    head, sep, _ = path.partition("://")
+    if not sep or not head or "/" in head:
+        return None
+    return head
+
+
+def storage_for(url_or_path: PathLike, **storage_options: Any) -> Storage:
+    """The storage a path or URL names: POSIX for a plain path or ``file://``; otherwise :class:`FsspecStorage` over
+    ``fsspec.core.url_to_fs(url, **storage_options)``."""
+    path = os.fspath(url_or_path)
+    protocol = _protocol(path)
+    if protocol is None or protocol in ("file", "local"):
+        return PosixStorage()
+    try:
+        import fsspec.core
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise InvalidArgumentError(
+            f"'{path}' is a URL: storage behind URLs needs fsspec (pip install 'distckpt[fsspec]', plus s3fs, "
+            f"gcsfs or adlfs for the store)"
+        ) from e
+    fs, _ = fsspec.core.url_to_fs(path, **storage_options)
+    return FsspecStorage(fs)
+
+
+def resolve(path: PathLike, storage: Optional[Storage]) -> Tuple[str, Optional["_native.Storage"], Optional[Storage]]:
+    """(path as the storage sees it, native storage or None for POSIX, the Storage) for an entry point's arguments."""
+    if storage is not None and not isinstance(storage, Storage):
+        raise InvalidArgumentError(f"storage must be a distckpt.storage.Storage or None, not {type(storage).__name__}")
+    text = os.fspath(path)
+    if storage is None:
+        protocol = _protocol(text)
+        if protocol is None:
+            return text, None, None
+        if protocol in ("file", "local"):
+            return text.split("://", 1)[1], None, None
+        storage = storage_for(text)
+    if isinstance(storage, PosixStorage):
+        return storage.path_of(text), None, storage
+    return storage.path_of(text), storage.native, storage
+
+
+# ---- Prune ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    """What is at a checkpoint path (:func:`storage_stat`)."""
+
+    kind: str  #: "checkpoint" (committed), "incomplete" (only what unfinished saves left) or "none"
+    files: int  #: files distckpt wrote there, committed and leftover
+    bytes: int
+    leftover_files: int  #: files no committed checkpoint refers to (unfinished or superseded saves)
+    leftover_bytes: int
+    saves_in_progress: int  #: unfinished saves whose marker is younger than the grace period
+
+
+def storage_stat(path: PathLike, *, storage: Optional[Storage] = None, grace_seconds: float = 3600) -> PathInfo:
+    """Describes the checkpoint at ``path`` (a URL, or a path on ``storage``) laid out for storage without rename.
+    Saves whose marker is younger than ``grace_seconds`` count as in progress."""
+    p, native, _ = resolve(path, storage)
+    return PathInfo(**_native.storage_stat(native, p, float(grace_seconds)))
+
+
+def remove_leftovers(
+    path: PathLike, *, storage: Optional[Storage] = None, grace_seconds: float = 3600, dry_run: bool = False
+) -> List[str]:
+    """Removes what unfinished or superseded saves left at ``path``: files of saves whose marker is older than
+    ``grace_seconds`` and files no committed checkpoint refers to; never the committed checkpoint nor files distckpt
+    did not write. Returns the paths removed (with ``dry_run``: that would be, and nothing is removed)."""
+    p, native, _ = resolve(path, storage)
+    return list(_native.storage_remove_leftovers(native, p, float(grace_seconds), dry_run))
+
+
+def remove_checkpoint(path: PathLike, *, storage: Optional[Storage] = None) -> None:
+    """Removes the checkpoint at ``path`` and its leftovers: the metadata first (so it stops existing in one step),
+    then its data files. ``NotFoundError`` when nothing distckpt wrote is there."""
+    p, native, _ = resolve(path, storage)
+    _native.storage_remove_checkpoint(native, p)
+
+
+def read_file(path: str, storage: Optional[Storage]) -> bytes:
+    """A whole (small) file through ``storage`` (None: POSIX); for reading what an export wrote."""
+    if storage is None or isinstance(storage, PosixStorage):
+        with open(path, "rb") as f:
+            return f.read()
+    if isinstance(storage, FsspecStorage):
+        return storage.fs.cat_file(path)
+    if isinstance(storage, CallbackStorage):
+        size = storage.impl.size(path)
+        out = bytearray(size)
+        got = storage.impl.read(path, 0, memoryview(out)) if size else 0
+        return bytes(out[:got])
+    raise InvalidArgumentError(f"cannot read '{path}' back from a {type(storage).__name__}")
+
