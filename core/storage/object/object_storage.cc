@@ -294,9 +294,13 @@ class ObjectStorage final : public Storage {
   Status RemoveAll(const std::string& path) override {
     const std::string p = Normalize(path);
     if (p.empty() || p == "/") return InvalidArgument("refusing to remove everything (" + Quoted(path) + ")");
+    // A file (the usual case: one call, no listing), else everything below the prefix.
+    auto size = shared_->client->Size(p);
+    if (size.ok()) return shared_->client->Remove(p).WithContext("removing " + Quoted(p));
+    if (size.status().code() != StatusCode::kNotFound) return size.status().WithContext("looking up " + Quoted(p));
     DCKPT_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(p));
     for (const std::string& n : names) DCKPT_RETURN_IF_ERROR(RemoveAll(Join(p, n)));
-    return shared_->client->Remove(p).WithContext("removing " + Quoted(p));
+    return OkStatus();
   }
 
   Result<std::vector<std::string>> ListDir(const std::string& path) override {
