@@ -15,8 +15,10 @@ if [[ ! -x $py ]]; then
   "${DISTCKPT_PYTHON:-python3}" -m venv "$venv"
 fi
 pip_q=(-m pip install -q --disable-pip-version-check)
-if ! "$py" -c "import numpy, pytest, ml_dtypes, safetensors, setuptools, wheel" 2>/dev/null; then
-  "$py" "${pip_q[@]}" numpy pytest ml_dtypes safetensors setuptools wheel
+# fsspec, s3fs, boto3 and moto[server]: storage tests (memory://, and S3 on a moto server the tests start on loopback).
+if ! "$py" -c "import numpy, pytest, ml_dtypes, safetensors, setuptools, wheel, fsspec, s3fs, boto3, moto.server" \
+    2>/dev/null; then
+  "$py" "${pip_q[@]}" numpy pytest ml_dtypes safetensors setuptools wheel fsspec s3fs boto3 "moto[server]"
 fi
 # No build isolation: setuptools and wheel are in the venv, so reinstalling needs no network and Bazel's cache
 # keeps the rebuild incremental. pip's own output is dropped unless it fails.

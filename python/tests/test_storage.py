@@ -1,0 +1,242 @@
+"""Storage you plug in: the in-process store, fsspec's memory:// filesystem, and Python callback storage (errors
+raised in callbacks, thread safety). S3 through a real (moto) server is in test_s3.py."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+import distckpt
+from distckpt.storage import FsspecStorage
+
+fsspec = pytest.importorskip("fsspec")
+
+
+@pytest.fixture
+def mem_url():
+    """A fresh memory:// prefix (fsspec's memory filesystem is process-wide)."""
+    root = f"memory://distckpt-test-{uuid.uuid4().hex}"
+    yield root
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+def state(seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "model": {"w": rng.standard_normal((64, 33)).astype(np.float32), "b": np.arange(7, dtype=np.int64)},
+        "step": 12,
+        "note": "hello",
+    }
+
+
+def check(out, ex):
+    np.testing.assert_array_equal(out["model"]["w"], ex["model"]["w"])
+    np.testing.assert_array_equal(out["model"]["b"], ex["model"]["b"])
+    assert out["step"] == ex["step"] and out["note"] == ex["note"]
+
+
+def test_memory_url_round_trip(mem_url):
+    url = f"{mem_url}/ckpt"
+    ex = state()
+    summary = distckpt.save(ex, url)
+    assert summary.path == url
+    fs = fsspec.filesystem("memory")
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(url, detail=False))
+    assert "metadata.dckpt" in names and any(n.startswith("data-") for n in names)
+    assert not any(n.startswith("STAGING") for n in names), names  # the marker goes once committed
+    check(distckpt.load(None, url), ex)
+
+    target = {"model": {"w": np.zeros((64, 33), np.float32), "b": np.zeros(7, np.int64)}, "step": None, "note": None}
+    distckpt.load(target, url)
+    check(target, ex)
+    with distckpt.open(url) as r:
+        r.verify()
+        np.testing.assert_array_equal(r["model.w"][10:20, 5], ex["model"]["w"][10:20, 5])
+        assert r.metadata.user["step"] == "12"
+    info = distckpt.storage_stat(url)
+    assert info.kind == "checkpoint" and info.leftover_files == 0 and info.files == len(names)
+
+
+def test_memory_url_async_save_overwrite_and_prune(mem_url):
+    url = f"{mem_url}/ckpt"
+    first, second = state(1), state(2)
+    distckpt.save(first, url)
+    with pytest.raises(distckpt.AlreadyExistsError):
+        distckpt.save(second, url)
+    handle = distckpt.async_save(second, url, overwrite=True)
+    second_copy = {"model": {k: v.copy() for k, v in second["model"].items()}, "step": 12, "note": "hello"}
+    second["model"]["w"][...] = -1  # the state was copied before async_save returned
+    handle.result(timeout=60)
+    check(distckpt.load(None, url), second_copy)
+    info = distckpt.storage_stat(url)
+    assert info.kind == "checkpoint" and info.leftover_files == 0, info  # the superseded files are gone
+    assert distckpt.remove_leftovers(url, grace_seconds=0) == []
+    distckpt.remove_checkpoint(url)
+    assert distckpt.storage_stat(url).kind == "none"
+    with pytest.raises(distckpt.NotFoundError):
+        distckpt.open(url)
+    with pytest.raises(distckpt.NotFoundError):
+        distckpt.remove_checkpoint(url)
+
+
+def test_explicit_storage_objects(tmp_path):
+    ex = state(3)
+    mem = distckpt.MemoryStorage()
+    distckpt.save(ex, "/a/ckpt", storage=mem)
+    check(distckpt.load(None, "/a/ckpt", storage=mem), ex)
+    with pytest.raises(distckpt.NotFoundError):  # the in-process store is not the file system
+        distckpt.open("/a/ckpt")
+    posix = distckpt.PosixStorage()
+    distckpt.save(ex, tmp_path / "p", storage=posix)
+    check(distckpt.load(None, f"file://{tmp_path}/p"), ex)  # file:// URLs stay on POSIX
+    assert os.path.isfile(tmp_path / "p" / "metadata.dckpt")
+    with pytest.raises(distckpt.InvalidArgumentError):
+        distckpt.save(ex, "/x", storage="memory")  # type: ignore[arg-type]
+
+
+def test_fsspec_storage_passed_explicitly_accepts_urls_and_paths(mem_url):
+    fs = fsspec.filesystem("memory")
+    st = FsspecStorage(fs, max_in_flight=4)
+    ex = state(4)
+    distckpt.save(ex, f"{mem_url}/a", storage=st)
+    check(distckpt.load(None, fs._strip_protocol(f"{mem_url}/a"), storage=st), ex)
+    assert isinstance(distckpt.storage_for(f"{mem_url}/a"), FsspecStorage)
+    assert isinstance(distckpt.storage_for("/tmp/x"), distckpt.PosixStorage)
+    assert isinstance(distckpt.storage_for("file:///tmp/x"), distckpt.PosixStorage)
+
+
+def test_export_safetensors_from_and_to_memory_urls(mem_url, tmp_path):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    ex = state(5)
+    distckpt.save(ex, f"{mem_url}/ckpt")
+    written = distckpt.export_safetensors(f"{mem_url}/ckpt", f"{mem_url}/hf")
+    assert written[-1].endswith("model.safetensors.index.json") and written[0].startswith(mem_url)
+    fs = fsspec.filesystem("memory")
+    local = tmp_path / "model.safetensors"
+    local.write_bytes(fs.cat_file(written[0]))
+    tensors = safetensors_numpy.load_file(str(local))
+    np.testing.assert_array_equal(tensors["model.w"], ex["model"]["w"])
+    # From memory:// to a local directory.
+    paths = distckpt.export_safetensors(f"{mem_url}/ckpt", tmp_path / "out")
+    assert all(os.path.isfile(p) for p in paths)
+
+
+class DictFiles:
+    """A minimal callback storage: files in a dict, with hooks to make calls fail. Counts concurrent writes."""
+
+    def __init__(self):
+        self.files = {}
+        self.lock = threading.Lock()
+        self.fail_write = None  # an exception to raise from write
+        self.fail_size = None
+        self.active = 0
+        self.most_active = 0
+
+    def create(self, path, size_hint):
+        return [path, bytearray(size_hint)]
+
+    def write(self, f, offset, data):
+        with self.lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            if self.fail_write is not None:
+                raise self.fail_write
+            buf = f[1]
+            with self.lock:
+                if offset + len(data) > len(buf):
+                    buf.extend(bytes(offset + len(data) - len(buf)))
+            buf[offset : offset + len(data)] = data
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    def close(self, f, size, discard):
+        if not discard:
+            with self.lock:
+                self.files[f[0]] = bytes(f[1][:size]).ljust(size, b"\0")
+
+    def size(self, path):
+        if self.fail_size is not None:
+            raise self.fail_size
+        with self.lock:
+            if path not in self.files:
+                raise FileNotFoundError(path)
+            return len(self.files[path])
+
+    def read(self, path, offset, out):
+        with self.lock:
+            if path not in self.files:
+                raise FileNotFoundError(path)
+            data = self.files[path][offset : offset + len(out)]
+        out[: len(data)] = data
+        return len(data)
+
+    def list(self, dir):  # noqa: A002
+        prefix = dir.rstrip("/") + "/"
+        with self.lock:
+            return {p[len(prefix) :].split("/", 1)[0] for p in self.files if p.startswith(prefix)}
+
+    def remove(self, path):
+        with self.lock:
+            self.files.pop(path, None)
+
+
+def test_callback_storage_round_trip_without_commit_callback():
+    files = DictFiles()
+    st = distckpt.CallbackStorage(files, max_in_flight=3)
+    big = {"w": np.arange(3 << 20, dtype=np.float32)}  # 12 MiB: many writes
+    distckpt.save(big, "ck", storage=st, checksum_block_size=1 << 16)
+    assert "ck/metadata.dckpt" in files.files
+    assert 1 <= files.most_active <= 3
+    np.testing.assert_array_equal(distckpt.load(None, "ck", storage=st)["w"], big["w"])
+    assert distckpt.storage_stat("ck", storage=st).kind == "checkpoint"
+
+
+def test_callback_exceptions_become_errors_with_their_text():
+    files = DictFiles()
+    st = distckpt.CallbackStorage(files)
+    files.fail_write = RuntimeError("the disk is on fire")
+    with pytest.raises(distckpt.StorageError) as info:
+        distckpt.save({"w": np.ones(1000)}, "ck", storage=st)
+    assert "the disk is on fire" in str(info.value) and "RuntimeError" in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert not any(p.endswith("metadata.dckpt") for p in files.files)
+
+    files.fail_write = None
+    distckpt.save({"w": np.ones(1000)}, "ck", storage=st)
+    files.fail_size = PermissionError("access denied by policy")
+    with pytest.raises(distckpt.Error) as info:
+        distckpt.open("ck", storage=st)
+    assert "access denied by policy" in str(info.value)
+    files.fail_size = None
+    with pytest.raises(distckpt.NotFoundError) as info:  # FileNotFoundError -> DCKPT_ENOTFOUND
+        distckpt.open("elsewhere", storage=st)
+    assert "raised" not in str(info.value)  # a missing path is an answer, not a callback failure
+
+
+def test_a_storage_needs_the_required_methods():
+    class NoRead:
+        def create(self, path, size_hint):
+            return None
+
+    with pytest.raises(TypeError, match="write"):
+        distckpt.CallbackStorage(NoRead())
+
+
+def test_a_reader_keeps_its_storage_alive(mem_url):
+    url = f"{mem_url}/ckpt"
+    ex = state(6)
+    distckpt.save(ex, url)
+    r = distckpt.open(url)  # the only reference to the FsspecStorage made for the URL is the reader's
+    import gc
+
+    gc.collect()
+    np.testing.assert_array_equal(r["model.w"][...], ex["model"]["w"])
+    r.close()
