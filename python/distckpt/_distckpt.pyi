@@ -98,6 +98,7 @@ class Reader:
         share_verification: bool = True,
         pin_files: bool = True,
         fanout: int = 0,
+        storage: Optional[Storage] = None,
     ) -> Reader: ...
     def load(self, state: State, comm: Optional[Comm], progress: Optional[ProgressFn]) -> Dict[str, int]: ...
     def close(self) -> None: ...
@@ -129,6 +130,7 @@ def save(
     checksum_block_size: int,
     timeout_ms: int,
     progress: Optional[ProgressFn],
+    storage: Optional[Storage] = None,
 ) -> Dict[str, Any]: ...
 def save_async(
     path: str,
@@ -141,6 +143,7 @@ def save_async(
     timeout_ms: int,
     progress: Optional[ProgressFn],
     device_snapshot: bool = ...,
+    storage: Optional[Storage] = None,
 ) -> SaveFuture: ...
 def load(
     path: str,
@@ -152,6 +155,7 @@ def load(
     progress: Optional[ProgressFn],
     map_files: bool = True,
     share_verification: bool = True,
+    storage: Optional[Storage] = None,
 ) -> Dict[str, Any]: ...
 def export_safetensors(
     ckpt_path: str,
@@ -160,4 +164,22 @@ def export_safetensors(
     prefix: Optional[str],
     verify: bool,
     progress: Optional[ProgressFn],
+    storage: Optional[Storage] = None,
+    out_storage: Optional[Storage] = None,
 ) -> None: ...
+
+class Storage:
+    @staticmethod
+    def posix() -> Storage: ...
+    @staticmethod
+    def memory() -> Storage: ...
+    @staticmethod
+    def callbacks(impl: Any, max_in_flight: int = 0) -> Storage: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def impl(self) -> Any: ...
+
+def storage_stat(storage: Optional[Storage], path: str, grace_seconds: float) -> Dict[str, Any]: ...
+def storage_remove_leftovers(storage: Optional[Storage], path: str, grace_seconds: float, dry_run: bool) -> List[str]: ...
+def storage_remove_checkpoint(storage: Optional[Storage], path: str) -> None: ...
