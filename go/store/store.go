@@ -417,3 +417,6 @@ func digitPrefix(s string) string {
 	}
 	return s[:i]
 }
+
+// NaturalLess is the order List uses for names: digit runs compare as numbers (step-99 < step-100).
+func NaturalLess(a, b string) bool { return naturalLess(a, b) }

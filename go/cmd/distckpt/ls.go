@@ -140,6 +140,14 @@ func runLs(c *ctx, args []string) int {
 		return st
 	}
 	dir := pos[0]
+	h, path, err := remote(dir)
+	if err != nil {
+		return c.fail(err, dir)
+	}
+	if h != nil {
+		defer h.Close()
+		return runLsObjects(c, h, dir, path, *all)
+	}
 	shown, err := store.List(dir, &store.ListOptions{All: *all})
 	if err != nil {
 		return c.fail(err, dir)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	distckpt "distckpt.dev/go"
 	"distckpt.dev/go/store"
 )
 
@@ -68,15 +69,28 @@ func runPrune(c *ctx, args []string) int {
 		return c.usageError("--keep-every and --grace must not be negative")
 	}
 	dir := pos[0]
-	if isCheckpoint(dir) {
-		return c.usageError("%s is a checkpoint; prune takes the directory that holds checkpoints", dir)
-	}
 	policy := store.PrunePolicy{KeepLast: *keepLast, KeepEvery: *keepEvery, Grace: *grace, DryRun: *dryRun,
 		Now: timeNow()}
 	if *grace == 0 {
 		policy.Grace = store.NoGrace
 	}
-	res, err := store.Prune(dir, policy)
+	h, path, err := remote(dir)
+	if err != nil {
+		return c.fail(err, dir)
+	}
+	var res store.PruneResult
+	if h != nil {
+		defer h.Close()
+		if info, err := h.Stat(path, 0); err == nil && info.Kind == distckpt.PathCheckpoint {
+			return c.usageError("%s is a checkpoint; prune takes the prefix that holds checkpoints", dir)
+		}
+		res, err = pruneObjects(h, path, policy, *grace)
+	} else {
+		if isCheckpoint(dir) {
+			return c.usageError("%s is a checkpoint; prune takes the directory that holds checkpoints", dir)
+		}
+		res, err = store.Prune(dir, policy)
+	}
 	var perr *store.PruneError
 	if err != nil && !errors.As(err, &perr) {
 		return c.fail(err, dir)

@@ -66,7 +66,7 @@ func runVerify(c *ctx, args []string) int {
 	path := pos[0]
 	out := verifyJSON{Path: path, Bad: []badJSON{}}
 	start := time.Now()
-	r, err := distckpt.Open(path, nil)
+	r, err := openReader(path, nil)
 	if err != nil {
 		status := exitStatus(err)
 		out.Error = c.report(err, path)
