@@ -344,7 +344,7 @@ TEST(CallbackStorageTest, ACrashedSaveIsNoCheckpointAndItsLeftoversArePruned) {
   ASSERT_EQ(dckpt_storage_remove_leftovers(storage.get(), "bkt/c", 3600, 0, nullptr, nullptr), 0);
   ASSERT_EQ(dckpt_storage_remove_leftovers(storage.get(), "bkt/d", 3600, 0, nullptr, nullptr), 0);
   std::vector<std::string> names = Names(store.get());
-  EXPECT_EQ(std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.find("bb") != n.npos; }), 0);
+  EXPECT_EQ(std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.find("00000000000000bb") != n.npos; }), 0);
   EXPECT_NE(std::find(names.begin(), names.end(), "bkt/c/data-00000.00000000000000cc.bin"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "bkt/d/notes.txt"), names.end());
   ASSERT_EQ(dckpt_reader_open(&reader, "bkt/c", nullptr, &ro), 0) << dckpt_error_last();
