@@ -307,10 +307,11 @@ func (r *Reader) Read(name string) ([]byte, error) {
 		return nil, err
 	}
 	if e.Kind == BytesEntry {
-		return readBytes(p, name, e.NBytes)
+		b, err := readBytes(p, name, e.NBytes)
+		return b, r.storage.explain(err)
 	}
 	dst := make([]byte, e.NBytes)
-	return dst, readRegion(p, name, make([]uint64, len(e.Shape)), e.Shape, dst)
+	return dst, r.storage.explain(readRegion(p, name, make([]uint64, len(e.Shape)), e.Shape, dst))
 }
 
 func readBytes(p *C.dckpt_reader, name string, size uint64) ([]byte, error) {
@@ -367,7 +368,7 @@ func (r *Reader) ReadInto(name string, offsets, lengths []uint64, dst []byte) er
 		return err
 	}
 	defer r.release()
-	return readRegion(p, name, offsets, lengths, dst)
+	return r.storage.explain(readRegion(p, name, offsets, lengths, dst))
 }
 
 func readRegion(p *C.dckpt_reader, name string, offsets, lengths []uint64, dst []byte) error {

@@ -154,7 +154,7 @@ func TestGoStorageErrorsNameThePath(t *testing.T) {
 		t.Fatalf("a failing read: %v (want the data file's path)", err)
 	}
 	if !strings.Contains(err.Error(), "connection reset by peer") {
-		t.Logf("the storage's own error is not in the message: %v", err)
+		t.Fatalf("the storage's own error is not in the message: %v", err)
 	}
 	ms.Fail = func(op, path string) error {
 		if op == "create" {
