@@ -43,7 +43,7 @@ pub trait StorageFile: Send + Sync {
 }
 
 /// Storage written in Rust. Paths are '/'-separated strings exactly as given to the save or open call, joined with
-/// plain file names ("<checkpoint>/metadata.dckpt"); there are no directories to create or rename. Every method may
+/// plain file names (`"<checkpoint>/metadata.dckpt"`); there are no directories to create or rename. Every method may
 /// be called from several threads at once (at most `max_in_flight` writes and reads together).
 ///
 /// Errors are `std::io::Error`s, mapped to the C codes by kind: `NotFound` is `DCKPT_ENOTFOUND`, `AlreadyExists`
@@ -487,7 +487,7 @@ impl Default for ExportOptions {
 }
 
 /// Writes every tensor of the checkpoint at `ckpt` into `out_dir` as safetensors files
-/// ("<prefix>-00001-of-0000N.safetensors" plus "<prefix>.safetensors.index.json"). `progress` (may be `None`)
+/// (`"<prefix>-00001-of-0000N.safetensors"` plus `"<prefix>.safetensors.index.json"`). `progress` (may be `None`)
 /// reports bytes written; returning `false` stops the export (`User` error).
 pub fn export_safetensors(
     ckpt: impl AsRef<Path>,
