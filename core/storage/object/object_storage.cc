@@ -2,6 +2,7 @@
 #include "core/storage/object/object_storage.h"
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -24,7 +25,17 @@ std::string Quoted(const std::string& path) { return "'" + path + "'"; }
 
 // Lexical normalisation: collapses "//" and ".", resolves ".." (which stops at the root), drops trailing slashes; a
 // leading '/' is kept.
-std::string Normalize(const std::string& path) {
+std::string Normalize(const std::string& full) {
+  // A URL's "scheme://" is kept as written ("s3://bucket/key"): only what follows it is normalised.
+  std::string scheme;
+  const size_t sep = full.find("://");
+  if (sep != std::string::npos && sep > 0 &&
+      std::all_of(full.begin(), full.begin() + sep, [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+      })) {
+    scheme = full.substr(0, sep + 3);
+  }
+  const std::string path = full.substr(scheme.size());
   std::vector<std::string> parts;
   size_t i = 0;
   while (i <= path.size()) {
@@ -38,7 +49,7 @@ std::string Normalize(const std::string& path) {
     }
     i = j + 1;
   }
-  std::string out = !path.empty() && path[0] == '/' ? "/" : "";
+  std::string out = scheme + (!path.empty() && path[0] == '/' ? "/" : "");
   for (size_t k = 0; k < parts.size(); ++k) out += (k ? "/" : "") + parts[k];
   return out;
 }

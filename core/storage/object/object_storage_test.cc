@@ -26,6 +26,12 @@ TEST(ObjectStorageTest, PathsAreNormalisedAndRenameIsUnsupported) {
   DCKPT_ASSERT_OK_AND_ASSIGN(std::string bytes, storage->ReadFile("b/c/d", 10));
   EXPECT_EQ(bytes, "x");
   EXPECT_TRUE(StatusIs(storage->Rename("b/c/d", "b/e"), StatusCode::kUnsupported, {"b/c/d"}));
+  // A URL keeps its "scheme://"; the rest is normalised.
+  DCKPT_ASSERT_OK(storage->WriteFileDurably("s3://bkt//ckpt/./metadata.dckpt", "m"));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage->ListDir("s3://bkt/ckpt/"));
+  EXPECT_EQ(names, std::vector<std::string>({"metadata.dckpt"}));
+  DCKPT_ASSERT_OK_AND_ASSIGN(bytes, storage->ReadFile("s3://bkt/ckpt/metadata.dckpt", 10));
+  EXPECT_EQ(bytes, "m");
   EXPECT_TRUE(StatusIs(storage->RemoveAll("/"), StatusCode::kInvalidArgument));
 }
 
