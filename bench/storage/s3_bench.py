@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Storage benchmark for distckpt's plugged-in storage (issue 13).
+
+(a) S3: save and resharded load of N MiB through a moto S3 server on loopback (started here), against a plain s3fs
+    upload and download of the very same objects (same sizes, same client, same concurrency) in the same run.
+    ratio = plain time / distckpt time (1.0: as fast as the raw client; target >= 0.9).
+(b) Callback overhead: save and load of the same state to a local directory with the built-in POSIX backend
+    (storage=None) and through a Python callback storage writing the same files with os.pwrite / os.preadv on file
+    descriptors (the GIL is released in the system calls). overhead = callback time / POSIX time - 1 (target <= 10%).
+
+Usage: .venv/bin/python bench/storage/s3_bench.py [--mib 256] [--repeat 3] [--dir /tmp/...] [--skip-s3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import mmap
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))  # the tests' moto server helper
+
+import distckpt  # noqa: E402
+from distckpt.storage import CallbackStorage, FsspecStorage  # noqa: E402
+
+TENSORS = 4
+DIRECT_MIN = 256 << 10  # LocalFiles: writes at least this large go through O_DIRECT
+BOUNCE_BYTES = 8 << 20  # LocalFiles: per-thread aligned buffer for them
+COLS = 1024  # float32 columns: a row is 4 KiB
+
+
+def make_state(mib: int, save_parts: int):
+    """TENSORS float32 tensors of mib/TENSORS MiB each, every one held as `save_parts` row slabs (as by
+    `save_parts` ranks) by this process."""
+    rows = (mib << 20) // (TENSORS * COLS * 4)
+    rng = np.random.default_rng(0)
+    full = [rng.standard_normal((rows, COLS), dtype=np.float32) for _ in range(TENSORS)]
+    state = {}
+    for t, a in enumerate(full):
+        bounds = np.linspace(0, rows, save_parts + 1).astype(int)
+        state[f"t{t}"] = [distckpt.Shard(a[lo:hi], a.shape, (lo, 0)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return full, state
+
+
+def load_target(full, load_parts: int):
+    """The same tensors as `load_parts` row slabs with other boundaries (a resharded load)."""
+    target, outs = {}, []
+    for t, a in enumerate(full):
+        bounds = np.linspace(0, a.shape[0], load_parts + 1).astype(int)
+        pieces = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            buf = np.empty((hi - lo, COLS), np.float32)
+            pieces.append(distckpt.Shard(buf, a.shape, (lo, 0)))
+            outs.append((t, lo, hi, buf))
+        target[f"t{t}"] = pieces
+    return target, outs
+
+
+def check(full, outs):
+    for t, lo, hi, buf in outs:
+        if not np.array_equal(buf, full[t][lo:hi]):
+            raise AssertionError(f"tensor t{t} rows {lo}:{hi} differ after the load")
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+# ---- (a) S3 ---------------------------------------------------------------------------------------------------------
+
+
+def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int):
+    import _s3_server
+
+    server = _s3_server.MotoServer()
+    try:
+        os.environ.update(server.env())
+        fs = server.s3fs(max_concurrency=max_concurrency)
+        bucket = "bench"
+        fs.mkdir(bucket)
+        storage = FsspecStorage(fs, max_in_flight=in_flight)
+        full, state = make_state(mib, save_parts=4)
+        rows = []
+        for i in range(repeat):
+            url = f"s3://{bucket}/ckpt-{i}"
+            t_save = timed(lambda: distckpt.save(state, url, storage=storage))
+            target, outs = load_target(full, load_parts=3)
+            t_load = timed(lambda: distckpt.load(target, url, storage=storage))
+            check(full, outs)
+            # The same objects through s3fs alone: upload them all at once, then download them all at once.
+            fs.invalidate_cache()
+            keys = sorted(p for p in fs.find(f"{bucket}/ckpt-{i}/") if "/data-" in p)
+            blobs = fs.cat(keys)
+            plain = {f"{bucket}/plain-{i}/{k.rsplit('/', 1)[-1]}": v for k, v in blobs.items()}
+            del blobs
+            t_put = timed(lambda: fs.pipe(plain))
+            got = {}
+            t_get = timed(lambda: got.update(fs.cat(list(plain))))
+            assert all(len(got[k]) == len(v) for k, v in plain.items())
+            nbytes = sum(len(v) for v in plain.values())
+            del got, plain
+            rows.append((t_save, t_load, t_put, t_get, nbytes, len(keys)))
+            fs.rm(f"{bucket}/plain-{i}", recursive=True)
+            distckpt.remove_checkpoint(url, storage=storage)
+        return rows
+    finally:
+        server.stop()
+
+
+# ---- (b) callback overhead ------------------------------------------------------------------------------------------
+
+
+class LocalFiles:
+    """The callback protocol over local files: positional writes and reads on file descriptors, a temporary name
+    published by rename on close, fsync where distckpt asks for durability."""
+
+    def __init__(self):
+        self._fds = {}  # path -> read fd, opened once
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def create(self, path, size_hint):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        direct = -1
+        try:
+            if size_hint:
+                os.posix_fallocate(fd, 0, size_hint)  # extents allocated once, not by every concurrent write
+            if hasattr(os, "O_DIRECT"):
+                direct = os.open(tmp, os.O_WRONLY | os.O_DIRECT | os.O_CLOEXEC)
+        except OSError:
+            pass  # no preallocation or no O_DIRECT here (tmpfs): buffered writes only
+        return [fd, direct, path, tmp]
+
+    def write(self, f, offset, data):
+        # As distckpt's POSIX backend does: the page-aligned body of a large write bypasses the page cache (O_DIRECT,
+        # through a per-thread aligned bounce buffer, since the caller's buffer need not be aligned), the tail and
+        # small writes go through it; durable saves then do not wait for a flood of dirty pages at fsync.
+        fd, direct = f[0], f[1]
+        body = len(data) - len(data) % 4096
+        if direct >= 0 and body >= DIRECT_MIN and offset % 4096 == 0:
+            src = np.frombuffer(data, np.uint8).ctypes.data  # the address, to test alignment and to copy from
+            if src % 4096 == 0:
+                self._pwrite_all(direct, data[:body], offset)
+            else:
+                bounce, bounce_addr = self._bounce()
+                done = 0
+                while done < body:
+                    n = min(body - done, len(bounce))
+                    ctypes.memmove(bounce_addr, src + done, n)  # a ctypes call: the copy runs without the GIL
+                    self._pwrite_all(direct, bounce[:n], offset + done)
+                    done += n
+            data, offset = data[body:], offset + body
+        self._pwrite_all(fd, data, offset)
+
+    def _bounce(self):
+        held = getattr(self._local, "bounce", None)
+        if held is None:
+            m = mmap.mmap(-1, BOUNCE_BYTES)  # page-aligned
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+            held = self._local.bounce = (memoryview(m), addr)
+        return held
+
+    @staticmethod
+    def _pwrite_all(fd, data, offset):
+        while len(data):
+            n = os.pwrite(fd, data, offset)
+            data, offset = data[n:], offset + n
+
+    def sync(self, f):
+        os.fsync(f[0])
+
+    def close(self, f, size, discard):
+        fd, direct, path, tmp = f
+        try:
+            if not discard:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+            if direct >= 0:
+                os.close(direct)
+        if discard:
+            os.unlink(tmp)
+        else:
+            os.rename(tmp, path)
+
+    def size(self, path):
+        return os.stat(path).st_size
+
+    def _read_fd(self, path):
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return fd
+
+    def read(self, path, offset, out):
+        fd = self._read_fd(path)
+        got = 0
+        while got < len(out):
+            n = os.preadv(fd, [out[got:]], offset + got)
+            if n == 0:
+                break
+            got += n
+        return got
+
+    def list(self, dir):  # noqa: A002
+        try:
+            return os.listdir(dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def remove(self, path):
+        with self._lock:
+            fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def commit(self, path, data, replace):
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.rename(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # fails with FileExistsError if something is there, atomically
+            finally:
+                os.unlink(tmp)
+        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def forget(self):
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+def bench_local(mib: int, repeat: int, root: str):
+    full, state = make_state(mib, save_parts=4)
+    rows = []
+    for i in range(repeat):
+        for kind in ("posix", "callback"):
+            files = LocalFiles() if kind == "callback" else None
+            storage = CallbackStorage(files) if files else None
+            path = os.path.join(root, f"{kind}-{i}")
+            t_save = timed(lambda: distckpt.save(state, path, storage=storage))
+            target, outs = load_target(full, load_parts=3)
+            t_load = timed(lambda: distckpt.load(target, path, storage=storage))
+            check(full, outs)
+            if files:
+                files.forget()
+            shutil.rmtree(path)
+            rows.append((kind, t_save, t_load))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mib", type=int, default=256, help="state size in MiB (default 256)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="local directory for (b) (default: a temporary one)")
+    ap.add_argument("--max-concurrency", type=int, default=8, help="s3fs max_concurrency (multipart parts at once)")
+    ap.add_argument("--max-in-flight", type=int, default=32, help="FsspecStorage max_in_flight")
+    ap.add_argument("--skip-s3", action="store_true")
+    ap.add_argument("--skip-local", action="store_true")
+    args = ap.parse_args()
+    mib = args.mib
+    print(f"distckpt {distckpt.__version__}, state {mib} MiB in {TENSORS} float32 tensors, saved as 4 row slabs, "
+          f"loaded as 3 (resharded); median of {args.repeat}")
+    if not args.skip_s3:
+        rows = bench_s3(mib, args.repeat, args.max_concurrency, args.max_in_flight)
+        med = [statistics.median(r[k] for r in rows) for k in range(4)]
+        nbytes, nfiles = rows[0][4], rows[0][5]
+        print(f"\n(a) S3 on a loopback moto server: {nbytes / 2**20:.0f} MiB of data in {nfiles} objects "
+              f"(s3fs max_concurrency={args.max_concurrency}, max_in_flight={args.max_in_flight})")
+        print(f"{'':28}{'distckpt s':>12}{'plain s3fs s':>14}{'distckpt MiB/s':>16}{'ratio':>8}")
+        for name, d, p in (("save  / upload (pipe)", med[0], med[2]), ("load  / download (cat)", med[1], med[3])):
+            print(f"{name:28}{d:12.3f}{p:14.3f}{nbytes / 2**20 / d:16.1f}{p / d:8.2f}")
+    if not args.skip_local:
+        root = args.dir or tempfile.mkdtemp(prefix="distckpt-bench-")
+        try:
+            rows = bench_local(mib, args.repeat, root)
+        finally:
+            if not args.dir:
+                shutil.rmtree(root, ignore_errors=True)
+        print(f"\n(b) local directory {args.dir or '(temporary, ' + tempfile.gettempdir() + ')'}: built-in POSIX "
+              f"vs Python callback storage (os.pwrite/os.preadv)")
+        print(f"{'':12}{'POSIX s':>10}{'callback s':>12}{'POSIX MiB/s':>13}{'overhead':>10}")
+        for label, k in (("save", 1), ("load", 2)):
+            p = statistics.median(r[k] for r in rows if r[0] == "posix")
+            c = statistics.median(r[k] for r in rows if r[0] == "callback")
+            print(f"{label:12}{p:10.3f}{c:12.3f}{mib / p:13.1f}{(c / p - 1) * 100:9.1f}%")
+
+
+if __name__ == "__main__":
+    main()
