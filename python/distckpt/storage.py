@@ -123,11 +123,28 @@ class _Upload:
         self.lock = threading.Lock()
 
 
+class _Block:
+    """A block of a data file fetched with one ranged GET, kept until every byte of it has been handed out."""
+
+    __slots__ = ("ready", "data", "error", "served")
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.data = b""
+        self.error: Optional[BaseException] = None
+        self.served = 0
+
+
 class _FsspecFiles:
     """The callback protocol over an fsspec filesystem, through its public API only (no per-store code)."""
 
-    def __init__(self, fs: Any, atomic_commit: Optional[bool]) -> None:
+    _MAX_BLOCKS = 64  # blocks kept at most (a reader reading scattered regions never finishes a block)
+
+    def __init__(self, fs: Any, atomic_commit: Optional[bool], read_block_size: int = 0) -> None:
         self.fs = fs
+        self.read_block_size = read_block_size
+        self._blocks: "dict[Tuple[str, int], _Block]" = {}
+        self._blocks_lock = threading.Lock()
         # pipe_file(mode="create") is fsspec's exclusive write: a conditional PUT on S3 (s3fs), a check then a write
         # elsewhere (AbstractFileSystem), no worse than distckpt's own check. Filesystems too old to take `mode`
         # get no commit callback: distckpt then checks and writes itself.
@@ -181,10 +198,59 @@ class _FsspecFiles:
     def read(self, path: str, offset: int, out: memoryview) -> int:
         if len(out) == 0:
             return 0
-        data = self.fs.cat_file(path, start=offset, end=offset + len(out))
-        n = len(data)
-        out[:n] = data
-        return n
+        bs = self.read_block_size
+        # Only data files go through blocks: their names carry a nonce, so their bytes never change under a cached
+        # block (the metadata at a fixed name does).
+        if not bs or len(out) >= bs or not path.rsplit("/", 1)[-1].startswith("data-"):
+            data = self.fs.cat_file(path, start=offset, end=offset + len(out))
+            n = len(data)
+            out[:n] = data
+            return n
+        got = 0
+        while got < len(out):
+            pos = offset + got
+            index, start = divmod(pos, bs)
+            block = self._block(path, index)
+            chunk = block.data[start : start + len(out) - got]
+            out[got : got + len(chunk)] = chunk
+            got += len(chunk)
+            self._served(path, index, block, len(chunk))
+            if len(block.data) < bs:  # the file's last block: nothing lies beyond
+                break
+        return got
+
+    def _block(self, path: str, index: int) -> _Block:
+        key = (path, index)
+        with self._blocks_lock:
+            block = self._blocks.get(key)
+            owner = block is None
+            if owner:
+                block = self._blocks[key] = _Block()
+                while len(self._blocks) > self._MAX_BLOCKS:  # the oldest first
+                    del self._blocks[next(iter(self._blocks))]
+        if owner:
+            bs = self.read_block_size
+            try:
+                block.data = self.fs.cat_file(path, start=index * bs, end=(index + 1) * bs)
+            except BaseException as e:
+                block.error = e
+                with self._blocks_lock:
+                    if self._blocks.get(key) is block:
+                        del self._blocks[key]
+                raise
+            finally:
+                block.ready.set()
+        else:
+            block.ready.wait()
+            if block.error is not None:
+                raise block.error
+        return block
+
+    def _served(self, path: str, index: int, block: _Block, n: int) -> None:
+        with self._blocks_lock:
+            block.served += n
+            if block.served >= len(block.data) and self._blocks.get((path, index)) is block:
+                del self._blocks[(path, index)]
 
     def list(self, dir: str) -> List[str]:  # noqa: A002 - the protocol's name
         self._fresh(dir)
@@ -224,11 +290,17 @@ class FsspecStorage(CallbackStorage):
             for parallel multipart uploads of large files).
         max_in_flight: the most reads and writes distckpt runs at once (0: its default, 16).
         atomic_commit: use ``pipe_file(mode=...)`` for the commit (None: when the filesystem takes ``mode``).
+        read_block_size: smaller reads of data files are served from blocks of this size, each fetched with one
+            ranged read and dropped once all of it was handed out (fewer, larger GETs; at most 64 blocks held);
+            0: every read is its own ranged read.
     """
 
-    def __init__(self, fs: Any, *, max_in_flight: int = 32, atomic_commit: Optional[bool] = None) -> None:
+    def __init__(
+        self, fs: Any, *, max_in_flight: int = 32, atomic_commit: Optional[bool] = None,
+        read_block_size: int = 16 << 20,
+    ) -> None:  # fmt: skip
         self.fs = fs
-        super().__init__(_FsspecFiles(fs, atomic_commit), max_in_flight=max_in_flight)
+        super().__init__(_FsspecFiles(fs, atomic_commit, read_block_size), max_in_flight=max_in_flight)
 
     def path_of(self, path: PathLike) -> str:
         return self.fs._strip_protocol(os.fspath(path))

@@ -240,3 +240,18 @@ def test_a_reader_keeps_its_storage_alive(mem_url):
     gc.collect()
     np.testing.assert_array_equal(r["model.w"][...], ex["model"]["w"])
     r.close()
+
+
+@pytest.mark.parametrize("block", [0, 4096, 12288, 1 << 20])
+def test_fsspec_reads_through_blocks_of_any_size(mem_url, block):
+    fs = fsspec.filesystem("memory")
+    st = FsspecStorage(fs, read_block_size=block)
+    ex = {"w": np.arange(300_001, dtype=np.float32), "v": np.arange(17, dtype=np.int8)}
+    distckpt.save(ex, f"{mem_url}/b", storage=st)
+    out = distckpt.load(None, f"{mem_url}/b", storage=st)
+    np.testing.assert_array_equal(out["w"], ex["w"])
+    np.testing.assert_array_equal(out["v"], ex["v"])
+    with distckpt.open(f"{mem_url}/b", storage=st) as r:
+        np.testing.assert_array_equal(r["w"][123_456:200_000], ex["w"][123_456:200_000])
+        r.verify()
+    assert len(st.impl._blocks) == 0 or block == 0 or len(st.impl._blocks) <= st.impl._MAX_BLOCKS
