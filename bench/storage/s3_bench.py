@@ -81,7 +81,7 @@ def timed(fn):
 # ---- (a) S3 ---------------------------------------------------------------------------------------------------------
 
 
-def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int):
+def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int, read_block_size: int):
     import _s3_server
 
     server = _s3_server.MotoServer()
@@ -90,7 +90,7 @@ def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int):
         fs = server.s3fs(max_concurrency=max_concurrency)
         bucket = "bench"
         fs.mkdir(bucket)
-        storage = FsspecStorage(fs, max_in_flight=in_flight)
+        storage = FsspecStorage(fs, max_in_flight=in_flight, read_block_size=read_block_size)
         full, state = make_state(mib, save_parts=4)
         rows = []
         for i in range(repeat):
@@ -287,6 +287,7 @@ def main():
     ap.add_argument("--dir", default=None, help="local directory for (b) (default: a temporary one)")
     ap.add_argument("--max-concurrency", type=int, default=8, help="s3fs max_concurrency (multipart parts at once)")
     ap.add_argument("--max-in-flight", type=int, default=32, help="FsspecStorage max_in_flight")
+    ap.add_argument("--read-block-size", type=int, default=16, help="FsspecStorage read_block_size in MiB")
     ap.add_argument("--skip-s3", action="store_true")
     ap.add_argument("--skip-local", action="store_true")
     args = ap.parse_args()
@@ -294,11 +295,12 @@ def main():
     print(f"distckpt {distckpt.__version__}, state {mib} MiB in {TENSORS} float32 tensors, saved as 4 row slabs, "
           f"loaded as 3 (resharded); median of {args.repeat}")
     if not args.skip_s3:
-        rows = bench_s3(mib, args.repeat, args.max_concurrency, args.max_in_flight)
+        rows = bench_s3(mib, args.repeat, args.max_concurrency, args.max_in_flight, args.read_block_size << 20)
         med = [statistics.median(r[k] for r in rows) for k in range(4)]
         nbytes, nfiles = rows[0][4], rows[0][5]
         print(f"\n(a) S3 on a loopback moto server: {nbytes / 2**20:.0f} MiB of data in {nfiles} objects "
-              f"(s3fs max_concurrency={args.max_concurrency}, max_in_flight={args.max_in_flight})")
+              f"(s3fs max_concurrency={args.max_concurrency}, max_in_flight={args.max_in_flight}, "
+              f"read_block_size={args.read_block_size} MiB)")
         print(f"{'':28}{'distckpt s':>12}{'plain s3fs s':>14}{'distckpt MiB/s':>16}{'ratio':>8}")
         for name, d, p in (("save  / upload (pipe)", med[0], med[2]), ("load  / download (cat)", med[1], med[3])):
             print(f"{name:28}{d:12.3f}{p:14.3f}{nbytes / 2**20 / d:16.1f}{p / d:8.2f}")
