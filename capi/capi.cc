@@ -32,14 +32,16 @@ struct dckpt_state {
   distckpt::State state;
 };
 
+// The storage is declared first so that it is destroyed last: the future's destructor waits for the background save,
+// and the reader's closes its files, both still using it.
 struct dckpt_save_future {
-  std::unique_ptr<distckpt::SaveFuture> future;
   std::shared_ptr<distckpt::Storage> storage;  // what the save writes to, kept alive until it is freed
+  std::unique_ptr<distckpt::SaveFuture> future;
 };
 
 struct dckpt_reader {
-  std::unique_ptr<distckpt::Reader> reader;
   std::shared_ptr<distckpt::Storage> storage;  // what the reader reads from, kept alive until it is freed
+  std::unique_ptr<distckpt::Reader> reader;
 };
 
 namespace distckpt {
@@ -397,7 +399,7 @@ int dckpt_save_async(dckpt_save_future** out, const char* path, const dckpt_stat
     if (!o.ok()) return Report(o.status());
     auto f = distckpt::SaveAsync(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!f.ok()) return Report(f.status());
-    *out = new dckpt_save_future{std::move(f).value(), distckpt::capi::StorageRef(opts)};
+    *out = new dckpt_save_future{distckpt::capi::StorageRef(opts), std::move(f).value()};
     return DCKPT_OK;
   })
 }
@@ -495,7 +497,7 @@ int dckpt_reader_open(dckpt_reader** out, const char* path, dckpt_comm* comm, co
     auto r = distckpt::Reader::Open(path, distckpt::capi::CommOf(comm), *o,
                                     pin ? distckpt::FilePinning::kAllAtOpen : distckpt::FilePinning::kOnFirstUse);
     if (!r.ok()) return Report(r.status());
-    *out = new dckpt_reader{std::move(r).value(), distckpt::capi::StorageRef(opts)};
+    *out = new dckpt_reader{distckpt::capi::StorageRef(opts), std::move(r).value()};
     return DCKPT_OK;
   })
 }

@@ -251,6 +251,29 @@ TEST(CallbackStorageTest, SaveLoadReshardVerifyAndExportThroughTheHostsCallbacks
   EXPECT_TRUE(alive.expired());
 }
 
+TEST(CallbackStorageTest, AnAsyncSaveKeepsItsStorageUntilTheFutureIsFreed) {
+  // The caller frees the storage, then the future without waiting: the future's destructor waits for the background
+  // save, which still writes through the storage (ASan would see a use after free).
+  auto store = std::make_shared<HostStore>();
+  std::shared_ptr<dckpt_storage> storage = NewCallbackStorage(store);
+  const std::vector<float> w = Values();
+  dckpt_state* state = nullptr;
+  ASSERT_EQ(dckpt_state_new(&state), 0);
+  const uint64_t shape[2] = {kRows, kCols}, off[2] = {0, 0};
+  ASSERT_EQ(dckpt_state_add_tensor(state, "w", DCKPT_DTYPE_F32, 2, shape), 0);
+  ASSERT_EQ(dckpt_state_add_piece_const(state, "w", off, shape, w.data()), 0);
+  dckpt_save_options so;
+  ASSERT_EQ(dckpt_save_options_init(&so, DCKPT_SAVE_OPTIONS_VERSION), 0);
+  so.storage = storage.get();
+  dckpt_save_future* future = nullptr;
+  ASSERT_EQ(dckpt_save_async(&future, "bkt/async", state, nullptr, &so), 0) << dckpt_error_last();
+  dckpt_state_free(state);
+  storage.reset();
+  dckpt_save_future_free(future);
+  std::lock_guard<std::mutex> lock(store->mu);
+  EXPECT_EQ(store->objects.count("bkt/async/metadata.dckpt"), 1u);
+}
+
 TEST(CallbackStorageTest, DamagedDataIsDetectedAndNamed) {
   auto store = std::make_shared<HostStore>();
   std::shared_ptr<dckpt_storage> storage = NewCallbackStorage(store);
