@@ -170,19 +170,19 @@ func NewStorage(s Storage, maxInFlight int) (*StorageHandle, error) {
 
 // PosixStorage is a handle for the POSIX file system (what a nil *StorageHandle means).
 func PosixStorage() (*StorageHandle, error) {
-	h := &StorageHandle{kind: "posix", refs: 1}
-	if err := ccall(func() C.int { return C.dckpt_storage_new_posix(&h.ptr) }); err != nil {
-		return nil, err
-	}
-	runtime.SetFinalizer(h, (*StorageHandle).Close)
-	return h, nil
+	return builtinStorage("posix", func(out **C.dckpt_storage) C.int { return C.dckpt_storage_new_posix(out) })
 }
 
 // MemoryStorage is a handle for an in-process store of files, lost when the handle (and every Reader on it) is
 // closed; checkpoints on it are committed as on a plugged-in storage. For tests and examples.
 func MemoryStorage() (*StorageHandle, error) {
-	h := &StorageHandle{kind: "memory", refs: 1}
-	if err := ccall(func() C.int { return C.dckpt_storage_new_memory(&h.ptr) }); err != nil {
+	return builtinStorage("memory", func(out **C.dckpt_storage) C.int { return C.dckpt_storage_new_memory(out) })
+}
+
+// builtinStorage makes a handle for one of the library's own storages with its constructor.
+func builtinStorage(kind string, create func(out **C.dckpt_storage) C.int) (*StorageHandle, error) {
+	h := &StorageHandle{kind: kind, refs: 1}
+	if err := ccall(func() C.int { return create(&h.ptr) }); err != nil {
 		return nil, err
 	}
 	runtime.SetFinalizer(h, (*StorageHandle).Close)

@@ -6,11 +6,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 
 namespace distckpt {
 namespace internal_storage {
+
+/// "'<path>'", as every backend quotes paths in its messages.
+std::string Quoted(const std::string& path);
+/// The components of `path` after lexical normalisation: empty components and "." dropped, ".." removes the one
+/// before it (and stops at the root). "//a/./b/../c/" -> {"a", "c"}.
+std::vector<std::string> LexicalComponents(const std::string& path);
 
 /// "a/b//" -> "a/b"; "/" stays "/".
 std::string StripTrailingSlashes(const std::string& path);

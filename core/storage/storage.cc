@@ -92,6 +92,25 @@ std::string HostName() {
 
 }  // namespace
 
+std::string Quoted(const std::string& path) { return "'" + path + "'"; }
+
+std::vector<std::string> LexicalComponents(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    const std::string part = path.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  return parts;
+}
+
 std::string StripTrailingSlashes(const std::string& path) {
   size_t end = path.size();
   while (end > 1 && path[end - 1] == '/') --end;

@@ -8,12 +8,14 @@
 #include <thread>
 #include <utility>
 
+#include "core/storage/backend_util.h"
+
 namespace distckpt {
 namespace {
 
 using Op = FaultRule::Op;
 
-std::string Quoted(const std::string& path) { return "'" + path + "'"; }
+using internal_storage::Quoted;
 
 struct OpName {
   const char* name;

@@ -43,23 +43,9 @@ struct MemoryNode {
   std::vector<char> data;
 };
 
-std::string Quoted(const std::string& path) { return "'" + path + "'"; }
-
 // Lexical normalisation: collapses "//" and ".", resolves ".." (which stops at "/"), drops trailing slashes.
 std::string Normalize(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t i = 0;
-  while (i < path.size()) {
-    size_t j = path.find('/', i);
-    if (j == std::string::npos) j = path.size();
-    const std::string part = path.substr(i, j - i);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    i = j + 1;
-  }
+  const std::vector<std::string> parts = LexicalComponents(path);
   if (parts.empty()) return "/";
   std::string out;
   for (const std::string& part : parts) out += "/" + part;

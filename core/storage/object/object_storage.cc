@@ -18,10 +18,9 @@ namespace distckpt {
 namespace {
 
 using internal_storage::CheckRange;
+using internal_storage::Quoted;
 using internal_storage::ClosedFileError;
 using internal_storage::TruncatedFileError;
-
-std::string Quoted(const std::string& path) { return "'" + path + "'"; }
 
 // Lexical normalisation: collapses "//" and ".", resolves ".." (which stops at the root), drops trailing slashes; a
 // leading '/' is kept.
@@ -36,19 +35,7 @@ std::string Normalize(const std::string& full) {
     scheme = full.substr(0, sep + 3);
   }
   const std::string path = full.substr(scheme.size());
-  std::vector<std::string> parts;
-  size_t i = 0;
-  while (i <= path.size()) {
-    size_t j = path.find('/', i);
-    if (j == std::string::npos) j = path.size();
-    const std::string part = path.substr(i, j - i);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    i = j + 1;
-  }
+  const std::vector<std::string> parts = internal_storage::LexicalComponents(path);
   std::string out = scheme + (!path.empty() && path[0] == '/' ? "/" : "");
   for (size_t k = 0; k < parts.size(); ++k) out += (k ? "/" : "") + parts[k];
   return out;

@@ -66,7 +66,6 @@ auto RetryOnEintr(F f) -> decltype(f()) {
   return r;
 }
 
-std::string Quoted(const std::string& path) { return "'" + path + "'"; }
 
 // Owns a descriptor on the non-data paths (ReadFile, WriteFileDurably, SyncDir) so early returns cannot leak it.
 class ScopedFd {

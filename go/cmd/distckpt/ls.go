@@ -152,6 +152,12 @@ func runLs(c *ctx, args []string) int {
 	if err != nil {
 		return c.fail(err, dir)
 	}
+	return writeListing(c, dir, shown, func(i int) (string, string) { return formatTime(shown[i].Date), note(&shown[i]) })
+}
+
+// writeListing prints ls's output for the checkpoints below dir (JSON or a table); dateNote gives the DATE and NOTE
+// columns of checkpoint i.
+func writeListing(c *ctx, dir string, shown []store.Checkpoint, dateNote func(i int) (string, string)) int {
 	if c.json {
 		out := struct {
 			Directory   string   `json:"directory"`
@@ -180,8 +186,9 @@ func runLs(c *ctx, args []string) int {
 		if e.Info != nil {
 			entries = fmt.Sprint(e.Info.NumEntries)
 		}
+		date, remark := dateNote(i)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Status, step, entries, humanBytes(e.DiskBytes),
-			formatTime(e.Date), note(e))
+			date, remark)
 	}
 	tw.Flush()
 	return exitOK

@@ -174,39 +174,12 @@ func runLsObjects(c *ctx, h *distckpt.StorageHandle, dir, path string, all bool)
 	if err != nil {
 		return c.fail(err, dir)
 	}
-	if c.json {
-		out := struct {
-			Directory   string   `json:"directory"`
-			Checkpoints []lsJSON `json:"checkpoints"`
-		}{Directory: dir, Checkpoints: []lsJSON{}}
-		for i := range entries {
-			out.Checkpoints = append(out.Checkpoints, checkpointJSON(&entries[i].ckpt))
-		}
-		c.writeJSON(out)
-		return exitOK
-	}
-	if len(entries) == 0 {
-		fmt.Fprintf(c.stdout, "no checkpoints under %s\n", dir)
-		return exitOK
-	}
-	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "NAME\tSTATUS\tSTEP\tENTRIES\tSIZE\tDATE\tNOTE")
+	shown := make([]store.Checkpoint, len(entries))
 	for i := range entries {
-		e := &entries[i].ckpt
-		step, entriesCol := "-", "-"
-		if e.Step != nil {
-			step = fmt.Sprint(*e.Step)
-		} else if e.StepRaw != "" {
-			step = e.StepRaw
-		}
-		if e.Info != nil {
-			entriesCol = fmt.Sprint(e.Info.NumEntries)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Status, step, entriesCol, humanBytes(e.DiskBytes),
-			"-", objectNote(&entries[i]))
+		shown[i] = entries[i].ckpt
 	}
-	tw.Flush()
-	return exitOK
+	// An object store keeps no dates distckpt can read.
+	return writeListing(c, dir, shown, func(i int) (string, string) { return "-", objectNote(&entries[i]) })
 }
 
 // pruneObjects plans and applies prune's policy to the checkpoints below dir on an object store: committed ones the
