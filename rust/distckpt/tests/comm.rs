@@ -10,7 +10,7 @@ fn communicator_tests_skipped() {
 
 #[cfg(distckpt_has_comm)]
 mod with_comm {
-    use super::common::TempDir;
+    use super::common::{ranks, TempDir};
     use distckpt::comm::CollectiveError;
     use distckpt::{Checkpoint, Collectives, Comm, Dtype, ErrorCode, GlooOptions, LoadState, ReadOptions, SaveOptions, SaveState, ThreadGroup};
     use std::path::{Path, PathBuf};
@@ -20,18 +20,6 @@ mod with_comm {
         SaveOptions { sync: false, timeout: Some(Duration::from_secs(60)), ..Default::default() }
     }
 
-    /// Runs `f(rank, comm)` on `n` threads, one rank each, and returns their results in rank order.
-    fn ranks<T: Send + 'static>(n: usize, f: impl Fn(usize, Comm) -> T + Send + Sync + Clone + 'static) -> Vec<T> {
-        let handles: Vec<_> = ThreadGroup::new(n)
-            .into_iter()
-            .enumerate()
-            .map(|(r, g)| {
-                let f = f.clone();
-                std::thread::spawn(move || f(r, Comm::external(g).unwrap()))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    }
 
     /// [6, 4] tensor "w" (value = flat index) in row pieces of 2 rows per rank, a replicated "bias", rank 0's bytes.
     fn save_three_ranks(path: PathBuf) {

@@ -557,18 +557,7 @@ fn memory_storage_and_export_to_a_rust_storage() {
 #[cfg(distckpt_has_comm)]
 #[test]
 fn three_ranks_save_and_two_ranks_load_resharded_through_one_storage() {
-    use distckpt::{Comm, ThreadGroup};
-    fn ranks<T: Send + 'static>(n: usize, f: impl Fn(usize, Comm) -> T + Send + Sync + Clone + 'static) -> Vec<T> {
-        let handles: Vec<_> = ThreadGroup::new(n)
-            .into_iter()
-            .enumerate()
-            .map(|(r, g)| {
-                let f = f.clone();
-                std::thread::spawn(move || f(r, Comm::external(g).unwrap()))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    }
+    use common::ranks;
     let store = MemStore::new();
     let h = handle(&store, 4);
     let timeout = Some(Duration::from_secs(60));

@@ -49,3 +49,21 @@ impl Drop for TempDir {
 pub fn same_f32(a: f32, b: f32) -> bool {
     (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits()
 }
+
+/// Runs `f(rank, comm)` on `n` threads, one rank each over external (host-supplied) collectives, and returns their
+/// results in rank order.
+#[cfg(distckpt_has_comm)]
+pub fn ranks<T: Send + 'static>(
+    n: usize,
+    f: impl Fn(usize, distckpt::Comm) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let handles: Vec<_> = distckpt::ThreadGroup::new(n)
+        .into_iter()
+        .enumerate()
+        .map(|(r, g)| {
+            let f = f.clone();
+            std::thread::spawn(move || f(r, distckpt::Comm::external(g).unwrap()))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
