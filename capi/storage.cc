@@ -95,6 +95,9 @@ Result<std::chrono::seconds> Grace(double seconds) {
 
 }  // namespace
 
+// The storage a call uses: the caller's, or the POSIX file system for NULL.
+Storage* StorageOr(dckpt_storage* storage) { return storage ? storage->storage.get() : DefaultStorage(); }
+
 }  // namespace capi
 }  // namespace distckpt
 
@@ -172,7 +175,7 @@ int dckpt_storage_stat(dckpt_path_info* out, dckpt_storage* storage, const char*
     DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(out->version, DCKPT_PATH_INFO_VERSION, "dckpt_path_info"));
     auto grace = distckpt::capi::Grace(grace_seconds);
     if (!grace.ok()) return Report(grace.status());
-    distckpt::Storage* s = storage ? storage->storage.get() : distckpt::DefaultStorage();
+    distckpt::Storage* s = distckpt::capi::StorageOr(storage);
     auto scan = distckpt::ScanCheckpointPath(s, path, *grace);
     if (!scan.ok()) return Report(scan.status());
     out->kind = static_cast<int>(scan->kind);
@@ -191,7 +194,7 @@ int dckpt_storage_remove_leftovers(dckpt_storage* storage, const char* path, dou
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     auto grace = distckpt::capi::Grace(grace_seconds);
     if (!grace.ok()) return Report(grace.status());
-    distckpt::Storage* s = storage ? storage->storage.get() : distckpt::DefaultStorage();
+    distckpt::Storage* s = distckpt::capi::StorageOr(storage);
     std::function<distckpt::Status(const std::string&)> report;
     if (removed) {
       report = [removed, user_data](const std::string& p) {
@@ -210,7 +213,7 @@ int dckpt_storage_remove_leftovers(dckpt_storage* storage, const char* path, dou
 int dckpt_storage_remove_checkpoint(dckpt_storage* storage, const char* path) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
-    distckpt::Storage* s = storage ? storage->storage.get() : distckpt::DefaultStorage();
+    distckpt::Storage* s = distckpt::capi::StorageOr(storage);
     DCKPT_RETURN_IF_FAILED(distckpt::RemoveCheckpoint(s, path));
     return DCKPT_OK;
   })

@@ -69,7 +69,7 @@ Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::sec
   std::set<std::string> committed_nonces;
   std::map<std::string, uint64_t> sizes;
   for (const std::string& name : *listed) {
-    if (name != "metadata.dckpt" && !ParseObjectMarkerName(name, nullptr) && !ParseNoncedFileName(name, nullptr)) {
+    if (name != kMetadataFileName && !ParseObjectMarkerName(name, nullptr) && !ParseNoncedFileName(name, nullptr)) {
       continue;  // not distckpt's: never counted, never removed
     }
     auto size = storage->FileSize(path + "/" + name);
@@ -79,7 +79,7 @@ Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::sec
     }
     sizes[name] = *size;
   }
-  if (sizes.count("metadata.dckpt")) {
+  if (sizes.count(kMetadataFileName)) {
     j.has_metadata = true;
     auto bytes = storage->ReadFile(path + "/metadata.dckpt", kMaxMetadataBytes - 1);
     if (!bytes.ok()) return bytes.status();
@@ -89,7 +89,7 @@ Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::sec
                                               view.status().message() +
                                               "), so nothing there can be judged unreferenced; nothing was removed");
     }
-    j.committed.push_back("metadata.dckpt");
+    j.committed.push_back(kMetadataFileName);
     for (size_t i = 0; i < view->num_files(); ++i) {
       const std::string name(view->file_name(i));
       referenced.insert(name);
@@ -120,7 +120,7 @@ Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::sec
     ++j.scan.files;
     j.scan.bytes += size;
     std::string nonce;
-    if (name == "metadata.dckpt" || referenced.count(name)) continue;
+    if (name == kMetadataFileName || referenced.count(name)) continue;
     if (ParseNoncedFileName(name, &nonce) && live.count(nonce)) continue;
     if (ParseObjectMarkerName(name, &nonce)) continue;  // counted below
     ++j.scan.leftover_files;
