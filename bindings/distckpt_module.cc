@@ -4,7 +4,7 @@
 // Rules kept throughout this file:
 //  - Every call that does I/O or waits on other ranks runs with the GIL released (py::gil_scoped_release).
 //  - Callbacks that distckpt runs on its own threads (progress, external-communicator collectives) take the GIL back
-//    (py::gil_scoped_acquire) and never let a Python exception escape into C: the exception is kept, the callback
+//    (CallbackGil) and never let a Python exception escape into C: the exception is kept, the callback
 //    returns non-zero (DCKPT_EUSER), and the exception becomes the __cause__ of the error raised to the caller.
 //  - A failed call raises the exception that distckpt.errors maps its status code to, with dckpt_error_last() as
 //    the message (one table, in Python: distckpt/errors.py).
@@ -31,6 +31,53 @@ namespace py = pybind11;
 
 namespace distckpt_python {
 namespace {
+
+// ---- Callbacks on distckpt's threads ------------------------------------------------------------------------
+
+/// The GIL for a callback that distckpt runs on one of its own threads (progress, collectives, storage).
+///
+/// A thread Python does not know gets a Python thread state the first time it calls back, and keeps it until the
+/// thread exits: a bare py::gil_scoped_acquire would create one and destroy it on every call, which costs a thread
+/// state per call and, worse, empties the callback's threading.local() between two calls from the same thread (a
+/// storage that keeps a per-thread buffer there reallocated it on every write). The thread state is released with
+/// the GIL at thread exit (the engine's pools join their threads inside calls that have let go of the GIL), or left
+/// alone when the interpreter is finalising or gone.
+class CallbackGil {
+ public:
+  CallbackGil() {
+    Persistent();
+    gil_.emplace();
+  }
+
+ private:
+  struct Holder {
+    PyGILState_STATE outer;
+    bool held = false;
+    ~Holder() {
+      if (!held || !Py_IsInitialized() || Finalizing()) return;
+      PyThreadState* state = PyGILState_GetThisThreadState();
+      if (state == nullptr) return;
+      PyEval_RestoreThread(state);  // the GIL, on this thread's state
+      PyGILState_Release(outer);    // its last count: the state is cleared and deleted, and the GIL let go
+    }
+  };
+  static bool Finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+  }
+  static void Persistent() {
+    thread_local Holder holder;
+    if (holder.held || PyGILState_GetThisThreadState() != nullptr) return;  // a Python thread, or done before
+    holder.outer = PyGILState_Ensure();  // creates this thread's state (count 1) ...
+    holder.held = true;
+    PyEval_SaveThread();  // ... and lets go of the GIL, keeping the state
+  }
+
+  std::optional<py::gil_scoped_acquire> gil_;
+};
 
 // ---- Errors ---------------------------------------------------------------------------------------------------
 
@@ -123,7 +170,7 @@ struct Progress {
 
 int ProgressTrampoline(uint64_t done, uint64_t total, void* user_data) {
   auto* p = static_cast<Progress*>(user_data);
-  py::gil_scoped_acquire gil;
+  CallbackGil gil;
   try {
     p->fn(done, total);
     return 0;
@@ -276,7 +323,7 @@ class Comm {
 
   static int AllgatherTrampoline(const void* send, size_t send_size, void* recv, uint64_t timeout_ms, void* user) {
     auto* self = static_cast<Comm*>(user);
-    py::gil_scoped_acquire gil;
+    CallbackGil gil;
     try {
       int size = self->size_cached();
       py::object send_view = py::memoryview::from_memory(send, static_cast<py::ssize_t>(send_size));
@@ -299,7 +346,7 @@ class Comm {
 
   static int BroadcastTrampoline(void* buf, size_t size, int root, uint64_t timeout_ms, void* user) {
     auto* self = static_cast<Comm*>(user);
-    py::gil_scoped_acquire gil;
+    CallbackGil gil;
     try {
       py::object view = py::memoryview::from_memory(buf, static_cast<py::ssize_t>(size));
       try {
@@ -318,7 +365,7 @@ class Comm {
 
   static int BarrierTrampoline(uint64_t timeout_ms, void* user) {
     auto* self = static_cast<Comm*>(user);
-    py::gil_scoped_acquire gil;
+    CallbackGil gil;
     try {
       self->barrier_(timeout_ms);
       return 0;
@@ -502,7 +549,7 @@ class TempView {
 /// Runs `body` with the GIL, turning a Python exception into a status code (a C++ one into DCKPT_EIO).
 template <typename F>
 int CallPython(PyStorageCallbacks* cb, F&& body) {
-  py::gil_scoped_acquire gil;
+  CallbackGil gil;
   try {
     body();
     return DCKPT_OK;

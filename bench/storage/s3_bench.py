@@ -81,7 +81,8 @@ def timed(fn):
 # ---- (a) S3 ---------------------------------------------------------------------------------------------------------
 
 
-def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int, read_block_size: int):
+def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int, block_sizes, part_size: int):
+    """Rows of (save s, [load s per block size], plain upload s, plain download s, bytes, objects)."""
     import _s3_server
 
     server = _s3_server.MotoServer()
@@ -90,15 +91,20 @@ def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int, read_b
         fs = server.s3fs(max_concurrency=max_concurrency)
         bucket = "bench"
         fs.mkdir(bucket)
-        storage = FsspecStorage(fs, max_in_flight=in_flight, read_block_size=read_block_size)
+        storages = [
+            FsspecStorage(fs, max_in_flight=in_flight, read_block_size=bs, upload_part_size=part_size)
+            for bs in block_sizes
+        ]
         full, state = make_state(mib, save_parts=4)
         rows = []
         for i in range(repeat):
             url = f"s3://{bucket}/ckpt-{i}"
-            t_save = timed(lambda: distckpt.save(state, url, storage=storage))
-            target, outs = load_target(full, load_parts=3)
-            t_load = timed(lambda: distckpt.load(target, url, storage=storage))
-            check(full, outs)
+            t_save = timed(lambda: distckpt.save(state, url, storage=storages[0]))
+            t_loads = []
+            for storage in storages:
+                target, outs = load_target(full, load_parts=3)
+                t_loads.append(timed(lambda: distckpt.load(target, url, storage=storage)))
+                check(full, outs)
             # The same objects through s3fs alone: upload them all at once, then download them all at once.
             fs.invalidate_cache()
             keys = sorted(p for p in fs.find(f"{bucket}/ckpt-{i}/") if "/data-" in p)
@@ -111,9 +117,9 @@ def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int, read_b
             assert all(len(got[k]) == len(v) for k, v in plain.items())
             nbytes = sum(len(v) for v in plain.values())
             del got, plain
-            rows.append((t_save, t_load, t_put, t_get, nbytes, len(keys)))
+            rows.append((t_save, t_loads, t_put, t_get, nbytes, len(keys)))
             fs.rm(f"{bucket}/plain-{i}", recursive=True)
-            distckpt.remove_checkpoint(url, storage=storage)
+            distckpt.remove_checkpoint(url, storage=storages[0])
         return rows
     finally:
         server.stop()
@@ -287,7 +293,9 @@ def main():
     ap.add_argument("--dir", default=None, help="local directory for (b) (default: a temporary one)")
     ap.add_argument("--max-concurrency", type=int, default=8, help="s3fs max_concurrency (multipart parts at once)")
     ap.add_argument("--max-in-flight", type=int, default=32, help="FsspecStorage max_in_flight")
-    ap.add_argument("--read-block-size", type=int, default=16, help="FsspecStorage read_block_size in MiB")
+    ap.add_argument("--read-block-size", default="16,64",
+                    help="FsspecStorage read_block_size in MiB; a comma-separated list loads once with each")
+    ap.add_argument("--upload-part-size", type=int, default=32, help="FsspecStorage upload_part_size in MiB")
     ap.add_argument("--skip-s3", action="store_true")
     ap.add_argument("--skip-local", action="store_true")
     args = ap.parse_args()
@@ -295,15 +303,20 @@ def main():
     print(f"distckpt {distckpt.__version__}, state {mib} MiB in {TENSORS} float32 tensors, saved as 4 row slabs, "
           f"loaded as 3 (resharded); median of {args.repeat}")
     if not args.skip_s3:
-        rows = bench_s3(mib, args.repeat, args.max_concurrency, args.max_in_flight, args.read_block_size << 20)
-        med = [statistics.median(r[k] for r in rows) for k in range(4)]
+        blocks = [int(b) for b in args.read_block_size.split(",")]
+        rows = bench_s3(mib, args.repeat, args.max_concurrency, args.max_in_flight, [b << 20 for b in blocks],
+                        args.upload_part_size << 20)  # fmt: skip
+        med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
         nbytes, nfiles = rows[0][4], rows[0][5]
         print(f"\n(a) S3 on a loopback moto server: {nbytes / 2**20:.0f} MiB of data in {nfiles} objects "
               f"(s3fs max_concurrency={args.max_concurrency}, max_in_flight={args.max_in_flight}, "
-              f"read_block_size={args.read_block_size} MiB)")
-        print(f"{'':28}{'distckpt s':>12}{'plain s3fs s':>14}{'distckpt MiB/s':>16}{'ratio':>8}")
-        for name, d, p in (("save  / upload (pipe)", med[0], med[2]), ("load  / download (cat)", med[1], med[3])):
-            print(f"{name:28}{d:12.3f}{p:14.3f}{nbytes / 2**20 / d:16.1f}{p / d:8.2f}")
+              f"upload_part_size={args.upload_part_size} MiB)")
+        print(f"{'':36}{'distckpt s':>12}{'plain s3fs s':>14}{'distckpt MiB/s':>16}{'ratio':>8}")
+        lines = [("save / upload (pipe)", med(0), med(2))]
+        for j, b in enumerate(blocks):
+            lines.append((f"load, {b} MiB blocks / download (cat)", statistics.median(r[1][j] for r in rows), med(3)))
+        for name, d, p in lines:
+            print(f"{name:36}{d:12.3f}{p:14.3f}{nbytes / 2**20 / d:16.1f}{p / d:8.2f}")
     if not args.skip_local:
         root = args.dir or tempfile.mkdtemp(prefix="distckpt-bench-")
         try:

@@ -113,14 +113,22 @@ class CallbackStorage(Storage):
 
 
 class _Upload:
-    """A file being written: the bytes, uploaded in one piece on close."""
+    """A file being written: its bytes, assembled in memory at the offsets distckpt writes them.
 
-    __slots__ = ("path", "buf", "lock")
+    Published on close with one ``pipe_file``; or, on S3 (s3fs) for a file of at least two parts, streamed: a
+    multipart upload starts at create, every part goes up as soon as distckpt has written all of its bytes (while the
+    rest is still being written), and close sends what is left and completes the upload."""
+
+    __slots__ = ("path", "buf", "lock", "part_size", "written", "parts", "upload_id")
 
     def __init__(self, path: str, size_hint: int) -> None:
         self.path = path
         self.buf: Optional[bytearray] = bytearray(size_hint)
         self.lock = threading.Lock()
+        self.part_size = 0  # streaming: the part size (0: one pipe_file on close)
+        self.written: "dict[int, int]" = {}  # streaming: part number -> bytes written into it so far
+        self.parts: "dict[int, Any]" = {}  # streaming: part number -> future of its upload_part response
+        self.upload_id = ""
 
 
 class _Block:
@@ -135,14 +143,28 @@ class _Block:
         self.served = 0
 
 
+class _Discard(Exception):
+    """Internal: a streamed upload closed with discard."""
+
+
+class _Restart(Exception):
+    """Internal: a streamed upload to be redone in one piece."""
+
+
 class _FsspecFiles:
     """The callback protocol over an fsspec filesystem, through its public API only (no per-store code)."""
 
     _MAX_BLOCKS = 64  # blocks kept at most (a reader reading scattered regions never finishes a block)
 
-    def __init__(self, fs: Any, atomic_commit: Optional[bool], read_block_size: int = 0) -> None:
+    def __init__(
+        self, fs: Any, atomic_commit: Optional[bool], read_block_size: int = 0, upload_part_size: int = 0
+    ) -> None:
         self.fs = fs
         self.read_block_size = read_block_size
+        # Streaming multipart uploads need S3's part calls: s3fs (its client call and event loop) only; other stores
+        # get one pipe_file per file.
+        s3 = callable(getattr(fs, "_call_s3", None)) and callable(getattr(fs, "split_path", None))
+        self.upload_part_size = upload_part_size if s3 and getattr(fs, "loop", None) is not None else 0
         self._blocks: "dict[Tuple[str, int], _Block]" = {}
         self._blocks_lock = threading.Lock()
         # pipe_file(mode="create") is fsspec's exclusive write: a conditional PUT on S3 (s3fs), a check then a write
@@ -164,7 +186,13 @@ class _FsspecFiles:
             pass
 
     def create(self, path: str, size_hint: int) -> _Upload:
-        return _Upload(path, size_hint)
+        f = _Upload(path, size_hint)
+        part = self.upload_part_size
+        if part and size_hint >= 2 * part:
+            bucket, key, _ = self.fs.split_path(path)
+            f.upload_id = self._s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
+            f.part_size = part
+        return f
 
     def write(self, f: _Upload, offset: int, data: memoryview) -> None:
         end = offset + len(data)
@@ -175,18 +203,103 @@ class _FsspecFiles:
                 if end > len(buf):
                     buf.extend(bytes(end - len(buf)))
         buf[offset:end] = data
+        if f.part_size:
+            self._count(f, offset, end)
 
     sync = None  # close uploads the whole file: once it returns the object is stored
 
     def close(self, f: _Upload, size: int, discard: bool) -> None:
         buf, f.buf = f.buf, None
-        if discard or buf is None:
+        if buf is None:
+            return
+        if f.part_size:
+            self._finish(f, buf, size, discard)
+            return
+        if discard:
             return
         if len(buf) < size:
             buf.extend(bytes(size - len(buf)))
         elif len(buf) > size:
             del buf[size:]
-        self.fs.pipe_file(f.path, bytes(buf))
+        self.fs.pipe_file(f.path, buf)  # bytes-like: s3fs and botocore take the bytearray itself, no copy
+
+    # -- streaming multipart upload (s3fs) --
+
+    def _s3(self, method: str, **kwargs: Any) -> Any:
+        """One S3 call through s3fs's client, from any thread (it runs on the filesystem's event loop)."""
+        import fsspec.asyn
+
+        return fsspec.asyn.sync(self.fs.loop, self.fs._call_s3, method, **kwargs)
+
+    def _count(self, f: _Upload, offset: int, end: int) -> None:
+        """Counts the bytes written into each part [offset, end) touches; starts the upload of every full part whose
+        bytes are all there (distckpt writes each byte once). The last part waits for close (its size is known
+        then)."""
+        import asyncio
+
+        ps = f.part_size
+        full_parts = (len(f.buf or b"") // ps) - 1  # parts before the last one of the preallocated size
+        ready = []
+        with f.lock:
+            for part in range(offset // ps, (end - 1) // ps + 1):
+                lo, hi = max(offset, part * ps), min(end, (part + 1) * ps)
+                n = f.written.get(part, 0) + hi - lo
+                f.written[part] = n
+                if n == ps and part < full_parts and part not in f.parts:
+                    ready.append(part)
+                    f.parts[part] = None  # claimed
+        for part in ready:
+            body = f.buf[part * ps : (part + 1) * ps]  # a copy (botocore takes bytes or bytearray, not a view)
+            f.parts[part] = asyncio.run_coroutine_threadsafe(self._upload_part(f, part, body), self.fs.loop)
+
+    async def _upload_part(self, f: _Upload, part: int, body: bytearray) -> Any:
+        bucket, key, _ = self.fs.split_path(f.path)
+        return await self.fs._call_s3(
+            "upload_part", Bucket=bucket, Key=key, UploadId=f.upload_id, PartNumber=part + 1, Body=body
+        )
+
+    def _finish(self, f: _Upload, buf: bytearray, size: int, discard: bool) -> None:
+        """Waits for the parts in flight, sends the rest and completes the upload (or aborts it on discard or error;
+        a file that ended before a part already sent goes up again in one piece)."""
+        bucket, key, _ = self.fs.split_path(f.path)
+        ps = f.part_size
+        try:
+            etags = {}
+            for part, future in sorted(f.parts.items()):
+                etags[part] = future.result()["ETag"]
+            if discard:
+                raise _Discard()
+            if f.parts and (max(f.parts) + 1) * ps > size:  # shorter than what was streamed: start over
+                raise _Restart()
+            if len(buf) < size:
+                buf.extend(bytes(size - len(buf)))
+            last = max(1, -(-size // ps))  # parts in all (an empty file still needs one, empty)
+            for part in range(last):
+                if part not in etags:
+                    body = buf[part * ps : min(size, (part + 1) * ps)]
+                    etags[part] = self._s3(
+                        "upload_part", Bucket=bucket, Key=key, UploadId=f.upload_id, PartNumber=part + 1, Body=body
+                    )["ETag"]
+            self._s3(
+                "complete_multipart_upload", Bucket=bucket, Key=key, UploadId=f.upload_id,
+                MultipartUpload={"Parts": [{"PartNumber": p + 1, "ETag": etags[p]} for p in range(last)]},
+            )  # fmt: skip
+            self.fs.invalidate_cache(f.path)
+        except BaseException as e:
+            for future in f.parts.values():
+                if future is not None:
+                    future.cancel()
+            try:
+                self._s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=f.upload_id)
+            except Exception:  # noqa: BLE001 - the store cleans up unfinished uploads; the first error is the news
+                pass
+            if isinstance(e, _Discard):
+                return
+            if not isinstance(e, _Restart):
+                raise
+            del buf[size:]
+            self.fs.pipe_file(f.path, buf)
+
 
     def size(self, path: str) -> int:
         self._fresh(path)
@@ -281,9 +394,11 @@ class FsspecStorage(CallbackStorage):
     """Any fsspec filesystem (s3fs, gcsfs, adlfs, memory, ...), through the fsspec API.
 
     Each file is assembled in memory (preallocated from distckpt's size hint, written at offsets by several threads)
-    and uploaded once with ``fs.pipe_file`` when distckpt closes it; reads are ranged ``fs.cat_file`` calls; the
-    metadata is committed with ``fs.pipe_file(mode="create")`` (a conditional PUT on S3). Memory: a rank holds the
-    files it is writing (at most ``max_in_flight`` writes at once, but whole files until they are closed).
+    and uploaded with ``fs.pipe_file`` when distckpt closes it; on S3 through s3fs, a file of two parts or more is
+    streamed instead: a multipart upload whose parts go up while the rest of the file is still being written. Reads
+    are ranged ``fs.cat_file`` calls; the metadata is committed with ``fs.pipe_file(mode="create")`` (a conditional
+    PUT on S3). Memory: a rank holds the files it is writing (at most ``max_in_flight`` writes at once, but whole
+    files until they are closed).
 
     Args:
         fs: an ``fsspec.AbstractFileSystem``. Tune the store there (e.g. ``s3fs.S3FileSystem(max_concurrency=8)``
@@ -293,14 +408,19 @@ class FsspecStorage(CallbackStorage):
         read_block_size: smaller reads of data files are served from blocks of this size, each fetched with one
             ranged read and dropped once all of it was handed out (fewer, larger GETs; at most 64 blocks held);
             0: every read is its own ranged read.
+        upload_part_size: the part size of streamed uploads on S3 (at least 5 MiB, S3's smallest part); 0: no
+            streaming, one ``pipe_file`` per file on close.
     """
 
     def __init__(
         self, fs: Any, *, max_in_flight: int = 32, atomic_commit: Optional[bool] = None,
-        read_block_size: int = 16 << 20,
+        read_block_size: int = 16 << 20, upload_part_size: int = 32 << 20,
     ) -> None:  # fmt: skip
+        if upload_part_size and upload_part_size < (5 << 20):
+            raise InvalidArgumentError(f"upload_part_size must be 0 or at least 5 MiB, not {upload_part_size}")
         self.fs = fs
-        super().__init__(_FsspecFiles(fs, atomic_commit, read_block_size), max_in_flight=max_in_flight)
+        files = _FsspecFiles(fs, atomic_commit, read_block_size, upload_part_size)
+        super().__init__(files, max_in_flight=max_in_flight)
 
     def path_of(self, path: PathLike) -> str:
         return self.fs._strip_protocol(os.fspath(path))

@@ -3,9 +3,11 @@ raised in callbacks, thread safety). S3 through a real (moto) server is in test_
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import uuid
+import weakref
 
 import numpy as np
 import pytest
@@ -197,6 +199,50 @@ def test_callback_storage_round_trip_without_commit_callback():
     assert 1 <= files.most_active <= 3
     np.testing.assert_array_equal(distckpt.load(None, "ck", storage=st)["w"], big["w"])
     assert distckpt.storage_stat("ck", storage=st).kind == "checkpoint"
+
+
+def test_callback_threads_keep_their_thread_local_state_between_calls():
+    # A callback on one of distckpt's threads runs on a Python thread state that lives as long as the thread: what the
+    # storage keeps in threading.local() (a per-thread buffer, a client) is still there at its next call, and it is
+    # released with the thread (the state is deleted when the engine's pool joins its threads).
+    class Scratch:
+        pass
+
+    class PerThread(DictFiles):
+        def __init__(self):
+            super().__init__()
+            self.local = threading.local()
+            self.made = []  # weak references to the per-thread objects created
+            self.calls = 0
+            self.threads = set()
+
+        def write(self, f, offset, data):
+            if getattr(self.local, "scratch", None) is None:
+                self.local.scratch = Scratch()
+                with self.lock:
+                    self.made.append(weakref.ref(self.local.scratch))
+            with self.lock:
+                self.calls += 1
+                self.threads.add(threading.get_ident())
+            super().write(f, offset, data)
+
+    files = PerThread()
+    st = distckpt.CallbackStorage(files, max_in_flight=4)
+    big = {f"w{i}": np.full(1 << 20, i, dtype=np.float32) for i in range(8)}  # 32 MiB: several writes per thread
+    threads = 0  # (save, engine thread) pairs: a thread's id may come back in a later save
+    main_wrote = False  # the calling thread writes too; it is the same thread in every save
+    for i in range(3):
+        files.threads.clear()
+        distckpt.save(big, f"ck{i}", storage=st, io_threads=2)
+        main_wrote |= threading.get_ident() in files.threads
+        threads += len(files.threads - {threading.get_ident()})
+    threads += main_wrote
+    assert files.calls > 2 * threads
+    assert len(files.made) == threads, (len(files.made), threads, files.calls)
+    gc.collect()
+    me = getattr(files.local, "scratch", None)  # the calling thread may have written too; it is still alive
+    assert all(ref() is None or ref() is me for ref in files.made)  # the engine's threads went, and their states
+    np.testing.assert_array_equal(distckpt.load(None, "ck2", storage=st)["w7"], big["w7"])
 
 
 def test_callback_exceptions_become_errors_with_their_text():
