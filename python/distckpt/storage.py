@@ -12,10 +12,10 @@ checkpoint path, then ``metadata.dckpt``, whose appearance is the commit. A save
 checkpoint; :func:`storage_stat` shows them and :func:`remove_leftovers` removes them.
 
 A callback storage is any object with these methods (:class:`CallbackStorage` wraps one; they are called from several
-distckpt threads at once, each with the GIL, so they must be thread-safe (a distckpt thread keeps one Python
-thread state while it lives, so ``threading.local()`` holds per-thread resources between calls); raise ``FileNotFoundError`` for a missing
-path, ``FileExistsError`` where commit finds one, anything else for an I/O error; the exception's text is added to the
-``distckpt.Error`` the call raises, and the exception becomes its ``__cause__``):
+distckpt threads at once, each with the GIL, so they must be thread-safe (a distckpt thread keeps one Python thread
+state while it lives, so ``threading.local()`` holds per-thread resources between calls); raise ``FileNotFoundError``
+for a missing path, ``FileExistsError`` where commit finds one, anything else for an I/O error; the exception's text is
+added to the ``distckpt.Error`` the call raises, and the exception becomes its ``__cause__``):
 
 - ``create(path, size_hint) -> handle``: start writing ``path`` (``size_hint``: its final size, 0 if unknown); nothing
   may be visible at ``path`` before ``close``.
