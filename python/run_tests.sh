@@ -4,8 +4,8 @@
 # set up; exits with pytest's status. Extra arguments go to pytest (e.g. -k reader, -x).
 #
 # Environment: DISTCKPT_PYTHON (interpreter for the venv; default python3), DISTCKPT_BAZEL_OUTPUT_BASE (a Bazel
-# --output_base for the build, see python/setup.py). torch and JAX are optional: their tests skip when absent;
-# install them into .venv to run them (.venv/bin/pip install torch "jax[cpu]").
+# --output_base for the build, see python/setup.py), DISTCKPT_NO_FRAMEWORKS=1 (do not install torch, lightning, JAX
+# and orbax-checkpoint; their tests then skip, each with its reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
@@ -19,6 +19,14 @@ pip_q=(-m pip install -q --disable-pip-version-check)
 if ! "$py" -c "import numpy, pytest, ml_dtypes, safetensors, setuptools, wheel, fsspec, s3fs, boto3, moto.server" \
     2>/dev/null; then
   "$py" "${pip_q[@]}" numpy pytest ml_dtypes safetensors setuptools wheel fsspec s3fs boto3 "moto[server]"
+fi
+# The frameworks distckpt plugs into (DCP, Lightning, Orbax): the real packages, from PyPI (torch's CUDA build; the
+# tests run it on CPU). A failed install is reported and their tests skip with the reason; it does not stop the suite.
+if [[ -z ${DISTCKPT_NO_FRAMEWORKS:-} ]] && ! "$py" -c "import torch, lightning, jax, orbax.checkpoint" 2>/dev/null; then
+  if ! out=$("$py" "${pip_q[@]}" torch lightning "jax[cpu]" orbax-checkpoint 2>&1); then
+    echo "$out" | tail -20 >&2
+    echo "python/run_tests.sh: installing torch, lightning, jax, orbax-checkpoint failed: their tests will skip" >&2
+  fi
 fi
 # No build isolation: setuptools and wheel are in the venv, so reinstalling needs no network and Bazel's cache
 # keeps the rebuild incremental. pip's own output is dropped unless it fails.
