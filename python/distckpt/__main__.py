@@ -3,6 +3,8 @@
     python -m distckpt export-safetensors CKPT OUT_DIR [--max-shard-size 5GB] [--prefix model]
     python -m distckpt import-safetensors SRC [SRC ...] CKPT [--overwrite]
     python -m distckpt import-dcp DCP_DIR CKPT [--overwrite] [--allow-pickle]
+    python -m distckpt consolidate CKPT OUT [--format torch|safetensors] [--max-memory 256MiB] [--overwrite]
+    python -m distckpt import-torch FILE.pt CKPT [--overwrite] [--unsafe-pickle] [--no-mmap]
     python -m distckpt info CKPT
 
 Progress bars go to stderr, and only when it is a terminal. Exit status: 0 on success, 1 on a distckpt error (the
@@ -18,6 +20,7 @@ from typing import Any, Callable, List, Optional, TextIO
 
 from . import Error, export_safetensors, import_safetensors, import_torch_dcp
 from . import open as open_checkpoint
+from .consolidate import consolidate, import_torch_save
 
 
 class ProgressBar:
@@ -96,6 +99,34 @@ def _cmd_import_dcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_consolidate(args: argparse.Namespace) -> int:
+    summary = _with_progress(
+        "consolidate", args.quiet,
+        lambda p: consolidate(args.checkpoint, args.out, format=args.format, max_memory=args.max_memory,
+                              overwrite=args.overwrite, allow_pickle=args.allow_pickle, verify=not args.no_verify,
+                              progress=p),
+    )  # fmt: skip
+    print(f"{summary.path}: {summary.format}, {summary.num_tensors} tensors, {_human(summary.bytes)} "
+          f"in {summary.seconds:.2f}s")  # fmt: skip
+    if summary.skipped:
+        shown = ", ".join(summary.skipped[:5]) + (f" and {len(summary.skipped) - 5} more" if len(summary.skipped) > 5
+                                                   else "")  # fmt: skip
+        print(f"left out {len(summary.skipped)} values that are not tensors (safetensors holds tensors only): {shown}",
+              file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _cmd_import_torch(args: argparse.Namespace) -> int:
+    summary = _with_progress(
+        "import", args.quiet,
+        lambda p: import_torch_save(args.file, args.checkpoint, overwrite=args.overwrite,
+                                    weights_only=not args.unsafe_pickle, mmap=not args.no_mmap,
+                                    allow_pickle=args.unsafe_pickle, progress=p),
+    )  # fmt: skip
+    print(f"{summary.path}: {summary.num_entries} entries, {_human(summary.total_bytes)}")
+    return 0
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     with open_checkpoint(args.checkpoint) as r:
         m = r.metadata
@@ -136,6 +167,25 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
     d.add_argument("--allow-pickle", action="store_true", help="pickle values JSON cannot represent")
     d.set_defaults(run=_cmd_import_dcp)
+
+    c = sub.add_parser("consolidate", help="write a checkpoint as one torch.save or safetensors file")
+    c.add_argument("checkpoint")
+    c.add_argument("out", help="the file to write (.pt, .pth, .bin: torch.save; .safetensors)")
+    c.add_argument("--format", choices=("torch", "safetensors"), help="default: from OUT's suffix")
+    c.add_argument("--max-memory", default="256MiB", help="copy buffers, e.g. 256MiB (default), 1GB (torch format)")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    c.add_argument("--allow-pickle", action="store_true", help="load pickled values (a checkpoint you trust)")
+    c.add_argument("--no-verify", action="store_true", help="skip checksum verification while reading")
+    c.set_defaults(run=_cmd_consolidate)
+
+    t = sub.add_parser("import-torch", help="convert a torch.save file (a state dict) into a checkpoint")
+    t.add_argument("file", help="a torch.save file")
+    t.add_argument("checkpoint", help="the checkpoint directory to create")
+    t.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
+    t.add_argument("--unsafe-pickle", action="store_true",
+                   help="torch.load(weights_only=False) and pickle what JSON cannot hold (a file you trust)")
+    t.add_argument("--no-mmap", action="store_true", help="read the file into memory instead of mapping it")
+    t.set_defaults(run=_cmd_import_torch)
 
     n = sub.add_parser("info", help="list a checkpoint's entries")
     n.add_argument("checkpoint")
