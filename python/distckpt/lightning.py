@@ -47,7 +47,7 @@ from lightning.pytorch.strategies import DDPStrategy as _TrainerDDPStrategy
 from . import _arrays, _tree
 from ._checkpoint import AsyncSave, SaveSummary, async_save, load, save
 from .comm import Communicator, from_torch
-from .errors import InvalidArgumentError, StateError
+from .errors import InvalidArgumentError, NotFoundError, StateError
 from .reader import open as _open
 from .storage import Storage, remove_checkpoint
 
@@ -155,12 +155,19 @@ class DistckptCheckpointIO(CheckpointIO):
         return tree
 
     def remove_checkpoint(self, path: Any) -> None:
-        """Removes the distckpt checkpoint at ``path`` (waiting first if it is still being written).
+        """Removes the distckpt checkpoint at ``path`` (waiting first if it is still being written), then its directory
+        if that is left empty. A symbolic link (``save_last="link"``) is removed, not what it points to.
         ``NotFoundError`` if there is no distckpt checkpoint there: nothing else is ever deleted."""
         path = os.fspath(path)
         self._wait_for(path)
+        local = self.storage is None and "://" not in path
+        if local and os.path.islink(path):  # e.g. ModelCheckpoint's "last.ckpt" link: the link goes, not its target
+            os.remove(path)
+            return
+        if local and os.path.lexists(path) and not os.path.isdir(path):
+            raise NotFoundError(f"'{path}' is a file, not a distckpt checkpoint directory: it was left untouched")
         remove_checkpoint(path, storage=self.storage)
-        if self.storage is None and "://" not in path:
+        if local:
             try:  # the directory itself, now empty, so that Lightning no longer sees a checkpoint there
                 os.rmdir(path)
             except FileNotFoundError:
