@@ -282,10 +282,10 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
             return _checkpoint.load(None, path, **kwargs)
         paths, templates, treedef = _paths(args.item)
         targets = [_load_target(t) for t in templates]
-        nest = _nest(paths, targets)
-        loaded = _checkpoint.load(nest, path, **kwargs)
+        shape = _nest(paths, targets)  # load replaces leaves in the nest it is given: keep the target's shape apart
+        loaded = _checkpoint.load(_nest(paths, targets), path, **kwargs)
         values = [
-            _as_target_type(_lookup(nest, loaded, p, f"checkpoint '{path}'"), t) for p, t in zip(paths, templates)
+            _as_target_type(_lookup(shape, loaded, p, f"checkpoint '{path}'"), t) for p, t in zip(paths, templates)
         ]
         return jax.tree_util.tree_unflatten(treedef, values)
 
