@@ -106,6 +106,22 @@ class DistckptCheckpointIO(CheckpointIO):
         #: the summary of the last save that finished (sync saves, and async ones once waited for)
         self.last_summary: Optional[SaveSummary] = None
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """For process launchers that pickle the strategy (``start_method="spawn"``, ``ddp_spawn``): the settings
+        travel, the running save and the communicator stay in this process."""
+        if self._pending is not None:
+            raise StateError("a DistckptCheckpointIO with a save still running cannot be pickled: call wait() first")
+        state = dict(self.__dict__)
+        for key in ("_lock", "_comm", "_group"):
+            state.pop(key)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._comm = None
+        self._group = None
+
     # ---- CheckpointIO -------------------------------------------------------------------------------------------------
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:

@@ -115,10 +115,10 @@ def torchrun_env(rank, world, port):
                       TORCHELASTIC_RUN_ID="distckpt-test")  # fmt: skip
 
 
-def trainer(devices, strategy, io, max_steps, callbacks):
+def trainer(devices, strategy, io, max_steps, callbacks, root):
     return L.Trainer(accelerator="cpu", devices=devices, strategy=strategy, plugins=[io], max_steps=max_steps,
                      callbacks=callbacks, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                     use_distributed_sampler=True)  # fmt: skip
+                     default_root_dir=root)  # fmt: skip
 
 
 # ---- workers (spawned by run_ranks) ---------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def fit_rank(rank, world, port, root, mode, resume_from, reference, max_steps):
                                  mode == "collective" else 2, monitor="step", mode="max")]  # fmt: skip
     check = CheckRestored(reference) if resume_from else None
     model = TinyModule(reference_dir=os.path.join(root, "ref"))
-    t = trainer(world, strategy, io, max_steps, callbacks + ([check] if check else []))
+    t = trainer(world, strategy, io, max_steps, callbacks + ([check] if check else []), root)
     t.fit(model, loader(), ckpt_path=resume_from)
     assert t.global_step == max_steps
     if check is not None:
@@ -195,9 +195,12 @@ def test_trainer_ddp_collective_save_resumes_on_one_process(tmp_path):
     # Resume on one process (no DDP) with trainer.fit(ckpt_path=...): CheckRestored compares every value.
     check = CheckRestored(str(tmp_path / "ref" / "step-4.pt"))
     model = TinyModule()
-    t = trainer(1, "auto", DistckptCheckpointIO(), 6, [check])
+    t = trainer(1, "auto", DistckptCheckpointIO(), 6, [check], str(tmp_path / "resumed"))
     t.fit(model, loader(), ckpt_path=str(last))
     assert check.checked and t.global_step == 6
+    # Lightning's default ModelCheckpoint saved the end through the plugin too.
+    (end,) = os.listdir(tmp_path / "resumed" / "checkpoints")
+    assert DistckptCheckpointIO().load_checkpoint(tmp_path / "resumed" / "checkpoints" / end)["global_step"] == 6
     assert time.monotonic() - start < 120
 
 
