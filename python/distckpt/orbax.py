@@ -115,6 +115,13 @@ def _paths(tree: Any) -> Tuple[List[Tuple[_Step, ...]], List[Any], Any]:
             "the item is a single leaf: distckpt saves a pytree whose root is a container (a dict, list, dataclass, "
             "...); wrap it, e.g. {'value': x}"
         )
+    for path, leaf in zip(paths, leaves):
+        dtype = getattr(leaf, "dtype", None)
+        if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct)) and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            raise InvalidArgumentError(
+                f"'{_name(path)}' is a typed PRNG key array ({dtype}), which has no distckpt dtype: save "
+                "jax.random.key_data(key) and rebuild the key with jax.random.wrap_key_data"
+            )
     return paths, leaves, treedef
 
 

@@ -241,7 +241,15 @@ def test_handler_async_save_returns_a_commit_future(tmp_path):
     ckptr = ocp.Checkpointer(DistckptCheckpointHandler())
     ckptr.save(tmp_path / "sync", args=DistckptSave(state))
     assert_same_tree(ckptr.restore(tmp_path / "sync", args=DistckptRestore(abstract(state, lambda x: x.sharding))), state)
-    # A failed save raises through the future; the wrong args raise at once.
+    # A failed save raises through the future: distckpt refuses to replace a directory that is not a checkpoint.
+    other = tmp_path / "other"
+    (other / SUBDIRECTORY).mkdir(parents=True)
+    (other / SUBDIRECTORY / "notes.txt").write_text("not a checkpoint")
+    futures = asyncio.run(handler.async_save(other, args=DistckptSave(state)))
+    with pytest.raises(distckpt.AlreadyExistsError, match="already exists"):
+        futures[0].result()
+    assert sorted(p.name for p in (other / SUBDIRECTORY).iterdir()) == ["notes.txt"]
+    # The wrong args raise at once.
     with pytest.raises(distckpt.errors.InvalidArgumentError, match="DistckptSave"):
         asyncio.run(handler.async_save(directory, args=DistckptRestore(state)))
 
@@ -323,6 +331,8 @@ def test_clear_errors(tmp_path):
         entry_names({"a.b": 1, "a": {"b": 2}})
     with pytest.raises(distckpt.InvalidArgumentError, match="str or int keys"):
         entry_names({(1, 2): jnp.zeros(1)})
+    with pytest.raises(distckpt.InvalidArgumentError, match="'rng' is a typed PRNG key array.*key_data"):
+        DistckptCheckpointHandler().save(tmp_path / "y", args=DistckptSave({"rng": jax.random.key(0)}))
     (tmp_path / "empty").mkdir()
     with pytest.raises(distckpt.NotFoundError, match="holds no distckpt checkpoint"):
         DistckptCheckpointHandler().restore(tmp_path / "empty", args=DistckptRestore({"w": 0}))
