@@ -31,6 +31,7 @@ import os
 import pickle
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 import zipfile
@@ -46,6 +47,7 @@ from .errors import (
     AlreadyExistsError,
     CorruptCheckpointError,
     Error,
+    InternalError,
     InvalidArgumentError,
     NotFoundError,
     PickleNotAllowedError,
@@ -320,12 +322,24 @@ def _torch_state(r: "_reader.Reader", allow_pickle: bool) -> Tuple[Any, List[_Te
             return r.read(name).item()
         return value
 
-    tree = _tree.build(r._root, get)
+    tree = _build(r._root, get)
     for name, value in values.items():  # entries the structure does not describe (as Reader.to_dict does)
         if name not in used:
             tree.setdefault(name, value)
     # Scalars became plain values: only the tensors still in the tree get records.
     return tree, [t for t in tensors if t.name not in as_numbers], num_values + len(as_numbers)
+
+
+def _build(node: Dict[str, Any], get: Callable[[Dict[str, Any]], Any]) -> Any:
+    """_tree.build with interned string keys: a key repeated in the state (``weight`` in every layer) is pickled once
+    and referenced after, as torch.save does for a state dict built by Python code."""
+    if "dict" in node:
+        return {sys.intern(k) if isinstance(k, str) else k: _build(child, get) for k, child in node["dict"]}
+    if "list" in node:
+        return [_build(child, get) for child in node["list"]]
+    if "tuple" in node:
+        return tuple(_build(child, get) for child in node["tuple"])
+    return get(node)
 
 
 def _pieces(shape: Sequence[int], itemsize: int, budget: int) -> Iterator[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
@@ -404,14 +418,17 @@ def _consolidate_torch(r: "_reader.Reader", out: str, parent: str, budget: int, 
     try:
         with os.fdopen(fd, "wb") as f:
             z = _ZipWriter(f)
-            z.write_bytes("data.pkl", buf.getvalue())
-            z.write_bytes(".format_version", b"1")
-            z.write_bytes(".storage_alignment", str(_ALIGNMENT).encode())
-            z.write_bytes("byteorder", b"little")
-            _write_storages(r, z, tensors, half, total, progress)
-            z.write_bytes("version", b"3\n")
-            z.write_bytes(".data/serialization_id", "".join(secrets.choice("0123456789") for _ in range(40)).encode())
-            z.close()
+            try:
+                z.write_bytes("data.pkl", buf.getvalue())
+                z.write_bytes(".format_version", b"1")
+                z.write_bytes(".storage_alignment", str(_ALIGNMENT).encode())
+                z.write_bytes("byteorder", b"little")
+                _write_storages(r, z, tensors, half, total, progress)
+                z.write_bytes("version", b"3\n")
+                z.write_bytes(".data/serialization_id",
+                              "".join(secrets.choice("0123456789") for _ in range(40)).encode())  # fmt: skip
+            finally:
+                z.close()  # also on failure, while the file is open (the archive is then deleted)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, out)
@@ -445,6 +462,7 @@ def _write_storages(r: "_reader.Reader", z: _ZipWriter, tensors: List[_Tensor], 
                 r._read_into(name, offsets, lengths, view)
                 return memoryview(view)
 
+            first = done
             with z.record(f"data/{t.storage.key}", t.storage.nbytes) as h:
                 boxes = _pieces(t.shape, itemsize, half)
                 slot = 0
@@ -459,6 +477,8 @@ def _write_storages(r: "_reader.Reader", z: _ZipWriter, tensors: List[_Tensor], 
                     done += len(data)
                     if progress is not None:
                         progress(done, total)
+            if done - first != t.storage.nbytes:
+                raise InternalError(f"'{t.name}': wrote {done - first} bytes instead of {t.storage.nbytes}")
     if progress is not None and total == 0:
         progress(0, 0)
 
@@ -494,14 +514,20 @@ def import_torch_save(
         import torch  # noqa: PLC0415
     except ImportError as e:
         raise UnsupportedError(f"import_torch_save needs torch ({e})") from None
-    use_mmap = mmap and zipfile.is_zipfile(file)
+    is_zip = zipfile.is_zipfile(file)
+    with open(file, "rb") as f:
+        legacy = f.read(2) == b"\x80\x02"  # torch's old format: pickles one after the other, protocol 2
+    if not (is_zip or legacy):
+        raise CorruptCheckpointError(f"'{file}' is not a torch.save file (neither a zip archive nor a pickle)")
     try:
-        state = torch.load(file, map_location="cpu", weights_only=weights_only, mmap=use_mmap)
+        state = torch.load(file, map_location="cpu", weights_only=weights_only, mmap=mmap and is_zip)
     except pickle.UnpicklingError as e:
         if weights_only and "weights_only" in str(e):
+            lines = str(e).splitlines()
+            why = next((ln.strip() for ln in lines if "WeightsUnpickler error" in ln), lines[0])
             raise PickleNotAllowedError(
                 f"'{file}' holds more than plain data (tensors, numbers, strings, containers); pass "
-                f"weights_only=False (--unsafe-pickle) only for a file you trust ({str(e).splitlines()[0][:300]})"
+                f"weights_only=False (--unsafe-pickle) only for a file you trust ({why[:300]})"
             ) from None
         raise CorruptCheckpointError(f"'{file}' is not a readable torch.save file ({str(e)[:300]})") from None
     except Error:
