@@ -104,9 +104,8 @@ def main(root: str) -> int:
         whole = mngr.restore(latest, args=ocp.args.Composite(state=DistckptRestore())).state
 
     failures = 0
-    for (path, want), got, tgt in zip(
-        jax.tree_util.tree_leaves_with_path(state), jax.tree_util.tree_leaves(restored), jax.tree_util.tree_leaves(target)
-    ):  # fmt: skip
+    leaves = jax.tree_util.tree_leaves
+    for (path, want), got, tgt in zip(jax.tree_util.tree_leaves_with_path(state), leaves(restored), leaves(target)):
         name = jax.tree_util.keystr(path)
         if isinstance(want, jax.Array):
             ok = got.sharding == tgt.sharding and got.dtype == want.dtype

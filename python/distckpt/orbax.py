@@ -1,4 +1,4 @@
-"""Orbax integration: save and restore pytrees of (sharded) ``jax.Array``s with distckpt under ``ocp.CheckpointManager``.
+"""Orbax integration: ``ocp.CheckpointManager`` saves and restores pytrees of sharded ``jax.Array``s with distckpt.
 
 ``DistckptSave`` / ``DistckptRestore`` are Orbax ``CheckpointArgs`` registered with :class:`DistckptCheckpointHandler`,
 so a ``CheckpointManager`` picks the handler from the arguments alone::
@@ -83,7 +83,7 @@ _METADATA_FILE = "metadata.dckpt"  # core/format/metadata.h kMetadataFileName
 _Step = Tuple[bool, Union[str, int]]
 
 
-# ---- pytree <-> the nested dicts and lists distckpt names ---------------------------------------------------------
+# ---- pytree <-> the nested dicts and lists distckpt names ------------------------------------------------------------
 
 
 def _step(key: Any) -> _Step:
@@ -149,7 +149,7 @@ def _nest(paths: Sequence[Tuple[_Step, ...]], leaves: Sequence[Any]) -> Dict[Any
     is_seq: Dict[int, bool] = {}
     for path, leaf in zip(paths, leaves):
         node = root
-        for depth, (seq, key) in enumerate(path[:-1]):
+        for depth, (_, key) in enumerate(path[:-1]):
             child_seq = path[depth + 1][0]
             child = node.get(key)
             if child is None:
@@ -197,7 +197,7 @@ def _lookup(template: Any, loaded: Any, path: Tuple[_Step, ...], where: str) -> 
     return node_l
 
 
-# ---- Orbax arguments ----------------------------------------------------------------------------------------------
+# ---- The Orbax handler and its arguments -----------------------------------------------------------------------------
 
 
 class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):

@@ -52,7 +52,8 @@ def make_state(seed: int = 0) -> dict:
     return {
         "params": {
             "layers": [
-                {"kernel": jax.device_put(rng.standard_normal((8, 6)).astype(np.float32), NamedSharding(m, P("x", "y"))),
+                {"kernel": jax.device_put(rng.standard_normal((8, 6)).astype(np.float32),
+                                          NamedSharding(m, P("x", "y"))),
                  "bias": jax.device_put(rng.standard_normal(6).astype(np.float32), NamedSharding(m, P()))},
                 {"kernel": jax.device_put(jnp.asarray(rng.standard_normal((6, 4)), jnp.bfloat16),
                                           NamedSharding(m, P("y", "x"))),
@@ -68,6 +69,10 @@ def make_state(seed: int = 0) -> dict:
         "schedule": [0.1, 0.01, 0.001],  # no arrays inside: stored as one value
         "nothing": None,  # an empty pytree node
     }  # fmt: skip
+
+
+def kernel_bytes(state: dict, layer: int) -> bytes:
+    return np.asarray(state["params"]["layers"][layer]["kernel"]).tobytes()
 
 
 def assert_same_tree(got: Any, want: Any) -> None:
@@ -146,7 +151,7 @@ def test_manager_saves_sharded_pytree_and_restores_onto_other_meshes(tmp_path):
         assert len(r.metadata["params.layers.0.bias"].chunks) == 1  # replicated over 4 devices: written once
         assert r.metadata["params.layers.1.kernel"].dtype == "BF16"
         assert r.metadata.user["run"] == "a" and r.metadata.user["step"] == "100"
-        assert r["params.layers.0.kernel"][...].tobytes() == np.asarray(state["params"]["layers"][0]["kernel"]).tobytes()
+        assert r["params.layers.0.kernel"][...].tobytes() == kernel_bytes(state, 0)
     assert sorted(p.name for p in (root / "1" / "state").iterdir() if p.name.startswith(".")) == []  # no staging
 
     # Onto 2 of the devices, split the other way; then onto all 4 with other specs.
@@ -170,7 +175,7 @@ def test_manager_saves_sharded_pytree_and_restores_onto_other_meshes(tmp_path):
     # No target: the whole item as nested dicts and lists of numpy arrays and values.
     whole = restore_step(root, 1)
     assert whole["params"]["layers"][1]["kernel"].dtype == jnp.bfloat16
-    assert whole["params"]["layers"][1]["kernel"].tobytes() == np.asarray(state["params"]["layers"][1]["kernel"]).tobytes()
+    assert whole["params"]["layers"][1]["kernel"].tobytes() == kernel_bytes(state, 1)
     assert (whole["step"], whole["lr"], whole["done"], whole["name"]) == (100, 0.125, False, "run-α")
     assert whole["schedule"] == [0.1, 0.01, 0.001] and whole["host"].tobytes() == state["host"].tobytes()
 
@@ -240,7 +245,8 @@ def test_handler_async_save_returns_a_commit_future(tmp_path):
     # The synchronous Checkpointer goes through save().
     ckptr = ocp.Checkpointer(DistckptCheckpointHandler())
     ckptr.save(tmp_path / "sync", args=DistckptSave(state))
-    assert_same_tree(ckptr.restore(tmp_path / "sync", args=DistckptRestore(abstract(state, lambda x: x.sharding))), state)
+    out = ckptr.restore(tmp_path / "sync", args=DistckptRestore(abstract(state, lambda x: x.sharding)))
+    assert_same_tree(out, state)
     # A failed save raises through the future: distckpt refuses to replace a directory that is not a checkpoint.
     other = tmp_path / "other"
     (other / SUBDIRECTORY).mkdir(parents=True)
@@ -279,7 +285,7 @@ def test_orbax_restores_checkpoints_written_by_distckpt_save(tmp_path):
     with ocp.CheckpointManager(tmp_path / "orbax") as mngr:
         mngr.save(1, args=ocp.args.Composite(state=DistckptSave(state)))
     loaded = distckpt.load(None, tmp_path / "orbax" / "1" / "state" / SUBDIRECTORY)
-    assert loaded["params"]["layers"][0]["kernel"].tobytes() == np.asarray(state["params"]["layers"][0]["kernel"]).tobytes()
+    assert loaded["params"]["layers"][0]["kernel"].tobytes() == kernel_bytes(state, 0)
     assert loaded["name"] == "run-α" and loaded["schedule"] == [0.1, 0.01, 0.001]
 
 
@@ -298,7 +304,9 @@ def test_names_of_namedtuples_tuples_and_sparse_lists(tmp_path):
         "mixed": [w + 1, None, 3.5, {"k": 7}],
         "by_id": {0: np.float64(2.5), 7: "seven"},
     }
-    assert entry_names(state) == ["by_id.0", "by_id.7", "mixed.0", "mixed.2", "mixed.3.k", "opt.0.count", "opt.0.mu.w", "pairs"]
+    assert entry_names(state) == [
+        "by_id.0", "by_id.7", "mixed.0", "mixed.2", "mixed.3.k", "opt.0.count", "opt.0.mu.w", "pairs",
+    ]  # fmt: skip
     with ocp.CheckpointManager(tmp_path) as mngr:
         mngr.save(0, args=ocp.args.Composite(state=DistckptSave(state)))
         mngr.wait_until_finished()
@@ -323,7 +331,7 @@ def test_clear_errors(tmp_path):
         mngr.wait_until_finished()
     with pytest.raises(distckpt.NotFoundError, match="'b'"):
         restore_step(tmp_path / "c", 0, {"w": jax.ShapeDtypeStruct((4,), jnp.float32), "b": 0})
-    with pytest.raises(distckpt.InvalidArgumentError, match="'sizes' is a list of 3 in the checkpoint, but a list of 2"):
+    with pytest.raises(distckpt.InvalidArgumentError, match="'sizes' is a list of 3 in the checkpoint, but a list of"):
         restore_step(tmp_path / "c", 0, {"sizes": [0, 0]})
     with pytest.raises(distckpt.InvalidArgumentError, match="single leaf"):
         DistckptCheckpointHandler().save(tmp_path / "x", args=DistckptSave(jnp.arange(3)))
