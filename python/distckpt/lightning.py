@@ -5,7 +5,7 @@
     from lightning.pytorch import Trainer
     from distckpt.lightning import DistckptCheckpointIO
 
-    trainer = Trainer(plugins=[DistckptCheckpointIO()])                    # sync; or DistckptCheckpointIO(async_save=True)
+    trainer = Trainer(plugins=[DistckptCheckpointIO()])        # sync; or DistckptCheckpointIO(async_save=True)
     trainer.fit(model, ckpt_path="checkpoints/epoch=0-step=100.ckpt")      # resume, on any number of processes
 
 The ``path`` Lightning passes (``.../epoch=0-step=100.ckpt``) becomes the checkpoint *directory*. What is stored how:
@@ -122,7 +122,7 @@ class DistckptCheckpointIO(CheckpointIO):
         self._comm = None
         self._group = None
 
-    # ---- CheckpointIO -------------------------------------------------------------------------------------------------
+    # ---- CheckpointIO ------------------------------------------------------------------------------------------------
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         """Saves ``checkpoint`` as the distckpt checkpoint directory ``path``, from this process alone (Lightning's
@@ -200,7 +200,7 @@ class DistckptCheckpointIO(CheckpointIO):
                 self._comm.close()
                 self._comm = None
 
-    # ---- async --------------------------------------------------------------------------------------------------------
+    # ---- async -------------------------------------------------------------------------------------------------------
 
     def wait(self, timeout: Optional[float] = None) -> Optional[SaveSummary]:
         """Waits for the background save, if one is running, and returns its summary (None when none was pending).
@@ -225,7 +225,7 @@ class DistckptCheckpointIO(CheckpointIO):
         """The handle of the background save, until it is waited for."""
         return self._pending
 
-    # ---- internals ----------------------------------------------------------------------------------------------------
+    # ---- internals ---------------------------------------------------------------------------------------------------
 
     def _save(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any],
               comm: Optional[Communicator]) -> None:  # fmt: skip

@@ -149,8 +149,8 @@ def fit_rank(rank, world, port, root, mode, resume_from, reference, max_steps):
 def fabric_rank(rank, world, port, path):
     torchrun_env(rank, world, port)
     torch.manual_seed(1)
-    fabric = L.Fabric(accelerator="cpu", devices=world, strategy=DistckptFabricDDPStrategy(process_group_backend="gloo"),
-                      plugins=[DistckptCheckpointIO(timeout=60)])  # fmt: skip
+    strategy = DistckptFabricDDPStrategy(process_group_backend="gloo")
+    fabric = L.Fabric(accelerator="cpu", devices=world, strategy=strategy, plugins=[DistckptCheckpointIO(timeout=60)])
     fabric.launch()
     model = torch.nn.Linear(5, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
