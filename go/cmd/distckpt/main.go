@@ -1,5 +1,5 @@
-// Command distckpt looks after checkpoint stores: list, inspect, verify, measure, compare, prune and export
-// distckpt checkpoints. Every command takes --json for scripts; see `distckpt help COMMAND` for its fields. The store
+// Command distckpt looks after checkpoint stores: list, inspect, verify, measure, compare, prune, export and
+// consolidate distckpt checkpoints. Every command takes --json for scripts; see `distckpt help COMMAND` for its fields. The store
 // operations (ls, prune) are the library's: package distckpt.dev/go/store.
 //
 // Exit status, the same for a given failure whatever the command (exitStatus maps an error to it):
@@ -101,7 +101,7 @@ type ctx struct {
 
 func commands() []*command {
 	return []*command{lsCommand, inspectCommand, verifyCommand, duCommand, diffCommand, pruneCommand, exportCommand,
-		versionCommand}
+		consolidateCommand, versionCommand}
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
