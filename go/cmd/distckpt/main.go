@@ -1,6 +1,6 @@
 // Command distckpt looks after checkpoint stores: list, inspect, verify, measure, compare, prune, export and
-// consolidate distckpt checkpoints. Every command takes --json for scripts; see `distckpt help COMMAND` for its fields. The store
-// operations (ls, prune) are the library's: package distckpt.dev/go/store.
+// consolidate distckpt checkpoints. Every command takes --json for scripts; see `distckpt help COMMAND` for its
+// fields. The store operations (ls, prune) are the library's: package distckpt.dev/go/store.
 //
 // Exit status, the same for a given failure whatever the command (exitStatus maps an error to it):
 //
