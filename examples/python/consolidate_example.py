@@ -28,8 +28,8 @@ from distckpt.consolidate import consolidate, import_torch_save
 
 def full_state() -> dict:
     torch.manual_seed(0)
-    layers = [{"attn": {"weight": torch.randn(64, 32), "bias": torch.randn(64)}, "mlp": {"weight": torch.randn(128, 64)}}
-              for _ in range(2)]  # fmt: skip
+    layers = [{"attn": {"weight": torch.randn(64, 32), "bias": torch.randn(64)},
+               "mlp": {"weight": torch.randn(128, 64)}} for _ in range(2)]  # fmt: skip
     return {
         "model": {"embed": torch.randn(100, 32).to(torch.bfloat16), "layers": layers},
         "optimizer": {"state": {0: {"exp_avg": torch.zeros(100, 32), "step": 10}}, "param_groups": [{"lr": 1e-3}]},

@@ -256,7 +256,8 @@ class _Tensor:
         args: Tuple[Any, ...] = (self.storage, 0, self.shape, tuple(reversed(stride)), False, collections.OrderedDict())
         if self.code_name in _LEGACY_STORAGE:
             return _Global.of("torch._utils", "_rebuild_tensor_v2"), args
-        return _Global.of("torch._utils", "_rebuild_tensor_v3"), args + (_Global.of("torch", _TORCH_DTYPE[self.code_name]),)
+        dtype = _Global.of("torch", _TORCH_DTYPE[self.code_name])
+        return _Global.of("torch._utils", "_rebuild_tensor_v3"), args + (dtype,)
 
 
 class _TorchPickler(pickle._Pickler):  # type: ignore[misc,name-defined]

@@ -241,7 +241,8 @@ def _big_checkpoint(path):
 
 def _measure(tmp_path, out, budget):
     p = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, str(tmp_path / "ckpt"), str(out), budget],
-                       env={**os.environ, "PYTHONPATH": PYTHONPATH}, capture_output=True, text=True, timeout=300)  # fmt: skip
+                       env={**os.environ, "PYTHONPATH": PYTHONPATH}, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
