@@ -26,7 +26,9 @@ torch = pytest.importorskip("torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-PYTHONPATH = os.pathsep.join(p for p in [os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")] if p)
+# Subprocesses import the distckpt this process imported (the installed package, or the sources on PYTHONPATH).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(distckpt.__file__)))
+PYTHONPATH = os.pathsep.join(p for p in [_PACKAGE_DIR, os.environ.get("PYTHONPATH", "")] if p)
 
 
 def _torch_dtype(np_dtype):
