@@ -37,21 +37,28 @@ class SaveSummary:
     seconds: float  #: wall time on this rank
 
 
+def _add_leaf(state: "_native.State", name: str, value: Any, is_array: bool, allow_pickle: bool) -> Optional[str]:
+    """Adds one leaf to a native State for saving: an array's pieces, or an object encoded (returns its encoding)."""
+    if is_array:
+        src = _arrays.source_tensor(value, name)
+        state.add_tensor(name, src.code, list(src.shape))
+        for p in src.pieces:
+            _arrays.add_piece(state, name, p, writable=False)
+        return None
+    data, encoding = _tree.encode_object(value, name, allow_pickle)
+    state.add_bytes(name, data, False)
+    return encoding
+
+
 def _build_save_state(
     state_dict: Mapping[str, Any], allow_pickle: bool, user_metadata: Optional[Mapping[str, str]]
 ) -> "_native.State":
     flat = _tree.flatten(state_dict, _arrays.is_array)
     state = _native.State()
     for leaf in flat.leaves:
-        if leaf.is_array:
-            src = _arrays.source_tensor(leaf.value, leaf.name)
-            state.add_tensor(leaf.name, src.code, list(src.shape))
-            for p in src.pieces:
-                _arrays.add_piece(state, leaf.name, p, writable=False)
-        else:
-            data, encoding = _tree.encode_object(leaf.value, leaf.name, allow_pickle)
+        encoding = _add_leaf(state, leaf.name, leaf.value, leaf.is_array, allow_pickle)
+        if encoding is not None:
             leaf.node["encoding"] = encoding
-            state.add_bytes(leaf.name, data, False)
     state.set_structure(_tree.dump_structure(flat.root))
     # Top-level scalars (step, epoch, ...) are also user metadata, so every client and `distckpt ls` can show them.
     # Only the top level: an optimizer's per-parameter "step" would otherwise add thousands of keys.
@@ -116,10 +123,19 @@ def save(
     Returns:
         The checkpoint's summary. The GIL is released while writing.
     """
-    path = os.fspath(path)
-    native_path, native_storage, _ = _storage.resolve(path, storage)
     with _abort_on_local_error(comm):
         state = _build_save_state(state_dict, allow_pickle, user_metadata)
+    return _save_state(state, path, comm, overwrite, sync, io_threads, checksum_block_size, timeout, progress, storage)
+
+
+def _save_state(
+    state: "_native.State", path: PathLike, comm: Optional[Communicator], overwrite: bool, sync: bool,
+    io_threads: int, checksum_block_size: int, timeout: Optional[float], progress: Optional[ProgressFn],
+    storage: Optional["_storage.Storage"],
+) -> SaveSummary:  # fmt: skip
+    """The collective save of a built State (GIL released while writing)."""
+    path = os.fspath(path)
+    native_path, native_storage, _ = _storage.resolve(path, storage)
     info = _native.save(
         native_path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
         _native.timeout_ms(timeout), progress, native_storage,

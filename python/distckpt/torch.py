@@ -2,8 +2,9 @@
 
 ``distckpt.save`` and ``distckpt.load`` already accept DTensors and ShardedTensors anywhere in a state dict (each rank
 saves its local shard; loading fills the local shards in place, resharding from however the checkpoint was saved).
-This module exposes the conversion, and creates new DTensors from a checkpoint with any mesh and placements.
-Importing it imports torch.
+This module exposes the conversion, creates new DTensors from a checkpoint with any mesh and placements, and
+provides DCP's ``StorageWriter`` / ``StorageReader`` over the distckpt format (``dcp.save(sd,
+storage_writer=distckpt.torch.StorageWriter(path))``). Importing it imports torch.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from .errors import InvalidArgumentError, UnsupportedError
 from .reader import Reader
 from .reader import open as _open
 from .sharding import Shard
+from ._dcp_storage import StorageReader, StorageWriter  # noqa: E402 - after torch
 
-__all__ = ["is_sharded", "to_shards", "load_dtensor"]
+__all__ = ["is_sharded", "to_shards", "load_dtensor", "StorageWriter", "StorageReader"]
 
 try:
     from torch.distributed.tensor import DTensor  # torch >= 2.4

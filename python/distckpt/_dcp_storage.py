@@ -1,0 +1,321 @@
+"""distckpt as the storage layer of torch.distributed.checkpoint (DCP): ``StorageWriter`` and ``StorageReader``.
+
+``dcp.save(sd, storage_writer=distckpt.torch.StorageWriter(path))``, ``dcp.async_save(...)`` and
+``dcp.load(sd, storage_reader=distckpt.torch.StorageReader(path))`` keep DCP's planners and state-dict helpers
+(``get_state_dict`` / ``set_state_dict``, FSDP2, DTensor, TP) and write and read the distckpt format.
+
+Save. DCP plans as usual (its planner flattens the state dict to fully qualified names and assigns every replicated
+item to one rank); in ``write_data`` every rank hands distckpt the items DCP gave it, as Shards of the global tensors
+(tensors) and decoded objects (DCP's byte items), and one collective distckpt save over the process group writes
+them and commits the checkpoint atomically. Entry names are DCP's fully qualified names (``model.layers.0.weight``),
+the same names ``distckpt.save`` gives a nested dict; the structure (nesting, lists) is DCP's own flattening mapping,
+so ``distckpt.load(None, path)`` and every other client see the nested state. Objects are stored as distckpt objects:
+JSON where it can represent them, pickle only with ``allow_pickle=True``. DCP's ``finish`` has nothing left to do:
+the checkpoint is already committed when ``write_data`` returns.
+
+Load. The reader presents any distckpt checkpoint (written through DCP, by ``distckpt.save``, JAX, C++, Rust or Go)
+as DCP metadata: each tensor as one chunk covering it, each object as a byte item. DCP's load planner then asks for
+the regions each rank needs, and the reader reads exactly those regions (checksums verified) into the planner's
+tensors; objects are decoded (JSON; pickle only with ``allow_pickle``) and handed to the planner. No collective is
+needed to read: each rank opens the checkpoint itself.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, SavePlan, SavePlanner
+from torch.distributed.checkpoint.planner import WriteItemType
+from torch.distributed.checkpoint.storage import StorageReader as _DcpStorageReader
+from torch.distributed.checkpoint.storage import StorageWriter as _DcpStorageWriter
+from torch.distributed.checkpoint.storage import WriteResult
+
+from . import _arrays, _checkpoint, _native, _tree
+from . import storage as _storage
+from .comm import Communicator, from_torch
+from .errors import InvalidArgumentError
+from .reader import Reader
+from .reader import open as _open
+from .sharding import Shard
+
+__all__ = ["StorageWriter", "StorageReader"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+ObjPath = Tuple[Any, ...]
+
+
+def _done(value: Any) -> "torch.futures.Future[Any]":
+    """A completed torch future (what DCP waits on)."""
+    f: torch.futures.Future[Any] = torch.futures.Future()
+    f.set_result(value)
+    return f
+
+
+def _structure(paths: Dict[str, ObjPath], encodings: Dict[str, str]) -> Dict[str, Any]:
+    """distckpt's structure node for DCP's flattening: fqn -> object path (keys and list indices). A level whose keys
+    are the integers 0..n-1 is a list, as DCP unflattens it; every fqn in ``encodings`` is an object, the rest are
+    arrays."""
+    tree: Dict[Any, Any] = {}
+    leaves: Dict[int, str] = {}  # id of a leaf placeholder -> fqn
+    for fqn, path in paths.items():
+        node = tree
+        for key in path[:-1]:
+            nxt = node.setdefault(key, {})
+            if not isinstance(nxt, dict):
+                raise InvalidArgumentError(f"DCP's mapping puts '{fqn}' below another leaf")
+            node = nxt
+        marker = object()
+        leaves[id(marker)] = fqn
+        node[path[-1] if path else fqn] = marker
+
+    def build(x: Any) -> Dict[str, Any]:
+        if not isinstance(x, dict):
+            fqn = leaves[id(x)]
+            return {"object": fqn, "encoding": encodings[fqn]} if fqn in encodings else {"array": fqn}
+        keys = list(x)
+        if keys and all(isinstance(k, int) and not isinstance(k, bool) for k in keys) and sorted(keys) == list(
+            range(len(keys))
+        ):
+            return {"list": [build(x[i]) for i in range(len(keys))]}
+        return {"dict": [[k, build(v)] for k, v in x.items()]}
+
+    return build(tree)
+
+
+class StorageWriter(_DcpStorageWriter):
+    """DCP's ``StorageWriter`` writing a distckpt checkpoint at ``path`` (or at the ``checkpoint_id`` DCP passes).
+
+    Args:
+        path: the checkpoint directory (or URL; see :mod:`distckpt.storage`). ``dcp.save(checkpoint_id=...)``
+            overrides it.
+        process_group: the ranks that save together (None: torch.distributed's default group when it is initialized,
+            else this process alone). distckpt's collectives run over it (``distckpt.comm.from_torch``); with
+            ``dcp.async_save`` pass the same (gloo) group DCP uses.
+        overwrite: replace a checkpoint already at the path, atomically (DCP's ``FileSystemWriter`` overwrites too).
+        allow_pickle: store objects JSON cannot represent with pickle (loading them then needs it too).
+        sync, io_threads, checksum_block_size, timeout, storage: as for :func:`distckpt.save`.
+    """
+
+    def __init__(
+        self, path: Optional[PathLike] = None, *, process_group: Any = None, overwrite: bool = True,
+        allow_pickle: bool = False, sync: bool = True, io_threads: int = 0, checksum_block_size: int = 0,
+        timeout: Optional[float] = None, storage: Optional[_storage.Storage] = None,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.path = os.fspath(path) if path is not None else None
+        self.process_group = process_group
+        self.overwrite = overwrite
+        self.allow_pickle = allow_pickle
+        self.sync = sync
+        self.io_threads = io_threads
+        self.checksum_block_size = checksum_block_size
+        self.timeout = timeout
+        self.storage = storage
+        self.summary: Optional[_checkpoint.SaveSummary] = None  #: the last save's summary
+
+    def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+        self.summary = None
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        if self.path is None:
+            raise InvalidArgumentError("distckpt.torch.StorageWriter: no path (pass one, or checkpoint_id to dcp.save)")
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        return plans
+
+    def _comm(self) -> Optional[Communicator]:
+        if dist.is_available() and dist.is_initialized():
+            return from_torch(self.process_group)
+        return None
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> "torch.futures.Future[List[WriteResult]]":
+        assert self.path is not None
+        comm = self._comm()
+        results: List[WriteResult] = []
+        tensors: Dict[str, List[Shard]] = {}
+        objects: Dict[str, Any] = {}
+        with _checkpoint._abort_on_local_error(comm):
+            for item in plan.items:
+                fqn = item.index.fqn
+                data = planner.resolve_data(item)
+                if item.type == WriteItemType.BYTE_IO:
+                    # DCP serialised the object with torch.save just now, in this process: read it back to store it
+                    # as a distckpt object (JSON, readable without Python), not as an opaque pickle.
+                    data.seek(0)
+                    objects[fqn] = torch.load(data, weights_only=False)
+                    results.append(WriteResult(index=item.index, size_in_bytes=data.getbuffer().nbytes,
+                                               storage_data=fqn))  # fmt: skip
+                    continue
+                td = item.tensor_data
+                assert td is not None
+                tensor = data.detach()
+                if tensor.device.type != "cpu":
+                    tensor = tensor.cpu()  # DCP stages to host for async saves already; plain saves copy here
+                offsets = tuple(int(o) for o in td.chunk.offsets)
+                tensors.setdefault(fqn, []).append(Shard(tensor, tuple(int(d) for d in td.size), offsets))
+                results.append(WriteResult(index=item.index, size_in_bytes=tensor.numel() * tensor.element_size(),
+                                           storage_data=fqn))  # fmt: skip
+            state = _native.State()
+            encodings: Dict[str, str] = {}
+            for fqn, shards in tensors.items():
+                _checkpoint._add_leaf(state, fqn, shards, True, self.allow_pickle)
+            for fqn, value in objects.items():
+                encodings[fqn] = _checkpoint._add_leaf(state, fqn, value, False, self.allow_pickle) or "json"
+        # The structure: rank 0's is the one kept, and it must know every object's encoding, also those of objects
+        # DCP gave to other ranks.
+        if comm is not None:
+            gathered: List[Any] = [None] * dist.get_world_size(self.process_group)
+            dist.all_gather_object(gathered, encodings, group=self.process_group)
+            for other in gathered:
+                encodings.update(other)
+        mapping = plan.planner_data if isinstance(plan.planner_data, dict) else None
+        paths: Dict[str, ObjPath] = {}
+        if mapping and all(isinstance(v, tuple) for v in mapping.values()):
+            paths = {fqn: tuple(path) for fqn, path in mapping.items()}
+        for fqn in list(tensors) + list(encodings):
+            paths.setdefault(fqn, (fqn,))
+        state.set_structure(_tree.dump_structure(_structure(paths, encodings)))
+        self.summary = _checkpoint._save_state(
+            state, self.path, comm, self.overwrite, self.sync, self.io_threads, self.checksum_block_size,
+            self.timeout, None, self.storage,
+        )  # fmt: skip
+        return _done(results)
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        pass  # committed by write_data's collective save
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: PathLike) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+
+class StorageReader(_DcpStorageReader):
+    """DCP's ``StorageReader`` over any distckpt checkpoint at ``path`` (or the ``checkpoint_id`` DCP passes).
+
+    Args:
+        path: the checkpoint directory (or URL). ``dcp.load(checkpoint_id=...)`` overrides it.
+        allow_pickle: decode objects that were stored with pickle.
+        verify: check the checksums of every block read.
+        storage: where the checkpoint lives (:mod:`distckpt.storage`).
+    """
+
+    def __init__(
+        self, path: Optional[PathLike] = None, *, allow_pickle: bool = False, verify: bool = True,
+        storage: Optional[_storage.Storage] = None,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.path = os.fspath(path) if path is not None else None
+        self.allow_pickle = allow_pickle
+        self.verify = verify
+        self.storage = storage
+        self._reader: Optional[Reader] = None
+
+    def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
+        self.close()
+        if checkpoint_id is not None:
+            self.path = os.fspath(checkpoint_id)
+
+    def close(self) -> None:
+        """Closes the checkpoint (done by the next reset as well)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _open(self) -> Reader:
+        if self._reader is None:
+            if self.path is None:
+                raise InvalidArgumentError("distckpt.torch.StorageReader: no path (pass one, or checkpoint_id)")
+            self._reader = _open(self.path, verify=self.verify, allow_pickle=self.allow_pickle, storage=self.storage)
+        return self._reader
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        reader = self._open()
+        entries: Dict[str, Any] = {}
+        for name, entry in reader.metadata.items():
+            if entry.kind == "bytes":
+                entries[name] = BytesStorageMetadata()
+                continue
+            shape = torch.Size(entry.shape)
+            chunk = ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)), sizes=shape)
+            props = TensorProperties(dtype=_arrays.torch_dtype(entry._code))
+            entries[name] = TensorStorageMetadata(properties=props, size=shape, chunks=[chunk])
+        planner_data: Dict[str, ObjPath] = {name: (name,) for name in entries}
+        if reader._root is not None:
+            planner_data.update(_object_paths(reader._root))
+        return Metadata(state_dict_metadata=entries, planner_data=planner_data)
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self._open()
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        return plans
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "torch.futures.Future[None]":
+        reader = self._open()
+        for item in plan.items:
+            name = item.storage_index.fqn
+            if item.type == LoadItemType.BYTE_IO:
+                buf = io.BytesIO()
+                torch.save(reader._object(name), buf)  # decoded by distckpt's rules, re-serialised for the planner
+                buf.seek(0)
+                planner.load_bytes(item, buf)
+                continue
+            # The checkpoint's only chunk of a tensor starts at the origin (read_metadata), so the offsets into it
+            # are global offsets.
+            offsets = tuple(int(o) for o in item.storage_offsets)
+            lengths = tuple(int(n) for n in item.lengths)
+            target = planner.resolve_tensor(item).detach()
+            stored = _arrays.torch_dtype(reader.metadata[name]._code)
+            direct = target.dtype == stored and target.is_contiguous()
+            if direct and target.device.type == "cpu":
+                reader._read_into(name, offsets, lengths, _arrays._torch_raw_numpy(target))
+            elif direct and target.device.type == "cuda" and torch.version.hip is None:
+                reader[name].read(offsets, lengths, out=target)  # straight into device memory, through pinned buffers
+            else:
+                tmp = torch.empty(lengths, dtype=stored)
+                reader._read_into(name, offsets, lengths, _arrays._torch_raw_numpy(tmp))
+                target.copy_(tmp)
+            planner.commit_tensor(item, target)
+        return _done(None)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: PathLike) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+
+def _object_paths(root: Dict[str, Any]) -> Dict[str, ObjPath]:
+    """fqn -> object path (dict keys and list indices) of every leaf in a distckpt structure."""
+    out: Dict[str, ObjPath] = {}
+
+    def visit(node: Dict[str, Any], path: ObjPath) -> None:
+        if "dict" in node:
+            for key, child in node["dict"]:
+                visit(child, path + (key,))
+        elif "list" in node or "tuple" in node:
+            for i, child in enumerate(node.get("list", node.get("tuple"))):
+                visit(child, path + (i,))
+        else:
+            out[_tree.leaf_name(node)] = path
+
+    visit(root, ())
+    return out
