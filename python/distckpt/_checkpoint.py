@@ -366,6 +366,7 @@ def load(
     share_verification: bool = True,
     fanout: str = "auto",
     storage: Optional["_storage.Storage"] = None,
+    rename: Optional[Callable[[str], str]] = None,
 ) -> Any:
     """Loads a checkpoint into ``state_dict`` in place, resharding as needed, like ``torch.distributed.checkpoint``.
 
@@ -388,6 +389,11 @@ def load(
     (replicated weights) are read from storage once, split among those ranks, and exchanged over ``comm``; "auto"
     does so only where the ranks do not share one page cache (``capi/API.md``, "Fan-out load"). ``storage`` as for
     :func:`save` (URLs too).
+
+    ``rename`` maps the entry name of each leaf of ``state_dict`` to the name it has in the checkpoint, to load a
+    checkpoint written by another framework with its own names (``params.layers_0.kernel`` from
+    ``model.layers.0.weight``; :func:`distckpt.interop.rename_rules` builds one from patterns). It only renames:
+    dtypes are converted as always, layouts (a transposed kernel) are the caller's to change after the load.
 
     Returns:
         ``state_dict`` (the same object), or the new nested dict.
@@ -415,8 +421,10 @@ def load(
         with _abort_on_local_error(comm):
             ckpt = _Opened(reader, path)
             if state_dict is None:
+                if rename is not None:
+                    raise InvalidArgumentError("load: rename needs a state_dict to name the targets")
                 return _load_everything(ckpt, native_comm, allow_pickle, progress)
-            return _load_into(state_dict, ckpt, native_comm, allow_pickle, progress)
+            return _load_into(state_dict, ckpt, native_comm, allow_pickle, progress, rename)
     finally:
         reader.close()
 
@@ -429,13 +437,18 @@ def _check_pickle(names: List[str], ckpt: _Opened, allow_pickle: bool) -> None:
 
 def _load_into(
     state_dict: MutableMapping[str, Any], ckpt: _Opened, native_comm: Any, allow_pickle: bool,
-    progress: Optional[ProgressFn],
+    progress: Optional[ProgressFn], rename: Optional[Callable[[str], str]] = None,
 ) -> Any:  # fmt: skip
     flat = _tree.flatten(state_dict, _arrays.is_load_target)
+    if rename is not None:
+        _rename_leaves(flat, rename, ckpt.path)
     missing = [leaf.name for leaf in flat.leaves if leaf.name not in ckpt.entries]
     if missing:
         shown = ", ".join(f"'{n}'" for n in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise NotFoundError(f"checkpoint '{ckpt.path}' has no entry {shown} (it has {len(ckpt.entries)} entries)")
+        renamed = " (names after rename)" if rename is not None else ""
+        raise NotFoundError(
+            f"checkpoint '{ckpt.path}' has no entry {shown}{renamed} (it has {len(ckpt.entries)} entries)"
+        )
     _check_pickle([leaf.name for leaf in flat.leaves if not leaf.is_array], ckpt, allow_pickle)
 
     state = _native.State()
@@ -471,6 +484,22 @@ def _load_into(
         if value is not _arrays.SAME:
             replacements[leaf_path] = value
     return _tree.replace_leaves(state_dict, flat, replacements)
+
+
+def _rename_leaves(flat: "_tree.Flat", rename: Callable[[str], str], path: str) -> None:
+    """Gives every leaf the checkpoint name ``rename`` maps its own name to; two leaves may not read one entry."""
+    taken: Dict[str, str] = {}
+    for leaf in flat.leaves:
+        stored = rename(leaf.name)
+        if not isinstance(stored, str) or not stored:
+            raise InvalidArgumentError(f"load: rename({leaf.name!r}) returned {stored!r}, not an entry name")
+        if stored in taken:
+            raise InvalidArgumentError(
+                f"load: rename maps both '{taken[stored]}' and '{leaf.name}' to entry '{stored}' of checkpoint "
+                f"'{path}'; load one and copy it"
+            )
+        taken[stored] = leaf.name
+        leaf.name = stored
 
 
 def _load_everything(

@@ -28,7 +28,7 @@ from .errors import (
     UnsupportedError,
 )
 
-__all__ = ["export_safetensors", "import_safetensors", "import_torch_dcp", "parse_size"]
+__all__ = ["export_safetensors", "import_safetensors", "import_torch_dcp", "parse_size", "rename_rules"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 ProgressFn = Callable[[int, int], Any]
@@ -265,3 +265,27 @@ def _dcp_error_cause(e: BaseException) -> BaseException:
                 return inner
     cause = e.__cause__ or e.__context__
     return cause if isinstance(cause, Error) else e
+
+
+def rename_rules(rules: Sequence[Tuple[str, str]], *, strict: bool = True) -> Callable[[str], str]:
+    """A ``rename`` for :func:`distckpt.load` from ``(pattern, replacement)`` pairs: a target name is rewritten by the
+    first pattern that matches it whole (``re.fullmatch``; the replacement may use ``\\1`` or ``\\g<name>``).
+
+    A name no pattern matches is an error with ``strict`` (the default), else kept as it is. Example, a Flax-style
+    pytree loading a torch ``nn.Sequential``'s weights::
+
+        rename_rules([(r"params\\.Dense_(\\d+)\\.kernel", r"model.\\1.weight"),
+                      (r"params\\.Dense_(\\d+)\\.bias", r"model.\\1.bias")])
+    """
+    compiled = [(re.compile(p), r) for p, r in rules]
+
+    def rename(name: str) -> str:
+        for pattern, replacement in compiled:
+            m = pattern.fullmatch(name)
+            if m is not None:
+                return m.expand(replacement)
+        if strict:
+            raise InvalidArgumentError(f"rename_rules: no rule matches the name '{name}'")
+        return name
+
+    return rename
