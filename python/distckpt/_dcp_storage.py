@@ -272,6 +272,12 @@ class StorageReader(_DcpStorageReader):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "torch.futures.Future[None]":
         reader = self._open()
+        # Every host region of the plan goes into one native load, which reads them in parallel (io_threads) and
+        # verifies them; regions of another dtype or layout go through a temporary tensor copied afterwards.
+        state = _native.State()
+        declared: set = set()
+        after: List[Tuple[Any, Any, Any]] = []  # (item, target, temporary or None) in plan order
+        device: List[Tuple[Any, Any, Tuple[int, ...], Tuple[int, ...]]] = []
         for item in plan.items:
             name = item.storage_index.fqn
             if item.type == LoadItemType.BYTE_IO:
@@ -285,16 +291,27 @@ class StorageReader(_DcpStorageReader):
             offsets = tuple(int(o) for o in item.storage_offsets)
             lengths = tuple(int(n) for n in item.lengths)
             target = planner.resolve_tensor(item).detach()
-            stored = _arrays.torch_dtype(reader.metadata[name]._code)
+            entry = reader.metadata[name]
+            stored = _arrays.torch_dtype(entry._code)
             direct = target.dtype == stored and target.is_contiguous()
-            if direct and target.device.type == "cpu":
-                reader._read_into(name, offsets, lengths, _arrays._torch_raw_numpy(target))
-            elif direct and target.device.type == "cuda" and torch.version.hip is None:
-                reader[name].read(offsets, lengths, out=target)  # straight into device memory, through pinned buffers
-            else:
-                tmp = torch.empty(lengths, dtype=stored)
-                reader._read_into(name, offsets, lengths, _arrays._torch_raw_numpy(tmp))
+            if direct and target.device.type == "cuda" and torch.version.hip is None:
+                device.append((item, target, offsets, lengths))  # straight into device memory, below
+                continue
+            if name not in declared:
+                state.add_tensor(name, entry._code, list(entry.shape))
+                declared.add(name)
+            buf = target if direct and target.device.type == "cpu" else torch.empty(lengths, dtype=stored)
+            state.add_piece(name, list(offsets), list(lengths), _arrays.bytes_view(_arrays._torch_raw_numpy(buf)),
+                            True)  # fmt: skip
+            after.append((item, target, None if buf is target else buf))
+        if declared:
+            reader._native.load(state, None, None)
+        for item, target, tmp in after:
+            if tmp is not None:
                 target.copy_(tmp)
+            planner.commit_tensor(item, target)
+        for item, target, offsets, lengths in device:
+            reader[item.storage_index.fqn].read(offsets, lengths, out=target)
             planner.commit_tensor(item, target)
         return _done(None)
 
