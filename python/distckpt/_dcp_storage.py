@@ -178,17 +178,23 @@ class StorageWriter(_DcpStorageWriter):
                 _checkpoint._add_leaf(state, fqn, shards, True, self.allow_pickle)
             for fqn, value in objects.items():
                 encodings[fqn] = _checkpoint._add_leaf(state, fqn, value, False, self.allow_pickle) or "json"
-        # The structure: rank 0's is the one kept, and it must know every object's encoding, also those of objects
-        # DCP gave to other ranks.
-        if comm is not None:
-            gathered: List[Any] = [None] * dist.get_world_size(self.process_group)
-            dist.all_gather_object(gathered, encodings, group=self.process_group)
-            for other in gathered:
-                encodings.update(other)
         mapping = plan.planner_data if isinstance(plan.planner_data, dict) else None
         paths: Dict[str, ObjPath] = {}
         if mapping and all(isinstance(v, tuple) for v in mapping.values()):
             paths = {fqn: tuple(path) for fqn, path in mapping.items()}
+        # Top-level scalars (step, epoch) are user metadata too, as distckpt.save records them.
+        user = {fqn: text for fqn, value in objects.items() if len(paths.get(fqn, (fqn,))) == 1
+                for text in [_tree.scalar_text(value)] if text is not None}  # fmt: skip
+        # The structure and the user metadata: rank 0's are the ones kept, and they must cover the objects DCP gave to
+        # other ranks too.
+        if comm is not None:
+            gathered: List[Any] = [None] * dist.get_world_size(self.process_group)
+            dist.all_gather_object(gathered, (encodings, user), group=self.process_group)
+            for other_encodings, other_user in gathered:
+                encodings.update(other_encodings)
+                user.update(other_user)
+        for key, text in user.items():
+            state.set_user(key, text)
         for fqn in list(tensors) + list(encodings):
             paths.setdefault(fqn, (fqn,))
         state.set_structure(_tree.dump_structure(_structure(paths, encodings)))

@@ -44,6 +44,8 @@ def test_fsdp2_saved_on_three_ranks_loads_on_two(tmp_path):
         assert len(r.metadata["model.0.weight"].chunks) == 3  # one row block per saving rank
     out = distckpt.load(None, path)
     assert out["step"] == 2 and out["note"] == "fsdp2"
+    with distckpt.open(path) as r:
+        assert r.user_metadata["step"] == "2"  # whichever rank DCP gave "step" to
     for name, value in _flat(ex["model"]).items():
         np.testing.assert_array_equal(_flat(out["model"])[name], value.numpy(), err_msg=name)
 
@@ -76,6 +78,7 @@ def test_single_process_module_optimizer_and_objects(tmp_path):
     # The objects are JSON in the checkpoint: readable without Python, no pickle.
     with distckpt.open(tmp_path / "ck") as r:
         assert r["optim.param_groups.0.lr"] == 1e-3 and r["extra.2.a"] == "x"
+        assert r.user_metadata["step"] == "7"  # top-level scalars are user metadata, as distckpt.save records them
 
 
 def test_dcp_loads_what_distckpt_saved_with_other_dtypes_and_resharding(tmp_path):
