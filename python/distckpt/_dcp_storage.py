@@ -32,7 +32,6 @@ from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
     Metadata,
-    MetadataIndex,
     TensorProperties,
     TensorStorageMetadata,
 )
