@@ -62,35 +62,29 @@ def _done(value: Any) -> "torch.futures.Future[Any]":
     return f
 
 
+class _Leaf:
+    """A placeholder for entry ``fqn`` in the nest the structure is built from."""
+
+    __slots__ = ("fqn",)
+
+    def __init__(self, fqn: str) -> None:
+        self.fqn = fqn
+
+
 def _structure(paths: Dict[str, ObjPath], encodings: Dict[str, str]) -> Dict[str, Any]:
-    """distckpt's structure node for DCP's flattening: fqn -> object path (keys and list indices). A level whose keys
-    are the integers 0..n-1 is a list, as DCP unflattens it; every fqn in ``encodings`` is an object, the rest are
-    arrays."""
-    tree: Dict[Any, Any] = {}
-    leaves: Dict[int, str] = {}  # id of a leaf placeholder -> fqn
-    for fqn, path in paths.items():
-        node = tree
-        for key in path[:-1]:
-            nxt = node.setdefault(key, {})
-            if not isinstance(nxt, dict):
-                raise InvalidArgumentError(f"DCP's mapping puts '{fqn}' below another leaf")
-            node = nxt
-        marker = object()
-        leaves[id(marker)] = fqn
-        node[path[-1] if path else fqn] = marker
+    """distckpt's structure node for DCP's flattening: fqn -> object path (keys and list indices). Integer steps
+    are list indices, as DCP unflattens them; every fqn in ``encodings`` is an object, the rest are arrays."""
+    steps = [tuple((isinstance(k, int) and not isinstance(k, bool), k) for k in p) for p in paths.values()]
+    tree = _tree.nest(steps, [_Leaf(fqn) for fqn in paths])
 
-    def build(x: Any) -> Dict[str, Any]:
-        if not isinstance(x, dict):
-            fqn = leaves[id(x)]
-            return {"object": fqn, "encoding": encodings[fqn]} if fqn in encodings else {"array": fqn}
-        keys = list(x)
-        if keys and all(isinstance(k, int) and not isinstance(k, bool) for k in keys) and sorted(keys) == list(
-            range(len(keys))
-        ):
-            return {"list": [build(x[i]) for i in range(len(keys))]}
-        return {"dict": [[k, build(v)] for k, v in x.items()]}
+    def node(x: Any) -> Dict[str, Any]:
+        if isinstance(x, _Leaf):
+            return {"object": x.fqn, "encoding": encodings[x.fqn]} if x.fqn in encodings else {"array": x.fqn}
+        if isinstance(x, list):
+            return {"list": [node(v) for v in x]}
+        return {"dict": [[k, node(v)] for k, v in x.items()]}
 
-    return build(tree)
+    return node(tree)
 
 
 class StorageWriter(_DcpStorageWriter):

@@ -33,7 +33,7 @@ import json
 import math
 import pickle
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from .errors import CorruptCheckpointError, InvalidArgumentError, PickleNotAllow
 STRUCTURE_VERSION = 1
 Path = Tuple[Any, ...]
 Node = Dict[str, Any]
+Step = Tuple[bool, Any]  #: one step of a path for nest(): (is it a sequence index, the key or index)
 
 
 @dataclass
@@ -134,6 +135,47 @@ def flatten(tree: Mapping[Any, Any], is_array: Callable[[Any], bool]) -> Flat:
 
     root = visit(tree, ())
     return Flat(root, leaves, stateful)
+
+
+def nest(paths: Sequence[Tuple[Step, ...]], leaves: Sequence[Any]) -> Dict[Any, Any]:
+    """Nested dicts and lists holding ``leaves`` at ``paths`` (each step ``(is_sequence, key)``): what
+    :func:`flatten` turns back into the names ``"."``-joined paths give.
+
+    A sequence whose indices run 0..n-1 becomes a list; one with gaps (a ``None`` element of a pytree list has no
+    leaves) a dict keyed by index, which flattens to the same names. The root is always a dict.
+    """
+    names: Dict[str, Tuple[Step, ...]] = {}
+    for path in paths:
+        name = ".".join(str(k) for _, k in path)
+        if name in names and names[name] != path:
+            raise InvalidArgumentError(
+                f"two pytree paths give the distckpt name '{name}': {names[name]} and {path} (a dict key with '.' "
+                "next to a nested dict?)"
+            )
+        names[name] = path
+    # Build with dicts everywhere, remembering which were sequences, then turn dense sequences into lists.
+    root: Dict[Any, Any] = {}
+    is_seq: Dict[int, bool] = {}
+    for path, leaf in zip(paths, leaves):
+        node = root
+        for depth, (_, key) in enumerate(path[:-1]):
+            child_seq = path[depth + 1][0]
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+                is_seq[id(child)] = child_seq
+            node = child
+        node[path[-1][1]] = leaf
+
+    def finish(node: Any) -> Any:
+        if not isinstance(node, dict) or id(node) not in is_seq:
+            return node
+        out = {k: finish(v) for k, v in node.items()}
+        if is_seq[id(node)] and sorted(out) == list(range(len(out))):
+            return [out[i] for i in range(len(out))]
+        return out
+
+    return {k: finish(v) for k, v in root.items()}
 
 
 def replace_leaves(tree: Any, flat: Flat, replacements: Dict[Path, Any]) -> Any:

@@ -129,53 +129,13 @@ def _name(path: Tuple[_Step, ...]) -> str:
     return ".".join(str(k) for _, k in path)
 
 
-def _nest(paths: Sequence[Tuple[_Step, ...]], leaves: Sequence[Any]) -> Dict[Any, Any]:
-    """Nested dicts and lists holding ``leaves`` at ``paths``: what distckpt.save/load flatten to the same names.
-
-    A sequence whose indices run 0..n-1 becomes a list; one with gaps (a ``None`` element of a pytree list has no
-    leaves) a dict keyed by index, which distckpt names the same way. The root is always a dict.
-    """
-    names: Dict[str, Tuple[_Step, ...]] = {}
-    for path in paths:
-        name = _name(path)
-        if name in names and names[name] != path:
-            raise InvalidArgumentError(
-                f"two pytree paths give the distckpt name '{name}': {names[name]} and {path} (a dict key with '.' "
-                "next to a nested dict?)"
-            )
-        names[name] = path
-    # Build with dicts everywhere, remembering which were sequences, then turn dense sequences into lists.
-    root: Dict[Any, Any] = {}
-    is_seq: Dict[int, bool] = {}
-    for path, leaf in zip(paths, leaves):
-        node = root
-        for depth, (_, key) in enumerate(path[:-1]):
-            child_seq = path[depth + 1][0]
-            child = node.get(key)
-            if child is None:
-                child = node[key] = {}
-                is_seq[id(child)] = child_seq
-            node = child
-        node[path[-1][1]] = leaf
-
-    def finish(node: Any) -> Any:
-        if not isinstance(node, dict) or id(node) not in is_seq:
-            return node
-        out = {k: finish(v) for k, v in node.items()}
-        if is_seq[id(node)] and sorted(out) == list(range(len(out))):
-            return [out[i] for i in range(len(out))]
-        return out
-
-    return {k: finish(v) for k, v in root.items()}
-
-
 def entry_names(tree: Any) -> List[str]:
     """The distckpt entries saving ``tree`` writes (``params.layers.0.kernel``, ...), in traversal order.
 
     A list or tuple without arrays is one entry, named after the list; every other leaf is an entry of its own.
     """
     paths, leaves, _ = _paths(tree)
-    return [leaf.name for leaf in _tree.flatten(_nest(paths, leaves), _arrays.is_load_target).leaves]
+    return [leaf.name for leaf in _tree.flatten(_tree.nest(paths, leaves), _arrays.is_load_target).leaves]
 
 
 def _lookup(template: Any, loaded: Any, path: Tuple[_Step, ...], where: str) -> Any:
@@ -262,7 +222,7 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
         future completes when distckpt has committed the checkpoint."""
         self._check_args(args, DistckptSave, "async_save")
         assert args is not None
-        state = _nest(*_paths(args.item)[:2])
+        state = _tree.nest(*_paths(args.item)[:2])
         self._wait_for_directory()
         handle = _checkpoint.async_save(state, _target_path(directory), **self._save_kwargs(args))
         return [_CommitFuture(handle)]
@@ -271,7 +231,7 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
         """Saves into ``directory/distckpt`` and returns once distckpt has committed it."""
         self._check_args(args, DistckptSave, "save")
         assert args is not None
-        state = _nest(*_paths(args.item)[:2])
+        state = _tree.nest(*_paths(args.item)[:2])
         self._wait_for_directory()
         _checkpoint.save(state, _target_path(directory), **self._save_kwargs(args))
 
@@ -289,8 +249,8 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
             return _checkpoint.load(None, path, **kwargs)
         paths, templates, treedef = _paths(args.item)
         targets = [_load_target(t) for t in templates]
-        shape = _nest(paths, targets)  # load replaces leaves in the nest it is given: keep the target's shape apart
-        loaded = _checkpoint.load(_nest(paths, targets), path, **kwargs)
+        shape = _tree.nest(paths, targets)  # load replaces leaves in the nest it is given: keep the target's shape apart
+        loaded = _checkpoint.load(_tree.nest(paths, targets), path, **kwargs)
         values = [
             _as_target_type(_lookup(shape, loaded, p, f"checkpoint '{path}'"), t) for p, t in zip(paths, templates)
         ]
