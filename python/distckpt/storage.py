@@ -236,8 +236,6 @@ class _FsspecFiles:
         """Counts the bytes written into each part [offset, end) touches; starts the upload of every full part whose
         bytes are all there (distckpt writes each byte once). The last part waits for close (its size is known
         then)."""
-        import asyncio
-
         ps = f.part_size
         full_parts = (len(f.buf or b"") // ps) - 1  # parts before the last one of the preallocated size
         ready = []
@@ -250,8 +248,14 @@ class _FsspecFiles:
                     ready.append(part)
                     f.parts[part] = None  # claimed
         for part in ready:
-            body = f.buf[part * ps : (part + 1) * ps]  # a copy (botocore takes bytes or bytearray, not a view)
-            f.parts[part] = asyncio.run_coroutine_threadsafe(self._upload_part(f, part, body), self.fs.loop)
+            f.parts[part] = self._send(f, part, f.buf[part * ps : (part + 1) * ps])
+
+    def _send(self, f: _Upload, part: int, body: bytearray) -> Any:
+        """Starts the upload of one part (``body``: a copy, since botocore takes bytes or bytearray, not a view) on
+        the filesystem's event loop; returns its future."""
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(self._upload_part(f, part, body), self.fs.loop)
 
     async def _upload_part(self, f: _Upload, part: int, body: bytearray) -> Any:
         bucket, key, _ = self.fs.split_path(f.path)
@@ -275,12 +279,12 @@ class _FsspecFiles:
             if len(buf) < size:
                 buf.extend(bytes(size - len(buf)))
             last = max(1, -(-size // ps))  # parts in all (an empty file still needs one, empty)
+            for part in range(last):  # the rest at once, through the same coroutine as the streamed parts
+                if part not in f.parts:
+                    f.parts[part] = self._send(f, part, buf[part * ps : min(size, (part + 1) * ps)])
             for part in range(last):
                 if part not in etags:
-                    body = buf[part * ps : min(size, (part + 1) * ps)]
-                    etags[part] = self._s3(
-                        "upload_part", Bucket=bucket, Key=key, UploadId=f.upload_id, PartNumber=part + 1, Body=body
-                    )["ETag"]
+                    etags[part] = f.parts[part].result()["ETag"]
             self._s3(
                 "complete_multipart_upload", Bucket=bucket, Key=key, UploadId=f.upload_id,
                 MultipartUpload={"Parts": [{"PartNumber": p + 1, "ETag": etags[p]} for p in range(last)]},
