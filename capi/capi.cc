@@ -753,6 +753,34 @@ int dckpt_reader_verify_chunk_progress(dckpt_reader* reader, size_t entry, size_
   })
 }
 
+int dckpt_map_all_options_init(dckpt_map_all_options* opts, unsigned version) {
+  return distckpt::capi::InitVersioned<dckpt_map_all_options>(opts, "opts", DCKPT_MAP_ALL_OPTIONS_INIT, version,
+                                                              DCKPT_MAP_ALL_OPTIONS_VERSION, "dckpt_map_all_options",
+                                                              sizeof(dckpt_map_all_options));
+}
+
+int dckpt_reader_map_all(dckpt_reader* reader, const dckpt_map_all_options* opts) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    std::vector<size_t> entries;
+    distckpt::ProgressFn fn;
+    if (opts != nullptr) {
+      DCKPT_RETURN_IF_FAILED(
+          distckpt::capi::CheckVersion(opts->version, DCKPT_MAP_ALL_OPTIONS_VERSION, "dckpt_map_all_options"));
+      if (opts->num_entries > 0) {
+        DCKPT_RETURN_IF_FAILED(NotNull(opts->entries, "opts->entries"));
+        entries.assign(opts->entries, opts->entries + opts->num_entries);
+      }
+      if (opts->progress) {
+        dckpt_progress_fn progress = opts->progress;
+        void* user_data = opts->progress_user_data;
+        fn = [progress, user_data](uint64_t done, uint64_t total) { return progress(done, total, user_data); };
+      }
+    }
+    return Report(reader->reader->MapAll(entries, fn));
+  })
+}
+
 int dckpt_reader_io_stats(dckpt_io_stats* out, const dckpt_reader* reader) {
   DCKPT_GUARD({
     DCKPT_CHECK_OUT_STRUCT(out, DCKPT_IO_STATS_VERSION, "dckpt_io_stats");

@@ -156,6 +156,9 @@ class ReadExecutor {
 
   /// Reads and verifies a whole chunk without delivering it anywhere.
   void AddVerify(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, false, {}}); }
+  /// Brings a whole chunk into the page cache and into this process's mapping of its file, and verifies it there
+  /// (Reader::MapAll): the pages stay mapped for the caller's views.
+  void AddMapped(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, false, {}, true}); }
 
   Result<std::vector<FileRange>> VerifiedRanges() {
     DCKPT_RETURN_IF_ERROR(Prepare());
@@ -259,9 +262,10 @@ class ReadExecutor {
     bool verify_only;
     bool device;  // some destination is device memory: read into pinned staging buffers (load_staging.h)
     std::vector<Op> ops;
+    bool mapped = false;  // AddMapped: read and verified through the file's mapping, which keeps the pages
   };
 
-  bool verify(const Job& job) const { return job.verify_only || r_->options_.verify; }
+  bool verify(const Job& job) const { return job.mapped ? r_->options_.verify : job.verify_only || r_->options_.verify; }
   struct Work {
     const Job* job;
     Range seg;        // within the chunk
@@ -307,7 +311,12 @@ class ReadExecutor {
       }
       group.Run([this, &work, begin, end] {
         std::vector<std::unique_ptr<ReadableFile>> own(r_->files_.size());
-        for (size_t i = begin; i < end; ++i) DCKPT_RETURN_IF_ERROR(RunSegment(*work[i].job, work[i].seg, &own));
+        for (size_t i = begin; i < end; ++i) {
+          // A mapped pass asks for the stream's next segment before it takes this one: the disk reads it while
+          // this thread waits for, then hashes, the current one.
+          if (i + 1 < end && work[i + 1].job->mapped) Prefetch(work[i + 1]);
+          DCKPT_RETURN_IF_ERROR(RunSegment(*work[i].job, work[i].seg, &own));
+        }
         return OkStatus();
       });
       begin = end;
@@ -377,7 +386,7 @@ class ReadExecutor {
     const uint64_t block = r_->meta_.checksum_block_size();
     const uint64_t nblocks = NumChecksumBlocks(loc.length, block);
     std::vector<Range> ranges;
-    if (job.verify_only || (verify(job) && nblocks == 1)) {
+    if (job.verify_only || (verify(job) && nblocks == 1)) {  // verify_only: also the mapped jobs
       ranges.push_back({0, loc.length});
     } else if (verify(job)) {
       // Only the checksum blocks that hold needed bytes are read (and verified).
@@ -407,6 +416,28 @@ class ReadExecutor {
     return OkStatus();
   }
 
+  void Prefetch(const Work& w) {
+    auto file = r_->File(w.file);
+    if (file.ok()) (*file)->WillNeed(w.offset, w.seg.hi - w.seg.lo);
+  }
+
+  // A segment of a mapped job: its pages are read into the page cache and mapped (one call, not a fault per page),
+  // then hashed in place. Nothing is copied and nothing is released: the caller's views use these pages.
+  Status RunMappedSegment(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg,
+                          const ReadableFile* file) {
+    const char* map = file->Map();
+    if (map == nullptr) {
+      return r_->EntryError(job.entry, Status(StatusCode::kUnsupported, "data file '" + file->path() +
+                                                                            "' cannot be mapped by this storage"));
+    }
+    const uint64_t len = seg.hi - seg.lo;
+    Status st = file->Populate(loc.offset + seg.lo, len);
+    if (!st.ok()) return r_->EntryError(job.entry, st.WithContext("chunk #" + std::to_string(job.chunk)));
+    if (verify(job)) DCKPT_RETURN_IF_ERROR(Verify(job, e, loc, seg, map + loc.offset + seg.lo));
+    r_->stats_.bytes_mapped += len;
+    return Progress(len);
+  }
+
   // `own`: this stream's handles, by file index (opened on first use; the shared one where the backend has none).
   Status RunSegment(const Job& job, Range seg, std::vector<std::unique_ptr<ReadableFile>>* own) {
     const EntryView e = r_->meta_.entry(job.entry);
@@ -414,6 +445,7 @@ class ReadExecutor {
     const uint64_t len = seg.hi - seg.lo;
     auto file = r_->File(loc.file);
     if (!file.ok()) return r_->EntryError(job.entry, file.status());
+    if (job.mapped) return RunMappedSegment(job, e, loc, seg, *file);
 
     // Data already in the page cache is hashed and scattered straight from a mapping of the file: no kernel copy,
     // no bounce buffer, and only the bytes needed (plus the blocks this rank verifies) are touched.
@@ -845,6 +877,34 @@ Status Reader::VerifyAll(const ProgressFn& progress) {
   for (size_t i = 0; i < meta_.num_entries(); ++i) {
     EntryView e = meta_.entry(i);
     for (size_t c = 0; c < e.num_chunks; ++c) ex.AddVerify(i, static_cast<uint32_t>(c));
+  }
+  return ex.Run(progress);
+}
+
+Status Reader::MapAll(const std::vector<size_t>& entries, const ProgressFn& progress) {
+  if (!options_.map_files) {
+    return Status(StatusCode::kUnsupported, "checkpoint '" + path_ + "' was opened with map_files off: nothing is " +
+                                                "mapped; read the tensors into buffers instead");
+  }
+  ReadExecutor ex(this);
+  auto add = [&](size_t i) {
+    const EntryView e = meta_.entry(i);
+    for (size_t c = 0; c < e.num_chunks; ++c) ex.AddMapped(i, static_cast<uint32_t>(c));
+  };
+  if (entries.empty()) {
+    for (size_t i = 0; i < meta_.num_entries(); ++i) add(i);
+  }
+  for (size_t i : entries) {
+    if (i >= meta_.num_entries()) {
+      return InvalidArgument("checkpoint '" + path_ + "': no entry #" + std::to_string(i) + " (it has " +
+                             std::to_string(meta_.num_entries()) + ")");
+    }
+    add(i);
+  }
+  for (uint32_t f = 0; f < meta_.num_files(); ++f) {
+    // Every file is mapped before any is read: a storage that cannot map fails the call before it reads anything.
+    auto mapped = MappedFile(f);
+    if (!mapped.ok() && mapped.status().code() == StatusCode::kUnsupported) return mapped.status();
   }
   return ex.Run(progress);
 }

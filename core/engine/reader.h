@@ -181,6 +181,13 @@ class Reader {
   Result<uint64_t> ReadBytes(std::string_view name, void* dst, uint64_t capacity);
   /// Reads and checks every chunk of every entry, reporting progress. Returns the first corruption found.
   Status VerifyAll(const ProgressFn& progress);
+  /// Whole-checkpoint load for zero-copy readers (inference servers): every chunk of the entries listed (all entries
+  /// when `entries` is empty) is read into the page cache, mapped into this process and verified in place, spread
+  /// over the reader's I/O threads as one sequential stream each, each stream asking for its next segment while it
+  /// hashes the current one. Nothing is copied; the pages stay mapped for views (MappedFile) until the reader goes.
+  /// Progress reports the bytes made ready. kUnsupported where nothing can be mapped (map_files off, a storage
+  /// without mappings); a corrupt block fails the call as a load does.
+  Status MapAll(const std::vector<size_t>& entries, const ProgressFn& progress);
   /// Reads and checks one chunk.
   Status VerifyChunk(size_t entry, uint32_t chunk, const ProgressFn& progress = nullptr);
 

@@ -145,6 +145,16 @@ Status CheckRange(const std::string& path, uint64_t offset, size_t size) {
 
 }  // namespace internal_storage
 
+Status ReadableFile::Populate(uint64_t offset, uint64_t size) const {
+  const char* map = Map();
+  if (map == nullptr || size == 0) return OkStatus();
+  DCKPT_RETURN_IF_ERROR(internal_storage::CheckRange(path(), offset, size));
+  volatile char sink = 0;
+  for (uint64_t at = offset; at < offset + size; at += 4096) sink = sink + map[at];
+  sink = sink + map[offset + size - 1];
+  return OkStatus();
+}
+
 using internal_storage::ParentDir;
 using internal_storage::StripTrailingSlashes;
 

@@ -50,6 +50,13 @@ class ReadableFile {
   /// Drops this process's mapping of the pages that lie wholly inside [offset, offset + size) (they stay in the page
   /// cache, and a later access maps them again), so that the resident set does not grow with the bytes read.
   virtual void ReleaseMapped(uint64_t offset, uint64_t size) const {}
+  /// Starts reading [offset, offset + size) into the page cache without waiting for it (a hint; the default does
+  /// nothing).
+  virtual void WillNeed(uint64_t offset, uint64_t size) const {}
+  /// Reads [offset, offset + size) into the page cache, waiting for it, and maps those pages into Map()'s mapping in
+  /// one call (no page fault per page afterwards). An I/O error is returned here, naming the file, instead of
+  /// raising SIGBUS at the first access. The default touches one byte per page of Map() (nothing without a mapping).
+  virtual Status Populate(uint64_t offset, uint64_t size) const;
   /// Another handle on the same file (the same inode, never a file since renamed over the path) with its own file
   /// position and readahead state, or nullptr where the backend has none (then share this one). A thread that reads
   /// a region front to back through its own handle looks sequential to the kernel, which then reads ahead into large

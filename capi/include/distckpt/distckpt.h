@@ -606,6 +606,32 @@ DCKPT_API int dckpt_reader_verify_chunk_progress(dckpt_reader *reader, size_t en
 /* The reader's I/O counters since it was opened. */
 DCKPT_API int dckpt_reader_io_stats(dckpt_io_stats *out, const dckpt_reader *reader);
 
+/* ---- Whole-checkpoint loads (inference servers) ------------------------------------------------------------- */
+
+#define DCKPT_MAP_ALL_OPTIONS_VERSION 1
+typedef struct dckpt_map_all_options {
+  unsigned version;
+  const size_t *entries;      /* the entries to load (indices as in dckpt_reader_entry); NULL: every entry */
+  size_t num_entries;
+  dckpt_progress_fn progress; /* bytes made ready so far, of the total; non-zero aborts (DCKPT_EUSER). NULL: none */
+  void *progress_user_data;
+} dckpt_map_all_options;
+#define DCKPT_MAP_ALL_OPTIONS_INIT {DCKPT_MAP_ALL_OPTIONS_VERSION, NULL, 0, NULL, NULL}
+DCKPT_API int dckpt_map_all_options_init(dckpt_map_all_options *opts, unsigned version);
+
+/* Loads every chunk of the entries `opts` lists (all of them with opts NULL) for zero-copy use: each is read into the
+ * page cache, mapped into this process and, when the reader verifies (dckpt_read_options.verify, the default), its
+ * checksums are checked in place. The work is spread over the reader's I/O threads, one sequential stream of the data
+ * files each, every stream asking the kernel for its next segment while it hashes the current one, so that reading
+ * and verification overlap; no byte is copied. On DCKPT_OK, dckpt_reader_map_chunk of these chunks returns the
+ * verified bytes, already resident and mapped (no page fault on first touch), until dckpt_reader_free. A checksum
+ * mismatch is DCKPT_ECORRUPT naming the checkpoint, entry, chunk, file and byte range; an I/O error while paging in is
+ * DCKPT_EIO naming the file (never SIGBUS). DCKPT_EUNSUPPORTED where nothing can be mapped (map_files = 0, storage
+ * without mappings): read into buffers with dckpt_reader_load or dckpt_reader_read instead. The resident set grows by
+ * the bytes loaded. For loads into caller buffers (host or device), use dckpt_reader_load with a dckpt_state that
+ * holds one piece per tensor: the same parallel read-and-verify pipeline, reporting progress the same way. */
+DCKPT_API int dckpt_reader_map_all(dckpt_reader *reader, const dckpt_map_all_options *opts);
+
 /* ---- Tools ---------------------------------------------------------------------------------------------------- */
 
 #define DCKPT_EXPORT_OPTIONS_VERSION 2

@@ -19,6 +19,7 @@ pub const DCKPT_IO_STATS_VERSION: u32 = 3;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 1;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
+pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 2;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -2818,6 +2819,125 @@ extern "C" {
     pub fn dckpt_reader_io_stats(
         out: *mut dckpt_io_stats,
         reader: *const dckpt_reader,
+    ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_map_all_options {
+    pub version: ::std::os::raw::c_uint,
+    pub entries: *const usize,
+    pub num_entries: usize,
+    pub progress: dckpt_progress_fn,
+    pub progress_user_data: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_dckpt_map_all_options() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_map_all_options>(),
+        40usize,
+        concat!("Size of: ", stringify!(dckpt_map_all_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_map_all_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_map_all_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_map_all_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_map_all_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_entries() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_map_all_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).entries) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_map_all_options),
+                "::",
+                stringify!(entries)
+            )
+        );
+    }
+    test_field_entries();
+    fn test_field_num_entries() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_map_all_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_entries) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_map_all_options),
+                "::",
+                stringify!(num_entries)
+            )
+        );
+    }
+    test_field_num_entries();
+    fn test_field_progress() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_map_all_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).progress) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_map_all_options),
+                "::",
+                stringify!(progress)
+            )
+        );
+    }
+    test_field_progress();
+    fn test_field_progress_user_data() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_map_all_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).progress_user_data) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_map_all_options),
+                "::",
+                stringify!(progress_user_data)
+            )
+        );
+    }
+    test_field_progress_user_data();
+}
+extern "C" {
+    pub fn dckpt_map_all_options_init(
+        opts: *mut dckpt_map_all_options,
+        version: ::std::os::raw::c_uint,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_reader_map_all(
+        reader: *mut dckpt_reader,
+        opts: *const dckpt_map_all_options,
     ) -> ::std::os::raw::c_int;
 }
 #[repr(C)]
