@@ -10,6 +10,14 @@
 
 enum { ROWS = 6, COLS = 4 };
 
+/* Records (done, total) in user_data, a uint64_t[2]. */
+static int on_progress(uint64_t done, uint64_t total, void *user_data) {
+  uint64_t *last = (uint64_t *)user_data;
+  last[0] = done;
+  last[1] = total;
+  return 0;
+}
+
 int main(void) {
   const char *tmp = getenv("TEST_TMPDIR");
   char path[4096];
@@ -224,7 +232,48 @@ int main(void) {
     CHECK_OK(dckpt_reader_open(&unmapped, path, NULL, &no_map));
     CHECK(dckpt_reader_map_chunk(&mapped, &mapped_size, unmapped, idx, 1) == DCKPT_EUNSUPPORTED);
     CHECK(strstr(dckpt_error_last(), "SIGBUS") != NULL);
+    /* ... and a whole-checkpoint zero-copy load refuses rather than loading nothing. */
+    CHECK(dckpt_reader_map_all(unmapped, NULL) == DCKPT_EUNSUPPORTED);
     dckpt_reader_free(unmapped);
+  }
+
+  /* Whole-checkpoint load for servers: every entry paged in, mapped and verified; the progress callback sees the
+   * total; the chunk mappings then show the saved bytes. */
+  {
+    dckpt_reader *all = NULL;
+    CHECK_OK(dckpt_reader_open(&all, path, NULL, NULL));
+    dckpt_map_all_options mo;
+    CHECK_OK(dckpt_map_all_options_init(&mo, DCKPT_MAP_ALL_OPTIONS_VERSION));
+    CHECK(mo.entries == NULL && mo.num_entries == 0 && mo.progress == NULL);
+    mo.progress = on_progress;
+    uint64_t last[2] = {0, 0};
+    mo.progress_user_data = last;
+    CHECK_OK(dckpt_reader_map_all(all, &mo));
+    CHECK(last[1] == sizeof w + sizeof b + sizeof step + sizeof config && last[0] == last[1]);
+    dckpt_io_stats io = DCKPT_IO_STATS_INIT;
+    CHECK_OK(dckpt_reader_io_stats(&io, all));
+    CHECK(io.bytes_mapped == last[1] && io.bytes_read == 0);
+    const void *mapped = NULL;
+    uint64_t mapped_size = 0;
+    CHECK_OK(dckpt_reader_map_chunk(&mapped, &mapped_size, all, idx, 0));
+    CHECK(mapped_size == 2 * COLS * sizeof(float) && memcmp(mapped, w, (size_t)mapped_size) == 0);
+    /* One entry; a bad index names it; a wrong version and a NULL list with a count are refused. */
+    size_t one = idx;
+    mo.entries = &one;
+    mo.num_entries = 1;
+    mo.progress = NULL;
+    CHECK_OK(dckpt_reader_map_all(all, &mo));
+    size_t bad_index = 99;
+    mo.entries = &bad_index;
+    CHECK(dckpt_reader_map_all(all, &mo) == DCKPT_EINVAL);
+    CHECK(strstr(dckpt_error_last(), "no entry #99") != NULL);
+    mo.entries = NULL;
+    CHECK(dckpt_reader_map_all(all, &mo) == DCKPT_EINVAL);
+    mo.version = 99;
+    mo.num_entries = 0;
+    CHECK(dckpt_reader_map_all(all, &mo) == DCKPT_EVERSION);
+    CHECK(dckpt_reader_map_all(NULL, NULL) == DCKPT_EINVAL);
+    dckpt_reader_free(all);
   }
   dckpt_reader_free(reader);
   dckpt_reader_free(NULL); /* _free accepts NULL */
