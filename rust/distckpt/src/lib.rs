@@ -43,6 +43,7 @@ pub mod state;
 pub mod storage;
 mod values;
 pub mod view;
+pub mod whole;
 
 pub use checkpoint::{
     Checkpoint, CheckpointInfo, ChunkInfo, DeviceBuffer, Entries, Entry, EntryKind, IoStats, ReadOptions,
@@ -53,6 +54,7 @@ pub use error::{Error, ErrorCode, Result};
 pub use state::{LoadState, SaveFuture, SaveInfo, SaveOptions, SaveState};
 pub use storage::{export_safetensors, ExportOptions, PathInfo, PathKind, Storage, StorageFile, StorageHandle};
 pub use view::{Advice, ChunkView, OwnedChunkView, OwnedTensorView, TensorView};
+pub use whole::LoadedTensor;
 
 pub use distckpt_sys as sys;
 

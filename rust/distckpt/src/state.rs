@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distckpt_sys as sys;
 
-use crate::checkpoint::{cstring, path_cstring, volume, IoStats, ReadOptions};
+use crate::checkpoint::{cstring, path_cstring, volume, Checkpoint, IoStats, ReadOptions};
 use crate::comm::Comm;
 use crate::dtype::check_element;
 use crate::error::check;
@@ -391,6 +391,27 @@ impl<'a> LoadState<'a> {
         Ok(self)
     }
 
+    /// Loads a whole tensor of any dtype into `data` as raw bytes (row-major, little-endian); `data.len()` must be
+    /// its volume × dtype size.
+    pub fn add_tensor_bytes(&mut self, name: &str, dtype: Dtype, shape: &[u64], data: &'a mut [u8]) -> Result<&mut Self> {
+        let what = || format!("tensor '{name}'");
+        let need = volume(shape, what)?.checked_mul(dtype.size());
+        if need != Some(data.len()) {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!("tensor '{name}' ({} {shape:?}) needs {need:?} bytes; the buffer has {}", dtype.name(), data.len()),
+            ));
+        }
+        self.inner.declare(name, dtype, shape)?;
+        let zeros = vec![0u64; shape.len()];
+        let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
+        let cname = cstring(name, "entry name")?;
+        check(unsafe {
+            sys::dckpt_state_add_piece(self.inner.raw, cname.as_ptr(), ptr(&zeros), ptr(shape), data.as_mut_ptr().cast())
+        })?;
+        Ok(self)
+    }
+
     /// Loads the box `[offsets, offsets + lengths)` of a declared tensor into `data`, row-major.
     pub fn add_piece<T: Element>(&mut self, name: &str, offsets: &[u64], lengths: &[u64], data: &'a mut [T]) -> Result<&mut Self> {
         self.inner.piece(name, offsets, lengths, data.as_mut_ptr(), data.len())?;
@@ -419,6 +440,25 @@ impl<'a> LoadState<'a> {
     /// Loads collectively over `comm` (each rank reads only the bytes its pieces need).
     pub fn load_with_comm(&mut self, path: impl AsRef<Path>, comm: &mut Comm, opts: &ReadOptions) -> Result<IoStats> {
         self.load_impl(path.as_ref(), Some(comm), opts)
+    }
+
+    /// Fills every piece and bytes entry from a checkpoint this process has open already (`dckpt_reader_load`): the
+    /// metadata is not read again, and what is loaded comes from the checkpoint the reader opened (with its options).
+    /// `progress` gets (done, total) bytes; return `false` to stop (a `User` error).
+    pub fn load_from(&mut self, ckpt: &Checkpoint, progress: Option<ProgressFn<'_>>) -> Result<IoStats> {
+        let mut stats: sys::dckpt_io_stats = unsafe { std::mem::zeroed() };
+        stats.version = sys::DCKPT_IO_STATS_VERSION;
+        let p = progress.map(Progress::new);
+        let (cb, ud) = match &p {
+            Some(p) => (Some(Progress::callback as unsafe extern "C" fn(u64, u64, *mut std::ffi::c_void) -> i32), p.user_data()),
+            None => (None, std::ptr::null_mut()),
+        };
+        let rc = unsafe { sys::dckpt_reader_load(&mut stats, ckpt.raw(), self.inner.raw, std::ptr::null_mut(), cb, ud) };
+        let result = check(rc).map(|_| IoStats::from_raw(&stats)).map_err(|e| ckpt.storage_error(e));
+        match p {
+            Some(p) => p.finish(result),
+            None => result,
+        }
     }
 
     fn load_impl(&mut self, path: &Path, comm: Option<&mut Comm>, opts: &ReadOptions) -> Result<IoStats> {

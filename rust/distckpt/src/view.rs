@@ -511,13 +511,19 @@ impl Checkpoint {
         self.view_entry(entry)
     }
 
-    /// Like [`view`](Self::view), after reading the chunk once through the library and checking its checksum
-    /// (`dckpt_reader_verify_chunk`). The check reads the file with ordinary I/O; the view still maps it.
+    /// Like [`view`](Self::view), after checking the tensor's checksums: its pages are read in, mapped and hashed in
+    /// place ([`map_entries`](Self::map_entries)), so the view is resident when it returns. Where the reader maps
+    /// nothing (`map_files: false`) each chunk is checked with ordinary reads instead (`dckpt_reader_verify_chunk`).
     pub fn view_verified<T: Element>(&self, name: &str) -> Result<TensorView<'_, T>> {
         let entry = self.entry(name)?;
         check_element::<T>(entry.dtype(), || self.describe(name))?;
-        for c in 0..entry.num_chunks() {
-            check(unsafe { distckpt_sys::dckpt_reader_verify_chunk(self.raw(), entry.index(), c) })?;
+        match self.map_entries(Some(&[name]), None) {
+            Err(e) if e.code() == crate::ErrorCode::Unsupported => {
+                for c in 0..entry.num_chunks() {
+                    check(unsafe { distckpt_sys::dckpt_reader_verify_chunk(self.raw(), entry.index(), c) })?;
+                }
+            }
+            other => other?,
         }
         self.view_entry(entry)
     }
