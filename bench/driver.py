@@ -341,21 +341,83 @@ class Bench:
                         self.add("view_%s_warm" % key, w)
         shutil.rmtree(d, ignore_errors=True)
 
-    def view_bench_cmd(self, d, gib):
+    def view_bench_cmd(self, d, gib, build_only=False):
         if shutil.which("cargo") is None or self.args.skip_rust:
-            self.notes.append("(f): cargo is missing: the Rust view() figures are absent.")
+            self.notes.append("(f), (g): cargo is missing or --skip-rust: the Rust figures are absent.")
             return None
         lib = os.path.join(ROOT, "build", "dist", "lib")
         self.rust_env = dict(os.environ, DISTCKPT_LIB_DIR=lib, LD_LIBRARY_PATH=lib,
                              PKG_CONFIG_PATH=os.path.join(lib, "pkgconfig"))
         cmd = ["cargo", "run", "--offline", "--release", "-q", "-p", "distckpt", "--example", "view_bench", "--",
                "--gib", str(gib), "--dir", d, "--keep", "--reps", "2"]
+        if build_only:
+            try:
+                sh(["cargo", "build", "--offline", "--release", "-q", "-p", "distckpt", "--examples"],
+                   cwd=os.path.join(ROOT, "rust"), env=self.rust_env)
+                return cmd
+            except subprocess.CalledProcessError as e:
+                self.notes.append("(g): the Rust examples failed to build: %s" % e.stderr[-500:])
+                return None
         try:
             sh(cmd, cwd=os.path.join(ROOT, "rust"), env=self.rust_env)  # builds, and saves the checkpoint once
         except subprocess.CalledProcessError as e:
             self.notes.append("(f): the Rust view_bench failed to build or run: %s" % e.stderr[-500:])
             return None
         return cmd
+
+    def whole_model(self):
+        """(g): a whole model loaded in one process, as an inference server does before serving: Rust map_all (zero
+        copy, verified in place) and read_all (verified copies) against safetensors' load_file (mmap and pread
+        backends), cold and warm, with fio reads of the same data file as the cold limit. Every load reports the sum of
+        one byte per page of every tensor; all must agree with what the model was made with."""
+        d = os.path.join(self.work, "model")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        bench = self.model_bench_cmd()
+        if bench is None:
+            return
+        made = json.loads(sh(bench + ["make", "--dir", d, "--gib", str(self.args.model_gib)],
+                             cwd=os.path.join(ROOT, "rust"), env=self.rust_env).strip().splitlines()[-1])
+        self.extra["model_bytes"] = made["bytes"]
+        self.extra["model_tensors"] = made["tensors"]
+        data = os.path.join(d, "ckpt", "data-00000.bin")
+        stfile = os.path.join(d, "st", "model-00001-of-00001.safetensors")
+        size_mib = os.path.getsize(data) // MiB
+        systems = ["fio", "map_all", "read_all", "st_mmap", "st_pread"]
+        for k in range(self.args.runs):
+            for s in systems[k % len(systems):] + systems[:k % len(systems)]:
+                for cold in (True, False):
+                    tag = "cold" if cold else "warm"
+                    if s == "fio":
+                        if not cold:
+                            continue
+                        for key, direct, engine, depth in (("buffered", 0, "psync", 1), ("direct", 1, "psync", 1),
+                                                           ("direct_qd16", 1, "io_uring", 16)):
+                            self.drop_caches()
+                            out = sh(["fio", "--name=model", "--filename=" + data, "--readonly", "--rw=read",
+                                      "--bs=1M", "--size=%dM" % size_mib, "--direct=%d" % direct,
+                                      "--ioengine=" + engine, "--iodepth=%d" % depth, "--output-format=json"])
+                            j = json.loads(out[out.index("{"):])["jobs"][0]
+                            self.add("model_fio_" + key, j["read"]["bw_bytes"])
+                        continue
+                    if cold:
+                        self.drop_caches()
+                    if s.startswith("st_"):
+                        r = self.py("st-model", "--file", stfile, "--backend", s[3:], *(["--cold"] if cold else []))
+                    else:
+                        out = sh(bench + ["run", "--dir", d, "--mode", s] + (["--cold"] if cold else []),
+                                 cwd=os.path.join(ROOT, "rust"), env=self.rust_env)
+                        r = json.loads(out.strip().splitlines()[-1])
+                    if r["check"] != made["check"] or r["bytes"] != made["bytes"]:
+                        raise RuntimeError("(g) %s loaded wrong bytes: check %s, want %s" % (s, r["check"],
+                                                                                          made["check"]))
+                    self.add("model_%s_%s" % (s, tag), r["seconds"])
+        shutil.rmtree(d, ignore_errors=True)
+
+    def model_bench_cmd(self):
+        if self.view_bench_cmd(self.work, 0, build_only=True) is None:
+            return None
+        return ["cargo", "run", "--offline", "--release", "-q", "-p", "distckpt", "--example", "model_bench", "--"]
 
     # ---- main ----
     def run(self):
@@ -396,6 +458,9 @@ class Bench:
         if not only or "f" in only:
             log("zero-copy read")
             self.zero_copy()
+        if not only or "g" in only:
+            log("whole-model load")
+            self.whole_model()
         self.elapsed = time.time() - t0
         self.report()
 
@@ -422,7 +487,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes, to check that everything runs")
     ap.add_argument("--size-gib", type=float, default=2.0, help="checkpoint size (scaled down to the free disk)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma-separated scenarios (a,b,c,d,e,f); default all")
+    ap.add_argument("--only", default="", help="comma-separated scenarios (a,b,c,d,e,f,g); default all")
     ap.add_argument("--skip-rust", action="store_true")
     ap.add_argument("--skip-dcp-plan", action="store_true")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -433,9 +498,9 @@ def main():
     free = shutil.disk_usage(os.path.dirname(a.dir.rstrip("/")) or "/").free
     a.size = int(a.size_gib * GiB)
     if a.quick:
-        a.size, a.meta_tensors, a.view_gib, a.memcpy_mib = 128 * MiB, 100, 1, 256
+        a.size, a.meta_tensors, a.view_gib, a.memcpy_mib, a.model_gib = 128 * MiB, 100, 1, 256, 0.5
     else:
-        a.meta_tensors, a.view_gib, a.memcpy_mib = 2000, 1, 1024
+        a.meta_tensors, a.view_gib, a.memcpy_mib, a.model_gib = 2000, 1, 1024, 2.0
     # Scenarios keep about 5 copies of the state on disk at once (distckpt, two DCP, safetensors, fio).
     if a.size * 6 > free:
         a.size = int(free / 6)

@@ -11,6 +11,8 @@ start together after a barrier, and the figure is the slowest rank's. Rank 0 pri
   st-save    --spec S --dir D                 safetensors save_file of the whole state + fsync, one process
   st-load    --dir D                          safetensors load_file of that file, one process
   st-view    --file F [--cold]                safe_open + get_tensor of a 1-tensor file: first element, full sum
+  st-model   --file F --backend B [--cold]    load_file(backend=mmap|pread) of a whole model, then one byte of
+                                              every 4 KiB page of every tensor read (what makes it resident)
   dcp-plan   --ranks R --tensors T --dir D    DCP global save planning of plan_scale's layout; .metadata pickle
 """
 
@@ -227,6 +229,27 @@ def st_view(args):
     result({"mode": "st-view", "first": t_first, "full": t_full, "bytes": t.numel() * 4, "check": first + total})
 
 
+def st_model(args):
+    """(g): a whole model loaded as a server does before serving, by safetensors' own loader. With the default mmap
+    backend load_file returns tensors over a lazy mapping, so the figure includes reading one byte of every page of
+    every tensor (as model_bench.rs does after its loads): until then nothing has been read. The pread backend reads
+    every tensor into memory in load_file; the same touch follows (it finds the bytes resident)."""
+    from safetensors.torch import load_file
+    if args.cold:
+        drop_file_cache(args.file)
+    t0 = time.perf_counter()
+    sd = load_file(args.file, backend=args.backend)
+    check = 0
+    nbytes = 0
+    for v in sd.values():
+        b = v.reshape(-1).view(torch.uint8)
+        nbytes += b.numel()
+        check += int(b[::4096].sum(dtype=torch.int64)) if b.numel() else 0
+    dt = time.perf_counter() - t0
+    result({"mode": "st-model", "backend": args.backend, "seconds": dt, "bytes": nbytes, "check": check,
+            "cold": args.cold})
+
+
 def st_make_view_file(args):
     from safetensors.torch import save_file
     n = (args.gib << 30) // 4
@@ -325,10 +348,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--gib", type=int, default=1)
     ap.add_argument("--cold", action="store_true")
+    ap.add_argument("--backend", default="mmap")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     {"dcp-save": dcp_save, "dcp-load": dcp_load, "dcp-async": dcp_async, "st-save": st_save, "st-load": st_load,
-     "st-view": st_view, "st-make-view-file": st_make_view_file, "dcp-plan": dcp_plan}[args.mode](args)
+     "st-view": st_view, "st-model": st_model, "st-make-view-file": st_make_view_file, "dcp-plan": dcp_plan}[args.mode](args)
 
 
 if __name__ == "__main__":

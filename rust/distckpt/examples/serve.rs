@@ -2,7 +2,8 @@
 //!
 //!     cargo run --example serve [CHECKPOINT]        (default: tests/fixtures/mlp, written by the C++ fixtures)
 //!
-//! The weights are zero-copy views into the memory-mapped checkpoint when stored as F32 in one chunk (the
+//! As a server does before it serves, every weight is loaded up front with `map_all()`: read in, mapped and verified
+//! in place, in parallel. The weights are then zero-copy views into the mapping when stored as F32 in one chunk (the
 //! safetensors/candle loading path); BF16/F16/float8 weights are converted to f32 once, and sharded ones are read.
 //! The input is the checkpoint's "input" tensor. Prints one `output[i] = value` line per output; tests/serve.rs
 //! compares them with the checkpoint's "reference.output", which the writer computed independently.
@@ -36,6 +37,12 @@ fn linear(w: &[f32], b: &[f32], x: &[f32]) -> Vec<f32> {
 fn run(path: PathBuf) -> Result<()> {
     let t0 = Instant::now();
     let ckpt = Checkpoint::open(&path)?;
+    // Every checksum checked before the first request; the views below then touch resident, verified pages. Where
+    // the reader cannot map (map_files off, a storage without mappings) the reads below verify as they go.
+    match ckpt.map_all() {
+        Err(e) if e.code() == ErrorCode::Unsupported => {}
+        other => other?,
+    }
     let info = ckpt.info();
     println!(
         "checkpoint {} ({}, {} entries, model {}, step {})",
