@@ -284,8 +284,9 @@ class ReadExecutor {
 
   Status Progress(uint64_t len) {
     if (progress_) {
-      uint64_t done = done_.fetch_add(len) + len;
+      // Counted under the lock: the callback sees `done` grow call after call, whichever thread reports.
       std::lock_guard<std::mutex> lock(progress_mu_);
+      const uint64_t done = done_.fetch_add(len) + len;
       if (progress_(done, total_) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
     }
     return OkStatus();

@@ -155,8 +155,8 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
     }
     DCKPT_RETURN_IF_ERROR(file->WriteAt(t.offset + seg, bytes, seg_len));
     if (options.progress) {
-      uint64_t now = done.fetch_add(seg_len) + seg_len;
-      std::lock_guard<std::mutex> lock(progress_mu);
+      std::lock_guard<std::mutex> lock(progress_mu);  // before counting: `now` grows call after call
+      const uint64_t now = done.fetch_add(seg_len) + seg_len;
       if (options.progress(now, total) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
     }
     return OkStatus();
