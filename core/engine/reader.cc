@@ -529,17 +529,25 @@ class ReadExecutor {
   Status Deliver(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf,
                  bool mapped, char* staged = nullptr) {
     const uint64_t len = seg.hi - seg.lo;
-    if (verify(job) && staged == nullptr && !sink_ && !job.device) {
-      // Host destinations only: hash one checksum block, then copy its runs while the block is still in cache (a
-      // segment is 8 MiB, more than a core's cache: hashing it whole and then scattering reads it twice from memory).
-      // Warm resharded load 4->3, 5 interleaved pairs: 7.34 -> 7.47 GB/s median (bench/NOTES.md).
-      const uint64_t block = r_->meta_.checksum_block_size();
-      const uint64_t step = std::max<uint64_t>(block, (256ull << 10) / block * block);
-      uint64_t delivered = 0;
-      for (uint64_t lo = seg.lo; lo < seg.hi; lo += step) {
-        const Range part{lo, std::min(seg.hi, lo + step)};
-        DCKPT_RETURN_IF_ERROR(Verify(job, e, loc, part, buf + (lo - seg.lo)));
-        for (const Op& op : job.ops) {
+    // One checksum block (at least 256 KiB) at a time: hashed, then its host runs copied while it is still in cache
+    // (a segment is 8 MiB, more than a core's cache: hashing it whole and then scattering read it twice from memory;
+    // warm resharded load 4->3, 5 interleaved pairs: 7.34 -> 7.47 GB/s median, bench/NOTES.md). Device runs and the
+    // sink take the segment only once all of it is verified.
+    const uint64_t block = r_->meta_.checksum_block_size();
+    const uint64_t step = verify(job) ? std::max<uint64_t>(block, (256ull << 10) / block * block) : len;
+    uint64_t delivered = 0;
+    std::vector<DeviceRuns> device;
+    for (uint64_t lo = seg.lo; lo < seg.hi; lo += step) {
+      const Range part{lo, std::min(seg.hi, lo + step)};
+      if (verify(job)) {
+        Status st = Verify(job, e, loc, part, buf + (lo - seg.lo));
+        if (!st.ok()) {
+          if (staged != nullptr) staging_->Release(staged);  // nothing unverified reaches a device
+          return st;
+        }
+      }
+      for (const Op& op : job.ops) {
+        if (op.memory.is_host()) {
           ForEachRunIn(*op.copy, part.lo, part.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
             char* to = op.dst + dst;
             const char* from = buf + (src - seg.lo);
@@ -548,32 +556,12 @@ class ReadExecutor {
           });
         }
       }
-      r_->stats_.bytes_delivered += delivered;
-      if (mapped) r_->stats_.bytes_mapped += delivered;
-      return Progress(len);
     }
-    if (verify(job)) {
-      Status st = Verify(job, e, loc, seg, buf);
-      if (!st.ok()) {
-        if (staged != nullptr) staging_->Release(staged);  // nothing unverified reaches a device
-        return st;
-      }
-    }
-    uint64_t delivered = 0;
-    std::vector<DeviceRuns> device;
     for (const Op& op : job.ops) {
-      if (!op.memory.is_host()) {
-        device.push_back(DeviceRuns{op.memory, {}});
-        ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
-          device.back().runs.push_back(DeviceRun{src - seg.lo, op.dst + dst, n});
-          delivered += n;
-        });
-        continue;
-      }
+      if (op.memory.is_host()) continue;
+      device.push_back(DeviceRuns{op.memory, {}});
       ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
-        char* to = op.dst + dst;
-        const char* from = buf + (src - seg.lo);
-        if (to != from) std::memcpy(to, from, n);
+        device.back().runs.push_back(DeviceRun{src - seg.lo, op.dst + dst, n});
         delivered += n;
       });
     }
