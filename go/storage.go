@@ -305,17 +305,13 @@ type PathInfo struct {
 // Stat describes what is at path: a committed checkpoint, leftovers of unfinished saves, or nothing. Saves whose
 // marker is younger than grace count as in progress.
 func (h *StorageHandle) Stat(path string, grace time.Duration) (PathInfo, error) {
-	p, err := h.acquire()
-	if err != nil {
-		return PathInfo{}, err
-	}
-	defer h.release()
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
 	var ci C.dckpt_path_info
 	ci.version = C.DCKPT_PATH_INFO_VERSION
-	if err := ccall(func() C.int { return C.dckpt_storage_stat(&ci, p, cpath, C.double(grace.Seconds())) }); err != nil {
-		return PathInfo{}, h.explain(err)
+	err := h.onPath(path, func(p *C.dckpt_storage, cpath *C.char) error {
+		return h.explain(ccall(func() C.int { return C.dckpt_storage_stat(&ci, p, cpath, C.double(grace.Seconds())) }))
+	})
+	if err != nil {
+		return PathInfo{}, err
 	}
 	return PathInfo{
 		Kind: PathKind(ci.kind), Files: uint64(ci.files), Bytes: uint64(ci.bytes),
@@ -336,13 +332,6 @@ type removedHook struct {
 // *Error of code CodeUser that unwraps to it. With dryRun nothing is removed, but removed still hears what would be.
 func (h *StorageHandle) RemoveLeftovers(path string, grace time.Duration, dryRun bool,
 	removed func(path string) error) error {
-	p, err := h.acquire()
-	if err != nil {
-		return err
-	}
-	defer h.release()
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
 	var hook *removedHook
 	var hh cgo.Handle
 	if removed != nil {
@@ -354,8 +343,10 @@ func (h *StorageHandle) RemoveLeftovers(path string, grace time.Duration, dryRun
 	if dryRun {
 		dry = 1
 	}
-	err = ccall(func() C.int {
-		return C.dgo_remove_leftovers(p, cpath, C.double(grace.Seconds()), dry, C.uintptr_t(hh))
+	err := h.onPath(path, func(p *C.dckpt_storage, cpath *C.char) error {
+		return ccall(func() C.int {
+			return C.dgo_remove_leftovers(p, cpath, C.double(grace.Seconds()), dry, C.uintptr_t(hh))
+		})
 	})
 	if e, ok := err.(*Error); ok && hook != nil && hook.err != nil && e.Code == CodeUser {
 		e.cause = hook.err
@@ -367,6 +358,13 @@ func (h *StorageHandle) RemoveLeftovers(path string, grace time.Duration, dryRun
 // RemoveCheckpoint removes the checkpoint at path and its leftovers: the metadata first (so that it stops existing
 // in one step), then its data files. An error matching fs.ErrNotExist when nothing distckpt wrote is there.
 func (h *StorageHandle) RemoveCheckpoint(path string) error {
+	return h.onPath(path, func(p *C.dckpt_storage, cpath *C.char) error {
+		return h.explain(ccall(func() C.int { return C.dckpt_storage_remove_checkpoint(p, cpath) }))
+	})
+}
+
+// onPath runs fn with the storage held (not closed under it) and path as a C string; acquire's error if it is closed.
+func (h *StorageHandle) onPath(path string, fn func(p *C.dckpt_storage, cpath *C.char) error) error {
 	p, err := h.acquire()
 	if err != nil {
 		return err
@@ -374,5 +372,5 @@ func (h *StorageHandle) RemoveCheckpoint(path string) error {
 	defer h.release()
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	return h.explain(ccall(func() C.int { return C.dckpt_storage_remove_checkpoint(p, cpath) }))
+	return fn(p, cpath)
 }
