@@ -635,7 +635,6 @@ class ReadExecutor {
 Reader::Reader(std::string path, MetadataView meta, const ReadOptions& options, std::unique_ptr<Directory> dir)
     : path_(std::move(path)), meta_(std::move(meta)), options_(options), dir_(std::move(dir)) {
   storage_ = options.storage ? options.storage : DefaultStorage();
-  pool_ = std::make_unique<ThreadPool>(options.io_threads ? options.io_threads : DefaultIoThreads());
   files_.resize(meta_.num_files());
   file_errors_.resize(meta_.num_files());
   indexes_.resize(meta_.num_entries());
@@ -751,6 +750,7 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
   DCKPT_ASSIGN_OR_RETURN(MetadataView meta, MetadataView::Parse(std::move(owner), data, size, context));
   std::unique_ptr<Reader> reader(new Reader(path, std::move(meta), options, std::move(dir).value()));
   if (pinning == FilePinning::kAllAtOpen) {
+    reader->dir_->ExpectOpenFiles(reader->meta_.num_files());
     for (uint32_t i = 0; i < reader->meta_.num_files(); ++i) {
       auto opened = reader->OpenDataFile(i);
       if (opened.ok()) {
@@ -760,6 +760,9 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
       }
     }
   }
+  // The I/O threads start after the files are pinned: in a process with one thread, opening many files grows the
+  // descriptor table without waiting for an RCU grace period (posix_storage.cc, ExpectOpenFiles).
+  reader->pool_ = std::make_unique<ThreadPool>(options.io_threads ? options.io_threads : DefaultIoThreads());
   return reader;
 }
 

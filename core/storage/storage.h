@@ -82,6 +82,9 @@ class Directory {
   virtual Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& name) = 0;
   /// Whether anything named `name` is in the directory (a symbolic link counts; it is not followed).
   virtual Result<bool> Exists(const std::string& name) = 0;
+  /// A hint that about `count` files are about to be opened and kept open (a reader pinning a checkpoint's data
+  /// files). Backends that hold a descriptor per file prepare for them at once; the default does nothing.
+  virtual void ExpectOpenFiles(size_t count) { (void)count; }
 };
 
 /// Held while a commit moves a checkpoint into place (Storage::LockDirectory); destroying it releases the lock.

@@ -169,6 +169,7 @@ class FaultDirectory final : public Directory {
     DCKPT_RETURN_IF_ERROR(fs_->Check(Op::kExists, full, "checking whether " + Quoted(full) + " exists"));
     return base_->Exists(name);
   }
+  void ExpectOpenFiles(size_t count) override { base_->ExpectOpenFiles(count); }
 
  private:
   FaultStorage* fs_;
