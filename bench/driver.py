@@ -241,6 +241,15 @@ class Bench:
                 self.add("dckpt_load_warm", r["bytes"] / r["seconds"])
                 r = self.dckpt(ranks, "load", d, "--no-check", "--no-verify")
                 self.add("dckpt_load_warm_noverify", r["bytes"] / r["seconds"])
+                # The least work of the same warm reshard (bench_worker.cc, RunReshardLimit): the ranks' bytes
+                # from the page cache (mapped, or pread per block) or from private copies of the files, each
+                # block hashed once, nothing else. The page cache is left as the loads above left it.
+                r = self.dckpt(ranks, "reshard-limit", d, "--repeat", "1", "--private")
+                if r["bad"]:
+                    raise RuntimeError("the reshard limit copied wrong values")
+                self.add("reshard_least_map", r["bytes"] / r["map_seconds"][0])
+                self.add("reshard_least_read", r["bytes"] / r["read_seconds"][0])
+                self.add("reshard_least_private", r["bytes"] / r["private_seconds"][0])
             elif s == "dcp":
                 d = os.path.join(self.work, "dcp4")
                 self.drop_caches()

@@ -8,8 +8,11 @@
 //   launch -n 4 -- bench_worker --mode save  --spec S --dir D [--io-threads N] [--no-sync] [--unaligned]
 //   launch -n 3 -- bench_worker --mode load  --spec S --dir D [--no-verify] [--no-check] [--no-map] [--no-share]
 //   launch -n 4 -- bench_worker --mode async --spec S --dir D
+//   launch -n 3 -- bench_worker --mode reshard-limit --spec S --dir D [--repeat N] [--private]   a reshard's least work
 //   bench_worker --mode memcpy [--mib N]           memcpy bandwidth, one thread and every core
 //   bench_worker --mode open --dir D --name T      metadata open + one lookup, in a fresh process
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -174,6 +177,7 @@ struct Args {
   size_t io_threads = 0;
   bool sync = true, verify = true, check = true;
   bool map = true, share = true;  // ReadOptions::map_files, ::share_verification
+  bool private_copy = false;  // reshard-limit: also time the work from a private copy of the files
   bool unaligned = false;  // pieces start 64 bytes into a page (as torch's CPU allocator aligns them), not on one
   uint64_t mib = 1024;
   int repeat = 5;
@@ -360,6 +364,189 @@ int RunAsync(const Args& a, Communicator* comm) {
   return 0;
 }
 
+// The least work a resharded load must do on this machine, measured on the checkpoint the load bench reads: each
+// rank gets its pieces from the page cache into its own (faulted-in) buffers, and every needed 1 MiB checksum block
+// is hashed by one of the ranks that need it — nothing else (no plan, no collectives, no bounds checks, no error
+// paths). Two ways in, each timed from a barrier to the slowest rank:
+//   map:  every data file mapped, the bytes copied from the mapping, the mappings dropped at the end: the page faults
+//         and page-table work any loader reading through mmap pays, once per process;
+//   read: each needed block pread into a 1 MiB buffer and copied from there: a kernel copy of every needed block
+//         instead of the page-table work.
+// The verified-copy limit of --mode memcpy has neither cost (its source is private memory already mapped), nor the
+// strided access of a column reshard (each rank wants a third of every row, so it reads pages it takes little from).
+struct Rect {  // rows [r0, r0 + rn), columns [c0, c0 + cn), in elements; a 1-d box is one row
+  uint64_t r0, rn, c0, cn;
+};
+Rect AsRect(const Box& b) {
+  return b.ndim == 2 ? Rect{b.offset[0], b.length[0], b.offset[1], b.length[1]} : Rect{0, 1, b.offset[0], b.length[0]};
+}
+bool Intersect(const Rect& a, const Rect& b, Rect* out) {
+  const uint64_t r0 = std::max(a.r0, b.r0), r1 = std::min(a.r0 + a.rn, b.r0 + b.rn);
+  const uint64_t c0 = std::max(a.c0, b.c0), c1 = std::min(a.c0 + a.cn, b.c0 + b.cn);
+  if (r0 >= r1 || c0 >= c1) return false;
+  *out = Rect{r0, r1 - r0, c0, c1 - c0};
+  return true;
+}
+
+int RunReshardLimit(const Args& a, Communicator* comm) {
+  const uint64_t rank = comm->rank(), world = comm->size();
+  RankState rs;
+  BuildState(&rs, a, false, world, rank);
+  auto reader = Reader::Open(a.dir + "/ckpt", nullptr, ReadOptions{});
+  if (!reader.ok()) Die("open failed: " + reader.status().ToString());
+  const MetadataView& meta = (*reader)->metadata();
+  const uint64_t block = meta.checksum_block_size();
+  std::vector<std::string> paths;
+  std::vector<uint64_t> sizes;
+  for (size_t f = 0; f < meta.num_files(); ++f) {
+    paths.push_back(a.dir + "/ckpt/" + std::string(meta.file_name(f)));
+    sizes.push_back(meta.file_size(f));
+  }
+  // One unit of work: block k of chunk c of a piece's tensor, with the rects that say what to copy from it.
+  struct Unit {
+    const Piece* piece;
+    Rect chunk, mine;
+    uint32_t file;
+    uint64_t offset, length, lo, hi;  // the chunk in its file; the block's byte range within the chunk
+    bool hash;
+  };
+  std::vector<Unit> units;
+  uint64_t serial = 0;
+  for (const Piece& p : rs.pieces) {
+    const Spec& s = rs.specs[p.t];
+    auto idx = meta.Find(s.name);
+    if (!idx) Die("no entry " + s.name);
+    const EntryView e = meta.entry(*idx);
+    const uint64_t es = DTypeSize(s.dtype);
+    std::vector<Rect> wanted(world);
+    for (uint64_t r = 0; r < world; ++r) wanted[r] = AsRect(LoadBox(s, world, r));
+    for (size_t c = 0; c < e.num_chunks; ++c, ++serial) {
+      const Rect chunk = AsRect(e.chunk_box(c));
+      Rect mine;
+      if (!Intersect(chunk, AsRect(p.box), &mine)) continue;
+      const ChunkLocation loc = e.chunk(c);
+      const uint64_t row_bytes = chunk.cn * es;
+      for (uint64_t lo = 0, k = 0; lo < loc.length; lo += block, ++k) {
+        const uint64_t hi = std::min(loc.length, lo + block);
+        // The ranks whose rows this block holds; one of them (in turn) hashes it.
+        std::vector<uint64_t> needing;
+        for (uint64_t r = 0; r < world; ++r) {
+          Rect x;
+          if (!Intersect(chunk, wanted[r], &x)) continue;
+          const uint64_t first = chunk.r0 + lo / row_bytes, last = chunk.r0 + (hi - 1) / row_bytes;
+          if (x.r0 <= last && x.r0 + x.rn > first) needing.push_back(r);
+        }
+        if (std::find(needing.begin(), needing.end(), rank) == needing.end()) continue;
+        units.push_back({&p, chunk, mine, loc.file, loc.offset, loc.length, lo, hi,
+                         needing[(serial + k) % needing.size()] == rank});
+      }
+    }
+  }
+  // Copies what `u` holds of this rank's piece from `src` (the block's bytes).
+  auto copy = [&](const Unit& u, const char* src) {
+    const Spec& s = rs.specs[u.piece->t];
+    const uint64_t es = DTypeSize(s.dtype);
+    const Rect dst = AsRect(u.piece->box);
+    const uint64_t row_bytes = u.chunk.cn * es;
+    const uint64_t first = u.lo / row_bytes, last = (u.hi - 1) / row_bytes;
+    for (uint64_t i = std::max(first, u.mine.r0 - u.chunk.r0); i <= last && i < u.mine.r0 + u.mine.rn - u.chunk.r0;
+         ++i) {
+      const uint64_t from = i * row_bytes + (u.mine.c0 - u.chunk.c0) * es, to = from + u.mine.cn * es;
+      const uint64_t x0 = std::max(from, u.lo), x1 = std::min(to, u.hi);
+      if (x0 >= x1) continue;
+      uint8_t* d = u.piece->data + ((u.chunk.r0 + i - dst.r0) * dst.cn + (u.mine.c0 - dst.c0)) * es + (x0 - from);
+      std::memcpy(d, src + (x0 - u.lo), x1 - x0);
+    }
+  };
+  uint64_t sink = 0;
+  auto run_map = [&] {
+    std::vector<const char*> maps(paths.size(), nullptr);
+    std::vector<int> fds(paths.size(), -1);
+    for (const Unit& u : units) {
+      if (maps[u.file] != nullptr) continue;
+      fds[u.file] = ::open(paths[u.file].c_str(), O_RDONLY | O_CLOEXEC);
+      void* m = ::mmap(nullptr, sizes[u.file], PROT_READ, MAP_SHARED, fds[u.file], 0);
+      if (fds[u.file] < 0 || m == MAP_FAILED) Die("cannot map " + paths[u.file]);
+      maps[u.file] = static_cast<const char*>(m);
+    }
+    for (const Unit& u : units) {
+      const char* src = maps[u.file] + u.offset + u.lo;
+      if (u.hash) sink += Xxh3(src, u.hi - u.lo);
+      copy(u, src);
+    }
+    for (size_t f = 0; f < maps.size(); ++f) {
+      if (maps[f] != nullptr) ::munmap(const_cast<char*>(maps[f]), sizes[f]);
+      if (fds[f] >= 0) ::close(fds[f]);
+    }
+  };
+  auto run_read = [&] {
+    std::vector<int> fds(paths.size(), -1);
+    char* buf = static_cast<char*>(std::aligned_alloc(4096, block));
+    std::memset(buf, 0, block);
+    for (const Unit& u : units) {
+      if (fds[u.file] < 0) fds[u.file] = ::open(paths[u.file].c_str(), O_RDONLY | O_CLOEXEC);
+      const uint64_t n = u.hi - u.lo;
+      if (::pread(fds[u.file], buf, n, static_cast<off_t>(u.offset + u.lo)) != static_cast<ssize_t>(n)) {
+        Die("cannot read " + paths[u.file]);
+      }
+      if (u.hash) sink += Xxh3(buf, n);
+      copy(u, buf);
+    }
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+    std::free(buf);
+  };
+  // The same work from a private copy of the files, read into this process's memory before the clock starts: the
+  // verified-copy limit with this reshard's access pattern and process count, without the page cache.
+  std::vector<char*> copies(paths.size(), nullptr);
+  auto run_private = [&] {
+    for (const Unit& u : units) {
+      const char* src = copies[u.file] + u.offset + u.lo;
+      if (u.hash) sink += Xxh3(src, u.hi - u.lo);
+      copy(u, src);
+    }
+  };
+  if (a.private_copy) {
+    for (const Unit& u : units) {
+      if (copies[u.file] != nullptr) continue;
+      copies[u.file] = static_cast<char*>(std::aligned_alloc(4096, (sizes[u.file] + 4095) / 4096 * 4096));
+      const int fd = ::open(paths[u.file].c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || copies[u.file] == nullptr ||
+          ::pread(fd, copies[u.file], sizes[u.file], 0) != static_cast<ssize_t>(sizes[u.file])) {
+        Die("cannot copy " + paths[u.file]);
+      }
+      ::close(fd);
+    }
+  }
+  const int methods = a.private_copy ? 3 : 2;
+  std::vector<std::vector<double>> secs(3);
+  double bad = 0;
+  for (int r = 0; r < a.repeat; ++r) {
+    for (int m = 0; m < methods; ++m) {
+      const int method = (r + m) % methods;  // each method goes first in turn
+      for (const Piece& p : rs.pieces) std::memset(p.data, 0xAB, p.size);
+      (void)comm->Barrier(kDefaultCollectiveTimeout);
+      const double t0 = Now();
+      method == 0 ? run_map() : method == 1 ? run_read() : run_private();
+      secs[method].push_back(Max(Gather(comm, Now() - t0)));
+      for (const Piece& p : rs.pieces) bad += Check(rs.specs[p.t], p.t, p.box, p.data) ? 0 : 1;
+    }
+  }
+  for (char* c : copies) std::free(c);
+  const std::vector<double>& map_s = secs[0];
+  const std::vector<double>& read_s = secs[1];
+  const double bads = Max(Gather(comm, bad));
+  double bytes = 0;
+  for (double h : Gather(comm, static_cast<double>(rs.bytes))) bytes += h;
+  if (rank == 0) {
+    std::printf("RESULT {\"mode\": \"reshard-limit\", \"bytes\": %.0f, \"map_seconds\": %s, \"read_seconds\": %s, "
+                "\"private_seconds\": %s, \"bad\": %.0f, \"sink\": %llu}\n", bytes, Json(map_s).c_str(),
+                Json(read_s).c_str(), Json(secs[2]).c_str(), bads, static_cast<unsigned long long>(sink & 1));
+  }
+  return bads == 0 ? 0 : 1;
+}
+
 // memcpy bandwidth (bytes copied per second) with one thread and with every core, buffers faulted in first. Also the
 // limit of a verified load: every core hashes 1 MiB blocks (XXH3, as checksums are computed) and copies each block
 // right after hashing it, while it is still in cache — the least work that delivers verified bytes.
@@ -462,11 +649,14 @@ int Main(int argc, char** argv) {
     else if (k == "--no-map") a.map = false;
     else if (k == "--no-share") a.share = false;
     else if (k == "--unaligned") a.unaligned = true;
+    else if (k == "--private") a.private_copy = true;
     else Die("unknown argument " + k);
   }
   if (a.mode == "memcpy") return RunMemcpy(a);
   if (a.mode == "open") return RunOpen(a);
-  if (a.mode != "save" && a.mode != "load" && a.mode != "async") Die("--mode save|load|async|memcpy|open");
+  if (a.mode != "save" && a.mode != "load" && a.mode != "async" && a.mode != "reshard-limit") {
+    Die("--mode save|load|async|reshard-limit|memcpy|open");
+  }
   std::unique_ptr<Communicator> comm = NewSingleProcessCommunicator();
   if (std::getenv("DCKPT_RANK") != nullptr) {
     auto opts = GlooOptionsFromEnv(GlooOptions{});
@@ -476,6 +666,7 @@ int Main(int argc, char** argv) {
   }
   if (a.mode == "save") return RunSave(a, comm.get());
   if (a.mode == "load") return RunLoad(a, comm.get());
+  if (a.mode == "reshard-limit") return RunReshardLimit(a, comm.get());
   return RunAsync(a, comm.get());
 }
 
