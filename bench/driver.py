@@ -486,6 +486,7 @@ class Bench:
     def report(self):
         import report
         path_md, path_png = report.write(self)
+        report.save_state(self, os.path.splitext(path_md)[0] + ".json")
         log("wrote", path_md, "and", path_png)
 
 
