@@ -14,6 +14,7 @@ are clean after the fsyncs); "warm" reads come right after, from the page cache.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -159,6 +160,19 @@ def _physical_read(path, rank, nbytes):
     return run, out
 
 
+@contextlib.contextmanager
+def _gloo_group(rank, world, rdv):
+    """A gloo process group over loopback for one rank, destroyed on the way out."""
+    import torch.distributed as dist
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=rdv, rank=rank, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 def save_worker(rank, world, rdv, root, a, results):
     """Saves the state --repeat times with each method (rotating the order); keeps the last rep's checkpoints."""
     import torch.distributed as dist
@@ -168,9 +182,7 @@ def save_worker(rank, world, rdv, root, a, results):
     import distckpt.comm
     import distckpt.torch
 
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=rdv, rank=rank, world_size=world)
-    try:
+    with _gloo_group(rank, world, rdv):
         state = _state(world, rank, a.tensors, a.rows, fill=True)
         comm = distckpt.comm.from_torch()
         times = {m: [] for m in SAVE_METHODS}
@@ -204,8 +216,6 @@ def save_worker(rank, world, rdv, root, a, results):
             sizes = {m: dir_bytes(os.path.join(root, f"save_{m}")) for m in SAVE_METHODS}
             results.put(("save", times, sizes))
         dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def load_worker(rank, world, rdv, root, a, results):
@@ -217,9 +227,7 @@ def load_worker(rank, world, rdv, root, a, results):
     import distckpt.comm
     import distckpt.torch
 
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=rdv, rank=rank, world_size=world)
-    try:
+    with _gloo_group(rank, world, rdv):
         state = _state(world, rank, a.tensors, a.rows, fill=False)
         comm = distckpt.comm.from_torch()
         # The physical read reads as many bytes per rank as the loads do: this world's own files of its share.
@@ -257,8 +265,6 @@ def load_worker(rank, world, rdv, root, a, results):
         if rank == 0:
             results.put(("load", {f"{m}|{c}": v for (m, c), v in times.items()}, nbytes))
         dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def _run(fn, rank, args, results):
