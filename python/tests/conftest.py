@@ -48,6 +48,37 @@ def same_bytes(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
 
 
+def assert_same(got, want, where="root"):
+    """Deep equality of torch state: the same types (dicts in the same key order, tuples as tuples), tensors of the
+    same dtype and shape byte for byte (NaNs and FP8 patterns included), NaN floats as NaN."""
+    import torch
+
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__}, expected a tensor"
+        assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape), f"{where}: {got.dtype} {got.shape}"
+        assert tensor_bytes(got) == tensor_bytes(want), f"{where}: values differ"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict), f"{where}: {type(got).__name__}, expected a dict"
+        assert list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
+        for k in want:
+            assert_same(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), f"{where}: {got!r:.80} != {want!r:.80}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{where}.{i}")
+    elif isinstance(want, float) and want != want:
+        assert isinstance(got, float) and got != got, f"{where}: {got!r}"
+    else:
+        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
+
+
+def tensor_bytes(t) -> bytes:
+    """A torch tensor's bytes, in C order."""
+    import torch
+
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
 @pytest.fixture
 def ckpt(tmp_path):
     """A path for a checkpoint that does not exist yet."""

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import distckpt
-from conftest import all_numpy_dtypes, sample
+from conftest import all_numpy_dtypes, assert_same, sample, tensor_bytes
 from distckpt.consolidate import _pieces, consolidate, import_torch_save
 
 torch = pytest.importorskip("torch")
@@ -44,30 +44,6 @@ def _to_torch(a):
     """A numpy array as the torch tensor with the same dtype and bytes."""
     t = torch.frombuffer(bytearray(a.tobytes()), dtype=torch.uint8) if a.nbytes else torch.empty(0, dtype=torch.uint8)
     return t.view(_torch_dtype(a.dtype)).reshape(a.shape)
-
-
-def _raw(t):
-    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
-def assert_same(got, want, where="root"):
-    """Deep equality; tensors by dtype, shape and bytes (NaNs and FP8 patterns included)."""
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{where}: {type(got)}"
-        assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape), f"{where}: {got.dtype} {got.shape}"
-        assert _raw(got) == _raw(want), f"{where}: values differ"
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
-        for k in want:
-            assert_same(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), f"{where}: {got!r:.80}"
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"{where}.{i}")
-    elif isinstance(want, float) and want != want:
-        assert isinstance(got, float) and got != got, where
-    else:
-        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
 
 
 def _state():
@@ -178,7 +154,7 @@ def test_safetensors_file_holds_every_tensor(tmp_path):
         for name, a in tensors.items():
             t = f.get_tensor(name)
             assert t.dtype == _torch_dtype(a.dtype) and tuple(t.shape) == np.shape(a), name
-            assert _raw(t) == np.asarray(a).tobytes(), name
+            assert tensor_bytes(t) == np.asarray(a).tobytes(), name
 
 
 def test_c128_cannot_go_to_safetensors_and_nothing_is_left(tmp_path):

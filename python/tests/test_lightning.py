@@ -7,7 +7,6 @@ every value of each saved checkpoint with a torch.save copy of the dict Lightnin
 
 from __future__ import annotations
 
-import math
 import os
 import pathlib
 import socket
@@ -25,6 +24,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
 
 import distckpt  # noqa: E402
 from distckpt.lightning import DistckptCheckpointIO, DistckptDDPStrategy, DistckptFabricDDPStrategy  # noqa: E402
+from conftest import assert_same  # noqa: E402
 from test_multiprocess import run_ranks  # noqa: E402
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python" / "lightning_example.py"
@@ -62,27 +62,6 @@ def loader():
     x = torch.randn(32, 6, generator=g)
     y = torch.randn(32, 2, generator=g)
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
-
-
-def assert_same(got, want, where="checkpoint"):
-    """Every value equal, with the same types (dicts as dicts in the same key order, tuples as tuples)."""
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__}, expected a tensor"
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got.dtype}{tuple(got.shape)}"
-        assert torch.equal(got, want), f"{where}: values differ"
-    elif isinstance(want, dict):
-        assert isinstance(got, dict), f"{where}: {type(got).__name__}, expected a dict"
-        assert list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
-        for k in want:
-            assert_same(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
-        for i, (a, b) in enumerate(zip(got, want)):
-            assert_same(a, b, f"{where}.{i}")
-    elif isinstance(want, float) and math.isnan(want):
-        assert isinstance(got, float) and math.isnan(got), f"{where}: {got!r}"
-    else:
-        assert type(got) is type(want) and got == want, f"{where}: {got!r} != {want!r}"
 
 
 class CheckRestored(Callback):
