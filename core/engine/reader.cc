@@ -158,7 +158,7 @@ class ReadExecutor {
   void AddVerify(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, false, {}}); }
   /// Brings a whole chunk into the page cache and into this process's mapping of its file, and verifies it there
   /// (Reader::MapAll): the pages stay mapped for the caller's views.
-  void AddMapped(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, true, false, {}, true}); }
+  void AddMapped(size_t entry, uint32_t chunk) { jobs_.push_back(Job{entry, chunk, false, false, {}, true}); }
 
   Result<std::vector<FileRange>> VerifiedRanges() {
     DCKPT_RETURN_IF_ERROR(Prepare());
@@ -262,10 +262,12 @@ class ReadExecutor {
     bool verify_only;
     bool device;  // some destination is device memory: read into pinned staging buffers (load_staging.h)
     std::vector<Op> ops;
-    bool mapped = false;  // AddMapped: read and verified through the file's mapping, which keeps the pages
+    // AddMapped: the whole chunk read (and verified, as the options say) through the file's mapping, which keeps
+    // the pages.
+    bool mapped = false;
   };
 
-  bool verify(const Job& job) const { return job.mapped ? r_->options_.verify : job.verify_only || r_->options_.verify; }
+  bool verify(const Job& job) const { return job.verify_only || r_->options_.verify; }
   struct Work {
     const Job* job;
     Range seg;        // within the chunk
@@ -387,7 +389,7 @@ class ReadExecutor {
     const uint64_t block = r_->meta_.checksum_block_size();
     const uint64_t nblocks = NumChecksumBlocks(loc.length, block);
     std::vector<Range> ranges;
-    if (job.verify_only || (verify(job) && nblocks == 1)) {  // verify_only: also the mapped jobs
+    if (job.verify_only || job.mapped || (verify(job) && nblocks == 1)) {  // whole chunks
       ranges.push_back({0, loc.length});
     } else if (verify(job)) {
       // Only the checksum blocks that hold needed bytes are read (and verified).
