@@ -51,6 +51,12 @@ namespace {
 thread_local std::string t_error_message;
 thread_local int t_error_code = DCKPT_OK;
 
+// A C progress callback as the engine's ProgressFn (empty when `fn` is NULL).
+ProgressFn ProgressOf(dckpt_progress_fn fn, void* user_data) {
+  if (fn == nullptr) return nullptr;
+  return [fn, user_data](uint64_t done, uint64_t total) { return fn(done, total, user_data); };
+}
+
 }  // namespace
 
 int Report(const Status& st) {
@@ -99,11 +105,7 @@ Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
   o.verify = opts->verify != 0;
   o.io_threads = opts->io_threads;
   o.timeout = Timeout(opts->timeout_ms);
-  if (opts->version >= 2 && opts->progress) {
-    dckpt_progress_fn fn = opts->progress;
-    void* user = opts->progress_user_data;
-    o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
-  }
+  if (opts->version >= 2) o.progress = ProgressOf(opts->progress, opts->progress_user_data);
   if (opts->version >= 3) {
     o.map_files = opts->map_files != 0;
     o.share_verification = opts->share_verification != 0;
@@ -136,11 +138,7 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
   o.sync = opts->sync != 0;
   if (opts->checksum_block_size) o.checksum_block_size = opts->checksum_block_size;
   o.timeout = Timeout(opts->timeout_ms);
-  if (opts->version >= 2 && opts->progress) {
-    dckpt_progress_fn fn = opts->progress;
-    void* user = opts->progress_user_data;
-    o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
-  }
+  if (opts->version >= 2) o.progress = ProgressOf(opts->progress, opts->progress_user_data);
   if (opts->version >= 3) {
     if (opts->staging_buffer_bytes) o.staging_buffer_bytes = opts->staging_buffer_bytes;
     if (opts->staging_buffers) o.staging_buffers = opts->staging_buffers;
@@ -510,11 +508,8 @@ int dckpt_reader_load(dckpt_io_stats* stats, dckpt_reader* reader, dckpt_state* 
     if (stats) {
       DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(stats->version, DCKPT_IO_STATS_VERSION, "dckpt_io_stats"));
     }
-    distckpt::ProgressFn fn;
-    if (progress) fn = [progress, progress_user_data](uint64_t done, uint64_t total) {
-      return progress(done, total, progress_user_data);
-    };
-    auto r = distckpt::Load(reader->reader.get(), state->state, distckpt::capi::CommOf(comm), fn);
+    auto r = distckpt::Load(reader->reader.get(), state->state, distckpt::capi::CommOf(comm),
+                            distckpt::capi::ProgressOf(progress, progress_user_data));
     if (!r.ok()) return Report(r.status());
     if (stats) FillIoStats(stats, r->io, r->seconds);
     return DCKPT_OK;
@@ -732,9 +727,7 @@ int dckpt_reader_structure(const char** data, size_t* size, const dckpt_reader* 
 int dckpt_reader_verify(dckpt_reader* reader, dckpt_progress_fn progress, void* user_data) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
-    distckpt::ProgressFn fn;
-    if (progress) fn = [progress, user_data](uint64_t done, uint64_t total) { return progress(done, total, user_data); };
-    return Report(reader->reader->VerifyAll(fn));
+    return Report(reader->reader->VerifyAll(distckpt::capi::ProgressOf(progress, user_data)));
   })
 }
 
@@ -747,9 +740,8 @@ int dckpt_reader_verify_chunk_progress(dckpt_reader* reader, size_t entry, size_
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     if (chunk > UINT32_MAX) return Report(distckpt::InvalidArgument("chunk index out of range"));
-    distckpt::ProgressFn fn;
-    if (progress) fn = [progress, user_data](uint64_t done, uint64_t total) { return progress(done, total, user_data); };
-    return Report(reader->reader->VerifyChunk(entry, static_cast<uint32_t>(chunk), fn));
+    return Report(reader->reader->VerifyChunk(entry, static_cast<uint32_t>(chunk),
+                                              distckpt::capi::ProgressOf(progress, user_data)));
   })
 }
 
@@ -771,11 +763,7 @@ int dckpt_reader_map_all(dckpt_reader* reader, const dckpt_map_all_options* opts
         DCKPT_RETURN_IF_FAILED(NotNull(opts->entries, "opts->entries"));
         entries.assign(opts->entries, opts->entries + opts->num_entries);
       }
-      if (opts->progress) {
-        dckpt_progress_fn progress = opts->progress;
-        void* user_data = opts->progress_user_data;
-        fn = [progress, user_data](uint64_t done, uint64_t total) { return progress(done, total, user_data); };
-      }
+      fn = distckpt::capi::ProgressOf(opts->progress, opts->progress_user_data);
     }
     return Report(reader->reader->MapAll(entries, fn));
   })
