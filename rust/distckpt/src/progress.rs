@@ -8,6 +8,8 @@ use std::os::raw::c_int;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
+use distckpt_sys as sys;
+
 use crate::Result;
 
 /// `done`, `total` bytes; return `false` to stop the operation (it fails with `ErrorCode::User`).
@@ -50,5 +52,22 @@ impl<'a> Progress<'a> {
             resume_unwind(payload);
         }
         result
+    }
+}
+
+/// An optional closure as the `(progress, progress_user_data)` pair of a C call: `(None, null)` without one. The
+/// user data is valid while `p` is neither moved nor dropped.
+pub(crate) fn c_pair(p: &Option<Progress<'_>>) -> (sys::dckpt_progress_fn, *mut c_void) {
+    match p {
+        Some(p) => (Some(Progress::callback), p.user_data()),
+        None => (None, std::ptr::null_mut()),
+    }
+}
+
+/// [`Progress::finish`] for an optional closure.
+pub(crate) fn finish<T>(p: Option<Progress<'_>>, result: Result<T>) -> Result<T> {
+    match p {
+        Some(p) => p.finish(result),
+        None => result,
     }
 }

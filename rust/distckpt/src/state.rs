@@ -12,7 +12,7 @@ use crate::checkpoint::{cstring, path_cstring, volume, Checkpoint, IoStats, Read
 use crate::comm::Comm;
 use crate::dtype::check_element;
 use crate::error::check;
-use crate::progress::{Progress, ProgressFn};
+use crate::progress::{self, Progress, ProgressFn};
 use crate::storage::{annotate, StorageHandle};
 use crate::{Dtype, Element, Error, ErrorCode, Result};
 
@@ -259,17 +259,11 @@ impl<'a> SaveState<'a> {
         let cpath = path_cstring(path)?;
         let mut raw_opts = opts.to_raw()?;
         let progress = progress.map(Progress::new);
-        if let Some(p) = &progress {
-            raw_opts.progress = Some(Progress::callback);
-            raw_opts.progress_user_data = p.user_data();
-        }
+        (raw_opts.progress, raw_opts.progress_user_data) = progress::c_pair(&progress);
         let mut info = new_save_info();
         let rc = unsafe { sys::dckpt_save(&mut info, cpath.as_ptr(), self.inner.raw, comm_ptr(&comm), &raw_opts) };
-        let mut result = check(rc).map(|_| SaveInfo::from_raw(&info)).map_err(|e| annotate(&opts.storage, e));
-        if let Some(p) = progress {
-            result = p.finish(result);
-        }
-        finish_collective(comm, result)
+        let result = check(rc).map(|_| SaveInfo::from_raw(&info)).map_err(|e| annotate(&opts.storage, e));
+        finish_collective(comm, progress::finish(progress, result))
     }
 
     /// Starts a save and returns once every piece and bytes entry has been copied into buffers the library owns:
@@ -449,16 +443,9 @@ impl<'a> LoadState<'a> {
         let mut stats: sys::dckpt_io_stats = unsafe { std::mem::zeroed() };
         stats.version = sys::DCKPT_IO_STATS_VERSION;
         let p = progress.map(Progress::new);
-        let (cb, ud) = match &p {
-            Some(p) => (Some(Progress::callback as unsafe extern "C" fn(u64, u64, *mut std::ffi::c_void) -> i32), p.user_data()),
-            None => (None, std::ptr::null_mut()),
-        };
+        let (cb, ud) = progress::c_pair(&p);
         let rc = unsafe { sys::dckpt_reader_load(&mut stats, ckpt.raw(), self.inner.raw, std::ptr::null_mut(), cb, ud) };
-        let result = check(rc).map(|_| IoStats::from_raw(&stats)).map_err(|e| ckpt.storage_error(e));
-        match p {
-            Some(p) => p.finish(result),
-            None => result,
-        }
+        progress::finish(p, check(rc).map(|_| IoStats::from_raw(&stats)).map_err(|e| ckpt.storage_error(e)))
     }
 
     fn load_impl(&mut self, path: &Path, comm: Option<&mut Comm>, opts: &ReadOptions) -> Result<IoStats> {

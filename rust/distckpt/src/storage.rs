@@ -24,7 +24,7 @@ use distckpt_sys as sys;
 
 use crate::checkpoint::{cstring, path_cstring};
 use crate::error::check;
-use crate::progress::{Progress, ProgressFn};
+use crate::progress::{self, Progress, ProgressFn};
 use crate::{Error, ErrorCode, Result};
 
 /// A file being written through a [`Storage`] (what [`Storage::create`] returns). Nothing is visible at its path
@@ -506,14 +506,7 @@ pub fn export_safetensors(
     raw.storage = raw_or_null(&opts.storage);
     raw.out_storage = raw_or_null(&opts.out_storage);
     let progress = progress.map(Progress::new);
-    if let Some(p) = &progress {
-        raw.progress = Some(Progress::callback);
-        raw.progress_user_data = p.user_data();
-    }
+    (raw.progress, raw.progress_user_data) = progress::c_pair(&progress);
     let rc = unsafe { sys::dckpt_export_safetensors(cin.as_ptr(), cout.as_ptr(), &raw) };
-    let mut result = check(rc).map_err(|e| annotate(&opts.out_storage, annotate(&opts.storage, e)));
-    if let Some(p) = progress {
-        result = p.finish(result);
-    }
-    result
+    progress::finish(progress, check(rc).map_err(|e| annotate(&opts.out_storage, annotate(&opts.storage, e))))
 }

@@ -9,7 +9,7 @@ use distckpt_sys as sys;
 
 use crate::checkpoint::{Checkpoint, IoStats};
 use crate::error::check;
-use crate::progress::{Progress, ProgressFn};
+use crate::progress::{self, Progress, ProgressFn};
 use crate::state::LoadState;
 use crate::{Dtype, Element, Error, ErrorCode, Result};
 
@@ -119,15 +119,9 @@ impl Checkpoint {
         opts.entries = if indices.is_empty() { std::ptr::null() } else { indices.as_ptr() };
         opts.num_entries = indices.len();
         let p = progress.map(Progress::new);
-        if let Some(p) = &p {
-            opts.progress = Some(Progress::callback);
-            opts.progress_user_data = p.user_data();
-        }
+        (opts.progress, opts.progress_user_data) = progress::c_pair(&p);
         let rc = check(unsafe { sys::dckpt_reader_map_all(self.raw(), &opts) }).map_err(|e| self.storage_error(e));
-        match p {
-            Some(p) => p.finish(rc),
-            None => rc,
-        }
+        progress::finish(p, rc)
     }
 
     /// Reads every tensor into memory the library allocates (page-aligned, one buffer per tensor), verified, in one
