@@ -78,6 +78,10 @@ def save_rank(rank: int, world: int, root: str) -> None:
             assert sum(written) == summary.total_bytes, "replicated tensors must be written once"
             assert all(w > 0 for w in written), "every rank takes a share of the writing"
             torch.save({"model": model.state_dict(), "optim": optim.state_dict()}, f"{root}/expected.pt")
+        # The last collective before the process exits holds no tensors Python made: torch's gloo thread releases
+        # the all_gather's tensors (taking the GIL) after the call returns, and if that happens while the
+        # interpreter shuts down the process aborts ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -94,6 +98,7 @@ def load_rank(rank: int, world: int, root: str) -> None:
         check(model, optim, root)
         if rank == 0:
             print(f"loaded on {world} ranks: values match")
+        dist.barrier()  # as in save_rank: the last collective holds no tensors Python made
     finally:
         dist.destroy_process_group()
 

@@ -93,6 +93,10 @@ def save_rank(rank: int, world: int, root: str) -> None:
         full = full_state(model, optim)  # collective: every rank takes part
         if rank == 0:
             torch.save(full, f"{root}/expected.pt")
+        # The last collective before the process exits holds no tensors Python made: torch's gloo thread releases
+        # the all_gather's tensors (taking the GIL) after the call returns, and if that happens while the
+        # interpreter shuts down the process aborts ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
