@@ -46,6 +46,18 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
     flatc --cpp --scoped-enums -o "$build/gen/core/format" "$root/core/format/schema.fbs" || return 1
   fi
   local pids=() objs=() src obj
+  # XXH3 at each SIMD level: C files, each with its own -m flag (core/format/BUILD.bazel).
+  local level flag
+  for level in sse2:-msse2 avx2:-mavx2 avx512:-mavx512f; do
+    flag=${level#*:}
+    level=${level%%:*}
+    src=core/format/xxh3/xxh3_$level.c
+    obj="$build/obj/${src//\//_}.o"
+    if [[ ! -f $obj || $root/$src -nt $obj ]]; then
+      clang-14 -O1 -g -fno-omit-frame-pointer "${san[@]}" -fsanitize=fuzzer-no-link "$flag" -c "$root/$src" -o "$obj" ||
+        return 1
+    fi
+  done
   for src in "${lib_srcs[@]}" core/format/metadata_test_util.cc core/format/fuzz/make_seeds.cc \
              core/format/fuzz/metadata_fuzz.cc core/plan/fuzz/load_plan_fuzz.cc; do
     obj="$build/obj/${src//\//_}.o"
@@ -59,14 +71,14 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
   done
   for p in "${pids[@]}"; do wait "$p" || return 1; done
   local libs=() s
-  for s in "${lib_srcs[@]}"; do libs+=("$build/obj/${s//\//_}.o"); done
+  for s in "${lib_srcs[@]}" core/format/xxh3/xxh3_{sse2,avx2,avx512}.c; do libs+=("$build/obj/${s//\//_}.o"); done
   o() { echo "$build/obj/${1//\//_}.o"; }
-  "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "$(o core/format/fuzz/metadata_fuzz.cc)" -lxxhash \
+  "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "$(o core/format/fuzz/metadata_fuzz.cc)" \
       -o "$build/metadata" || return 1
-  "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "$(o core/plan/fuzz/load_plan_fuzz.cc)" -lxxhash \
+  "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "$(o core/plan/fuzz/load_plan_fuzz.cc)" \
       -o "$build/load_plan" || return 1
   "${cxx[@]}" "${san[@]}" "${libs[@]}" "$(o core/format/metadata_test_util.cc)" "$(o core/format/fuzz/make_seeds.cc)" \
-      -lxxhash -o "$build/make_seeds" || return 1
+      -o "$build/make_seeds" || return 1
   cpp_built=0
 }
 

@@ -14,6 +14,7 @@ PACKAGES=(
   fio                                                 # measuring the disk in benchmarks
   pybind11-dev python3-dev python3-venv               # the Python extension (bindings/) and python/run_tests.sh
   bindgen libclang-dev                                # distckpt-sys: regenerating bindings, and the staleness test
+  patchelf                                            # the portable install tree (scripts/build_lib.sh) and the wheel
   clang-14 libclang-rt-14-dev                         # scripts/fuzz.sh: libFuzzer, ASan and UBSan
 )
 

@@ -1,15 +1,41 @@
 #include "core/format/checksum.h"
 
-#include <xxhash.h>
-// Same XXH3-64 values, with the SIMD variant (SSE2/AVX2/AVX-512) chosen at run time: ~4x faster than the baseline
-// build of XXH3_64bits in Debian's libxxhash on this hardware (bench/NOTES.md).
-#include <xxh_x86dispatch.h>
-
 #include <cstring>
+
+// XXH3-64 built three times (xxh3/xxh3_{sse2,avx2,avx512}.c, xxhash's own code inlined from Debian's header), the
+// widest variant the CPU and OS support chosen once at load: ~4x faster than the baseline build of XXH3_64bits in
+// Debian's libxxhash on this hardware (bench/NOTES.md). Inlined rather than taken from libxxhash's run-time dispatch,
+// which exists only in its shared library: libdistckpt.so and libdistckpt.a carry no xxhash dependency.
+extern "C" {
+uint64_t distckpt_xxh3_sse2(const void* data, size_t size);
+uint64_t distckpt_xxh3_avx2(const void* data, size_t size);
+uint64_t distckpt_xxh3_avx512(const void* data, size_t size);
+}
 
 namespace distckpt {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "distckpt assumes a little-endian host");
+
+namespace {
+
+using Xxh3Fn = uint64_t (*)(const void*, size_t);
+
+Xxh3Fn PickXxh3() {
+  __builtin_cpu_init();  // libgcc's checks include the OS's XSAVE state for the AVX registers
+  if (__builtin_cpu_supports("avx512f")) return distckpt_xxh3_avx512;
+  if (__builtin_cpu_supports("avx2")) return distckpt_xxh3_avx2;
+  return distckpt_xxh3_sse2;
+}
+
+const Xxh3Fn kXxh3 = PickXxh3();
+
+// Before static initialisation has run (a checksum from another library's constructor) kXxh3 may still be null.
+inline uint64_t XXH3_64bits_dispatch(const void* data, size_t size) {
+  const Xxh3Fn fn = kXxh3 != nullptr ? kXxh3 : distckpt_xxh3_sse2;
+  return fn(data, size);
+}
+
+}  // namespace
 
 uint64_t Xxh3(const void* data, size_t size) { return XXH3_64bits_dispatch(data, size); }
 
