@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "capi/include/distckpt/distckpt.h"
+#include "distckpt/distckpt.h"  // capi/include (Bazel), or an installed core's include/ (setup.py, DISTCKPT_PREBUILT)
 
 namespace py = pybind11;
 

@@ -1,11 +1,22 @@
-"""Builds the extension module with Bazel and packages it, the way TensorStore's setup.py does.
+"""Builds the extension module and packages it. Two ways, chosen by the environment:
 
-``pip install ./python`` runs ``bazel build //bindings:_distckpt.so`` in the repository (with the installing
-interpreter's headers) and copies the result into the wheel. Environment knobs:
+1. **From a source checkout, with Bazel** (the default; TensorStore's setup.py is the model): ``pip install ./python``
+   runs ``bazel build //bindings:_distckpt.so`` in the repository with the installing interpreter's headers and copies
+   the result, which has the core linked in, into the package. Knobs:
 
-- ``DISTCKPT_BAZEL``: the bazel binary (default: ``bazel`` on PATH).
-- ``DISTCKPT_BAZEL_OUTPUT_BASE``: a Bazel ``--output_base`` (e.g. to keep apart from another workspace's builds).
-- ``DISTCKPT_BAZEL_FLAGS``: extra build flags, e.g. ``-c opt`` or ``--config=cuda``.
+   - ``DISTCKPT_BAZEL``: the bazel binary (default: ``bazel`` on PATH).
+   - ``DISTCKPT_BAZEL_OUTPUT_BASE``: a Bazel ``--output_base`` (e.g. to keep apart from another workspace's builds).
+   - ``DISTCKPT_BAZEL_FLAGS``: extra build flags, e.g. ``-c opt`` or ``--config=cuda``.
+
+2. **Against an installed core, without Bazel** (pygit2 against a system libgit2 is the model), for Pythons and
+   platforms that have no wheel: ``DISTCKPT_PREBUILT=<install tree> pip install ./python``, where the tree is what
+   ``scripts/build_lib.sh`` lays out (``include/distckpt/distckpt.h``, ``lib/libdistckpt.so``, ``lib/distckpt.libs/``).
+   Only the pybind11 extension (``bindings/distckpt_module.cc``, which calls nothing but the C ABI) is compiled, with
+   the C++ compiler setuptools finds and the pybind11 headers of the ``pybind11`` package (``pip install pybind11``)
+   or of the system (Debian's ``pybind11-dev``). The library and its vendored dependencies are copied into the
+   package, and the extension finds them through ``$ORIGIN``: the installed package does not depend on the tree.
+   ``DISTCKPT_PREBUILT=pkg-config`` takes the flags from ``pkg-config distckpt`` instead and links the library where
+   it is installed (nothing is copied).
 """
 
 import os
@@ -25,9 +36,13 @@ HEADER = ROOT / "capi" / "include" / "distckpt" / "distckpt.h"
 
 
 def _version() -> str:
-    m = re.search(r'#define DCKPT_VERSION_STRING "([^"]+)"', HEADER.read_text())
+    prebuilt = os.environ.get("DISTCKPT_PREBUILT")
+    if prebuilt == "pkg-config":
+        return subprocess.check_output(["pkg-config", "--modversion", "distckpt"], text=True).strip()
+    header = Path(prebuilt) / "include" / "distckpt" / "distckpt.h" if prebuilt else HEADER
+    m = re.search(r'#define DCKPT_VERSION_STRING "([^"]+)"', header.read_text())
     if not m:
-        raise RuntimeError(f"cannot find DCKPT_VERSION_STRING in {HEADER}")
+        raise RuntimeError(f"cannot find DCKPT_VERSION_STRING in {header}")
     return m.group(1)
 
 
@@ -41,8 +56,54 @@ class BazelExtension(setuptools.Extension):
 
 class BazelBuildExt(build_ext):
     def run(self) -> None:
+        prebuilt = os.environ.get("DISTCKPT_PREBUILT")
+        if prebuilt:
+            for ext in self.extensions:
+                self._prebuilt(ext, prebuilt)
+            super().run()  # compiles each extension's sources with the compiler setuptools sets up
+            return
         for ext in self.extensions:
             self._build(ext)
+
+    def _prebuilt(self, ext: BazelExtension, where: str) -> None:
+        """Turns `ext` into an ordinary C++ extension over an installed core (module docstring, way 2)."""
+        source = ROOT / "bindings" / "distckpt_module.cc"
+        version_script = ROOT / "bindings" / "_distckpt.lds"
+        if not source.is_file():
+            raise RuntimeError(f"DISTCKPT_PREBUILT: the binding's source {source} is missing")
+        if where == "pkg-config":
+            flags = shlex.split(subprocess.check_output(["pkg-config", "--cflags", "--libs", "distckpt"], text=True))
+            include_dirs = [f[2:] for f in flags if f.startswith("-I")]
+            library_dirs = [f[2:] for f in flags if f.startswith("-L")]
+            link_args = [f for f in flags if not f.startswith(("-I", "-L", "-l"))]
+            link_args += [f"-Wl,-rpath,{d}" for d in library_dirs]
+        else:
+            tree = Path(where).resolve()
+            header = tree / "include" / "distckpt" / "distckpt.h"
+            library = tree / "lib" / "libdistckpt.so"
+            for needed in (header, library):
+                if not needed.is_file():
+                    raise RuntimeError(f"DISTCKPT_PREBUILT={where}: {needed} is missing (lay the tree out with "
+                                       "scripts/build_lib.sh, or point DISTCKPT_PREBUILT at an install prefix)")
+            include_dirs = [str(tree / "include")]
+            library_dirs = [str(tree / "lib")]
+            # The library and what it vendors go into the package; the extension finds them beside itself.
+            package_dir = Path(self.get_ext_fullpath(ext.name)).parent
+            package_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(library, package_dir / library.name)
+            (package_dir / library.name).chmod(0o755)
+            vendored = tree / "lib" / "distckpt.libs"
+            shutil.rmtree(package_dir / vendored.name, ignore_errors=True)
+            if vendored.is_dir():
+                shutil.copytree(vendored, package_dir / vendored.name)
+            link_args = ["-Wl,-rpath,$ORIGIN"]
+        ext.sources = [str(source)]
+        ext.language = "c++"
+        ext.include_dirs = include_dirs + _pybind11_includes()
+        ext.library_dirs = library_dirs
+        ext.libraries = ["distckpt"]
+        ext.extra_compile_args = ["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-missing-field-initializers"]
+        ext.extra_link_args = [f"-Wl,--version-script={version_script}", *link_args]
 
     def _build(self, ext: BazelExtension) -> None:
         if not (ROOT / "WORKSPACE").is_file():
@@ -65,6 +126,17 @@ class BazelBuildExt(build_ext):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built, dest)  # Bazel's outputs are read-only; the copy is not
         dest.chmod(0o755)
+
+
+def _pybind11_includes() -> list:
+    try:
+        import pybind11  # the PyPI package, when the build environment has it
+    except ImportError:
+        if Path("/usr/include/pybind11/pybind11.h").is_file():
+            return []  # Debian's pybind11-dev, on the default include path
+        raise RuntimeError("DISTCKPT_PREBUILT: the pybind11 headers are missing (pip install pybind11, or the "
+                           "system's pybind11-dev)") from None
+    return [pybind11.get_include()]
 
 
 setuptools.setup(
