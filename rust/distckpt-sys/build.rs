@@ -1,11 +1,22 @@
-//! Finds libdistckpt.so and links it; then compiles a small C program that prints the C compiler's view of every
+//! Finds libdistckpt and links it; then compiles a small C program that prints the C compiler's view of every
 //! struct in src/bindings.rs (size, alignment, field offsets) and every integer constant, for tests/layout.rs.
 //!
-//! Where the library is looked for, first match wins:
-//!   1. `DISTCKPT_LIB_DIR` (a directory holding libdistckpt.so; headers from `DISTCKPT_INCLUDE_DIR`, else
+//! How it links:
+//! - by default, the static archive `libdistckpt.a` (the whole core, flatbuffers and xxhash in one object that
+//!   defines only `dckpt_*`), bundled into this crate's rlib, plus the system libraries it needs (STATIC_SYSTEM_LIBS).
+//!   A dependent's binary then carries the library inside it: no `build.rs`, rpath or `LD_LIBRARY_PATH` anywhere.
+//! - with the cargo feature `shared`, `libdistckpt.so`: an rpath for this crate's own tests, the directory passed on
+//!   to dependents as `links` metadata, and a link in OUT_DIR that `cargo run` puts on the loader's path.
+//!
+//! Where the library is looked for, first match wins (the file is `libdistckpt.a`, or `libdistckpt.so` with `shared`):
+//!   1. `DISTCKPT_LIB_DIR` (a directory holding the file; headers from `DISTCKPT_INCLUDE_DIR`, else
 //!      `$DISTCKPT_LIB_DIR/../include`, else the repository's capi/include);
-//!   2. `pkg-config distckpt` (scripts/build_lib.sh writes distckpt.pc; point PKG_CONFIG_PATH at it);
+//!   2. pkg-config: `distckpt-static`, then `distckpt` (static), or `distckpt` (shared); scripts/build_lib.sh writes
+//!      both .pc files: point PKG_CONFIG_PATH at them;
 //!   3. the repository's install tree `build/dist` that scripts/build_lib.sh lays out.
+//!
+//! Metadata for the build script of a direct dependent (the `distckpt` crate): `DEP_DISTCKPT_LIB_DIR`,
+//! `DEP_DISTCKPT_INCLUDE`, `DEP_DISTCKPT_LINK` (`static` or `shared`) and, for static, `DEP_DISTCKPT_SYSTEM_LIBS`.
 
 use std::env;
 use std::fmt::Write as _;
@@ -14,9 +25,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const HOW_TO_BUILD: &str = "\
-libdistckpt.so was not found. Build it from the repository root with
+Build it from the repository root with
 
-    scripts/build_lib.sh        # runs `bazel build -c opt //capi:libdistckpt.so` and prints an install root
+    scripts/build_lib.sh        # bazel build -c opt //capi:libdistckpt.so; lays out lib/libdistckpt.{a,so}
 
 and point cargo at it with one of
 
@@ -24,6 +35,39 @@ and point cargo at it with one of
     export PKG_CONFIG_PATH=$(scripts/build_lib.sh)/lib/pkgconfig
 
 (rust/run_tests.sh does all of this and runs the tests).";
+
+/// What a static link needs besides libdistckpt.a, as scripts/build_lib.sh writes it into distckpt-static.pc: gloo
+/// and hiredis (Debian ships no static libgloo, so they stay shared: the system's libgloo0 and libhiredis0.14 at run
+/// time), the C++ runtime, and libdl for CUDA and NCCL, which the library loads at run time.
+const STATIC_SYSTEM_LIBS: &[&str] = &["gloo", "hiredis", "stdc++", "m", "dl"];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Link {
+    Static,
+    Shared,
+}
+
+impl Link {
+    fn name(self) -> &'static str {
+        match self {
+            Link::Static => "static",
+            Link::Shared => "shared",
+        }
+    }
+    fn file(self) -> &'static str {
+        match self {
+            Link::Static => "libdistckpt.a",
+            Link::Shared => "libdistckpt.so",
+        }
+    }
+    /// The pkg-config packages to ask, in order.
+    fn packages(self) -> &'static [&'static str] {
+        match self {
+            Link::Static => &["distckpt-static", "distckpt"],
+            Link::Shared => &["distckpt"],
+        }
+    }
+}
 
 struct Found {
     lib_dir: PathBuf,
@@ -38,31 +82,51 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bindings.rs");
     println!("cargo:rerun-if-changed=build.rs");
 
+    let link = if env::var_os("CARGO_FEATURE_SHARED").is_some() { Link::Shared } else { Link::Static };
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let repo_include = manifest_dir.join("../../capi/include");
-    let found = find_library(&manifest_dir, &repo_include).unwrap_or_else(|why| {
-        eprintln!("\n{HOW_TO_BUILD}\n\nLooked in: {why}\n");
+    let found = find_library(link, &manifest_dir, &repo_include).unwrap_or_else(|why| {
+        let feature = if link == Link::Static { " (the default; the `shared` feature links libdistckpt.so)" } else { "" };
+        eprintln!("\n{} was not found{feature}. {HOW_TO_BUILD}\n\nLooked in: {why}\n", link.file());
         std::process::exit(1);
     });
     let lib_dir = found.lib_dir.display().to_string();
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
-    // `cargo run` and `cargo test` of any crate that depends on this one, directly or not, put the link search
-    // directories that lie inside the target directory on the dynamic loader's path (and drop those outside it). A
-    // link to the library in OUT_DIR, searched first, is therefore what makes `cargo run` of a dependent's binary
-    // find libdistckpt.so with no setup of its own. A binary started directly needs an rpath: see rust/README.md.
-    if let Some(dir) = link_into(&out_dir, &found.lib_dir) {
-        println!("cargo:rustc-link-search=native={}", dir.display());
-    }
     println!("cargo:rustc-link-search=native={lib_dir}");
-    println!("cargo:rustc-link-lib=dylib=distckpt");
-    // This crate's own tests find the library at run time without LD_LIBRARY_PATH. Cargo passes link arguments to
-    // this package's own targets only: dependents read the DEP_DISTCKPT_LIB_DIR metadata below and do the same.
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
-    println!("cargo:rerun-if-changed={lib_dir}/libdistckpt.so");
+    match link {
+        Link::Static => {
+            // Bundled into this crate's rlib (rustc's default for a static library), so a dependent's final link
+            // needs neither this directory nor the archive. The system libraries reach every final link through the
+            // rlib's metadata, after the archive, as the linker needs them.
+            println!("cargo:rustc-link-lib=static=distckpt");
+            for lib in STATIC_SYSTEM_LIBS {
+                println!("cargo:rustc-link-lib=dylib={lib}");
+            }
+            println!("cargo:system_libs={}", STATIC_SYSTEM_LIBS.join(" "));
+        }
+        Link::Shared => {
+            // `cargo run` and `cargo test` of any crate that depends on this one, directly or not, put the link
+            // search directories that lie inside the target directory on the dynamic loader's path (and drop those
+            // outside it). A link to the library in OUT_DIR, searched first, is therefore what makes `cargo run` of
+            // a dependent's binary find libdistckpt.so with no setup of its own. A binary started directly needs an
+            // rpath: see rust/README.md.
+            if let Some(dir) = link_into(&out_dir, &found.lib_dir) {
+                println!("cargo:rustc-link-search=native={}", dir.display());
+            }
+            println!("cargo:rustc-link-lib=dylib=distckpt");
+            // This crate's own tests find the library at run time without LD_LIBRARY_PATH. Cargo passes link
+            // arguments to this package's own targets only: dependents read the DEP_DISTCKPT_LIB_DIR metadata below
+            // and do the same.
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
+        }
+    }
+    println!("cargo:rerun-if-changed={lib_dir}/{}", link.file());
     println!("cargo:lib_dir={lib_dir}");
     println!("cargo:include={}", found.include_dir.display());
+    println!("cargo:link={}", link.name());
     println!("cargo:rustc-env=DISTCKPT_SYS_FOUND_BY={}", found.how);
     println!("cargo:rustc-env=DISTCKPT_SYS_LIB_DIR={lib_dir}");
+    println!("cargo:rustc-env=DISTCKPT_SYS_LINK={}", link.name());
 
     let bindings = fs::read_to_string(manifest_dir.join("src/bindings.rs")).expect("read src/bindings.rs");
     let items = parse_bindings(&bindings);
@@ -77,43 +141,49 @@ fn main() {
     fs::write(out_dir.join("layout_c.txt"), c_layout).unwrap();
 }
 
-/// Makes `OUT_DIR/lib/libdistckpt.so` a symbolic link to the found library; returns that directory, or None (with a
-/// warning) where no link can be made: then only binaries with an rpath find the library at run time.
+/// Makes `OUT_DIR/lib/libdistckpt.so` a symbolic link to the found library, and `OUT_DIR/lib/distckpt.libs` one to
+/// the directory of vendored libraries beside it (the library finds them through `$ORIGIN/distckpt.libs`, and the
+/// loader takes `$ORIGIN` from the path it opened, the link's); returns that directory, or None (with a warning)
+/// where no link can be made: then only binaries with an rpath find the library at run time.
 fn link_into(out_dir: &Path, lib_dir: &Path) -> Option<PathBuf> {
     let dir = out_dir.join("lib");
-    let link = dir.join("libdistckpt.so");
-    let target = lib_dir.join("libdistckpt.so");
-    let target = target.canonicalize().unwrap_or(target);
+    let names = ["libdistckpt.so", "distckpt.libs"];
     let made = fs::create_dir_all(&dir).and_then(|()| {
-        match fs::remove_file(&link) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        for name in names {
+            let link = dir.join(name);
+            match fs::remove_file(&link) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let target = lib_dir.join(name);
+            if name != names[0] && !target.exists() {
+                continue; // a library built without vendored dependencies
+            }
+            std::os::unix::fs::symlink(target.canonicalize().unwrap_or(target), &link)?;
         }
-        std::os::unix::fs::symlink(&target, &link)
+        Ok(())
     });
     match made {
         Ok(()) => Some(dir),
         Err(e) => {
-            println!("cargo:warning=distckpt-sys: cannot link {} to {}: {e}", link.display(), target.display());
+            println!("cargo:warning=distckpt-sys: cannot link libdistckpt.so into {}: {e}", dir.display());
             None
         }
     }
-}
-
-fn has_lib(dir: &Path) -> bool {
-    dir.join("libdistckpt.so").is_file()
 }
 
 fn header_dir(candidates: &[PathBuf]) -> Option<PathBuf> {
     candidates.iter().find(|d| d.join("distckpt/distckpt.h").is_file()).cloned()
 }
 
-fn find_library(manifest_dir: &Path, repo_include: &Path) -> Result<Found, String> {
+fn find_library(link: Link, manifest_dir: &Path, repo_include: &Path) -> Result<Found, String> {
+    let file = link.file();
+    let has_lib = |dir: &Path| dir.join(file).is_file();
     let mut looked = Vec::new();
     if let Some(dir) = env::var_os("DISTCKPT_LIB_DIR") {
         let dir = PathBuf::from(dir);
         if !has_lib(&dir) {
-            return Err(format!("DISTCKPT_LIB_DIR={} has no libdistckpt.so", dir.display()));
+            return Err(format!("DISTCKPT_LIB_DIR={} has no {file}", dir.display()));
         }
         let mut cands: Vec<PathBuf> = env::var_os("DISTCKPT_INCLUDE_DIR").map(PathBuf::from).into_iter().collect();
         cands.push(dir.join("../include"));
@@ -123,15 +193,17 @@ fn find_library(manifest_dir: &Path, repo_include: &Path) -> Result<Found, Strin
     }
     looked.push("DISTCKPT_LIB_DIR (unset)".to_string());
 
-    match pkg_config_var("libdir") {
-        Ok(lib) if has_lib(Path::new(&lib)) => {
-            let inc = pkg_config_var("includedir").map(PathBuf::from).ok();
-            let cands: Vec<PathBuf> = inc.into_iter().chain([repo_include.to_path_buf()]).collect();
-            let include_dir = header_dir(&cands).ok_or("pkg-config's includedir has no distckpt/distckpt.h")?;
-            return Ok(Found { lib_dir: PathBuf::from(lib), include_dir, how: "pkg-config" });
+    for package in link.packages() {
+        match pkg_config_var(package, "libdir") {
+            Ok(lib) if has_lib(Path::new(&lib)) => {
+                let inc = pkg_config_var(package, "includedir").map(PathBuf::from).ok();
+                let cands: Vec<PathBuf> = inc.into_iter().chain([repo_include.to_path_buf()]).collect();
+                let include_dir = header_dir(&cands).ok_or("pkg-config's includedir has no distckpt/distckpt.h")?;
+                return Ok(Found { lib_dir: PathBuf::from(lib), include_dir, how: "pkg-config" });
+            }
+            Ok(lib) => looked.push(format!("pkg-config {package}: libdir {lib} (no {file})")),
+            Err(e) => looked.push(format!("pkg-config {package} ({e})")),
         }
-        Ok(lib) => looked.push(format!("pkg-config libdir {lib} (no libdistckpt.so)")),
-        Err(e) => looked.push(format!("pkg-config distckpt ({e})")),
     }
 
     let dist = manifest_dir.join("../../build/dist");
@@ -141,13 +213,13 @@ fn find_library(manifest_dir: &Path, repo_include: &Path) -> Result<Found, Strin
         let include_dir = include_dir.canonicalize().unwrap_or(include_dir);
         return Ok(Found { lib_dir, include_dir, how: "build/dist" });
     }
-    looked.push(format!("{} (absent)", dist.join("lib").display()));
+    looked.push(format!("{} (no {file})", dist.join("lib").display()));
     Err(looked.join("; "))
 }
 
-fn pkg_config_var(var: &str) -> Result<String, String> {
+fn pkg_config_var(package: &str, var: &str) -> Result<String, String> {
     let out = Command::new("pkg-config")
-        .args([&format!("--variable={var}"), "distckpt"])
+        .args([&format!("--variable={var}"), package])
         .output()
         .map_err(|e| format!("cannot run pkg-config: {e}"))?;
     if !out.status.success() {

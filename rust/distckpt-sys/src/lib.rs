@@ -5,8 +5,9 @@
 //! offsets, and every constant, against the C compiler. Read `capi/API.md` for ownership, errors and threading;
 //! the `distckpt` crate is the safe layer over this one.
 //!
-//! `build.rs` links `libdistckpt.so` found through `DISTCKPT_LIB_DIR`, `pkg-config distckpt`, or the repository's
-//! `build/dist` tree (`scripts/build_lib.sh`), and exports its directory to dependents as `DEP_DISTCKPT_LIB_DIR`.
+//! `build.rs` links the static archive `libdistckpt.a` (or, with the `shared` feature, `libdistckpt.so`) found
+//! through `DISTCKPT_LIB_DIR`, pkg-config (`distckpt-static` / `distckpt`), or the repository's `build/dist` tree
+//! (`scripts/build_lib.sh`), and exports its directory to dependents as `DEP_DISTCKPT_LIB_DIR`.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 #![allow(clippy::all)]
 
@@ -15,3 +16,5 @@ include!("bindings.rs");
 /// How build.rs found the library (`DISTCKPT_LIB_DIR`, `pkg-config` or `build/dist`) and where it is.
 pub const LINKED_FROM: &str = env!("DISTCKPT_SYS_FOUND_BY");
 pub const LINKED_LIB_DIR: &str = env!("DISTCKPT_SYS_LIB_DIR");
+/// `"static"` (libdistckpt.a inside the binary, the default) or `"shared"` (libdistckpt.so, the `shared` feature).
+pub const LINKED_AS: &str = env!("DISTCKPT_SYS_LINK");
