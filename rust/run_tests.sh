@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs the Rust suite from a fresh clone: builds libdistckpt.so (scripts/build_lib.sh, Bazel offline), points cargo
-# at it, runs `cargo test --offline --workspace` (bindings staleness and C layout checks, the safe crate's unit and
-# integration tests against tests/fixtures and tests/golden, the serve example compared with its reference), then
-# shows the serve example's output. Then a crate of a user's own (tests/consumers/rust), copied outside the
-# repository and every workspace, built with only the steps README.md gives and run without LD_LIBRARY_PATH; each of
-# its checks counts as a test. Exits non-zero if anything failed. Last line: "rust: N passed, M failed".
+# Runs the Rust suite from a fresh clone: builds libdistckpt.a and .so (scripts/build_lib.sh, Bazel offline), points
+# cargo at them, runs `cargo test --offline --workspace` in the default mode, which links the static archive (bindings
+# staleness and C layout checks, the safe crate's unit and integration tests against tests/fixtures and tests/golden,
+# the serve example compared with its reference), then the same tests with the `shared` feature (libdistckpt.so),
+# then shows the serve example's output. Then a crate of a user's own (tests/consumers/rust), copied outside the
+# repository and every workspace, built with only the steps README.md gives, its binary copied to a fresh directory
+# and run with LD_LIBRARY_PATH unset and the install tree moved away; then the same crate with the `shared` feature;
+# each of its checks counts as a test. Exits non-zero if anything failed. Last line: "rust: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -15,14 +17,17 @@ if ! root=$(../scripts/build_lib.sh); then
 fi
 export DISTCKPT_LIB_DIR="$root/lib"
 export PKG_CONFIG_PATH="$root/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export LD_LIBRARY_PATH="$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# No LD_LIBRARY_PATH: static test binaries need none, and shared ones carry an rpath (build.rs).
 
 log=$(mktemp)
 work=$(mktemp -d)
 trap 'rm -f "$log"; rm -rf "$work"' EXIT
-echo "== cargo test --offline --workspace (libdistckpt.so from $DISTCKPT_LIB_DIR)"
+echo "== cargo test --offline --workspace (static: libdistckpt.a from $DISTCKPT_LIB_DIR)"
 cargo test --offline --workspace 2>&1 | tee "$log" | grep -E "^(test |running|test result|     Running|error|warning: unused)|SKIPPED|panicked" || true
 rc=${PIPESTATUS[0]}
+echo "== cargo test --offline --workspace --features distckpt/shared (libdistckpt.so)"
+cargo test --offline --workspace --features distckpt/shared 2>&1 | tee -a "$log" | grep -E "^(test result|     Running|error)|FAILED|SKIPPED" || true
+[[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 
 echo "== examples/serve.rs on tests/fixtures/mlp (tests/serve.rs compares it with reference.output)"
 if ! cargo run --offline -q -p distckpt --example serve; then
@@ -31,10 +36,12 @@ if ! cargo run --offline -q -p distckpt --example serve; then
 fi
 
 # A user's crate, as README.md "Use it from your own crate" sets one up: a copy of tests/consumers/rust in a fresh
-# temporary directory (no Cargo.lock, no workspace above it), its path dependency pointed at this rust/distckpt.
-# Built with the README's environment only: DISTCKPT_LIB_DIR, and nothing this script exported for the workspace's
-# tests (no LD_LIBRARY_PATH, no PKG_CONFIG_PATH). Its own CARGO_TARGET_DIR, inside the temporary directory: the
-# workspace's target/ stays untouched and the build starts cold (a few seconds: two small crates).
+# temporary directory (no Cargo.lock, no workspace above it, no build.rs), its path dependency pointed at this
+# rust/distckpt. Built with the README's environment only: DISTCKPT_LIB_DIR, and nothing this script exported for the
+# workspace's tests (no LD_LIBRARY_PATH, no PKG_CONFIG_PATH). Its own CARGO_TARGET_DIR, inside the temporary
+# directory: the workspace's target/ stays untouched and the build starts cold (a few seconds: two small crates).
+# The install tree it builds against is a private one in the temporary directory (tests/consumers/portable.sh says
+# why), so that it can be moved away while the binary runs.
 consumer_passed=0
 consumer_failed=0
 consumer_check() {  # consumer_check DESCRIPTION STATUS
@@ -44,39 +51,62 @@ consumer_check() {  # consumer_check DESCRIPTION STATUS
     consumer_failed=$((consumer_failed + 1)); echo "FAIL consumer: $1"
   fi
 }
+source ../tests/consumers/portable.sh
+dist="$work/dist"
 readme_env() {  # runs "$@" with the environment README.md tells a user to set, and no other addition of this script
   env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u DISTCKPT_INCLUDE_DIR -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS \
-    -u CARGO_BUILD_RUSTFLAGS DISTCKPT_LIB_DIR="$root/lib" CARGO_TARGET_DIR="$work/target" "$@"
+    -u CARGO_BUILD_RUSTFLAGS DISTCKPT_LIB_DIR="$dist/lib" CARGO_TARGET_DIR="$work/target" "$@"
 }
 fixtures="$(cd .. && pwd)/tests/fixtures"
-echo "== tests/consumers/rust: a crate outside the repository, built as README.md says, run without LD_LIBRARY_PATH"
+python_values="$PWD/distckpt/tests/data/python_values"
+echo "== tests/consumers/rust: a crate outside the repository, built as README.md says (static, no build.rs), run from a copy"
+private_tree "$dist"
+consumer_check "scripts/build_lib.sh lays out a private install tree ($dist)" $?
 cp -R ../tests/consumers/rust "$work/consumer"
 rm -rf "$work/consumer/target" "$work/consumer/Cargo.lock"
 sed -i "s|^distckpt = { path = \"[^\"]*\" }|distckpt = { path = \"$PWD/distckpt\" }|" "$work/consumer/Cargo.toml"
+[[ ! -e $work/consumer/build.rs ]]
+consumer_check "the crate has no build.rs" $?
 (cd "$work/consumer" && readme_env cargo build --offline 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
 consumer_check "cargo build --offline (DISTCKPT_LIB_DIR only)" $?
-bin="$work/target/debug/distckpt-consumer"
-env -u LD_LIBRARY_PATH "$bin" --fixture-values "$fixtures/sharded"
-consumer_check "its binary, started directly, views tests/fixtures/sharded (owned whole and chunk views)" $?
-env -u LD_LIBRARY_PATH "$bin" "$fixtures/mlp"
-consumer_check "its binary, started directly, views tests/fixtures/mlp" $?
-env -u LD_LIBRARY_PATH "$bin" "$PWD/distckpt/tests/data/python_values"
-consumer_check "its binary, started directly, reads the values of a checkpoint saved from Python" $?
-# The README's other claim, and the control for the one above: without build.rs, `cargo run` still works (cargo puts
-# distckpt-sys's link to the library on the loader's path), but the binary started directly has no rpath: exit 127.
-cp -R "$work/consumer" "$work/no_build_rs"
-rm "$work/no_build_rs/build.rs"
-sed -i 's/^name = "distckpt-consumer"/name = "distckpt-consumer-no-build-rs"/' "$work/no_build_rs/Cargo.toml"
-(cd "$work/no_build_rs" && readme_env cargo run --offline -q -- "$fixtures/mlp" >/dev/null)
-consumer_check "without build.rs: cargo run works" $?
+bin=$(fresh_copy "$work/target/debug/distckpt-consumer" "$work")
+self_contained "$bin"
+consumer_check "its binary names no libdistckpt and no rpath (readelf -d)" $?
+tree_away "$dist"
+(cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./distckpt-consumer --fixture-values "$fixtures/sharded")
+consumer_check "a copy in a fresh directory, install tree moved away, no LD_LIBRARY_PATH: views tests/fixtures/sharded (owned whole and chunk views)" $?
+(cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./distckpt-consumer "$fixtures/mlp")
+consumer_check "the same copy views tests/fixtures/mlp" $?
+(cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./distckpt-consumer "$python_values")
+consumer_check "the same copy reads the values of a checkpoint saved from Python" $?
+tree_back "$dist"
+
+# The `shared` feature (README.md): libdistckpt.so. `cargo run` works with no build.rs (distckpt-sys links the library
+# into its OUT_DIR, which cargo puts on the loader's path), but the binary started directly has no rpath: exit 127.
+# With the README's build.rs for the feature, it starts directly.
+(cd "$work/consumer" && readme_env cargo run --offline -q --features distckpt/shared -- "$fixtures/mlp" >/dev/null)
+consumer_check "--features distckpt/shared, no build.rs: cargo run works" $?
 if ldconfig -p 2>/dev/null | grep -q "libdistckpt\.so "; then
   echo "skip consumer: libdistckpt.so is installed where the loader looks by default, so the control below cannot fail"
 else
-  env -u LD_LIBRARY_PATH "$work/target/debug/distckpt-consumer-no-build-rs" "$fixtures/mlp" >/dev/null 2>&1
+  env -u LD_LIBRARY_PATH "$work/target/debug/distckpt-consumer" "$fixtures/mlp" >/dev/null 2>&1
   status=$?
   [[ $status -eq 127 ]]
-  consumer_check "without build.rs: the binary started directly does not find libdistckpt.so (status $status, want 127)" $?
+  consumer_check "--features distckpt/shared, no build.rs: the binary started directly does not find libdistckpt.so (status $status, want 127)" $?
 fi
+cp -R "$work/consumer" "$work/shared_build_rs"
+sed -i -e 's/^name = "distckpt-consumer"/name = "distckpt-consumer-shared"/' \
+  -e 's|^\(distckpt = { path = "[^"]*"\) }|\1, features = ["shared"] }|' "$work/shared_build_rs/Cargo.toml"
+cat > "$work/shared_build_rs/build.rs" <<'RS'
+fn main() {
+    let dir = std::env::var("DEP_DISTCKPT_RS_LIB_DIR").expect("the distckpt crate sets DEP_DISTCKPT_RS_LIB_DIR");
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+}
+RS
+(cd "$work/shared_build_rs" && readme_env cargo build --offline -q 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
+consumer_check "features = [\"shared\"] with README.md's build.rs: cargo build --offline" $?
+env -u LD_LIBRARY_PATH "$work/target/debug/distckpt-consumer-shared" "$fixtures/mlp" >/dev/null
+consumer_check "features = [\"shared\"] with README.md's build.rs: the binary starts directly without LD_LIBRARY_PATH" $?
 
 passed=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -oE "[0-9]+ failed;" "$log" | awk '{s += $1} END {print s + 0}')
