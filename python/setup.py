@@ -60,6 +60,9 @@ class BazelBuildExt(build_ext):
         if prebuilt:
             for ext in self.extensions:
                 self._prebuilt(ext, prebuilt)
+            # Always compiled: an extension left in the build directory by an earlier build (a Bazel one, or one
+            # against another tree) would otherwise count as up to date and be packaged instead.
+            self.force = True
             super().run()  # compiles each extension's sources with the compiler setuptools sets up
             return
         for ext in self.extensions:
@@ -124,6 +127,9 @@ class BazelBuildExt(build_ext):
         built = Path(bin_dir) / package / name
         dest = Path(self.get_ext_fullpath(ext.name))
         dest.parent.mkdir(parents=True, exist_ok=True)
+        # What an earlier DISTCKPT_PREBUILT build copied there is not part of this build (the core is linked in).
+        (dest.parent / "libdistckpt.so").unlink(missing_ok=True)
+        shutil.rmtree(dest.parent / "distckpt.libs", ignore_errors=True)
         shutil.copyfile(built, dest)  # Bazel's outputs are read-only; the copy is not
         dest.chmod(0o755)
 
