@@ -1,4 +1,4 @@
-//go:build distckpt_nopkgconfig
+//go:build distckpt_nopkgconfig && !distckpt_static
 
 package distckpt
 
@@ -6,7 +6,8 @@ package distckpt
 //
 //	CGO_CFLAGS="-I$ROOT/include" CGO_LDFLAGS="-L$ROOT/lib -Wl,-rpath,$ROOT/lib" go build -tags distckpt_nopkgconfig
 //
-// where $ROOT is the install tree printed by scripts/build_lib.sh.
+// where $ROOT is the install tree printed by scripts/build_lib.sh. Adding the distckpt_static tag as well links the
+// static archive, with every flag from the environment (link_static.go).
 
 // #cgo LDFLAGS: -ldistckpt
 import "C"
