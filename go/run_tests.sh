@@ -54,6 +54,7 @@ consumer() {  # consumer DESCRIPTION STATUS
     failed=$((failed + 1)); echo "FAIL consumer: $1"
   fi
 }
+# shellcheck source=../tests/consumers/portable.sh
 source ../tests/consumers/portable.sh
 dist="$work/dist"
 readme_env() {

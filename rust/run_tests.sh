@@ -51,6 +51,7 @@ consumer_check() {  # consumer_check DESCRIPTION STATUS
     consumer_failed=$((consumer_failed + 1)); echo "FAIL consumer: $1"
   fi
 }
+# shellcheck source=../tests/consumers/portable.sh
 source ../tests/consumers/portable.sh
 dist="$work/dist"
 readme_env() {  # runs "$@" with the environment README.md tells a user to set, and no other addition of this script

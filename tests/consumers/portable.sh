@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by rust/run_tests.sh, go/run_tests.sh and tests/consumers/c/run.sh. Each builds its consumer against the
 # static library and checks that the binary is portable: it names no libdistckpt and no rpath, and it runs from a
 # copy in a fresh directory with LD_LIBRARY_PATH unset and the install tree it was built against moved away.

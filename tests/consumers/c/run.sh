@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds tests/consumers/c/main.c the way the README's "Using it from C" section tells a user to, in a directory
-# outside the repository, and runs it with LD_LIBRARY_PATH unset (the .pc file's rpath must be enough).
+# outside the repository, and runs it with LD_LIBRARY_PATH unset (the .pc file's rpath must be enough). Then the same
+# program linked statically (pkg-config distckpt-static) against a private install tree, run from a copy in a fresh
+# directory with LD_LIBRARY_PATH unset and that tree moved away (tests/consumers/portable.sh).
 # Ends with "c consumer: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -10,6 +12,8 @@ check() { if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   $1"; else f
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp tests/consumers/c/main.c "$work/"
+# shellcheck source=SCRIPTDIR/../portable.sh
+source tests/consumers/portable.sh
 
 # The README's steps, verbatim.
 export PKG_CONFIG_PATH=$(scripts/build_lib.sh)/lib/pkgconfig
@@ -18,5 +22,20 @@ check "scripts/build_lib.sh" $?
 check "cc main.c \$(pkg-config --cflags --libs distckpt)" $?
 (cd "$work" && env -u LD_LIBRARY_PATH ./my_tool "$work/ckpt")
 check "the program runs without LD_LIBRARY_PATH and reads back what it saved" $?
+
+# The static archive: the binary carries the library and needs only the C/C++ runtimes, libgloo0 and libhiredis0.14.
+dist="$work/dist"
+private_tree "$dist"
+check "scripts/build_lib.sh lays out a private install tree ($dist)" $?
+(cd "$work" && cc -std=c99 -Wall -Wextra -Werror main.c \
+  $(PKG_CONFIG_PATH="$dist/lib/pkgconfig" pkg-config --cflags --libs distckpt-static) -o my_tool_static)
+check "cc main.c \$(pkg-config --cflags --libs distckpt-static)" $?
+self_contained "$work/my_tool_static"
+check "the static program names no libdistckpt and no rpath (readelf -d)" $?
+bin=$(fresh_copy "$work/my_tool_static" "$work")
+tree_away "$dist"
+(cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./my_tool_static "$work/ckpt-static")
+check "a copy in a fresh directory, install tree moved away, no LD_LIBRARY_PATH: saves and reads back" $?
+tree_back "$dist"
 echo "c consumer: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
