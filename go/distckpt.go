@@ -3,7 +3,8 @@
 // Linking: cgo finds the library with pkg-config (distckpt.pc, laid out by scripts/build_lib.sh):
 //
 //	export PKG_CONFIG_PATH=$(scripts/build_lib.sh)/lib/pkgconfig
-//	go build ./...
+//	go build ./...                          # libdistckpt.so, through the .pc file's rpath
+//	go build -tags distckpt_static ./...    # libdistckpt.a inside the binary (distckpt-static.pc): no rpath needed
 //
 // or, without pkg-config, through the standard cgo environment and the distckpt_nopkgconfig build tag:
 //
