@@ -374,3 +374,67 @@ def test_jax_gpu_arrays_round_trip(tmp_path):
     if out.startswith("SKIP: "):
         pytest.skip(out[len("SKIP: ") :].strip())
     assert "OK" in out, out
+
+
+def test_dtensor_on_a_cuda_mesh_and_dcp_storage_reader_into_cuda_tensors(tmp_path):
+    # A process group and a CUDA device mesh (world size 1 on one GPU), in a fresh interpreter: DTensors sharded on
+    # the mesh saved by distckpt.save and read back resharded (Replicate) into CUDA DTensors; then DCP's own
+    # dcp.save/dcp.load through distckpt.torch.StorageWriter/StorageReader, loading straight into CUDA tensors.
+    _torch_cuda()
+    out = run_python(f"""
+        import os, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp, distckpt, distckpt.torch
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+        torch.cuda.set_device(0)
+        store = dist.FileStore({str(tmp_path / "store")!r}, 1)
+        dist.init_process_group("cpu:gloo,cuda:nccl", store=store, rank=0, world_size=1)
+        mesh = init_device_mesh("cuda", (1,))
+        g = torch.Generator(device="cuda").manual_seed(1)
+        w = torch.randn(96, 40, device="cuda", generator=g)
+        b = torch.randn(40, device="cuda", generator=g).to(torch.bfloat16)
+        state = {{"w": distribute_tensor(w, mesh, [Shard(0)]), "b": distribute_tensor(b, mesh, [Replicate()])}}
+        distckpt.save(state, {str(tmp_path / "d")!r})
+        target = {{"w": distribute_tensor(torch.zeros_like(w), mesh, [Replicate()]),
+                   "b": distribute_tensor(torch.zeros_like(b), mesh, [Shard(0)])}}
+        distckpt.load(target, {str(tmp_path / "d")!r})
+        assert target["w"].to_local().is_cuda and torch.equal(target["w"].full_tensor(), w)
+        assert torch.equal(target["b"].full_tensor(), b)
+        dt = distckpt.torch.load_dtensor({str(tmp_path / "d")!r}, "w", mesh, [Shard(1)])
+        assert dt.to_local().is_cuda and torch.equal(dt.full_tensor(), w)
+
+        sd = {{"model": {{"w": state["w"], "b": b}}, "step": 7}}
+        dcp.save(sd, storage_writer=distckpt.torch.StorageWriter({str(tmp_path / "dcp")!r}))
+        into = {{"model": {{"w": distribute_tensor(torch.zeros_like(w), mesh, [Shard(0)]), "b": torch.zeros_like(b)}},
+                "step": 0}}
+        dcp.load(into, storage_reader=distckpt.torch.StorageReader({str(tmp_path / "dcp")!r}))
+        assert into["model"]["b"].is_cuda and torch.equal(into["model"]["b"], b)
+        assert torch.equal(into["model"]["w"].full_tensor(), w) and into["step"] == 7
+        dist.barrier()
+        dist.destroy_process_group()
+        print("OK")
+    """, emulate_cuda=False)  # fmt: skip
+    assert "OK" in out, out
+
+
+def test_async_save_while_kernels_keep_changing_many_tensors(tmp_path):
+    # Kernels queued on the training stream right after async_save returns (no sleep: the GPU is idle, so they run
+    # at once) must not reach the checkpoint, with pinned staging and with a device snapshot; the tensors are then
+    # loaded back into device memory and compared on the device.
+    torch = _torch_cuda()
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev).manual_seed(2)
+    state = {f"t{i}": torch.randn(257, 1023, device=dev, generator=g) for i in range(40)}
+    want = {k: v.clone() for k, v in state.items()}
+    for snapshot in (False, True):
+        path = tmp_path / f"c{int(snapshot)}"
+        h = distckpt.async_save(state, path, device_snapshot=snapshot)
+        for _ in range(5):
+            for v in state.values():
+                v.mul_(2.0).add_(1.0)
+        h.result(timeout=120)
+        out = {k: torch.empty_like(v) for k, v in want.items()}
+        distckpt.load(out, path)
+        for k in want:
+            assert torch.equal(out[k], want[k]), (snapshot, k)
+        for k, v in state.items():
+            v.copy_(want[k])

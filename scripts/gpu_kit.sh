@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Lays out, in DIR, a self-contained kit for checking distckpt on a GPU machine that has Python, torch and a C++
+# compiler but no Bazel and no network (docs/gpu.md):
+#
+#   DIR/gpu_check.sh           the check: bash DIR/gpu_check.sh RESULTS_DIR
+#   DIR/include, DIR/lib       the portable install tree (scripts/build_lib.sh): libdistckpt.so + distckpt.libs/
+#   DIR/python, DIR/bindings   the Python package and the binding's sources (built there with DISTCKPT_PREBUILT)
+#   DIR/bin/nccl_test          the NCCL communicator's tests, self-contained (core/comm/nccl/README.md)
+#   DIR/bin/nccl_gloo_test     the same with a Gloo bootstrap, linked to the kit's vendored gloo
+#   DIR/bench/gpu_bench.py     the GPU benchmark (bench/gpu/)
+#   DIR/wheels/                pure-Python test tools the GPU machine may lack (pytest and what it needs)
+#   DIR/KIT                    what built the kit: commit, date, sizes
+#
+# Usage: scripts/gpu_kit.sh DIR   (DIR is emptied first). Prints DIR's size. Keeps well under 64 MiB.
+set -euo pipefail
+[[ $# -eq 1 ]] || { echo "usage: scripts/gpu_kit.sh DIR" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+repo=$PWD
+kit=$(mkdir -p "$1" && cd "$1" && pwd)
+[[ $kit != "$repo" && $kit != / ]] || { echo "gpu_kit.sh: refusing to empty $kit" >&2; exit 2; }
+find "$kit" -mindepth 1 -delete
+
+# The portable library, laid out straight into the kit (no static archive: nothing there links one).
+DISTCKPT_DIST="$kit" scripts/build_lib.sh >/dev/null
+rm -f "$kit/lib/libdistckpt.a" "$kit/lib/pkgconfig/distckpt-static.pc"
+
+# The NCCL tests: nccl_test is linked statically against everything of ours; nccl_gloo_test links gloo and hiredis,
+# which are pointed at the kit's vendored copies.
+if ! out=$(bazel build -c opt //core/comm/nccl:nccl_test //core/comm/nccl:nccl_gloo_test 2>&1); then
+  echo "$out" | grep -v linux-sandbox | tail -30 >&2
+  exit 1
+fi
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+mkdir -p "$kit/bin"
+install -m 0755 "$bin/core/comm/nccl/nccl_test" "$bin/core/comm/nccl/nccl_gloo_test" "$kit/bin/"
+for f in "$kit"/bin/*; do
+  strip --strip-debug "$f"  # before patchelf: stripping a file patchelf rewrote can leave unaligned load segments
+  for needed in $(patchelf --print-needed "$f"); do
+    base=${needed%%.so*}
+    vendored=$(cd "$kit/lib/distckpt.libs" && ls "$base"-*.so* 2>/dev/null | head -1 || true)
+    if [[ -n $vendored ]]; then patchelf --replace-needed "$needed" "$vendored" "$f"; fi
+  done
+  patchelf --set-rpath '$ORIGIN/../lib/distckpt.libs' "$f"
+done
+
+# The Python package and the binding's sources, as setup.py expects them (ROOT/python, ROOT/bindings).
+mkdir -p "$kit/python/tests" "$kit/bindings" "$kit/bench"
+cp python/setup.py python/pyproject.toml python/README.md "$kit/python/"
+tar -C python --exclude=__pycache__ --exclude='*.egg-info' -cf - distckpt | tar -C "$kit/python" -xf -
+cp python/tests/conftest.py python/tests/_fake_cuda.py python/tests/test_device.py "$kit/python/tests/"
+cp bindings/distckpt_module.cc bindings/_distckpt.lds "$kit/bindings/"
+cp bench/gpu/gpu_bench.py "$kit/bench/"
+install -m 0755 scripts/gpu_check.sh "$kit/gpu_check.sh"
+
+# pytest for a machine without it: pure-Python wheels from PyPI, cached under build/.
+cache=build/gpu_kit_wheels
+if [[ ! -f $cache/.complete ]]; then
+  rm -rf "$cache"
+  mkdir -p "$cache"
+  python3 -m pip download -q --disable-pip-version-check --only-binary :all: --python-version 3.12 \
+    --platform any --implementation py -d "$cache" pytest >&2
+  touch "$cache/.complete"
+fi
+mkdir -p "$kit/wheels"
+cp "$cache"/*.whl "$kit/wheels/"
+
+{
+  echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+  cat "$kit/share/distckpt/PORTABILITY"
+} > "$kit/KIT"
+du -sh "$kit" | awk '{print "gpu_kit.sh: " $2 " is " $1}'

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU kit end to end on this machine (no GPU): scripts/gpu_kit.sh builds the kit, which is packed, unpacked in a
+# fresh directory and checked there by its own gpu_check.sh with the host copy engine standing in for CUDA
+# (DCKPT_TEST_CUDA_ON_HOST=1) and no usable Bazel (a `bazel` first on PATH that records any call and fails). What
+# does not need a GPU must pass, and what needs one must skip, saying why. Uses the repository's .venv (made by
+# python/run_tests.sh; torch, numpy, pybind11) as the machine's Python, or PYTHON. Ends with "gpu kit: N passed,
+# M failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+py=${PYTHON:-$repo/.venv/bin/python}
+passed=0
+failed=0
+check() { if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [[ ! -x $py ]]; then
+  echo "gpu kit: $py is missing (python/run_tests.sh makes .venv)"
+  echo "gpu kit: 0 passed, 1 failed"
+  exit 1
+fi
+"$py" -c "import pybind11" 2>/dev/null || "$py" -m pip install -q --disable-pip-version-check pybind11 >/dev/null 2>&1
+
+t=$(date +%s)
+scripts/gpu_kit.sh "$work/kit" > "$work/kit.log" 2>&1
+check "scripts/gpu_kit.sh builds the kit ($(tail -1 "$work/kit.log"))" $?
+size_kib=$(du -sk "$work/kit" | cut -f1)
+[[ $size_kib -lt $((32 * 1024)) ]]
+check "the kit is well under 64 MiB (${size_kib} KiB)" $?
+
+# Packed and unpacked elsewhere, as it travels to a GPU machine; the build tree is then out of reach.
+tar -C "$work/kit" -czf "$work/kit.tgz" .
+mkdir -p "$work/gpu/kit" "$work/bin"
+tar -C "$work/gpu/kit" -xzf "$work/kit.tgz"
+rm -rf "$work/kit"
+printf '#!/bin/sh\necho "bazel $*" >> %s/bazel-calls\nexit 1\n' "$work" > "$work/bin/bazel"
+chmod +x "$work/bin/bazel"
+
+(cd "$work/gpu" && env -u LD_LIBRARY_PATH -u PYTHONPATH DCKPT_TEST_CUDA_ON_HOST=1 PATH="$work/bin:$PATH" PYTHON="$py" \
+  GPU_BENCH_GIB=0.0625 bash kit/gpu_check.sh "$work/gpu/results" > "$work/check.log" 2>&1)
+rc=$?
+tail -30 "$work/check.log"
+secs=$(($(date +%s) - t))
+last=$(tail -1 "$work/check.log")
+[[ $rc -eq 0 && $last =~ ^gpu_check:\ [1-9][0-9]*\ passed,\ 0\ failed,\ [0-9]+\ skipped$ ]]
+check "gpu_check.sh passes without a GPU and ends with its counts ($last; kit + check ${secs}s)" $?
+[[ ! -e $work/bazel-calls ]]
+check "no Bazel was called ($(cat "$work/bazel-calls" 2>/dev/null | head -1))" $?
+res="$work/gpu/results"
+[[ -s $res/results.md && -s $res/results.json && -s $res/pytest.xml && -s $res/nccl_test.xml ]]
+check "results.md, results.json and each suite's report are written" $?
+"$py" - "$res/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+steps = {s["step"]: s for s in r["steps"]}
+need = ["library loads", "build binding", "device tests (pytest)", "nccl_test", "nccl_gloo_test", "gpu benchmark"]
+missing = [n for n in need if n not in steps]
+assert not missing, f"steps missing: {missing}"
+assert steps["library loads"]["passed"] == 1 and steps["build binding"]["passed"] == 1, steps
+# The emulated device path runs (passes) here; the real-GPU cases skip with a reason.
+assert steps["device tests (pytest)"]["passed"] >= 5, steps["device tests (pytest)"]
+assert "no GPU" in steps["device tests (pytest)"]["note"] or "not installed" in steps["device tests (pytest)"]["note"]
+assert steps["nccl_test"]["passed"] >= 1, steps["nccl_test"]
+assert r["benchmark"].get("skipped"), r["benchmark"]
+assert r["failed"] == 0
+PY
+check "each step ran: emulated device tests passed, GPU-only cases and the benchmark skipped saying why" $?
+grep -q "SKIPPED" "$res/logs/pytest.log" && grep -q "no GPU" "$res/logs/pytest.log"
+check "pytest's skip reasons name the missing GPU" $?
+
+echo "gpu kit: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
