@@ -67,6 +67,7 @@ fi
 
 # The cross-language check runs last: it uses the toolchains the language runners set up.
 for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/consumers/c/run.sh tests/crosslang/run.sh \
+  tests/packaging/portable_lib.sh tests/packaging/venvs.sh \
   tests/crash/run.sh; do
   [[ -f "$runner" ]] || continue
   echo "== $runner"
