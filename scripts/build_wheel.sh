@@ -36,7 +36,8 @@ if ! out=$(DIST_EXTRA_CONFIG="$work/setup.cfg" DISTCKPT_BAZEL_FLAGS="-c opt ${DI
   exit 1
 fi
 raw=("$work"/raw/distckpt-*.whl)
-if ! out=$(PATH="$PWD/$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat auto -w "$work/repaired" "${raw[0]}" 2>&1); then
+if ! out=$(PATH="$PWD/$venv/bin:$PATH" "$venv/bin/auditwheel" repair --plat auto -w "$work/repaired" "${raw[0]}" \
+    2>&1); then
   echo "$out" >&2
   echo "build_wheel.sh: auditwheel repair failed" >&2
   exit 1

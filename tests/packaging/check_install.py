@@ -144,7 +144,7 @@ def run_ranks(fn, world, *args):
             p.kill()
             p.join()
     codes = [p.exitcode for p in procs]
-    assert not hung and codes == [0] * world, f"{fn.__name__}: exit codes {codes}, still running after {DEADLINE} s: {hung}"
+    assert not hung and codes == [0] * world, f"{fn.__name__}: exit codes {codes}, running after {DEADLINE} s: {hung}"
 
 
 def export_read_back(path, out_dir):

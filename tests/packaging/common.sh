@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # (runtime_re is for the scripts that source this)
 # Sourced by the packaging tests (tests/packaging/*.sh): counting, the closing line, and the ELF facts they read.
 
 passed=0

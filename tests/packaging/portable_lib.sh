@@ -40,12 +40,12 @@ origin_only() {  # FILE: every RUNPATH/RPATH entry starts with $ORIGIN (else nam
 }
 
 deps_ok "$so"
-check "libdistckpt.so needs only the runtimes and distckpt.libs/: $(needed "$so" | tr '\n' ' ')" $?
+check "libdistckpt.so needs only the runtimes and distckpt.libs/" $?
 [[ $(search_path "$so") == '$ORIGIN/distckpt.libs' ]]
 check "libdistckpt.so's RUNPATH is \$ORIGIN/distckpt.libs" $?
 vendored=$(ls "$libs")
 [[ -n $vendored ]]
-check "distckpt.libs/ holds $(echo $vendored)" $?
+check "distckpt.libs/ holds ${vendored//$'\n'/ }" $?
 for f in $vendored; do
   deps_ok "$libs/$f" && origin_only "$libs/$f" && [[ $(soname "$libs/$f") == "$f" ]]
   check "distckpt.libs/$f: soname is its name, needs only runtimes and fellows, RUNPATH \$ORIGIN" $?
@@ -70,7 +70,7 @@ done
 bash capi/tests/exported_symbols_test.sh "$so" capi/exported_symbols.txt
 check "libdistckpt.so exports exactly capi/exported_symbols.txt" $?
 
-# --- the tree elsewhere ------------------------------------------------------------------------------------------------
+# --- the tree elsewhere -------------------------------------------------------------------------------------------
 cp -a "$tree/." "$copy/"
 rm -rf "$tree"
 cc -std=c99 -Wall -Wextra -Werror tests/consumers/c/main.c -I"$copy/include" -L"$copy/lib" -Wl,-rpath,"$copy/lib" \
@@ -83,8 +83,9 @@ foreign=$(echo "$loaded" | while read -r p; do
   [[ -z $p || $p == "$copy/"* || $(basename "$p") =~ $runtime_re ]] || echo "$p"
 done)
 from_copy=$(echo "$loaded" | grep -c "^$copy/lib/")
+[[ -n $foreign ]] && echo "  loaded from outside the copy: $foreign"
 [[ -z $foreign && $from_copy -eq $(($(echo "$vendored" | wc -w) + 1)) ]]
-check "LD_DEBUG: libdistckpt.so and all vendored files came from the copy ($from_copy), the rest are runtimes${foreign:+; not: $foreign}" $?
+check "LD_DEBUG: libdistckpt.so and the vendored files came from the copy ($from_copy), the rest are runtimes" $?
 
 env -u LD_LIBRARY_PATH -u PYTHONPATH python3 -I - "$copy" <<'PY'
 import ctypes, os, re, sys
@@ -103,7 +104,8 @@ lib = ctypes.CDLL(os.path.join(copy, "lib", "libdistckpt.so"))
 lib.dckpt_version.restype = ctypes.c_uint
 lib.dckpt_version_string.restype = ctypes.c_char_p
 header = open(os.path.join(copy, "include", "distckpt", "distckpt.h")).read()
-major, minor, patch = (int(re.search(rf"#define DCKPT_VERSION_{k} (\d+)", header).group(1)) for k in ("MAJOR", "MINOR", "PATCH"))
+major, minor, patch = (int(re.search(rf"#define DCKPT_VERSION_{k} (\d+)", header).group(1))
+                       for k in ("MAJOR", "MINOR", "PATCH"))
 assert lib.dckpt_version() == major * 10000 + minor * 100 + patch, (lib.dckpt_version(), major, minor, patch)
 assert lib.dckpt_version_string().decode() == f"{major}.{minor}.{patch}", lib.dckpt_version_string()
 new = {p.strip() for p in mapped() - before}
@@ -111,7 +113,8 @@ foreign = sorted(p for p in new if not p.startswith(copy + "/") and not runtime.
 assert not foreign, f"mapped from outside the copy: {foreign}"
 vendored = set(os.listdir(os.path.join(copy, "lib", "distckpt.libs")))
 assert {os.path.basename(p) for p in new if p.startswith(copy + "/lib/distckpt.libs/")} == vendored, new
-print(f"dckpt_version() = {lib.dckpt_version()}; mapped from the copy: {sorted(os.path.basename(p) for p in new if p.startswith(copy))}")
+print(f"dckpt_version() = {lib.dckpt_version()}; mapped from the copy:",
+      sorted(os.path.basename(p) for p in new if p.startswith(copy)))
 PY
 check "ctypes: dckpt_version() of the copy matches its header; /proc/self/maps: vendored files from the copy" $?
 finish portable_lib

@@ -39,7 +39,7 @@ check_installed() {  # VENV: check_install.py with the venv's python, from a dir
   [[ $rc -eq 0 ]] || echo "$out" | grep -qE '^FAIL ' || check "check_install.py exits 0" "$rc"
 }
 
-# --- a: the wheel -------------------------------------------------------------------------------------------------------
+# --- a: the wheel ---------------------------------------------------------------------------------------------------
 echo "== wheel"
 out=$(scripts/build_wheel.sh 2>&1)
 check "scripts/build_wheel.sh" $?
@@ -49,11 +49,11 @@ if [[ -f $wheel ]]; then
   new_venv "$work/venv-wheel" numpy safetensors
   check "a fresh venv with numpy and safetensors from PyPI" $?
   "$work/venv-wheel/bin/python" -m pip install -q --disable-pip-version-check --no-index "$wheel"
-  check "pip install --no-index $(basename "$wheel")" $?
+  check "pip install --no-index ${wheel##*/}" $?
   check_installed "$work/venv-wheel"
 fi
 
-# --- b: against an installed core, without Bazel ------------------------------------------------------------------------
+# --- b: against an installed core, without Bazel --------------------------------------------------------------------
 echo "== DISTCKPT_PREBUILT"
 DISTCKPT_DIST=$work/dist scripts/build_lib.sh >"$work/build_lib.log" 2>&1
 check "scripts/build_lib.sh" $? || tail -20 "$work/build_lib.log"
@@ -81,7 +81,8 @@ check "the install's PATH has no bazel" $?
 mkdir -p "$work/egg"
 printf '[build]\nbuild_base = %s\n[egg_info]\negg_base = %s\n' "$work/build" "$work/egg" >"$work/setup.cfg"
 out=$(PATH=$nobazel_path DIST_EXTRA_CONFIG=$work/setup.cfg DISTCKPT_PREBUILT=$tree env -u DISTCKPT_BAZEL \
-  "$work/venv-prebuilt/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps ./python 2>&1)
+  "$work/venv-prebuilt/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+  ./python 2>&1)
 check "DISTCKPT_PREBUILT=<tree> pip install --no-build-isolation --no-deps ./python" $? || echo "$out" | tail -30
 rm -rf "$tree"
 check_installed "$work/venv-prebuilt"
