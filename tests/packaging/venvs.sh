@@ -8,7 +8,8 @@
 #             ./python` with bazel not on PATH (setuptools, wheel, numpy, pybind11 and safetensors first), then the
 #             tree's copy deleted.
 # Packages from PyPI are downloaded once into build/packaging/wheelhouse and installed from there with --no-index
-# afterwards. Ends with "packaging: N passed, M failed".
+# afterwards. DISTCKPT_PYTHON: the interpreter of the venvs and of the wheel (default python3).
+# Ends with "packaging: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -21,7 +22,7 @@ mkdir -p "$wheelhouse"
 new_venv() {  # DIR PACKAGE...: a fresh venv with the packages, from the wheelhouse (downloaded there if missing)
   local dir=$1
   shift
-  python3 -m venv "$dir" || return 1
+  "${DISTCKPT_PYTHON:-python3}" -m venv "$dir" || return 1  # the interpreter scripts/build_wheel.sh builds for
   local pip=("$dir/bin/python" -m pip -q --disable-pip-version-check)
   "${pip[@]}" install --no-index --find-links "$wheelhouse" "$@" 2>/dev/null && return 0
   "${pip[@]}" download -d "$wheelhouse" "$@" && "${pip[@]}" install --no-index --find-links "$wheelhouse" "$@"
