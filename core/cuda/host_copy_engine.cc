@@ -47,6 +47,10 @@ HostCopyEngine::~HostCopyEngine() {
 }
 
 Result<void*> HostCopyEngine::AllocateHost(size_t bytes) {
+  if (host_limit_ != 0 && bytes > host_limit_) {
+    return Status(StatusCode::kNoMemory, "cannot page-lock " + std::to_string(bytes) + " bytes (test limit " +
+                  std::to_string(host_limit_) + ")");
+  }
   const size_t size = (bytes + 4095) / 4096 * 4096;
   void* p = std::aligned_alloc(4096, size == 0 ? 4096 : size);
   if (p == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate a staging buffer of " +

@@ -103,7 +103,7 @@ TEST(DeviceSaveMultiRankTest, ACopyFailingOnOneRankFailsEveryRankAndLeavesNothin
   EXPECT_TRUE(comm_testing::AllExitedZero(outcomes)) << comm_testing::Describe(outcomes);
 }
 
-// An asynchronous save whose staging fails on rank 1 (its second device copy): rank 1's SaveAsync returns the error,
+// An asynchronous save whose staging fails on rank 1 (its device copy): rank 1's SaveAsync returns the error,
 // and the other ranks, whose saves already run in the background, fail at once naming rank 1 and the copy instead of
 // waiting out the collective timeout for a rank that never joins. Nothing appears at the path.
 Status AsyncSaveOnRank(int rank, const std::string& rendezvous, const std::string& path) {
@@ -111,7 +111,7 @@ Status AsyncSaveOnRank(int rank, const std::string& rendezvous, const std::strin
   HostCopyEngine engine;
   if (rank == 1) {
     engine.set_before_copy([](uint64_t i) {
-      return i == 1 ? Status(StatusCode::kUnknown, "injected: unspecified launch failure") : OkStatus();
+      return i == 0 ? Status(StatusCode::kUnknown, "injected: unspecified launch failure") : OkStatus();
     });
   }
   std::vector<float> w = Values(kPerRank, float(rank * kPerRank));

@@ -235,8 +235,31 @@ TEST(DeviceSaveTest, AsyncSaveStagesDevicePiecesBeforeReturning) {
   const std::string path = TempDir() + "/ckpt";
   auto fut = SaveAsync(path, f.state, nullptr, DeviceOptions(&engine));
   ASSERT_TRUE(fut.ok()) << fut.status().message();
-  EXPECT_EQ(engine.copies_issued(), f.device_segments()) << "every device byte was copied before the call returned";
+  // Straight into one page-locked buffer of the engine: one copy per device piece, no pipeline segments.
+  EXPECT_EQ(engine.copies_issued(), 2u) << "every device piece was copied, once, before the call returned";
   std::fill(f.w0.begin(), f.w0.end(), -1.0f);  // the caller reuses its "device" memory at once
+  std::fill(f.w1.begin(), f.w1.end(), -1.0f);
+  auto r = (*fut)->Wait(std::chrono::minutes(1));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  f.w0 = w0;
+  f.w1 = Iota(7001, 10000);
+  f.ExpectSaved(path);
+  fut->reset();
+  EXPECT_EQ(engine.live_allocations(), 0) << "a caller's own engine's buffer is freed with the save, not pooled";
+}
+
+// Where the host cannot page-lock the whole device part (cuMemHostAlloc fails), the device pieces go through the
+// bounded staging pipeline into the pageable buffer instead: the save still returns with every byte copied.
+TEST(DeviceSaveTest, AsyncSaveFallsBackToThePipelineWithoutPinnedMemoryForTheState) {
+  HostCopyEngine engine;
+  engine.set_host_allocation_limit(kBuffer);  // the pipeline's buffers fit; one buffer for the state does not
+  Fixture f;
+  const std::vector<float> w0 = f.w0;
+  const std::string path = TempDir() + "/ckpt";
+  auto fut = SaveAsync(path, f.state, nullptr, DeviceOptions(&engine));
+  ASSERT_TRUE(fut.ok()) << fut.status().message();
+  EXPECT_EQ(engine.copies_issued(), f.device_segments()) << "every device byte was copied before the call returned";
+  std::fill(f.w0.begin(), f.w0.end(), -1.0f);
   auto r = (*fut)->Wait(std::chrono::minutes(1));
   ASSERT_TRUE(r.ok()) << r.status().message();
   f.w0 = w0;

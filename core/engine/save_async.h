@@ -37,7 +37,8 @@ class SaveFuture {
   friend Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string&, const State&, Communicator*,
                                                          const SaveOptions&);
   SaveFuture() = default;
-  /// Copies `state` into buffers this future owns (owned_, buffer_), device pieces through the staging pipeline.
+  /// Copies `state` into buffers this future owns (owned_; host data in buffer_, device pieces in pinned_, or through
+  /// the staging pipeline into buffer_ where no pinned memory could be had).
   Status Stage(const std::string& path, const State& state, const SaveOptions& options);
   /// For device_snapshot: allocates a snapshot of every device piece it can (in order, until an allocation fails)
   /// into snapshots_; returns the engine, or nullptr when nothing is snapshotted.
@@ -55,6 +56,7 @@ class SaveFuture {
   std::thread thread_;
   State owned_;
   std::unique_ptr<char[], void (*)(void*)> buffer_{nullptr, nullptr};
+  std::shared_ptr<char> pinned_;  // device pieces' staging: page-locked memory of the copy engine (save_async.cc)
   uint64_t reserved_ = 0;  // bytes of the process-wide async staging budget this save holds until it finishes
   double staging_seconds_ = 0;
   uint64_t staged_bytes_ = 0;
@@ -63,8 +65,10 @@ class SaveFuture {
   std::vector<Snapshot> snapshots_;  // device memory this future owns, freed when the save finishes
 };
 
-/// Copies every piece and bytes entry of `state` into one owned buffer (in parallel; device pieces through the
-/// bounded pinned staging pool, save_staging.h), then runs Save on a background thread. With
+/// Copies every piece and bytes entry of `state` into owned buffers (host data in parallel on the CPUs; device pieces
+/// with one device-to-host copy each into page-locked memory of the copy engine, kept for the next save, or through
+/// the bounded pinned staging pool, save_staging.h, where that memory cannot be had), then runs Save on a background
+/// thread. With
 /// options.max_async_staging_bytes set, the call first waits (up to options.timeout, then kTimeout) while the staging
 /// of unfinished async saves would go past that cap; a save frees its staging as soon as it finishes. Collective like
 /// Save: every rank calls it. `comm` belongs to the save until it finishes: do not run other collectives on it
