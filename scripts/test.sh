@@ -5,7 +5,8 @@
 # pytest (python/), cargo (rust/) and go (go/). Each language suite has its own runner (<lang>/run_tests.sh) that sets
 # up its toolchain and prints a "N passed, M failed" line (rust and go also build a consumer crate/module outside
 # the repository, as their READMEs tell a user to); then a C program built the same way (tests/consumers/c), the
-# cross-language check (tests/crosslang/run.sh) and
+# cross-language check (tests/crosslang/run.sh), the portable library, the wheel and the prebuilt install
+# (tests/packaging/), the GPU kit run without a GPU (tests/gpu_kit/run.sh), and
 # the crash-consistency suite with the Go CLI (tests/crash/run.sh), then a short smoke of every fuzz target
 # (scripts/fuzz.sh, FUZZ_SMOKE_SECONDS each, default 15): one "fuzz <target>: N passed, M failed" line per target, a
 # missing clang-14 or atheris counting as a failure.
@@ -67,7 +68,7 @@ fi
 
 # The cross-language check runs last: it uses the toolchains the language runners set up.
 for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/consumers/c/run.sh tests/crosslang/run.sh \
-  tests/packaging/portable_lib.sh tests/packaging/venvs.sh \
+  tests/packaging/portable_lib.sh tests/packaging/venvs.sh tests/gpu_kit/run.sh \
   tests/crash/run.sh; do
   [[ -f "$runner" ]] || continue
   echo "== $runner"
