@@ -166,6 +166,24 @@ if ! "$py" -c "import pytest" 2>/dev/null; then
 fi
 export PYTHONPATH="$site:$tools${PYTHONPATH:+:$PYTHONPATH}"
 
+# The golden checkpoints, written on other machines, verify with this CPU's XXH3 build (AVX-512, AVX2 or SSE2).
+if [[ $built -eq 1 ]]; then
+  log="$out/logs/golden.log"
+  run "golden checkpoints verify" "$log" "$py" -c "
+import glob, sys, distckpt
+paths = sorted(glob.glob(sys.argv[1] + '/*'))
+assert paths, 'no golden checkpoints in the kit'
+for p in paths:
+    with distckpt.open(p) as r:
+        r.verify()
+    print('verified', p)" "$kit/golden"
+  if [[ $RC -eq 0 ]]; then
+    record "golden checkpoints verify" 1 0 0 "$SECS" "$(grep -c "^verified" "$log") checkpoints"
+  else
+    record "golden checkpoints verify" 0 1 0 "$SECS" "$(tail -1 "$log")"
+  fi
+fi
+
 # ---- 3. the device tests ------------------------------------------------------------------------------------------
 if [[ $built -eq 1 ]]; then
   log="$out/logs/pytest.log"

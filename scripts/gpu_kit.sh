@@ -8,6 +8,7 @@
 #   DIR/bin/nccl_test          the NCCL communicator's tests, self-contained (core/comm/nccl/README.md)
 #   DIR/bin/nccl_gloo_test     the same with a Gloo bootstrap, linked to the kit's vendored gloo
 #   DIR/bench/gpu_bench.py     the GPU benchmark (bench/gpu/)
+#   DIR/golden/                golden checkpoints (tests/golden), verified there with that CPU's checksum code
 #   DIR/wheels/                pure-Python test tools the GPU machine may lack (pytest and what it needs)
 #   DIR/KIT                    what built the kit: commit, date, sizes
 #
@@ -50,6 +51,9 @@ tar -C python --exclude=__pycache__ --exclude='*.egg-info' -cf - distckpt | tar 
 cp python/tests/conftest.py python/tests/_fake_cuda.py python/tests/test_device.py "$kit/python/tests/"
 cp bindings/distckpt_module.cc bindings/_distckpt.lds "$kit/bindings/"
 cp bench/gpu/gpu_bench.py "$kit/bench/"
+# Golden checkpoints written elsewhere: verifying them there checks that machine's XXH3 SIMD build (e.g. AVX-512).
+mkdir -p "$kit/golden"
+cp -R tests/golden/v1_all_dtypes tests/golden/v1_1_all_dtypes "$kit/golden/"
 install -m 0755 scripts/gpu_check.sh "$kit/gpu_check.sh"
 
 # pytest for a machine without it: pure-Python wheels from PyPI, cached under build/.

@@ -54,7 +54,7 @@ check "results.md, results.json and each suite's report are written" $?
 import json, sys
 r = json.load(open(sys.argv[1]))
 steps = {s["step"]: s for s in r["steps"]}
-need = ["library loads", "build binding", "device tests (pytest)", "nccl_test", "nccl_gloo_test", "gpu benchmark"]
+need = ["library loads", "build binding", "golden checkpoints verify", "device tests (pytest)", "nccl_test", "nccl_gloo_test", "gpu benchmark"]
 missing = [n for n in need if n not in steps]
 assert not missing, f"steps missing: {missing}"
 assert steps["library loads"]["passed"] == 1 and steps["build binding"]["passed"] == 1, steps
