@@ -321,8 +321,10 @@ DCKPT_API int dckpt_piece_options_init(dckpt_piece_options *opts, unsigned versi
 /* As dckpt_state_add_piece, with the buffer's location: host memory (NULL opts: the same as dckpt_state_add_piece) or
  * CUDA device memory. The CUDA driver (libcuda.so.1) is loaded on the first DCKPT_MEMORY_CUDA piece; without it the
  * call fails with DCKPT_EUNSUPPORTED naming what is missing. A device buffer is checked to be memory of `device`
- * (DCKPT_EINVAL otherwise). Device pieces are saved (dckpt_save, dckpt_save_async) through a bounded pool of pinned
- * staging buffers, and loaded (dckpt_load) through the same pool: read into pinned buffers, verified on the host, then
+ * (DCKPT_EINVAL otherwise). Device pieces are saved by dckpt_save through a bounded pool of pinned staging buffers;
+ * dckpt_save_async copies them with one device-to-host copy each into one page-locked buffer the size of the device
+ * data (kept for the next asynchronous save; the bounded pool where the host cannot page-lock that much). They are
+ * loaded (dckpt_load) through the bounded pool: read into pinned buffers, verified on the host, then
  * copied to the device after the work queued on `stream`, overlapped with the next reads; a load returns once its
  * device copies have completed. */
 DCKPT_API int dckpt_state_add_piece_ex(dckpt_state *state, const char *name, const uint64_t *offsets,
