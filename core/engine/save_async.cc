@@ -187,6 +187,30 @@ void ReleaseBudget(uint64_t bytes) {
   b.cv.notify_all();
 }
 
+// Copies that must have finished before Stage returns, whatever happens (the caller reuses its memory, and the
+// destinations belong to the future): WaitAll() waits for every one and reports the first failure with its copy's
+// description; the destructor waits for any left.
+class PendingCopies {
+ public:
+  PendingCopies() = default;
+  PendingCopies(const PendingCopies&) = delete;
+  PendingCopies& operator=(const PendingCopies&) = delete;
+  ~PendingCopies() { (void)WaitAll(); }
+  void Add(std::unique_ptr<CopyFence> fence, std::string what) { fences_.emplace_back(std::move(fence), std::move(what)); }
+  Status WaitAll() {
+    Status st;
+    for (auto& [fence, what] : fences_) {
+      Status one = fence->Wait();
+      if (st.ok() && !one.ok()) st = one.WithContext(what);
+    }
+    fences_.clear();
+    return st;
+  }
+
+ private:
+  std::vector<std::pair<std::unique_ptr<CopyFence>, std::string>> fences_;
+};
+
 }  // namespace
 
 SaveFuture::~SaveFuture() {
@@ -242,13 +266,15 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
   // Device pieces snapshotted on the device (device_snapshot) need no host staging; the snapshot copies run first,
   // on the copy engine, while the host part is copied below.
   DCKPT_ASSIGN_OR_RETURN(CopyEngine * snapshot_engine, AllocateSnapshots(state, options));
-  std::vector<std::unique_ptr<CopyFence>> snapshot_fences;
+  // Whatever happens below, the snapshot copies finish before this returns (the caller may then reuse its memory).
+  PendingCopies snapshot_copies;
   auto snapshot_of = [this](const TensorPiece* p) -> const Snapshot* {
     for (const Snapshot& s : snapshots_) {
       if (s.piece == p) return &s;
     }
     return nullptr;
   };
+  const std::string snapshotting = "saving '" + path + "' (snapshotting device memory)";
   if (snapshot_engine != nullptr) {
     std::vector<MemoryLocation> locations;
     for (const Snapshot& s : snapshots_) locations.push_back(s.piece->memory);
@@ -257,26 +283,11 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
       const MemoryLocation& loc = s.piece->memory;
       auto fence = snapshot_engine->CopyOnDeviceAsync(s.data, s.piece->data, s.size, loc);
       if (!fence.ok()) {
-        for (auto& f : snapshot_fences) (void)f->Wait();
         return fence.status().WithContext("saving '" + path + "' (snapshotting " + loc.ToString() + " memory)");
       }
-      snapshot_fences.push_back(std::move(fence).value());
+      snapshot_copies.Add(std::move(fence).value(), snapshotting);
     }
   }
-  auto wait_snapshots = [&]() -> Status {
-    Status st;
-    for (auto& f : snapshot_fences) {
-      Status one = f->Wait();
-      if (st.ok() && !one.ok()) st = one.WithContext("saving '" + path + "' (snapshotting device memory)");
-    }
-    snapshot_fences.clear();
-    return st;
-  };
-  // Whatever happens below, the snapshot copies finish before this returns (the caller may then reuse its memory).
-  struct WaitAtExit {
-    std::function<Status()> wait;
-    ~WaitAtExit() { (void)wait(); }
-  } wait_at_exit{wait_snapshots};
 
   // Host pieces and bytes entries are laid out in one host buffer; device pieces in one pinned buffer (AcquirePinned),
   // or, where that cannot be had, after them in the host buffer, reached through the staging pipeline. Each is one
@@ -386,20 +397,7 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
 
   // The direct device copies start first (they run on the copy engine while the host copies below use the CPUs);
   // every one started is waited for before this returns, whatever fails.
-  std::vector<std::unique_ptr<CopyFence>> direct_fences;
-  auto wait_direct = [&]() -> Status {
-    Status st;
-    for (size_t k = 0; k < direct_fences.size(); ++k) {
-      Status one = direct_fences[k]->Wait();
-      if (st.ok() && !one.ok()) st = one.WithContext(direct[k].what);
-    }
-    direct_fences.clear();
-    return st;
-  };
-  struct WaitDirectAtExit {
-    std::function<Status()> wait;
-    ~WaitDirectAtExit() { (void)wait(); }
-  } wait_direct_at_exit{wait_direct};
+  PendingCopies direct_copies;
   if (!direct.empty()) {
     std::vector<MemoryLocation> locations;
     for (const DeviceCopy& c : direct) locations.push_back(c.memory);
@@ -407,7 +405,7 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
     for (size_t k = 0; k < direct.size(); ++k) {
       auto fence = engine->CopyToHostAsync(direct_dst[k], direct[k].src, direct[k].size, direct[k].memory);
       if (!fence.ok()) return fence.status().WithContext("saving '" + path + "' (" + direct[k].what + ")");
-      direct_fences.push_back(std::move(fence).value());
+      direct_copies.Add(std::move(fence).value(), direct[k].what);
     }
   }
 
@@ -438,8 +436,8 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
     Status staged = group.Wait();
     if (!staged.ok()) return staged.WithContext("saving '" + path + "' (staging the state)");
   }
-  if (Status st = wait_direct(); !st.ok()) return st.WithContext("saving '" + path + "' (staging the state)");
-  DCKPT_RETURN_IF_ERROR(wait_snapshots());
+  if (Status st = direct_copies.WaitAll(); !st.ok()) return st.WithContext("saving '" + path + "' (staging the state)");
+  DCKPT_RETURN_IF_ERROR(snapshot_copies.WaitAll());
   staged_bytes_ = total;
   return OkStatus();
 }
