@@ -11,7 +11,9 @@ repo=$PWD
 py=${PYTHON:-$repo/.venv/bin/python}
 passed=0
 failed=0
-check() { if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi; }
+# check STATUS NAME: the status comes first, taken before NAME is expanded (a command substitution in NAME would
+# otherwise set $? itself).
+check() { if [[ $1 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -24,10 +26,12 @@ fi
 
 t=$(date +%s)
 scripts/gpu_kit.sh "$work/kit" > "$work/kit.log" 2>&1
-check "scripts/gpu_kit.sh builds the kit ($(tail -1 "$work/kit.log"))" $?
+rc=$?
+check $rc "scripts/gpu_kit.sh builds the kit ($(tail -1 "$work/kit.log"))"
 size_kib=$(du -sk "$work/kit" | cut -f1)
 [[ $size_kib -lt $((32 * 1024)) ]]
-check "the kit is well under 64 MiB (${size_kib} KiB)" $?
+rc=$?
+check $rc "the kit is well under 64 MiB (${size_kib} KiB)"
 
 # Packed and unpacked elsewhere, as it travels to a GPU machine; the build tree is then out of reach.
 tar -C "$work/kit" -czf "$work/kit.tgz" .
@@ -44,12 +48,15 @@ tail -30 "$work/check.log"
 secs=$(($(date +%s) - t))
 last=$(tail -1 "$work/check.log")
 [[ $rc -eq 0 && $last =~ ^gpu_check:\ [1-9][0-9]*\ passed,\ 0\ failed,\ [0-9]+\ skipped$ ]]
-check "gpu_check.sh passes without a GPU and ends with its counts ($last; kit + check ${secs}s)" $?
+rc=$?
+check $rc "gpu_check.sh passes without a GPU and ends with its counts ($last; kit + check ${secs}s)"
 [[ ! -e $work/bazel-calls ]]
-check "no Bazel was called ($(cat "$work/bazel-calls" 2>/dev/null | head -1))" $?
+rc=$?
+check $rc "no Bazel was called ($(cat "$work/bazel-calls" 2>/dev/null | head -1))"
 res="$work/gpu/results"
 [[ -s $res/results.md && -s $res/results.json && -s $res/pytest.xml && -s $res/nccl_test.xml ]]
-check "results.md, results.json and each suite's report are written" $?
+rc=$?
+check $rc "results.md, results.json and each suite's report are written"
 "$py" - "$res/results.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -65,9 +72,11 @@ assert steps["nccl_test"]["passed"] >= 1, steps["nccl_test"]
 assert r["benchmark"].get("skipped"), r["benchmark"]
 assert r["failed"] == 0
 PY
-check "each step ran: emulated device tests passed, GPU-only cases and the benchmark skipped saying why" $?
+rc=$?
+check $rc "each step ran: emulated device tests passed, GPU-only cases and the benchmark skipped saying why"
 grep -q "SKIPPED" "$res/logs/pytest.log" && grep -q "no GPU" "$res/logs/pytest.log"
-check "pytest's skip reasons name the missing GPU" $?
+rc=$?
+check $rc "pytest's skip reasons name the missing GPU"
 
 echo "gpu kit: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
