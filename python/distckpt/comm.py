@@ -177,6 +177,12 @@ def from_torch(process_group: Any = None) -> Communicator:
     def global_rank(group_rank: int) -> int:
         return group_rank if is_world else dist.get_global_rank(group, group_rank)  # type: ignore[arg-type]
 
+    # The tensors of the last collective stay referenced here until the next one (or until the communicator is
+    # freed). torch's gloo thread drops its own references to a collective's tensors some time after the call has
+    # returned; were that the last reference, it would free the Python object on that thread, taking the GIL, and if
+    # the interpreter is shutting down by then the process aborts ("terminate called without an active exception").
+    held: list = []
+
     def to_tensor(view: memoryview) -> Any:
         t = torch.empty(len(view), dtype=torch.uint8)
         if len(view):
@@ -193,10 +199,12 @@ def from_torch(process_group: Any = None) -> Communicator:
             return
         mine = to_tensor(send)
         out = torch.empty(size * n, dtype=torch.uint8, device=device)
+        held[:] = [mine, out]
         try:
             dist.all_gather_into_tensor(out, mine, group=group)
         except (RuntimeError, NotImplementedError, AttributeError):  # backends without the fused collective
             parts = [torch.empty(n, dtype=torch.uint8, device=device) for _ in range(size)]
+            held[:] = [mine, out, *parts]
             dist.all_gather(parts, mine, group=group)
             out = torch.cat(parts)
         copy_out(out, recv)
@@ -205,6 +213,7 @@ def from_torch(process_group: Any = None) -> Communicator:
         if len(buf) == 0:
             return
         t = to_tensor(buf)
+        held[:] = [t]
         dist.broadcast(t, src=global_rank(root), group=group)
         if rank != root:
             copy_out(t, buf)
