@@ -65,25 +65,8 @@ Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data) {
     return InvalidArgument("unknown memory kind " + std::to_string(static_cast<int>(loc.kind)));
   }
   if (CudaEmulatedOnHost()) return OkStatus();
-  DCKPT_ASSIGN_OR_RETURN(const cuda::CudaDriver* d, cuda::LoadCudaDriver());
   DCKPT_ASSIGN_OR_RETURN(CudaCopyEngine * engine, CudaCopyEngine::Get());
-  DCKPT_ASSIGN_OR_RETURN(cuda::CUcontext ctx, engine->Context(loc.device));
-  if (data == nullptr) return OkStatus();  // an empty piece
-  (void)ctx;
-  unsigned type = 0;
-  const auto ptr = reinterpret_cast<cuda::CUdeviceptr>(data);
-  cuda::CUresult r = d->cuPointerGetAttribute(&type, cuda::kPointerAttributeMemoryType, ptr);
-  if (r != cuda::kCudaSuccess || (type != cuda::kMemoryTypeDevice && type != cuda::kMemoryTypeUnified)) {
-    return InvalidArgument("the buffer is not CUDA device memory (" +
-                           (r != cuda::kCudaSuccess ? d->ErrorString(r) : "memory type " + std::to_string(type)) +
-                           "): pass DCKPT_MEMORY_HOST for host memory");
-  }
-  int ordinal = -1;
-  r = d->cuPointerGetAttribute(&ordinal, cuda::kPointerAttributeDeviceOrdinal, ptr);
-  if (r == cuda::kCudaSuccess && ordinal != loc.device) {
-    return InvalidArgument("the buffer is memory of cuda:" + std::to_string(ordinal) + ", not of " + loc.ToString());
-  }
-  return OkStatus();
+  return engine->CheckDeviceBuffer(loc, data);
 }
 
 }  // namespace distckpt

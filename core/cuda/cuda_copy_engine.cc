@@ -1,5 +1,7 @@
 #include "core/cuda/cuda_copy_engine.h"
 
+#include <optional>
+
 namespace distckpt {
 
 using cuda::CUcontext;
@@ -78,9 +80,19 @@ Result<CudaCopyEngine::Device> CudaCopyEngine::GetDevice(int device) {
   DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuDeviceGet(&dev, device), "cuDeviceGet"));
   Device out;
   DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuDevicePrimaryCtxRetain(&out.ctx, dev), "cuDevicePrimaryCtxRetain"));
-  ScopedContext scope(d_, out.ctx);
-  DCKPT_RETURN_IF_ERROR(scope.status());
-  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuStreamCreate(&out.copy_stream, cuda::kStreamNonBlocking), "cuStreamCreate"));
+  Status st;
+  {
+    ScopedContext scope(d_, out.ctx);
+    st = scope.status();
+    if (st.ok()) {
+      st = d_->Check(d_->cuStreamCreate(&out.copy_stream, cuda::kStreamNonBlocking),
+                     "cuStreamCreate (the copy stream of cuda:" + std::to_string(device) + ")");
+    }
+  }
+  if (!st.ok()) {
+    (void)d_->cuDevicePrimaryCtxRelease(dev);  // retained for nothing: the next use sets the device up again
+    return st;
+  }
   devices_[device] = out;
   return out;
 }
@@ -90,11 +102,27 @@ Result<CUcontext> CudaCopyEngine::Context(int device) {
   return dev.ctx;
 }
 
-Result<void*> CudaCopyEngine::AllocateHost(size_t bytes) {
-  // Page-locked memory needs a context; portable memory then serves every device.
+Result<cuda::CUcontext> CudaCopyEngine::HostMemoryContext() {
+  // Page-locked memory needs a context, and portable memory then serves every context: the caller's current one
+  // (a framework thread's device), else a device this engine already serves (the data's), and only failing both
+  // device 0. Never a context on GPU 0 for every rank of a node, whichever GPU a rank uses.
+  cuda::CUdevice current;
+  if (d_->cuCtxGetDevice(&current) == cuda::kCudaSuccess) return static_cast<cuda::CUcontext>(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!devices_.empty()) return devices_.begin()->second.ctx;
+  }
   DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(0));
-  ScopedContext scope(d_, dev.ctx);
-  DCKPT_RETURN_IF_ERROR(scope.status());
+  return dev.ctx;
+}
+
+Result<void*> CudaCopyEngine::AllocateHost(size_t bytes) {
+  DCKPT_ASSIGN_OR_RETURN(cuda::CUcontext ctx, HostMemoryContext());
+  std::optional<ScopedContext> scope;
+  if (ctx != nullptr) {
+    scope.emplace(d_, ctx);
+    DCKPT_RETURN_IF_ERROR(scope->status());
+  }
   void* p = nullptr;
   CUresult r = d_->cuMemHostAlloc(&p, bytes, cuda::kMemHostAllocPortable);
   if (r != cuda::kCudaSuccess) {
@@ -106,9 +134,10 @@ Result<void*> CudaCopyEngine::AllocateHost(size_t bytes) {
 
 void CudaCopyEngine::FreeHost(void* p) {
   if (p == nullptr) return;
-  auto dev = GetDevice(0);
-  if (!dev.ok()) return;
-  ScopedContext scope(d_, dev->ctx);
+  auto ctx = HostMemoryContext();
+  if (!ctx.ok()) return;
+  std::optional<ScopedContext> scope;
+  if (*ctx != nullptr) scope.emplace(d_, *ctx);
   (void)d_->cuMemFreeHost(p);
 }
 
@@ -201,9 +230,37 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyOnDeviceAsync(void* dst, 
   return FenceAfter(dev, what);
 }
 
+Status CudaCopyEngine::CheckDeviceBuffer(const MemoryLocation& loc, const void* data) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(loc.device));
+  if (data == nullptr) return OkStatus();  // an empty piece
+  // Under the device's context: the calling thread may have none (a fresh thread, JAX's main thread, a C caller),
+  // and the driver may then refuse the query.
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  unsigned type = 0;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(data);
+  CUresult r = d_->cuPointerGetAttribute(&type, cuda::kPointerAttributeMemoryType, ptr);
+  if (r != cuda::kCudaSuccess || (type != cuda::kMemoryTypeDevice && type != cuda::kMemoryTypeUnified)) {
+    return InvalidArgument("the buffer is not CUDA device memory (" +
+                           (r != cuda::kCudaSuccess ? d_->ErrorString(r) : "memory type " + std::to_string(type)) +
+                           "): pass DCKPT_MEMORY_HOST for host memory");
+  }
+  int ordinal = -1;
+  r = d_->cuPointerGetAttribute(&ordinal, cuda::kPointerAttributeDeviceOrdinal, ptr);
+  if (r != cuda::kCudaSuccess) {
+    return d_->Check(r, "asking the driver which device the buffer for " + loc.ToString() + " is on");
+  }
+  if (ordinal != loc.device) {
+    return InvalidArgument("the buffer is memory of cuda:" + std::to_string(ordinal) + ", not of " + loc.ToString());
+  }
+  return OkStatus();
+}
+
 Result<std::unique_ptr<CopyFence>> CudaCopyEngine::FenceAfter(const Device& dev, const std::string& what) {
   CUevent ev = nullptr;
-  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming), "cuEventCreate"));
+  // Blocking sync: a thread waiting on the fence sleeps in the driver instead of spinning a core.
+  DCKPT_RETURN_IF_ERROR(
+      d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming | cuda::kEventBlockingSync), "cuEventCreate"));
   if (Status st = d_->Check(d_->cuEventRecord(ev, dev.copy_stream), "cuEventRecord"); !st.ok()) {
     (void)d_->cuEventDestroy(ev);
     return st;

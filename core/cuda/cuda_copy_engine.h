@@ -1,6 +1,8 @@
 // The CUDA CopyEngine, on the driver API loaded at run time (cuda_driver.h): per device, the primary context and one
 // dedicated non-blocking copy stream, used in both directions; every copy (cuMemcpyDtoHAsync, cuMemcpyHtoDAsync,
-// cuMemcpy2DAsync) is followed by an event on that stream, which is the copy's fence. Staging buffers are page-locked (cuMemHostAlloc, portable across contexts).
+// cuMemcpy2DAsync) is followed by a blocking-sync event on that stream, which is the copy's fence (a waiting thread
+// sleeps). Staging buffers are page-locked (cuMemHostAlloc, portable across contexts), made under the caller's current
+// context or a device the engine already serves, never GPU 0's for every rank.
 #ifndef DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
 #define DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
 
@@ -33,6 +35,9 @@ class CudaCopyEngine final : public CopyEngine {
 
   /// The primary context of `device` (retained once, kept for the life of the process).
   Result<cuda::CUcontext> Context(int device);
+  /// Checks that `data` is device memory of loc.device (cuPointerGetAttribute under that device's context, so a
+  /// thread with no current context can ask). kInvalidArgument for other memory; a failed query is an error.
+  Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data);
 
  private:
   explicit CudaCopyEngine(const cuda::CudaDriver* d) : d_(d) {}
@@ -41,6 +46,9 @@ class CudaCopyEngine final : public CopyEngine {
     cuda::CUstream copy_stream = nullptr;
   };
   Result<Device> GetDevice(int device);
+  /// The context to make and free page-locked memory under: null when the caller has one current (use it as is),
+  /// else a device this engine already serves, else device 0's.
+  Result<cuda::CUcontext> HostMemoryContext();
   /// An event recorded on `dev`'s copy stream after the copy just queued there: the fence for `what`.
   Result<std::unique_ptr<CopyFence>> FenceAfter(const Device& dev, const std::string& what);
   const cuda::CudaDriver* const d_;

@@ -52,6 +52,7 @@ Result<const CudaDriver*> Load() {
   sym(&d->cuDeviceGetCount, "cuDeviceGetCount");
   sym(&d->cuDeviceGet, "cuDeviceGet");
   sym(&d->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  sym(&d->cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
   sym(&d->cuCtxSetCurrent, "cuCtxSetCurrent");
   sym(&d->cuCtxPushCurrent, "cuCtxPushCurrent_v2");
   sym(&d->cuCtxPopCurrent, "cuCtxPopCurrent_v2");

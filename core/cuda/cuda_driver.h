@@ -23,6 +23,7 @@ using CUevent = struct CUevent_st*;
 constexpr CUresult kCudaSuccess = 0;
 constexpr CUresult kCudaErrorNotReady = 600;          // CUDA_ERROR_NOT_READY
 constexpr unsigned kStreamNonBlocking = 0x1;          // CU_STREAM_NON_BLOCKING
+constexpr unsigned kEventBlockingSync = 0x1;          // CU_EVENT_BLOCKING_SYNC
 constexpr unsigned kEventDisableTiming = 0x2;         // CU_EVENT_DISABLE_TIMING
 constexpr unsigned kMemHostAllocPortable = 0x1;       // CU_MEMHOSTALLOC_PORTABLE
 constexpr int kPointerAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
@@ -56,6 +57,7 @@ struct CudaDriver {
   CUresult (*cuDeviceGetCount)(int* count);
   CUresult (*cuDeviceGet)(CUdevice* device, int ordinal);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* ctx, CUdevice dev);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice dev);  // cuDevicePrimaryCtxRelease_v2
   CUresult (*cuCtxSetCurrent)(CUcontext ctx);
   CUresult (*cuCtxPushCurrent)(CUcontext ctx);    // cuCtxPushCurrent_v2
   CUresult (*cuCtxPopCurrent)(CUcontext* ctx);    // cuCtxPopCurrent_v2

@@ -21,6 +21,7 @@
 #undef cuMemAlloc
 #undef cuMemFree
 #undef cuStreamDestroy
+#undef cuDevicePrimaryCtxRelease
 
 #include <cstddef>
 
@@ -31,6 +32,7 @@ static_assert(sizeof(CUdeviceptr) == sizeof(::CUdeviceptr), "CUdeviceptr");
 static_assert(kCudaErrorNotReady == ::CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY");
 static_assert(kStreamNonBlocking == ::CU_STREAM_NON_BLOCKING, "CU_STREAM_NON_BLOCKING");
 static_assert(kEventDisableTiming == ::CU_EVENT_DISABLE_TIMING, "CU_EVENT_DISABLE_TIMING");
+static_assert(kEventBlockingSync == ::CU_EVENT_BLOCKING_SYNC, "CU_EVENT_BLOCKING_SYNC");
 static_assert(kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE, "CU_MEMHOSTALLOC_PORTABLE");
 static_assert(kPointerAttributeMemoryType == ::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, "CU_POINTER_ATTRIBUTE_MEMORY_TYPE");
 static_assert(kPointerAttributeDeviceOrdinal == ::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, "DEVICE_ORDINAL");
@@ -84,6 +86,7 @@ DCKPT_CHECK_ENTRY(cuInit, cuInit);
 DCKPT_CHECK_ENTRY(cuDeviceGetCount, cuDeviceGetCount);
 DCKPT_CHECK_ENTRY(cuDeviceGet, cuDeviceGet);
 DCKPT_CHECK_ENTRY(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
+DCKPT_CHECK_ENTRY(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2);
 DCKPT_CHECK_ENTRY(cuCtxSetCurrent, cuCtxSetCurrent);
 DCKPT_CHECK_ENTRY(cuCtxPushCurrent, cuCtxPushCurrent_v2);
 DCKPT_CHECK_ENTRY(cuCtxPopCurrent, cuCtxPopCurrent_v2);

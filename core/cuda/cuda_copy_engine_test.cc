@@ -1,0 +1,206 @@
+// The real CudaCopyEngine against the stand-in driver (testdata/fake_cuda.cc, loaded through
+// DCKPT_CUDA_DRIVER_LIBRARY before anything touches CUDA): copies in every direction, ordering after the caller's
+// stream, the contexts each call runs under, and the defects a host copy engine hides (pinned memory made under
+// GPU 0, fences that spin, pointer checks on a thread with no current context, a retained context leaked on a
+// failure). The fake's counters and knobs are reached with dlsym on the same library.
+#include "core/cuda/cuda_copy_engine.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/cuda/copy_engine.h"
+#include "core/cuda/cuda_driver.h"
+
+namespace distckpt {
+namespace {
+
+std::string FakeDriverPath() {
+  const char* dir = std::getenv("TEST_SRCDIR");
+  if (dir == nullptr) return "";
+  const std::string path = std::string(dir) + "/distckpt/core/cuda/libfake_cuda.so";
+  return ::access(path.c_str(), R_OK) == 0 ? path : "";
+}
+
+// Before main: the engine reads DCKPT_CUDA_DRIVER_LIBRARY once, on the first CUDA call.
+const std::string kFake = [] {
+  const std::string path = FakeDriverPath();
+  if (!path.empty()) ::setenv("DCKPT_CUDA_DRIVER_LIBRARY", path.c_str(), 1);
+  ::setenv("DCKPT_FAKE_CUDA_DEVICES", "3", 1);  // cuda:2 is used by one test only
+  return path;
+}();
+
+// The fake's controls.
+struct Fake {
+  long (*count)(const char*);
+  void (*fail)(const char*, int, long);
+  void (*hold_stream)(void*, int);
+  void (*strict_pointer_queries)(int);
+};
+
+Fake Controls() {
+  void* lib = ::dlopen(kFake.c_str(), RTLD_NOW | RTLD_LOCAL);  // the engine's handle: the same globals
+  EXPECT_NE(lib, nullptr) << ::dlerror();
+  Fake f{};
+  f.count = reinterpret_cast<long (*)(const char*)>(::dlsym(lib, "fake_cuda_count"));
+  f.fail = reinterpret_cast<void (*)(const char*, int, long)>(::dlsym(lib, "fake_cuda_fail"));
+  f.hold_stream = reinterpret_cast<void (*)(void*, int)>(::dlsym(lib, "fake_cuda_hold_stream"));
+  f.strict_pointer_queries = reinterpret_cast<void (*)(int)>(::dlsym(lib, "fake_cuda_strict_pointer_queries"));
+  return f;
+}
+
+class CudaCopyEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kFake.empty()) GTEST_SKIP() << "no runfiles: the stand-in driver is not here";
+    auto e = DefaultCopyEngine(MemoryKind::kCuda);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    engine_ = *e;
+    ASSERT_EQ(engine_->name(), "cuda");
+    auto d = cuda::LoadCudaDriver();
+    ASSERT_TRUE(d.ok());
+    d_ = *d;
+    fake_ = Controls();
+  }
+  // A stream of the caller's own on `device` (as a framework's), made under that device's context.
+  cuda::CUstream CallerStream(int device) {
+    auto ctx = static_cast<CudaCopyEngine*>(engine_)->Context(device);
+    EXPECT_TRUE(ctx.ok());
+    EXPECT_EQ(d_->cuCtxPushCurrent(*ctx), 0);
+    cuda::CUstream s = nullptr;
+    EXPECT_EQ(d_->cuStreamCreate(&s, cuda::kStreamNonBlocking), 0);
+    cuda::CUcontext popped;
+    EXPECT_EQ(d_->cuCtxPopCurrent(&popped), 0);
+    return s;
+  }
+  CopyEngine* engine_ = nullptr;
+  const cuda::CudaDriver* d_ = nullptr;
+  Fake fake_{};
+};
+
+TEST_F(CudaCopyEngineTest, CopiesInEveryDirectionOnTheRealEngine) {
+  const MemoryLocation dev1{MemoryKind::kCuda, 1, nullptr};
+  auto mem = engine_->AllocateDevice(4096, 1);
+  ASSERT_TRUE(mem.ok()) << mem.status().message();
+  auto other = engine_->AllocateDevice(4096, 1);
+  ASSERT_TRUE(other.ok());
+  // 8 rows of 16 bytes, from a host layout with 32-byte rows into a device layout with 64-byte rows.
+  std::vector<char> host(8 * 32);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<char>(i * 7);
+  auto f = engine_->CopyToDeviceAsync(*mem, 64, host.data(), 32, 16, 8, dev1);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_TRUE((*f)->Wait().ok());
+  auto g = engine_->CopyOnDeviceAsync(*other, *mem, 4096, dev1);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  std::vector<char> back(4096);
+  auto h = engine_->CopyToHostAsync(back.data(), *other, back.size(), dev1);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  ASSERT_TRUE((*g)->Wait().ok());
+  ASSERT_TRUE((*h)->Wait().ok());
+  for (int row = 0; row < 8; ++row) {
+    EXPECT_EQ(std::memcmp(back.data() + row * 64, host.data() + row * 32, 16), 0) << "row " << row;
+  }
+  EXPECT_EQ(fake_.count("context_mismatch"), 0) << "every call ran under its stream's device's context";
+  engine_->FreeDevice(*mem, 1);
+  engine_->FreeDevice(*other, 1);
+}
+
+TEST_F(CudaCopyEngineTest, CopiesWaitForTheWorkQueuedOnTheCallersStream) {
+  cuda::CUstream training = CallerStream(0);
+  auto mem = engine_->AllocateDevice(64, 0);
+  ASSERT_TRUE(mem.ok());
+  const MemoryLocation loc{MemoryKind::kCuda, 0, training};
+  fake_.hold_stream(training, 1);  // a long kernel still running on the caller's stream
+  ASSERT_TRUE(engine_->OrderAfter(loc).ok());
+  std::vector<char> out(64, 'x');
+  auto f = engine_->CopyToHostAsync(out.data(), *mem, out.size(), loc);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(out[0], 'x') << "the copy ran before the caller's stream got there";
+  fake_.hold_stream(training, 0);
+  ASSERT_TRUE((*f)->Wait().ok());
+  EXPECT_EQ(out[0], 0);
+  engine_->FreeDevice(*mem, 0);
+}
+
+// Defect: fences were events without CU_EVENT_BLOCKING_SYNC, so every waiting I/O thread spun a core in
+// cuEventSynchronize while the copy stream waited for the caller's.
+TEST_F(CudaCopyEngineTest, WaitingForAFenceDoesNotSpin) {
+  auto mem = engine_->AllocateDevice(64, 1);
+  ASSERT_TRUE(mem.ok());
+  std::vector<char> out(64);
+  const long spins = fake_.count("spinning_waits");
+  auto f = engine_->CopyToHostAsync(out.data(), *mem, out.size(), MemoryLocation{MemoryKind::kCuda, 1, nullptr});
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*f)->Wait().ok());
+  EXPECT_EQ(fake_.count("spinning_waits"), spins);
+  engine_->FreeDevice(*mem, 1);
+}
+
+// Defect: pinned staging memory was allocated under GPU 0's primary context whatever the data's device, so every
+// rank of a node made a context on GPU 0.
+TEST_F(CudaCopyEngineTest, PinnedMemoryIsMadeUnderTheCallersContextNotGpu0) {
+  auto* cuda_engine = static_cast<CudaCopyEngine*>(engine_);
+  auto ctx1 = cuda_engine->Context(1);
+  ASSERT_TRUE(ctx1.ok());
+  const long under0 = fake_.count("host_alloc_under:0");
+  const long under1 = fake_.count("host_alloc_under:1");
+  ASSERT_EQ(d_->cuCtxPushCurrent(*ctx1), 0);  // a framework thread on cuda:1
+  auto p = engine_->AllocateHost(1 << 16);
+  cuda::CUcontext popped;
+  ASSERT_EQ(d_->cuCtxPopCurrent(&popped), 0);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(fake_.count("host_alloc_under:0"), under0);
+  EXPECT_EQ(fake_.count("host_alloc_under:1"), under1 + 1);
+  engine_->FreeHost(*p);
+}
+
+// Defect: cuPointerGetAttribute ran with whatever context the calling thread had (none, on a fresh thread or JAX's
+// main thread), so valid device memory was rejected; and a failed ordinal query was taken as a match.
+TEST_F(CudaCopyEngineTest, DeviceBuffersAreCheckedFromAThreadWithNoCurrentContext) {
+  auto mem = engine_->AllocateDevice(256, 1);
+  ASSERT_TRUE(mem.ok());
+  fake_.strict_pointer_queries(1);
+  Status on_thread;
+  Status wrong_device;
+  Status host_memory;
+  std::vector<char> plain(64);
+  std::thread t([&] {  // a fresh thread: no current context
+    on_thread = CheckDeviceBuffer(MemoryLocation{MemoryKind::kCuda, 1, nullptr}, *mem);
+    wrong_device = CheckDeviceBuffer(MemoryLocation{MemoryKind::kCuda, 0, nullptr}, *mem);
+    host_memory = CheckDeviceBuffer(MemoryLocation{MemoryKind::kCuda, 1, nullptr}, plain.data());
+  });
+  t.join();
+  EXPECT_TRUE(on_thread.ok()) << on_thread.message();
+  EXPECT_EQ(wrong_device.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong_device.message().find("cuda:1"), std::string::npos) << wrong_device.message();
+  EXPECT_EQ(host_memory.code(), StatusCode::kInvalidArgument);
+  // A failed ordinal query is an error, not a match.
+  fake_.fail("cuPointerGetAttribute", 999, 1);  // the second query (the ordinal) of the next check
+  Status failed = CheckDeviceBuffer(MemoryLocation{MemoryKind::kCuda, 1, nullptr}, *mem);
+  fake_.fail("cuPointerGetAttribute", 0, 0);
+  EXPECT_FALSE(failed.ok());
+  engine_->FreeDevice(*mem, 1);
+}
+
+// Defect: when the copy stream could not be made, the primary context retained just before stayed retained.
+TEST_F(CudaCopyEngineTest, AFailedDeviceSetupReleasesThePrimaryContext) {
+  auto* cuda_engine = static_cast<CudaCopyEngine*>(engine_);
+  fake_.fail("cuStreamCreate", 2, 0);  // CUDA_ERROR_OUT_OF_MEMORY, once
+  auto ctx = cuda_engine->Context(2);
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_NE(ctx.status().message().find("cuStreamCreate"), std::string::npos) << ctx.status().message();
+  EXPECT_EQ(fake_.count("retain:2"), 0) << "the context retained for the failed setup was released";
+  auto again = cuda_engine->Context(2);  // the failure is not kept: the next use sets the device up
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(fake_.count("retain:2"), 1);
+}
+
+}  // namespace
+}  // namespace distckpt
