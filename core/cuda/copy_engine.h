@@ -44,7 +44,8 @@ class CopyEngine {
   /// waits for nothing). An error names the location.
   Status OrderAfterEach(const std::vector<MemoryLocation>& locations);
   /// Starts copying `n` bytes at `src` (memory at `loc`) into host memory at `dst`. Copies from one device run in
-  /// the order they were issued. `dst` must stay valid until the fence's Wait() returns.
+  /// the order they were issued, those of `ready` data apart from the others (CUDA: a stream of their own, so they
+  /// never wait behind an OrderAfter on a caller's stream). `dst` must stay valid until the fence's Wait() returns.
   virtual Result<std::unique_ptr<CopyFence>> CopyToHostAsync(void* dst, const void* src, uint64_t n,
                                                              const MemoryLocation& loc) = 0;
 

@@ -88,6 +88,11 @@ Result<CudaCopyEngine::Device> CudaCopyEngine::GetDevice(int device) {
       st = d_->Check(d_->cuStreamCreate(&out.copy_stream, cuda::kStreamNonBlocking),
                      "cuStreamCreate (the copy stream of cuda:" + std::to_string(device) + ")");
     }
+    if (st.ok()) {
+      st = d_->Check(d_->cuStreamCreate(&out.ready_stream, cuda::kStreamNonBlocking),
+                     "cuStreamCreate (the second copy stream of cuda:" + std::to_string(device) + ")");
+      if (!st.ok()) (void)d_->cuStreamDestroy(out.copy_stream);
+    }
   }
   if (!st.ok()) {
     (void)d_->cuDevicePrimaryCtxRelease(dev);  // retained for nothing: the next use sets the device up again
@@ -161,8 +166,8 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToHostAsync(void* dst, co
   DCKPT_RETURN_IF_ERROR(scope.status());
   const std::string what = "copying " + std::to_string(n) + " bytes from " + loc.ToString() + " to host";
   DCKPT_RETURN_IF_ERROR(d_->Check(
-      d_->cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), n, dev.copy_stream), what));
-  return FenceAfter(dev, what);
+      d_->cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), n, StreamFor(dev, loc)), what));
+  return FenceAfter(dev, StreamFor(dev, loc), what);
 }
 
 Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToDeviceAsync(void* dst, uint64_t dst_pitch, const void* src,
@@ -175,7 +180,7 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToDeviceAsync(void* dst, 
   std::string what;
   if (height <= 1) {
     what = "copying " + std::to_string(width) + " bytes from host to " + loc.ToString();
-    DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpyHtoDAsync(to, src, width, dev.copy_stream), what));
+    DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpyHtoDAsync(to, src, width, StreamFor(dev, loc)), what));
   } else {
     if (dst_pitch < width || src_pitch < width || dst_pitch > kMaxCopyPitch || src_pitch > kMaxCopyPitch) {
       return InvalidArgument("strided copy with pitches " + std::to_string(src_pitch) + "/" +
@@ -192,9 +197,9 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyToDeviceAsync(void* dst, 
     c.dstPitch = dst_pitch;
     c.WidthInBytes = width;
     c.Height = height;
-    DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpy2DAsync(&c, dev.copy_stream), what));
+    DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpy2DAsync(&c, StreamFor(dev, loc)), what));
   }
-  return FenceAfter(dev, what);
+  return FenceAfter(dev, StreamFor(dev, loc), what);
 }
 
 Result<void*> CudaCopyEngine::AllocateDevice(size_t bytes, int device) {
@@ -225,9 +230,9 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyOnDeviceAsync(void* dst, 
   DCKPT_RETURN_IF_ERROR(scope.status());
   const std::string what = "copying " + std::to_string(n) + " bytes within " + loc.ToString();
   DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst),
-                                                        reinterpret_cast<CUdeviceptr>(src), n, dev.copy_stream),
+                                                        reinterpret_cast<CUdeviceptr>(src), n, StreamFor(dev, loc)),
                                   what));
-  return FenceAfter(dev, what);
+  return FenceAfter(dev, StreamFor(dev, loc), what);
 }
 
 Status CudaCopyEngine::CheckDeviceBuffer(const MemoryLocation& loc, const void* data) {
@@ -256,12 +261,13 @@ Status CudaCopyEngine::CheckDeviceBuffer(const MemoryLocation& loc, const void* 
   return OkStatus();
 }
 
-Result<std::unique_ptr<CopyFence>> CudaCopyEngine::FenceAfter(const Device& dev, const std::string& what) {
+Result<std::unique_ptr<CopyFence>> CudaCopyEngine::FenceAfter(const Device& dev, cuda::CUstream stream,
+                                                              const std::string& what) {
   CUevent ev = nullptr;
   // Blocking sync: a thread waiting on the fence sleeps in the driver instead of spinning a core.
   DCKPT_RETURN_IF_ERROR(
       d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming | cuda::kEventBlockingSync), "cuEventCreate"));
-  if (Status st = d_->Check(d_->cuEventRecord(ev, dev.copy_stream), "cuEventRecord"); !st.ok()) {
+  if (Status st = d_->Check(d_->cuEventRecord(ev, stream), "cuEventRecord"); !st.ok()) {
     (void)d_->cuEventDestroy(ev);
     return st;
   }

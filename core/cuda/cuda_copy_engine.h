@@ -43,14 +43,21 @@ class CudaCopyEngine final : public CopyEngine {
   explicit CudaCopyEngine(const cuda::CudaDriver* d) : d_(d) {}
   struct Device {
     cuda::CUcontext ctx = nullptr;
-    cuda::CUstream copy_stream = nullptr;
+    cuda::CUstream copy_stream = nullptr;   // copies ordered after callers' streams (OrderAfter)
+    cuda::CUstream ready_stream = nullptr;  // copies of `ready` data, which wait for nothing: an async save's
+                                            // background drain of its snapshot never queues behind a foreground
+                                            // save's wait on a training stream
   };
+  /// The stream a copy of memory at `loc` goes on.
+  static cuda::CUstream StreamFor(const Device& dev, const MemoryLocation& loc) {
+    return loc.ready ? dev.ready_stream : dev.copy_stream;
+  }
   Result<Device> GetDevice(int device);
   /// The context to make and free page-locked memory under: null when the caller has one current (use it as is),
   /// else a device this engine already serves, else device 0's.
   Result<cuda::CUcontext> HostMemoryContext();
-  /// An event recorded on `dev`'s copy stream after the copy just queued there: the fence for `what`.
-  Result<std::unique_ptr<CopyFence>> FenceAfter(const Device& dev, const std::string& what);
+  /// An event recorded on `stream` (one of `dev`'s) after the copy just queued there: the fence for `what`.
+  Result<std::unique_ptr<CopyFence>> FenceAfter(const Device& dev, cuda::CUstream stream, const std::string& what);
   const cuda::CudaDriver* const d_;
   std::mutex mu_;
   std::map<int, Device> devices_;

@@ -129,6 +129,32 @@ TEST_F(CudaCopyEngineTest, CopiesWaitForTheWorkQueuedOnTheCallersStream) {
   engine_->FreeDevice(*mem, 0);
 }
 
+// Defect: one copy stream per device served everything, so a foreground save waiting for the training stream made a
+// running background save's copies (of its snapshot, data that waits for nothing) wait too.
+TEST_F(CudaCopyEngineTest, CopiesOfReadyDataDoNotQueueBehindAWaitOnTheCallersStream) {
+  cuda::CUstream training = CallerStream(1);
+  auto snapshot = engine_->AllocateDevice(128, 1);
+  auto live = engine_->AllocateDevice(128, 1);
+  ASSERT_TRUE(snapshot.ok() && live.ok());
+  const MemoryLocation waiting{MemoryKind::kCuda, 1, training};
+  const MemoryLocation ready{MemoryKind::kCuda, 1, nullptr, /*ready=*/true};
+  fake_.hold_stream(training, 1);
+  ASSERT_TRUE(engine_->OrderAfter(waiting).ok());  // a foreground save, behind the training stream
+  std::vector<char> fg(128, 'x'), bg(128, 'x');
+  auto f = engine_->CopyToHostAsync(fg.data(), *live, fg.size(), waiting);
+  ASSERT_TRUE(f.ok());
+  auto b = engine_->CopyToHostAsync(bg.data(), *snapshot, bg.size(), ready);  // the background drain
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE((*b)->Wait().ok()) << "the background copy finished while the training stream is still busy";
+  EXPECT_EQ(bg[0], 0);
+  EXPECT_EQ(fg[0], 'x');
+  fake_.hold_stream(training, 0);
+  ASSERT_TRUE((*f)->Wait().ok());
+  EXPECT_EQ(fg[0], 0);
+  engine_->FreeDevice(*snapshot, 1);
+  engine_->FreeDevice(*live, 1);
+}
+
 // Defect: fences were events without CU_EVENT_BLOCKING_SYNC, so every waiting I/O thread spun a core in
 // cuEventSynchronize while the copy stream waited for the caller's.
 TEST_F(CudaCopyEngineTest, WaitingForAFenceDoesNotSpin) {
