@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -258,6 +259,42 @@ struct Local {
   nccl::ncclUniqueId id{};
 };
 
+// The ordinal of the device a CUdevice handle names (cuCtxGetDevice gives a handle, which need not be the ordinal).
+Result<int> OrdinalOf(const CudaDriver* d, CUdevice handle, int count) {
+  for (int i = 0; i < count; ++i) {
+    CUdevice h = 0;
+    DCKPT_RETURN_IF_ERROR(d->Check(d->cuDeviceGet(&h, i), "cuDeviceGet(" + std::to_string(i) + ")"));
+    if (h == handle) return i;
+  }
+  return Internal("the current CUDA context's device is none of the " + std::to_string(count) + " visible devices");
+}
+
+// The device of a rank that did not name one (`requested` < 0): the calling thread's current context's (a framework's,
+// after torch.cuda.set_device), else LOCAL_RANK's (torchrun, and most launchers, set it), else the only one. With
+// several GPUs and none of those every rank would take GPU 0 (and NCCL then fails on duplicate GPUs), so that is an
+// error saying what to set.
+Result<int> ChooseDevice(const CudaDriver* d, int requested, int count) {
+  if (requested >= 0) return requested;
+  CUdevice current = 0;
+  if (d->cuCtxGetDevice(&current) == cuda::kCudaSuccess) return OrdinalOf(d, current, count);
+  for (const char* var : {"DCKPT_LOCAL_RANK", "LOCAL_RANK"}) {
+    const char* value = std::getenv(var);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long local = std::strtol(value, &end, 10);
+    if (*end != '\0' || local < 0 || local >= count) {
+      return InvalidArgument(std::string(var) + "=" + value + " does not name one of the " + std::to_string(count) +
+                             " visible CUDA devices: pass the device explicitly");
+    }
+    return static_cast<int>(local);
+  }
+  if (count == 1) return 0;
+  return InvalidArgument("no CUDA device given, no current CUDA context on this thread and no LOCAL_RANK in the "
+                         "environment, with " + std::to_string(count) + " devices visible: every rank would take "
+                         "device 0. Pass the device (NcclOptions::device, dckpt_nccl_options.device), make the rank's "
+                         "device current first (torch.cuda.set_device), or set LOCAL_RANK");
+}
+
 // NCCL first (loading it touches no device), then the driver, the device and its primary context.
 Status PrepareLocal(int rank, const NcclOptions& options, Local* out) {
   DCKPT_ASSIGN_OR_RETURN(out->n, nccl::LoadNcclLibrary());
@@ -267,15 +304,10 @@ Status PrepareLocal(int rank, const NcclOptions& options, Local* out) {
   }
   out->d = *driver;
   const CudaDriver* d = out->d;
-  int device = options.device;
-  if (device < 0) {
-    // The device of the calling thread's current context (a framework's, typically), else device 0.
-    CUdevice current = 0;
-    device = d->cuCtxGetDevice(&current) == cuda::kCudaSuccess ? current : 0;
-  }
   int count = 0;
   DCKPT_RETURN_IF_ERROR(d->Check(d->cuDeviceGetCount(&count), "cuDeviceGetCount"));
   if (count <= 0) return Unsupported("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
+  DCKPT_ASSIGN_OR_RETURN(int device, ChooseDevice(d, options.device, count));
   if (device >= count) {
     return InvalidArgument("CUDA device " + std::to_string(device) + " does not exist: " + std::to_string(count) +
                            " device(s) are visible");

@@ -24,7 +24,8 @@
 namespace distckpt {
 
 struct NcclOptions {
-  /// CUDA device of this rank; -1: the device of the calling thread's current CUDA context if it has one, else 0.
+  /// CUDA device of this rank; -1: the device of the calling thread's current CUDA context if it has one, else
+  /// DCKPT_LOCAL_RANK's or LOCAL_RANK's, else the only visible device (with several, an error saying what to set).
   int device = -1;
   /// Limit for creating the communicator (the unique id exchange and NCCL's own initialisation).
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;

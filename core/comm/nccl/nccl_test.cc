@@ -4,6 +4,7 @@
 // nccl_gloo_test (DCKPT_NCCL_TEST_GLOO) bootstraps them through Gloo on loopback, as applications do.
 #include "core/comm/nccl/nccl.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -196,6 +197,51 @@ std::string FakeNccl(const std::string& name) {
   return ::access(path.c_str(), R_OK) == 0 ? path : "";
 }
 
+// The stand-in driver (core/cuda/testdata/fake_cuda.cc), or "" without runfiles.
+std::string FakeCuda() {
+  const char* dir = std::getenv("TEST_SRCDIR");
+  if (dir == nullptr) return "";
+  const std::string path = std::string(dir) + "/distckpt/core/cuda/libfake_cuda.so";
+  return ::access(path.c_str(), R_OK) == 0 ? path : "";
+}
+
+// Defect: with device -1 and no current context every rank took GPU 0 (and NCCL failed on duplicate GPUs). Through
+// the stand-in driver (4 GPUs, no context current) and the stand-in NCCL (which fails once the device is taken): with
+// LOCAL_RANK the rank takes that GPU; with nothing to go by the call fails saying what to set, taking no GPU.
+TEST(Nccl, WithoutADeviceOrAContextTheLocalRankPicksTheGpu) {
+  const std::string nccl = FakeNccl("libfake_nccl.so");
+  const std::string cuda = FakeCuda();
+  if (nccl.empty() || cuda.empty()) GTEST_SKIP() << "no runfiles: the stand-in NCCL and driver are not here";
+  for (const std::string local_rank : {"2", ""}) {
+    auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+      setenv("DCKPT_NCCL_LIBRARY", nccl.c_str(), 1);
+      setenv("DCKPT_CUDA_DRIVER_LIBRARY", cuda.c_str(), 1);
+      setenv("DCKPT_FAKE_CUDA_DEVICES", "4", 1);
+      unsetenv("DCKPT_LOCAL_RANK");
+      if (local_rank.empty()) {
+        unsetenv("LOCAL_RANK");
+      } else {
+        setenv("LOCAL_RANK", local_rank.c_str(), 1);
+      }
+      std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
+      NcclOptions o;
+      o.timeout = std::chrono::seconds(30);
+      auto comm = NewNcclCommunicator(bootstrap.get(), o);
+      if (comm.ok()) return 5;  // the stand-in NCCL cannot make a communicator
+      std::fprintf(stderr, "[rank %d] %s\n", rank, comm.status().ToString().c_str());
+      void* lib = ::dlopen(cuda.c_str(), RTLD_NOW | RTLD_LOCAL);
+      auto count = lib ? reinterpret_cast<long (*)(const char*)>(::dlsym(lib, "fake_cuda_count")) : nullptr;
+      if (count == nullptr) return 6;
+      std::fprintf(stderr, "[rank %d] retained: cuda:0 %ld, cuda:2 %ld\n", rank, count("retain:0"), count("retain:2"));
+      if (!local_rank.empty()) return count("retain:2") == 1 && count("retain:0") == 0 ? 0 : 3;
+      const bool says_what = comm.status().code() == StatusCode::kInvalidArgument &&
+                             comm.status().message().find("LOCAL_RANK") != std::string::npos;
+      return says_what && count("retain:0") == 0 ? 0 : 4;
+    });
+    EXPECT_TRUE(AllExitedZero(outcomes)) << "LOCAL_RANK='" << local_rank << "': " << Describe(outcomes);
+  }
+}
+
 // With a stand-in NCCL the driver is reached on every machine, NCCL installed or not.
 TEST(Nccl, MissingDriverAfterNcclLoadsIsUnsupportedNamingLibcuda) {
   const std::string fake = FakeNccl("libfake_nccl.so");
@@ -313,12 +359,18 @@ TEST(Nccl, SingleRankPassesConformance) {
 }
 
 // device = -1 with no current context on the thread: device 0.
-TEST(Nccl, DefaultDeviceIsZeroWithoutACurrentContext) {
+TEST(Nccl, DefaultDeviceIsTheOnlyGpuWithoutACurrentContext) {
   Gpus gpus = UsableGpus();
   if (gpus.count < 1) GTEST_SKIP() << "no usable GPU here (" << gpus.why_not << ")";
-  auto outcomes = RunRanks(1, std::chrono::seconds(120), [](int rank) {
+  // With one GPU visible and nothing else to go by, the device is that one; with several, an error saying what to
+  // set (WithoutADeviceOrAContextTheLocalRankPicksTheGpu checks that through the stand-ins).
+  const int visible = gpus.count;
+  auto outcomes = RunRanks(1, std::chrono::seconds(120), [visible](int rank) {
+    unsetenv("LOCAL_RANK");
+    unsetenv("DCKPT_LOCAL_RANK");
     std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
     auto comm = NewNcclCommunicator(bootstrap.get(), NcclOptions());
+    if (visible > 1) return comm.ok() || comm.status().code() != StatusCode::kInvalidArgument ? 7 : 0;
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     return comm_testing::ReportInChild(rank, (*comm)->Barrier(std::chrono::seconds(30)));
   });
