@@ -209,8 +209,10 @@ Result<void*> CudaCopyEngine::AllocateDevice(size_t bytes, int device) {
   CUdeviceptr p = 0;
   CUresult r = d_->cuMemAlloc(&p, bytes == 0 ? 1 : bytes);
   if (r != cuda::kCudaSuccess) {
-    return Status(StatusCode::kNoMemory, "cuMemAlloc of " + std::to_string(bytes) + " bytes on cuda:" +
-                                             std::to_string(device) + " failed: " + d_->ErrorString(r));
+    // Only running out of memory is kNoMemory (callers may fall back on it); anything else is an error.
+    return Status(r == cuda::kCudaErrorOutOfMemory ? StatusCode::kNoMemory : StatusCode::kUnknown,
+                  "cuMemAlloc of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device) +
+                      " failed: " + d_->ErrorString(r));
   }
   return reinterpret_cast<void*>(p);
 }

@@ -215,6 +215,20 @@ TEST_F(CudaCopyEngineTest, DeviceBuffersAreCheckedFromAThreadWithNoCurrentContex
   engine_->FreeDevice(*mem, 1);
 }
 
+// Defect: every device allocation failure was kNoMemory, so an async save fell back to host staging silently on
+// errors that were not about memory. Only CUDA_ERROR_OUT_OF_MEMORY is kNoMemory now.
+TEST_F(CudaCopyEngineTest, OnlyOutOfMemoryIsNoMemory) {
+  fake_.fail("cuMemAlloc", 2, 0);  // CUDA_ERROR_OUT_OF_MEMORY
+  auto oom = engine_->AllocateDevice(1024, 0);
+  ASSERT_FALSE(oom.ok());
+  EXPECT_EQ(oom.status().code(), StatusCode::kNoMemory);
+  fake_.fail("cuMemAlloc", 999, 0);  // CUDA_ERROR_UNKNOWN
+  auto other = engine_->AllocateDevice(1024, 0);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().code(), StatusCode::kNoMemory);
+  EXPECT_NE(other.status().message().find("cuda:0"), std::string::npos) << other.status().message();
+}
+
 // Defect: when the copy stream could not be made, the primary context retained just before stayed retained.
 TEST_F(CudaCopyEngineTest, AFailedDeviceSetupReleasesThePrimaryContext) {
   auto* cuda_engine = static_cast<CudaCopyEngine*>(engine_);

@@ -21,6 +21,7 @@ using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 
 constexpr CUresult kCudaSuccess = 0;
+constexpr CUresult kCudaErrorOutOfMemory = 2;         // CUDA_ERROR_OUT_OF_MEMORY
 constexpr CUresult kCudaErrorNotReady = 600;          // CUDA_ERROR_NOT_READY
 constexpr unsigned kStreamNonBlocking = 0x1;          // CU_STREAM_NON_BLOCKING
 constexpr unsigned kEventBlockingSync = 0x1;          // CU_EVENT_BLOCKING_SYNC

@@ -30,6 +30,7 @@ namespace cuda {
 
 static_assert(sizeof(CUdeviceptr) == sizeof(::CUdeviceptr), "CUdeviceptr");
 static_assert(kCudaErrorNotReady == ::CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY");
+static_assert(kCudaErrorOutOfMemory == ::CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY");
 static_assert(kStreamNonBlocking == ::CU_STREAM_NON_BLOCKING, "CU_STREAM_NON_BLOCKING");
 static_assert(kEventDisableTiming == ::CU_EVENT_DISABLE_TIMING, "CU_EVENT_DISABLE_TIMING");
 static_assert(kEventBlockingSync == ::CU_EVENT_BLOCKING_SYNC, "CU_EVENT_BLOCKING_SYNC");

@@ -104,6 +104,7 @@ Result<std::unique_ptr<CopyFence>> HostCopyEngine::CopyToDeviceAsync(void* dst, 
 }
 
 Result<void*> HostCopyEngine::AllocateDevice(size_t bytes, int) {
+  if (!device_error_.ok()) return device_error_;
   const size_t size = (bytes + 4095) / 4096 * 4096 + 4096;  // the size travels in front of the block
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -52,6 +52,8 @@ class HostCopyEngine final : public CopyEngine {
   uint64_t on_device_copies_issued() const;
   /// Makes AllocateDevice fail with kNoMemory once this many bytes are live (0: no limit).
   void set_device_memory_limit(uint64_t bytes) { device_limit_ = bytes; }
+  /// Makes every AllocateDevice fail with `error` (OK: no failure), as a driver error other than out of memory.
+  void set_device_allocation_error(Status error) { device_error_ = std::move(error); }
   /// Makes AllocateHost fail with kNoMemory for a request of more than this many bytes (0: no limit), as
   /// cuMemHostAlloc does when the host cannot page-lock that much.
   void set_host_allocation_limit(uint64_t bytes) { host_limit_ = bytes; }
@@ -72,6 +74,7 @@ class HostCopyEngine final : public CopyEngine {
   int64_t live_ = 0;
   int64_t live_device_ = 0;
   uint64_t host_limit_ = 0;
+  Status device_error_;
   uint64_t device_bytes_ = 0;
   uint64_t device_limit_ = 0;
   uint64_t on_device_copies_ = 0;

@@ -308,6 +308,51 @@ TEST(DeviceSaveTest, AsyncSaveWithADeviceSnapshotReturnsBeforeAnyDeviceToHostCop
   f.ExpectSaved(path);
 }
 
+// A snapshot takes one device allocation per device however many pieces it has (each cuMemAlloc/cuMemFree may
+// synchronize the device behind training), and every piece lands in it intact.
+TEST(DeviceSaveTest, ADeviceSnapshotIsOneAllocationPerDevice) {
+  HostCopyEngine engine;
+  std::vector<std::vector<float>> pieces;
+  State s;
+  ASSERT_TRUE(s.AddTensor("t", DType::kF32, {10 * 1001}).ok());
+  for (int i = 0; i < 10; ++i) {
+    pieces.push_back(Iota(1001, 1001 * i));  // odd sizes: each piece's place is aligned in the arena
+    ASSERT_TRUE(s.AddPieceIn("t", {uint64_t(1001 * i)}, {1001}, pieces.back().data(), kDevice0).ok());
+  }
+  SaveOptions o = DeviceOptions(&engine);
+  o.device_snapshot = true;
+  const std::string path = TempDir() + "/ckpt";
+  auto fut = SaveAsync(path, s, nullptr, o);
+  ASSERT_TRUE(fut.ok()) << fut.status().message();
+  EXPECT_EQ(engine.on_device_copies_issued(), 10u);
+  EXPECT_EQ((*fut)->snapshot_bytes(), 10u * 1001 * 4);
+  for (auto& p : pieces) std::fill(p.begin(), p.end(), -1.0f);
+  ASSERT_TRUE((*fut)->Wait(std::chrono::minutes(1)).ok());
+  EXPECT_EQ(engine.live_device_allocations(), 0);
+  std::vector<float> back(10 * 1001);
+  State l;
+  ASSERT_TRUE(l.AddTensor("t", DType::kF32, {back.size()}).ok());
+  ASSERT_TRUE(l.AddPiece("t", {0}, {back.size()}, back.data()).ok());
+  ASSERT_TRUE(Load(path, l, nullptr, ReadOptions{}).ok());
+  EXPECT_EQ(back, Iota(10 * 1001, 0));
+}
+
+// Only running out of device memory falls back to host staging: any other allocation failure fails the save,
+// naming the device, and leaves nothing behind.
+TEST(DeviceSaveTest, ADeviceSnapshotAllocationErrorIsAnErrorNotAFallback) {
+  HostCopyEngine engine;
+  engine.set_device_allocation_error(Status(StatusCode::kUnknown, "cuMemAlloc failed: CUDA error 999 (unknown)"));
+  Fixture f;
+  SaveOptions o = DeviceOptions(&engine);
+  o.device_snapshot = true;
+  const std::string dir = TempDir();
+  auto fut = SaveAsync(dir + "/ckpt", f.state, nullptr, o);
+  ASSERT_FALSE(fut.ok());
+  EXPECT_NE(fut.status().message().find("snapshotting cuda:0"), std::string::npos) << fut.status().message();
+  EXPECT_NE(fut.status().message().find("CUDA error 999"), std::string::npos) << fut.status().message();
+  EXPECT_TRUE(List(dir).empty());
+}
+
 // Out of device memory for a snapshot: the pieces that did not fit are staged in host memory instead; the save
 // succeeds with every value.
 TEST(DeviceSaveTest, ADeviceSnapshotThatDoesNotFitFallsBackToHostStaging) {

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -220,13 +221,20 @@ SaveFuture::~SaveFuture() {
 }
 
 void SaveFuture::FreeSnapshots() {
-  for (const Snapshot& s : snapshots_) snapshot_engine_->FreeDevice(s.data, s.device);
+  for (const Arena& a : arenas_) snapshot_engine_->FreeDevice(a.data, a.device);
+  arenas_.clear();
   snapshots_.clear();
 }
 
 Result<CopyEngine*> SaveFuture::AllocateSnapshots(const State& state, const SaveOptions& options) {
   if (!options.device_snapshot) return nullptr;
+  // One arena per device for all of its pieces (256-byte aligned, as cuMemAlloc's own blocks): one allocation and
+  // one free per device and save instead of one per tensor, each of which may synchronize the device behind training.
+  constexpr uint64_t kAlign = 256;
+  auto align = [](uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   CopyEngine* engine = options.copy_engine;
+  std::map<int, uint64_t> need;  // device -> arena bytes
+  std::string first;             // the first device piece, for errors
   for (const TensorEntry& t : state.tensors()) {
     for (const TensorPiece& p : t.pieces) {
       const uint64_t n = p.box.volume() * DTypeSize(t.dtype);
@@ -236,10 +244,33 @@ Result<CopyEngine*> SaveFuture::AllocateSnapshots(const State& state, const Save
         if (!cuda.ok()) return cuda.status().WithContext("tensor '" + t.name + "' piece " + p.box.ToString());
         engine = *cuda;
       }
-      snapshot_engine_ = engine;
-      auto mem = engine->AllocateDevice(n, p.memory.device);
-      if (!mem.ok()) return engine;  // out of device memory: the rest is staged in host memory
-      snapshots_.push_back(Snapshot{&p, *mem, n, p.memory.device});
+      if (first.empty()) first = "tensor '" + t.name + "' piece " + p.box.ToString();
+      need[p.memory.device] = align(need[p.memory.device]) + n;
+    }
+  }
+  if (need.empty()) return nullptr;
+  snapshot_engine_ = engine;
+  std::map<int, char*> base;
+  for (const auto& [device, bytes] : need) {
+    auto mem = engine->AllocateDevice(bytes, device);
+    if (!mem.ok()) {
+      // Out of device memory: that device's pieces are staged in host memory as without the option (the summary's
+      // snapshot bytes say how much was snapshotted). Any other failure is an error, not a silent fallback.
+      if (mem.status().code() == StatusCode::kNoMemory) continue;
+      return mem.status().WithContext("snapshotting cuda:" + std::to_string(device) + " for " + first);
+    }
+    arenas_.push_back(Arena{*mem, device});
+    base[device] = static_cast<char*>(*mem);
+  }
+  std::map<int, uint64_t> at;
+  for (const TensorEntry& t : state.tensors()) {
+    for (const TensorPiece& p : t.pieces) {
+      const uint64_t n = p.box.volume() * DTypeSize(t.dtype);
+      if (p.memory.is_host() || n == 0 || base.count(p.memory.device) == 0) continue;
+      uint64_t& off = at[p.memory.device];
+      off = align(off);
+      snapshots_.push_back(Snapshot{&p, base[p.memory.device] + off, n, p.memory.device});
+      off += n;
       snapshot_bytes_ += n;
     }
   }

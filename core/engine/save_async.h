@@ -40,8 +40,9 @@ class SaveFuture {
   /// Copies `state` into buffers this future owns (owned_; host data in buffer_, device pieces in pinned_, or through
   /// the staging pipeline into buffer_ where no pinned memory could be had).
   Status Stage(const std::string& path, const State& state, const SaveOptions& options);
-  /// For device_snapshot: allocates a snapshot of every device piece it can (in order, until an allocation fails)
-  /// into snapshots_; returns the engine, or nullptr when nothing is snapshotted.
+  /// For device_snapshot: one arena per device for its pieces (arenas_, snapshots_); a device without room for its
+  /// arena (kNoMemory) keeps its pieces for host staging, any other allocation failure is an error. Returns the
+  /// engine, or nullptr when nothing is snapshotted.
   Result<CopyEngine*> AllocateSnapshots(const State& state, const SaveOptions& options);
   void FreeSnapshots();
   struct Snapshot {
@@ -62,7 +63,13 @@ class SaveFuture {
   uint64_t staged_bytes_ = 0;
   uint64_t snapshot_bytes_ = 0;
   CopyEngine* snapshot_engine_ = nullptr;
-  std::vector<Snapshot> snapshots_;  // device memory this future owns, freed when the save finishes
+  struct Arena {
+    void* data;
+    int device;
+  };
+  std::vector<Arena> arenas_;        // device memory this future owns (one block per device), freed when the save
+                                     // finishes
+  std::vector<Snapshot> snapshots_;  // each device piece's place in its device's arena
 };
 
 /// Copies every piece and bytes entry of `state` into owned buffers (host data in parallel on the CPUs; device pieces

@@ -293,7 +293,8 @@ def async_save(
     CUDA arrays are copied to pinned host memory before the call returns; with ``device_snapshot=True`` they are
     instead copied device-to-device into GPU memory distckpt allocates (the call then blocks only for that copy, at
     device memory bandwidth), and the background save drains the snapshot to the host. It costs free GPU memory the
-    size of the CUDA arrays; arrays that do not fit are staged in host memory as without the option.
+    size of the CUDA arrays (one allocation per device); the arrays of a device without that much free memory are
+    staged in host memory as without the option (any other allocation failure raises).
 
     ``storage`` as for :func:`save` (URLs too); the save keeps it alive until it finishes.
     """
