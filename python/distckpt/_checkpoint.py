@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _arrays, _dtypes, _native, _tree
 from . import storage as _storage
-from .comm import Communicator, native_of
+from .comm import Communicator, for_background, native_of
 from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -288,7 +288,10 @@ def async_save(
 
     The caller may modify or free its arrays as soon as this returns (the copy is taken first; see DCP issue
     pytorch#144657 for why this matters). Planning, writing, hashing and the commit run on a background C++ thread;
-    ``comm`` belongs to the save until it completes, so run no other distckpt collective on it meanwhile.
+    ``comm`` belongs to the save until it completes, so run no other distckpt collective on it meanwhile. A
+    ``comm.from_torch(group)`` communicator is the exception: training goes on using ``group``, so the save runs its
+    collectives over a gloo process group of its own with the same ranks, made on the first async save over
+    ``group`` and reused by the later ones (``distckpt.comm.for_background``).
 
     CUDA arrays are copied to pinned host memory before the call returns; with ``device_snapshot=True`` they are
     instead copied device-to-device into GPU memory distckpt allocates (the call then blocks only for that copy, at
@@ -304,6 +307,9 @@ def async_save(
         pending = list(_pending)
     for handle in pending:  # free the staging memory of saves that have finished
         handle.done()
+    # Never the training's own torch process group (comm.for_background); before anything can fail, so that a rank
+    # that fails below tells the others on the communicator their saves use.
+    comm = for_background(comm)
     with _abort_on_local_error(comm):
         state = _build_save_state(state_dict, allow_pickle, user_metadata)
     future = _native.save_async(

@@ -221,6 +221,39 @@ def from_torch(process_group: Any = None) -> Communicator:
     return external(rank, size, allgather, broadcast, None, kind="torch", keepalive=group)
 
 
+# Process groups made for the background collectives of async saves, one per training group (by identity), kept for
+# the life of the process: a group is a set of connections, and making one per save would pile them up.
+_background_groups: dict = {}
+
+
+def for_background(comm: Optional[Communicator]) -> Optional[Communicator]:
+    """The communicator an asynchronous save runs its background collectives on, for ``comm``.
+
+    An async save's planning and commit run on a background thread while training goes on. Over a
+    ``from_torch`` communicator those collectives would share the training's process group: on each rank they
+    interleave with the training's own collectives in a different order, and the ranks then hang or mix payloads. So a
+    torch communicator is replaced by one over a process group of its own (gloo, the same ranks), made on the first
+    async save over that group and reused after (collective: every rank of the group makes it in the same call, which
+    async_save, being collective, guarantees). Other communicators are returned as they are: distckpt's Gloo and NCCL
+    communicators are already distckpt's own (use one only for distckpt while a save runs).
+    """
+    if comm is None or comm.kind != "torch" or comm.closed:
+        return comm
+    import torch.distributed as dist  # noqa: PLC0415
+
+    group = comm._keepalive
+    key = id(group)
+    entry = _background_groups.get(key)
+    if entry is None or entry[0] is not group:
+        world = group is None or group is dist.group.WORLD
+        ranks = None if world else dist.get_process_group_ranks(group)
+        kwargs = {} if world else {"use_local_synchronization": True}  # only the group's ranks call this
+        own = dist.new_group(ranks=ranks, backend="gloo", **kwargs)
+        entry = (group, from_torch(own))
+        _background_groups[key] = entry
+    return entry[1]
+
+
 def from_mpi4py(comm: Any) -> Communicator:
     """Runs distckpt's collectives over an mpi4py communicator (``MPI.COMM_WORLD`` or a sub-communicator)."""
     from mpi4py import MPI  # noqa: PLC0415

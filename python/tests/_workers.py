@@ -187,6 +187,34 @@ def torch_rank(rank, world, init_file, path):
         dist.destroy_process_group()
 
 
+def torch_async_rank(rank, world, init_file, path):
+    """async_save over from_torch() of the default group while training runs collectives on that group at once: the
+    save's background collectives go over a group of its own, made once and reused by the next save."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import distckpt
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))  # fmt: skip
+    try:
+        for step in (1, 2):
+            state = {"w": distckpt.Shard(torch.full((4, 8), float(rank + 10 * step)), (4 * world, 8), (4 * rank, 0)),
+                     "step": step}  # fmt: skip
+            handle = distckpt.async_save(state, f"{path}-{step}", comm=distckpt.comm.from_torch(), timeout=60)
+            for i in range(50):  # training's collectives on the default group, while the save runs its own
+                t = torch.full((1024,), float(rank + i))
+                dist.all_reduce(t)
+                assert float(t[0]) == sum(r + i for r in range(world)), (step, i, float(t[0]))
+            handle.result(timeout=60)
+        assert len(distckpt.comm._background_groups) == 1, "one background group, reused"
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
 def slow_s3_save_rank(rank, world, rendezvous, url, endpoint):
     """Saves 8 MiB per rank to S3 through a storage whose uploads of data files other than data-00000 never finish
     (the parent kills this process while it waits): the marker and one data file get written, the metadata never."""

@@ -98,6 +98,15 @@ def test_dtensors_over_a_gloo_process_group_with_from_torch(tmp_path):
         assert len(r.metadata["rows"].chunks) == 2 and len(r.metadata["replicated"].chunks) == 1
 
 
+def test_async_save_over_from_torch_runs_beside_training_collectives(tmp_path):
+    run_ranks(_workers.torch_async_rank, 2, str(tmp_path / "pg_init"), str(tmp_path / "ckpt"))
+    for step in (1, 2):
+        out = distckpt.load(None, f"{tmp_path / 'ckpt'}-{step}")
+        want = np.concatenate([np.full((4, 8), r + 10 * step, np.float32) for r in range(2)])
+        np.testing.assert_array_equal(out["w"], want)
+        assert out["step"] == step
+
+
 DCP_WRITER = """
 import sys, warnings
 import torch, torch.distributed.checkpoint as dcp
