@@ -10,6 +10,7 @@ same order, one at a time per communicator.
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any, Callable, Optional
 
@@ -224,6 +225,17 @@ def from_torch(process_group: Any = None) -> Communicator:
 # Process groups made for the background collectives of async saves, one per training group (by identity), kept for
 # the life of the process: a group is a set of connections, and making one per save would pile them up.
 _background_groups: dict = {}
+
+
+@atexit.register
+def _drop_background_groups() -> None:
+    # Before the interpreter finalizes: a process group freed during finalization joins torch's worker threads, and
+    # one that still releases a tensor then needs the GIL, which aborts the process. Async saves are waited for
+    # first (atexit runs handlers last-registered first; _checkpoint registers its wait after importing this).
+    entries = list(_background_groups.values())
+    _background_groups.clear()
+    for _, comm in entries:
+        comm.close()
 
 
 def for_background(comm: Optional[Communicator]) -> Optional[Communicator]:
