@@ -535,7 +535,7 @@ def _torch_sharded(x: Any) -> Optional[List[Shard]]:
     """Shards of a DTensor or ShardedTensor; None for a plain tensor."""
     if not is_torch_tensor(x):
         return None
-    from . import torch as dtorch  # noqa: PLC0415  (imports torch.distributed only when a tensor exists)
+    from . import _torch_shards as dtorch  # noqa: PLC0415  (imports torch.distributed only when a tensor exists)
 
     return dtorch.to_shards(x) if dtorch.is_sharded(x) else None
 

@@ -172,7 +172,9 @@ STATUS_TO_ERROR: Dict[int, Type[Error]] = {
 
 def error_from_status(code: int, message: str) -> Error:
     """Builds the exception for a failed native call: the class from STATUS_TO_ERROR, the C message as text."""
-    from . import _native  # late: _native installs this function into the extension at import
+    # The extension itself, not _native: _native imports this module (to install this function), never the reverse.
+    from . import _distckpt  # type: ignore[attr-defined]
 
+    name = _distckpt.status_name(code)
     cls = STATUS_TO_ERROR.get(code, InternalError)
-    return cls(message or _native.status_name(code), code=code, status=_native.status_name(code))
+    return cls(message or name, code=code, status=name)
