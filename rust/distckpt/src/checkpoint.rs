@@ -1,7 +1,7 @@
 //! Reading a checkpoint: `Checkpoint` (a `dckpt_reader`), its entries and chunks, typed reads and region reads.
 
 use std::collections::HashMap;
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +13,8 @@ use crate::dtype::check_element;
 use crate::error::check;
 use crate::progress::Progress;
 use crate::storage::StorageHandle;
-use crate::view::CopiedChunk;
+use crate::copied::CopiedChunk;
+use crate::cstr::{borrowed_str, cstring, path_cstring};
 use crate::{Dtype, Element, Error, ErrorCode, Result};
 
 /// Options for [`Checkpoint::open_with`] and [`crate::LoadState::load`] (`dckpt_read_options`).
@@ -234,29 +235,6 @@ impl Drop for Checkpoint {
 impl std::fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Checkpoint").field("path", &self.path).field("entries", &self.len()).finish()
-    }
-}
-
-pub(crate) fn cstring(s: &str, what: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("{what} {s:?} contains a NUL byte")))
-}
-
-pub(crate) fn path_cstring(p: &Path) -> Result<CString> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("path {} contains a NUL byte", p.display())))
-}
-
-/// A borrowed C string as `&str`. The format guarantees UTF-8 (R-H3); should that ever fail, the valid prefix is
-/// returned rather than panicking.
-pub(crate) unsafe fn borrowed_str<'a>(p: *const std::os::raw::c_char) -> &'a str {
-    if p.is_null() {
-        return "";
-    }
-    let bytes = CStr::from_ptr(p).to_bytes();
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap(),
     }
 }
 

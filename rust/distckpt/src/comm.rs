@@ -139,7 +139,7 @@ impl std::fmt::Debug for Comm {
 }
 
 fn opt_cstring(s: &Option<String>, what: &str) -> Result<Option<CString>> {
-    s.as_deref().map(|v| crate::checkpoint::cstring(v, what)).transpose()
+    s.as_deref().map(|v| crate::cstr::cstring(v, what)).transpose()
 }
 
 fn to_int(v: Option<usize>, what: &str) -> Result<c_int> {

@@ -34,6 +34,8 @@
 
 pub mod checkpoint;
 pub mod comm;
+mod copied;
+mod cstr;
 pub mod dtype;
 pub mod error;
 pub mod float;

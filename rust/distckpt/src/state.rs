@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use distckpt_sys as sys;
 
-use crate::checkpoint::{cstring, path_cstring, volume, Checkpoint, IoStats, ReadOptions};
+use crate::checkpoint::{volume, Checkpoint, IoStats, ReadOptions};
+use crate::cstr::{cstring, path_cstring};
 use crate::comm::Comm;
 use crate::dtype::check_element;
 use crate::error::check;

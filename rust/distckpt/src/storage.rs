@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use distckpt_sys as sys;
 
-use crate::checkpoint::{cstring, path_cstring};
+use crate::cstr::{cstring, path_cstring};
 use crate::error::check;
 use crate::progress::{self, Progress, ProgressFn};
 use crate::{Error, ErrorCode, Result};

@@ -31,6 +31,7 @@ use std::os::raw::{c_int, c_long};
 use std::sync::Arc;
 
 use crate::checkpoint::{Checkpoint, ChunkInfo, Entry};
+use crate::copied::CopiedChunk;
 use crate::dtype::check_element;
 use crate::error::check;
 use crate::{Dtype, Element, Error, ErrorCode, Result};
@@ -45,18 +46,6 @@ mod libc {
     extern "C" {
         pub fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
         pub fn sysconf(name: c_int) -> c_long;
-    }
-}
-
-/// A chunk copied out of the checkpoint (views of a reader opened with `map_files: false`), 8-byte aligned.
-pub(crate) struct CopiedChunk {
-    words: Vec<u64>,
-    len: usize,
-}
-
-impl CopiedChunk {
-    fn bytes(&self) -> &[u8] {
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.len) }
     }
 }
 
@@ -805,7 +794,7 @@ impl Checkpoint {
             return Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) });
         }
         let mut copy = CopiedChunk { words: vec![0u64; len.div_ceil(8)], len };
-        let name = crate::checkpoint::cstring(entry.name(), "entry name")?;
+        let name = crate::cstr::cstring(entry.name(), "entry name")?;
         let dims = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
         // The chunk's box, read through the library (checksums verified unless the reader was opened without).
         check(unsafe {
