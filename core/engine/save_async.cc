@@ -7,7 +7,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "core/base/stream_copy.h"
@@ -24,125 +23,84 @@ constexpr uint64_t kCopySliceBytes = 16ull << 20;
 
 uint64_t AlignUp(uint64_t x) { return (x + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment; }
 
-// The staging pool: the buffer of the last finished asynchronous save is kept (one buffer, per process) and reused by
-// the next one that fits in it. The copy is the only part of an async save the caller waits for, and into fresh
-// memory most of it is page faults: on the bench machine (bench/NOTES.md) copying 0.9 GB per rank into fresh memory
-// took ~2-4 s against ~0.3 s into memory already faulted in. Reuse is the steady state of a training loop, which
-// saves the same state every N steps. A buffer more than twice the size needed is not reused (it is freed instead),
-// so the pool never holds much more than one state's worth.
-struct StagingPool {
+// The buffers of the last finished asynchronous save are kept (one per kind of memory, per process) and reused by the
+// next save that fits in them. The copy is the only part of an async save the caller waits for, and into fresh memory
+// most of it is page faults: on the bench machine (bench/NOTES.md) copying 0.9 GB per rank into fresh memory took
+// ~2-4 s against ~0.3 s into memory already faulted in. Reuse is the steady state of a training loop, which saves the
+// same state every N steps. A buffer more than twice the size needed is not reused (it is freed instead), so a kept
+// buffer is never much more than one state's worth. Two kinds: pageable host memory for host data, and page-locked
+// memory of the copy engine for device pieces, which are copied straight into it with one D2H copy each (through the
+// bounded staging pool and a host memcpy they ran at 0.62x a pinned cudaMemcpy on an H100,
+// bench/results/2026-11-26-gpu-h100.md; page-locking gigabytes costs about as much as faulting them in).
+struct KeptBuffer {
   std::mutex mu;
   char* buffer = nullptr;
   uint64_t size = 0;
-  std::unordered_map<const void*, uint64_t> sizes;  // every live staging buffer's size
+  CopyEngine* engine = nullptr;  // whose page-locked memory `buffer` is; null: pageable host memory
 };
-StagingPool& Pool() {
-  static StagingPool* const pool = new StagingPool();  // never destroyed: futures may outlive static destructors
-  return *pool;
+KeptBuffer& KeptHost() {
+  static KeptBuffer* const kept = new KeptBuffer();  // never destroyed: futures may outlive static destructors
+  return *kept;
+}
+KeptBuffer& KeptPinned() {
+  static KeptBuffer* const kept = new KeptBuffer();
+  return *kept;
 }
 
-char* AcquireStaging(uint64_t total) {
-  const uint64_t size = std::max<uint64_t>(AlignUp(total), kStagingAlignment);
-  StagingPool& pool = Pool();
-  char* unfit = nullptr;
-  char* out = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(pool.mu);
-    if (pool.buffer != nullptr && pool.size >= size && pool.size / 2 <= size) {
-      out = pool.buffer;
-    } else {
-      unfit = pool.buffer;
-      if (unfit != nullptr) pool.sizes.erase(unfit);
-    }
-    pool.buffer = nullptr;
-    pool.size = 0;
+void FreeBuffer(CopyEngine* engine, char* p) {
+  if (engine != nullptr) {
+    engine->FreeHost(p);
+  } else {
+    std::free(p);
   }
-  std::free(unfit);
-  if (out != nullptr) return out;
-  out = static_cast<char*>(std::aligned_alloc(kStagingAlignment, size));
-  if (out != nullptr) {
-    std::lock_guard<std::mutex> lock(pool.mu);
-    pool.sizes[out] = size;
-  }
-  return out;
 }
 
-// The deleter of SaveFuture's buffer: keeps the larger of it and the pooled buffer, frees the other.
-void ReleaseStaging(void* p) {
-  if (p == nullptr) return;
-  StagingPool& pool = Pool();
-  char* drop = static_cast<char*>(p);
-  {
-    std::lock_guard<std::mutex> lock(pool.mu);
-    const uint64_t size = pool.sizes[p];
-    if (size > pool.size) {
-      std::swap(drop, pool.buffer);
-      pool.size = size;
-    }
-    if (drop != nullptr) pool.sizes.erase(drop);
-  }
-  std::free(drop);
-}
-
-// Device pieces are copied straight into page-locked host memory of the copy engine, one DMA copy per piece, so the
-// caller waits only for the device-to-host copy itself (the staging pipeline's bounded pinned buffers would add a
-// host memcpy per byte: 0.62x of a pinned cudaMemcpy on an H100, bench/results/2026-11-26-gpu-h100.md). The buffer is
-// kept for the next save like the host one (one buffer, reused when it fits and is at most twice the size needed):
-// page-locking gigabytes costs about as much as faulting them in. Only the process-wide engines' buffers are kept: a
-// caller's own engine (SaveOptions::copy_engine) may not outlive the pool.
-struct PinnedStagingPool {
-  std::mutex mu;
-  CopyEngine* engine = nullptr;  // of `buffer`
-  char* buffer = nullptr;
-  uint64_t size = 0;
-};
-PinnedStagingPool& Pinned() {
-  static PinnedStagingPool* const pool = new PinnedStagingPool();  // never destroyed, as the host pool
-  return *pool;
-}
-
-// Page-locked host memory of `engine` for `total` bytes, owned by the returned pointer (back to the pool, or freed,
-// when it is released); null when the engine cannot allocate that much (the caller falls back to the pipeline).
-std::shared_ptr<char> AcquirePinned(CopyEngine* engine, uint64_t total, bool poolable) {
+// At least `total` bytes: pageable host memory (engine null) or `engine`'s page-locked memory, from `kept` when its
+// buffer fits; null when that much cannot be had. Released, the larger of it and the kept buffer is kept and the other
+// freed; a buffer that is not `poolable` (of a caller's own engine, which may not outlive the pool) is just freed.
+std::shared_ptr<char> AcquireKept(KeptBuffer& kept, CopyEngine* engine, uint64_t total, bool poolable) {
   uint64_t size = std::max<uint64_t>(AlignUp(total), kStagingAlignment);
-  PinnedStagingPool& pool = Pinned();
   char* out = nullptr;
   if (poolable) {
     CopyEngine* unfit_engine = nullptr;
     char* unfit = nullptr;
     {
-      std::lock_guard<std::mutex> lock(pool.mu);
-      if (pool.buffer != nullptr && pool.engine == engine && pool.size >= size && pool.size / 2 <= size) {
-        out = pool.buffer;
-        size = pool.size;
+      std::lock_guard<std::mutex> lock(kept.mu);
+      if (kept.buffer != nullptr && kept.engine == engine && kept.size >= size && kept.size / 2 <= size) {
+        out = kept.buffer;
+        size = kept.size;
       } else {
-        unfit = pool.buffer;
-        unfit_engine = pool.engine;
+        unfit = kept.buffer;
+        unfit_engine = kept.engine;
       }
-      pool.buffer = nullptr;
-      pool.engine = nullptr;
-      pool.size = 0;
+      kept.buffer = nullptr;
+      kept.engine = nullptr;
+      kept.size = 0;
     }
-    if (unfit != nullptr) unfit_engine->FreeHost(unfit);
+    if (unfit != nullptr) FreeBuffer(unfit_engine, unfit);
   }
   if (out == nullptr) {
-    auto mem = engine->AllocateHost(size);
-    if (!mem.ok()) return nullptr;
-    out = static_cast<char*>(*mem);
+    if (engine != nullptr) {
+      auto mem = engine->AllocateHost(size);
+      if (!mem.ok()) return nullptr;
+      out = static_cast<char*>(*mem);
+    } else {
+      out = static_cast<char*>(std::aligned_alloc(kStagingAlignment, size));
+      if (out == nullptr) return nullptr;
+    }
   }
-  return std::shared_ptr<char>(out, [engine, size, poolable](char* p) {
+  return std::shared_ptr<char>(out, [&kept, engine, size, poolable](char* p) {
     char* drop = p;
     CopyEngine* drop_engine = engine;
-    if (poolable) {  // keep the larger of this buffer and the pooled one
-      PinnedStagingPool& pool = Pinned();
-      std::lock_guard<std::mutex> lock(pool.mu);
-      if (size > pool.size) {
-        std::swap(drop, pool.buffer);
-        std::swap(drop_engine, pool.engine);
-        pool.size = size;
+    if (poolable) {
+      std::lock_guard<std::mutex> lock(kept.mu);
+      if (size > kept.size) {
+        std::swap(drop, kept.buffer);
+        std::swap(drop_engine, kept.engine);
+        kept.size = size;
       }
     }
-    if (drop != nullptr) drop_engine->FreeHost(drop);
+    if (drop != nullptr) FreeBuffer(drop_engine, drop);
   });
 }
 
@@ -320,7 +278,7 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
     }
   }
 
-  // Host pieces and bytes entries are laid out in one host buffer; device pieces in one pinned buffer (AcquirePinned),
+  // Host pieces and bytes entries are laid out in one host buffer; device pieces in one pinned buffer (AcquireKept),
   // or, where that cannot be had, after them in the host buffer, reached through the staging pipeline. Each is one
   // allocation, reused by nothing else, freed with the future (back to its pool).
   uint64_t host_total = 0;
@@ -358,15 +316,15 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
       }
       engine = *cuda;
     }
-    pinned_ = AcquirePinned(engine, device_total, /*poolable=*/options.copy_engine == nullptr);
+    pinned_ = AcquireKept(KeptPinned(), engine, device_total, /*poolable=*/options.copy_engine == nullptr);
   }
   const uint64_t host_size = pinned_ != nullptr ? host_total : total;
-  char* buffer = AcquireStaging(host_size);
-  if (buffer == nullptr) {
+  buffer_ = AcquireKept(KeptHost(), nullptr, host_size, /*poolable=*/true);
+  if (buffer_ == nullptr) {
     return Status(StatusCode::kNoMemory, "saving '" + path + "': cannot allocate " + std::to_string(host_size) +
                   " bytes to stage the state");
   }
-  buffer_ = std::unique_ptr<char[], void (*)(void*)>(buffer, ReleaseStaging);
+  char* const buffer = buffer_.get();
 
   struct Copy {
     char* to;

@@ -56,8 +56,8 @@ class SaveFuture {
   std::optional<Result<SaveSummary>> result_;
   std::thread thread_;
   State owned_;
-  std::unique_ptr<char[], void (*)(void*)> buffer_{nullptr, nullptr};
-  std::shared_ptr<char> pinned_;  // device pieces' staging: page-locked memory of the copy engine (save_async.cc)
+  std::shared_ptr<char> buffer_;  // host data's staging (pageable, kept for the next save: save_async.cc)
+  std::shared_ptr<char> pinned_;  // device pieces' staging: page-locked memory of the copy engine
   uint64_t reserved_ = 0;  // bytes of the process-wide async staging budget this save holds until it finishes
   double staging_seconds_ = 0;
   uint64_t staged_bytes_ = 0;
