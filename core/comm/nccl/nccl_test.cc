@@ -188,29 +188,23 @@ TEST(Nccl, MissingDriverIsUnsupportedNamingLibcuda) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
-// A stand-in libnccl.so.2 built beside the test (testdata/fake_nccl.cc), or "" where the test runs without its
-// runfiles (copied to another machine).
-std::string FakeNccl(const std::string& name) {
+// A stand-in built beside the test (`package`/`name` in the runfiles: testdata/fake_nccl.cc for libnccl.so.2,
+// core/cuda/testdata/fake_cuda.cc for libcuda.so.1), or "" where the test runs without its runfiles (copied to
+// another machine).
+std::string Runfile(const std::string& package, const std::string& name) {
   const char* dir = std::getenv("TEST_SRCDIR");
   if (dir == nullptr) return "";
-  const std::string path = std::string(dir) + "/distckpt/core/comm/nccl/" + name;
+  const std::string path = std::string(dir) + "/distckpt/" + package + "/" + name;
   return ::access(path.c_str(), R_OK) == 0 ? path : "";
 }
-
-// The stand-in driver (core/cuda/testdata/fake_cuda.cc), or "" without runfiles.
-std::string FakeCuda() {
-  const char* dir = std::getenv("TEST_SRCDIR");
-  if (dir == nullptr) return "";
-  const std::string path = std::string(dir) + "/distckpt/core/cuda/libfake_cuda.so";
-  return ::access(path.c_str(), R_OK) == 0 ? path : "";
-}
+std::string FakeNccl(const std::string& name) { return Runfile("core/comm/nccl", name); }
 
 // Defect: with device -1 and no current context every rank took GPU 0 (and NCCL failed on duplicate GPUs). Through
 // the stand-in driver (4 GPUs, no context current) and the stand-in NCCL (which fails once the device is taken): with
 // LOCAL_RANK the rank takes that GPU; with nothing to go by the call fails saying what to set, taking no GPU.
 TEST(Nccl, WithoutADeviceOrAContextTheLocalRankPicksTheGpu) {
   const std::string nccl = FakeNccl("libfake_nccl.so");
-  const std::string cuda = FakeCuda();
+  const std::string cuda = Runfile("core/cuda", "libfake_cuda.so");
   if (nccl.empty() || cuda.empty()) GTEST_SKIP() << "no runfiles: the stand-in NCCL and driver are not here";
   for (const std::string local_rank : {"2", ""}) {
     auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
