@@ -1,6 +1,7 @@
 #include "core/cuda/cuda_driver.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -96,7 +97,19 @@ Result<const CudaDriver*> Load() {
 Result<const CudaDriver*> LoadCudaDriver() {
   static std::once_flag once;
   static Result<const CudaDriver*>* result = nullptr;
-  std::call_once(once, [] { result = new Result<const CudaDriver*>(Load()); });
+  static pid_t loaded_in = 0;
+  std::call_once(once, [] {
+    result = new Result<const CudaDriver*>(Load());
+    loaded_in = ::getpid();
+  });
+  // A child forked after the driver was initialised inherits its state but not its threads: CUDA calls there fail or
+  // hang (and the copy engine's fence threads are gone). Refuse with what to do instead.
+  if (result->ok() && ::getpid() != loaded_in) {
+    return Status(StatusCode::kState, "CUDA was initialised in process " + std::to_string(loaded_in) +
+                                          " before it forked this one (" + std::to_string(::getpid()) +
+                                          "): a forked child cannot use it; start workers with the 'spawn' method " +
+                                          "(Python: multiprocessing.get_context('spawn')), or fork before using CUDA");
+  }
   return *result;
 }
 

@@ -92,7 +92,8 @@ struct CudaDriver {
 
 /// The driver, loaded and initialised (cuInit) on the first call; later calls return the same table or the same
 /// error. kUnsupported when libcuda.so.1 cannot be loaded ("libcuda.so.1 not found: <dlerror>"), lacks a symbol, or
-/// cuInit fails (no device, driver too old). Thread-safe.
+/// cuInit fails (no device, driver too old); kState in a child forked after the driver was loaded (CUDA cannot be
+/// used there). Thread-safe.
 Result<const CudaDriver*> LoadCudaDriver();
 
 /// The file name LoadCudaDriver opens. DCKPT_CUDA_DRIVER_LIBRARY in the environment overrides it (for tests that
