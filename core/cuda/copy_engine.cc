@@ -11,6 +11,39 @@ namespace distckpt {
 
 CopyEngine::~CopyEngine() = default;
 
+Deadline DeadlineAfter(std::chrono::milliseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  // Past ~100 years the sum could overflow the clock's representation: no deadline.
+  if (timeout >= std::chrono::hours(24 * 365 * 100)) return Deadline::max();
+  return now + std::max(timeout, std::chrono::milliseconds(0));
+}
+
+void CopyEngine::Quarantine(void* p, int device) {
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(quarantine_mu_);
+  quarantined_.emplace_back(p, device);
+}
+
+size_t CopyEngine::quarantined() const {
+  std::lock_guard<std::mutex> lock(quarantine_mu_);
+  return quarantined_.size();
+}
+
+void CopyEngine::FreeQuarantined() {
+  std::vector<std::pair<void*, int>> held;
+  {
+    std::lock_guard<std::mutex> lock(quarantine_mu_);
+    held.swap(quarantined_);
+  }
+  for (const auto& [p, device] : held) {
+    if (device < 0) {
+      FreeHost(p);
+    } else {
+      FreeDevice(p, device);
+    }
+  }
+}
+
 void CopyEngine::DropStagingPool() {
   std::lock_guard<std::mutex> lock(pool_mu_);
   pool_.reset();

@@ -4,6 +4,7 @@
 #ifndef DISTCKPT_CORE_CUDA_COPY_ENGINE_H_
 #define DISTCKPT_CORE_CUDA_COPY_ENGINE_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,12 +19,22 @@ namespace distckpt {
 
 class PinnedPool;
 
-/// Completion of one asynchronous copy. Wait() may be called from any thread, once or more.
+/// When an operation gives up waiting for the device: a save's or a load's `timeout` after it started.
+using Deadline = std::chrono::steady_clock::time_point;
+/// `timeout` from now; no deadline (Deadline::max()) for timeouts too long to add without overflow.
+Deadline DeadlineAfter(std::chrono::milliseconds timeout);
+
+/// Completion of one asynchronous copy. Waits may be called from any thread, once or more.
 class CopyFence {
  public:
-  virtual ~CopyFence() = default;  ///< Does not wait: call Wait() before the destination is reused or freed.
-  /// Blocks until the copy has finished; returns its outcome (an error names the source location).
-  virtual Status Wait() = 0;
+  virtual ~CopyFence() = default;  ///< Does not wait: wait before the destination is reused or freed.
+  /// Blocks (sleeping, never spinning) until the copy has finished, and returns its outcome (an error names the
+  /// source location), or until `deadline`: then kTimeout naming the stream and device the copy is stuck on. A copy
+  /// that timed out may still run later (a kernel on the caller's stream that ends after all): the memory it reads
+  /// and writes must never be reused or freed (quarantined); a later wait may still see it finish.
+  virtual Status WaitUntil(Deadline deadline) = 0;
+  /// WaitUntil with no deadline.
+  Status Wait() { return WaitUntil(Deadline::max()); }
 };
 
 /// Thread-safe. An engine outlives every pool and fence it hands out.
@@ -75,13 +86,24 @@ class CopyEngine {
   /// until they finish). Its memory is bounded by buffer_bytes * count whatever the size of the state.
   Result<std::shared_ptr<PinnedPool>> StagingPool(size_t buffer_bytes, size_t count);
 
+  /// Takes memory a copy that timed out may still read or write (from AllocateHost with device -1, else from
+  /// AllocateDevice on `device`): never reused, freed only when the engine is destroyed, after its last copy (the
+  /// process-wide CUDA engine never is).
+  void Quarantine(void* p, int device);
+  /// Allocations held by Quarantine.
+  size_t quarantined() const;
+
  protected:
   /// Frees the cached pool; every engine's destructor calls it (the pool frees through the engine's FreeHost).
   void DropStagingPool();
+  /// Frees what Quarantine holds: engines call it from their destructors once no copy can run any more.
+  void FreeQuarantined();
 
  private:
   std::mutex pool_mu_;
   std::shared_ptr<PinnedPool> pool_;
+  mutable std::mutex quarantine_mu_;
+  std::vector<std::pair<void*, int>> quarantined_;
 };
 
 /// Testing only: true when DCKPT_TEST_CUDA_ON_HOST=1 was in the environment at the first call. Then "CUDA" buffers

@@ -1,6 +1,11 @@
 #include "core/cuda/cuda_copy_engine.h"
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
 #include <optional>
+#include <thread>
 
 namespace distckpt {
 
@@ -30,32 +35,116 @@ class ScopedContext {
   Status status_;
 };
 
-class CudaFence final : public CopyFence {
+// What a fence's waiters share with its stream's waiter thread.
+struct FenceState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+std::string Hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+}  // namespace
+
+// Waits, on a thread of its own, for the events recorded on one copy stream in the order they were recorded (a stream
+// runs its work in order, so the oldest event is always the next to complete), and wakes each fence's waiters, who
+// wait on a condition variable up to their deadline: cuEventSynchronize has no deadline, and polling cuEventQuery
+// either spins or adds latency. The thread sleeps in the driver (blocking-sync events); a stream that never moves
+// keeps only that thread waiting, and every fence on it times out at its waiter's deadline.
+class CudaCopyEngine::StreamWaiter {
  public:
-  CudaFence(const CudaDriver* d, CUcontext ctx, CUevent event, std::string what)
-      : d_(d), ctx_(ctx), event_(event), what_(std::move(what)) {}
-  ~CudaFence() override {
-    ScopedContext scope(d_, ctx_);
-    (void)d_->cuEventDestroy(event_);
-  }
-  Status Wait() override {
+  StreamWaiter(const CudaDriver* d, CUcontext ctx, CUstream stream, std::string label)
+      : d_(d), ctx_(ctx), stream_(stream), label_(std::move(label)) {}
+
+  // Takes `ev` (destroyed once it completed) and completes `state` with its outcome.
+  void Add(CUevent ev, std::shared_ptr<FenceState> state, std::string what) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!waited_) {
-      ScopedContext scope(d_, ctx_);
-      status_ = scope.status().ok() ? d_->Check(d_->cuEventSynchronize(event_), what_) : scope.status();
-      waited_ = true;
+    queue_.push_back(Item{ev, std::move(state), std::move(what)});
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Loop(); }).detach();  // lives as long as the engine: the whole process
     }
-    return status_;
+    cv_.notify_one();
+  }
+  // The caller's stream the copy stream was last ordered after (OrderAfter), for timeout messages.
+  void set_waiting_for(void* caller_stream) { waiting_for_.store(caller_stream); }
+
+  // "the copy stream 0x... of cuda:1 (ordered after the caller's stream 0x...)"
+  std::string Describe() const {
+    std::string out = label_ + " " + Hex(stream_);
+    if (void* caller = waiting_for_.load()) out += " (ordered after the caller's stream " + Hex(caller) + ")";
+    return out;
   }
 
  private:
-  const CudaDriver* d_;
-  CUcontext ctx_;
-  CUevent event_;
-  std::string what_;
+  struct Item {
+    CUevent ev;
+    std::shared_ptr<FenceState> state;
+    std::string what;
+  };
+  void Loop() {
+    // A thread of the engine's own: the stream's context stays current on it.
+    const Status ctx = d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent (the fence thread of " + label_ + ")");
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !queue_.empty(); });
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Status st = ctx.ok() ? d_->Check(d_->cuEventSynchronize(item.ev), item.what) : ctx;
+      if (ctx.ok()) (void)d_->cuEventDestroy(item.ev);
+      {
+        std::lock_guard<std::mutex> lock(item.state->mu);
+        item.state->status = std::move(st);
+        item.state->done = true;
+      }
+      item.state->cv.notify_all();
+    }
+  }
+
+  const CudaDriver* const d_;
+  const CUcontext ctx_;
+  const CUstream stream_;
+  const std::string label_;
+  std::atomic<void*> waiting_for_{nullptr};
   std::mutex mu_;
-  bool waited_ = false;
-  Status status_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool started_ = false;
+};
+
+namespace {
+
+class CudaFence final : public CopyFence {
+ public:
+  CudaFence(std::shared_ptr<FenceState> state, std::string what, const CudaCopyEngine::StreamWaiter* waiter)
+      : state_(std::move(state)), what_(std::move(what)), waiter_(waiter) {}
+  Status WaitUntil(Deadline deadline) override {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    auto done = [this] { return state_->done; };
+    const auto start = std::chrono::steady_clock::now();
+    if (deadline == Deadline::max()) {
+      state_->cv.wait(lock, done);
+    } else if (!state_->cv.wait_until(lock, deadline, done)) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+      return TimeoutError(what_ + ": not finished after waiting " + std::to_string(waited.count()) + " ms: " +
+                          waiter_->Describe() + " has not reached it (work queued on the caller's stream has not " +
+                          "ended: a kernel that never finishes, or a collective waiting for a peer that is gone)");
+    }
+    return state_->status;
+  }
+
+ private:
+  std::shared_ptr<FenceState> state_;
+  std::string what_;
+  const CudaCopyEngine::StreamWaiter* waiter_;
 };
 
 }  // namespace
@@ -98,6 +187,10 @@ Result<CudaCopyEngine::Device> CudaCopyEngine::GetDevice(int device) {
     (void)d_->cuDevicePrimaryCtxRelease(dev);  // retained for nothing: the next use sets the device up again
     return st;
   }
+  // Never destroyed, as the engine (their threads may be waiting in the driver).
+  const std::string name = "cuda:" + std::to_string(device);
+  out.copy_waiter = new StreamWaiter(d_, out.ctx, out.copy_stream, "the copy stream of " + name);
+  out.ready_waiter = new StreamWaiter(d_, out.ctx, out.ready_stream, "the second copy stream of " + name);
   devices_[device] = out;
   return out;
 }
@@ -156,6 +249,7 @@ Status CudaCopyEngine::OrderAfter(const MemoryLocation& loc) {
                         "recording an event on the caller's stream of " + loc.ToString());
   if (st.ok()) st = d_->Check(d_->cuStreamWaitEvent(dev.copy_stream, ev, 0), "cuStreamWaitEvent");
   (void)d_->cuEventDestroy(ev);  // released by the driver once the wait is done
+  if (st.ok()) dev.copy_waiter->set_waiting_for(loc.stream);
   return st;
 }
 
@@ -273,7 +367,10 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::FenceAfter(const Device& dev,
     (void)d_->cuEventDestroy(ev);
     return st;
   }
-  return std::unique_ptr<CopyFence>(new CudaFence(d_, dev.ctx, ev, what));
+  StreamWaiter* waiter = stream == dev.ready_stream ? dev.ready_waiter : dev.copy_waiter;
+  auto state = std::make_shared<FenceState>();
+  waiter->Add(ev, state, what);
+  return std::unique_ptr<CopyFence>(new CudaFence(std::move(state), what, waiter));
 }
 
 }  // namespace distckpt

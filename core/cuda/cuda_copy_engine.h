@@ -1,7 +1,8 @@
 // The CUDA CopyEngine, on the driver API loaded at run time (cuda_driver.h): per device, the primary context and one
 // dedicated non-blocking copy stream, used in both directions; every copy (cuMemcpyDtoHAsync, cuMemcpyHtoDAsync,
-// cuMemcpy2DAsync) is followed by a blocking-sync event on that stream, which is the copy's fence (a waiting thread
-// sleeps). Staging buffers are page-locked (cuMemHostAlloc, portable across contexts), made under the caller's current
+// cuMemcpy2DAsync) is followed by a blocking-sync event on that stream, which is the copy's fence: a thread per stream
+// waits for the events in order and wakes the fence's waiters, who wait up to their deadline (sleeping, never
+// spinning; a stream stuck behind a caller's kernel is a timeout naming the stream and device, not a hang). Staging buffers are page-locked (cuMemHostAlloc, portable across contexts), made under the caller's current
 // context or a device the engine already serves, never GPU 0's for every rank.
 #ifndef DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
 #define DISTCKPT_CORE_CUDA_CUDA_COPY_ENGINE_H_
@@ -39,6 +40,8 @@ class CudaCopyEngine final : public CopyEngine {
   /// thread with no current context can ask). kInvalidArgument for other memory; a failed query is an error.
   Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data);
 
+  class StreamWaiter;  // a thread per copy stream completing its fences in order (cuda_copy_engine.cc)
+
  private:
   explicit CudaCopyEngine(const cuda::CudaDriver* d) : d_(d) {}
   struct Device {
@@ -47,6 +50,8 @@ class CudaCopyEngine final : public CopyEngine {
     cuda::CUstream ready_stream = nullptr;  // copies of `ready` data, which wait for nothing: an async save's
                                             // background drain of its snapshot never queues behind a foreground
                                             // save's wait on a training stream
+    StreamWaiter* copy_waiter = nullptr;    // the fences of each stream
+    StreamWaiter* ready_waiter = nullptr;
   };
   /// The stream a copy of memory at `loc` goes on.
   static cuda::CUstream StreamFor(const Device& dev, const MemoryLocation& loc) {

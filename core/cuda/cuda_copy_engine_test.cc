@@ -7,8 +7,12 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -167,6 +171,99 @@ TEST_F(CudaCopyEngineTest, WaitingForAFenceDoesNotSpin) {
   ASSERT_TRUE((*f)->Wait().ok());
   EXPECT_EQ(fake_.count("spinning_waits"), spins);
   engine_->FreeDevice(*mem, 1);
+}
+
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+std::string Hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// Defect: fence waits had no deadline, so a copy stream stuck behind the caller's stream (a kernel that never ends,
+// an NCCL kernel waiting for a dead peer) hung save, async save and load forever whatever their timeout. A wait now
+// ends at its deadline with kTimeout naming the copy, the copy stream, the device and the caller's stream; the
+// waiting threads sleep meanwhile; and the copy still lands if the stream moves later.
+TEST_F(CudaCopyEngineTest, AFenceOnAStuckStreamTimesOutNamingTheStreams) {
+  cuda::CUstream training = CallerStream(1);
+  auto mem = engine_->AllocateDevice(64, 1);
+  ASSERT_TRUE(mem.ok());
+  const MemoryLocation loc{MemoryKind::kCuda, 1, training};
+  fake_.hold_stream(training, 1);  // a kernel that never ends
+  ASSERT_TRUE(engine_->OrderAfter(loc).ok());
+  std::vector<char> out(64, 'x');
+  auto f = engine_->CopyToHostAsync(out.data(), *mem, out.size(), loc);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  // Four threads wait at once, as a save's I/O threads do.
+  std::vector<Status> got(4);
+  const double cpu0 = CpuSeconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> waiters;
+  for (Status& g : got) {
+    waiters.emplace_back([&] { g = (*f)->WaitUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(400)); });
+  }
+  for (auto& t : waiters) t.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = CpuSeconds() - cpu0;
+  for (const Status& g : got) {
+    EXPECT_EQ(g.code(), StatusCode::kTimeout) << g.message();
+    EXPECT_NE(g.message().find("cuda:1"), std::string::npos) << g.message();
+    EXPECT_NE(g.message().find(Hex(training)), std::string::npos) << "names the caller's stream: " << g.message();
+  }
+  EXPECT_GE(wall, 0.39);
+  EXPECT_LT(wall, 5.0);
+  EXPECT_LT(cpu, 0.25 * wall) << "four waiting threads used " << cpu << " s of CPU in " << wall << " s";
+  EXPECT_EQ(out[0], 'x');
+  fake_.hold_stream(training, 0);  // the kernel ends after all: the copy lands, and a later wait sees it
+  ASSERT_TRUE((*f)->Wait().ok());
+  EXPECT_EQ(out[0], 0);
+  engine_->FreeDevice(*mem, 1);
+}
+
+// Fences complete in the order of their stream, each as soon as its copy is done (one waiter thread per stream): a
+// copy on the second stream is not held behind a stuck one on the first.
+TEST_F(CudaCopyEngineTest, FencesOfTheTwoStreamsCompleteIndependently) {
+  cuda::CUstream training = CallerStream(0);
+  auto mem = engine_->AllocateDevice(256, 0);
+  ASSERT_TRUE(mem.ok());
+  fake_.hold_stream(training, 1);
+  const MemoryLocation waiting{MemoryKind::kCuda, 0, training};
+  ASSERT_TRUE(engine_->OrderAfter(waiting).ok());
+  std::vector<char> a(128), b(128);
+  auto stuck = engine_->CopyToHostAsync(a.data(), *mem, a.size(), waiting);
+  auto ready = engine_->CopyToHostAsync(b.data(), static_cast<char*>(*mem) + 128, b.size(),
+                                        MemoryLocation{MemoryKind::kCuda, 0, nullptr, /*ready=*/true});
+  ASSERT_TRUE(stuck.ok() && ready.ok());
+  EXPECT_TRUE((*ready)->WaitUntil(std::chrono::steady_clock::now() + std::chrono::seconds(5)).ok());
+  EXPECT_EQ((*stuck)->WaitUntil(std::chrono::steady_clock::now()).code(), StatusCode::kTimeout);
+  fake_.hold_stream(training, 0);
+  EXPECT_TRUE((*stuck)->Wait().ok());
+  engine_->FreeDevice(*mem, 0);
+}
+
+// Defect: nothing handled fork() after the driver was loaded: a child inherits the driver's state but not its
+// threads (nor the engine's fence threads), and CUDA calls there fail or hang. The child gets a clear error.
+TEST_F(CudaCopyEngineTest, AChildForkedAfterTheDriverLoadedIsRefusedClearly) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto e = DefaultCopyEngine(MemoryKind::kCuda);
+    Status check = CheckDeviceBuffer(MemoryLocation{MemoryKind::kCuda, 0, nullptr}, nullptr);
+    const bool refused = !e.ok() && e.status().code() == StatusCode::kState &&
+                         e.status().message().find("fork") != std::string::npos &&
+                         e.status().message().find("spawn") != std::string::npos && check.code() == StatusCode::kState;
+    ::_exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the forked child was not refused with a kState error naming fork and spawn";
+  EXPECT_TRUE(DefaultCopyEngine(MemoryKind::kCuda).ok()) << "the parent keeps its engine";
 }
 
 // Defect: pinned staging memory was allocated under GPU 0's primary context whatever the data's device, so every

@@ -24,12 +24,13 @@ namespace {
 
 class HostFence final : public CopyFence {
  public:
-  explicit HostFence(std::shared_ptr<void> job, std::function<Status()> wait) : job_(std::move(job)), wait_(wait) {}
-  Status Wait() override { return wait_(); }
+  explicit HostFence(std::shared_ptr<void> job, std::function<Status(Deadline)> wait)
+      : job_(std::move(job)), wait_(std::move(wait)) {}
+  Status WaitUntil(Deadline deadline) override { return wait_(deadline); }
 
  private:
   std::shared_ptr<void> job_;
-  std::function<Status()> wait_;
+  std::function<Status(Deadline)> wait_;
 };
 
 }  // namespace
@@ -44,6 +45,7 @@ HostCopyEngine::~HostCopyEngine() {
   }
   cv_.notify_all();
   worker_.join();
+  FreeQuarantined();  // no copy runs any more
 }
 
 Result<void*> HostCopyEngine::AllocateHost(size_t bytes) {
@@ -150,9 +152,16 @@ Result<std::unique_ptr<CopyFence>> HostCopyEngine::Enqueue(std::shared_ptr<Job> 
   }
   cv_.notify_all();
   Job* j = job.get();
-  return std::unique_ptr<CopyFence>(new HostFence(job, [j] {
+  return std::unique_ptr<CopyFence>(new HostFence(job, [j](Deadline deadline) {
     std::unique_lock<std::mutex> lock(j->mu);
-    j->cv.wait(lock, [j] { return j->done; });
+    const auto start = std::chrono::steady_clock::now();
+    if (deadline == Deadline::max()) {
+      j->cv.wait(lock, [j] { return j->done; });
+    } else if (!j->cv.wait_until(lock, deadline, [j] { return j->done; })) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+      return TimeoutError("copy #" + std::to_string(j->index) + " (" + j->loc.ToString() + ") of the host copy engine " +
+                          "not finished after waiting " + std::to_string(waited.count()) + " ms");
+    }
     return j->status;
   }));
 }

@@ -60,6 +60,24 @@ void PinnedPool::Release(char* buffer) {
   cv_.notify_one();
 }
 
+void PinnedPool::Quarantine(char* buffer) {
+  if (buffer == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find(all_.begin(), all_.end(), buffer);
+    if (it != all_.end()) all_.erase(it);  // not freed with the pool: a DMA may still land in it
+    --in_use_;
+    ++quarantined_;
+  }
+  engine_->Quarantine(buffer, -1);
+  cv_.notify_one();
+}
+
+size_t PinnedPool::quarantined() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return quarantined_;
+}
+
 size_t PinnedPool::allocated() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<size_t>(std::count_if(all_.begin(), all_.end(), [](char* b) { return b != nullptr; }));

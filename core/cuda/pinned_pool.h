@@ -32,6 +32,11 @@ class PinnedPool {
   Result<char*> Acquire(const std::function<Status()>& cancelled = nullptr);
   /// Gives a buffer from Acquire back.
   void Release(char* buffer);
+  /// Gives up a buffer from Acquire that a copy which timed out may still read or write: it goes to the engine's
+  /// quarantine (CopyEngine::Quarantine), never reused, and a new buffer may be allocated in its place.
+  void Quarantine(char* buffer);
+  /// Buffers given up by Quarantine.
+  size_t quarantined() const;
 
   size_t buffer_bytes() const { return buffer_bytes_; }
   size_t count() const { return count_; }
@@ -52,6 +57,7 @@ class PinnedPool {
   std::vector<char*> all_;
   std::vector<char*> free_;
   size_t in_use_ = 0;
+  size_t quarantined_ = 0;
   size_t max_in_use_ = 0;
   uint64_t waits_ = 0;
 };

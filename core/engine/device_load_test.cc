@@ -212,6 +212,34 @@ TEST(DeviceLoadTest, ACopyFailureMidPipelineFailsTheLoadNamingTheEntryAndReturns
   EXPECT_EQ(engine.StagingPool(kBuffer, 2).value()->in_use(), 0u);
 }
 
+// A load whose copies never finish (the destination's stream is stuck) fails at its timeout naming the entry, instead
+// of hanging in Drain; the buffers those copies read are quarantined, never reused while a DMA may still read them.
+TEST(DeviceLoadTest, ACopyThatNeverFinishesIsATimeoutNotAHang) {
+  const std::string path = SaveMatrix();
+  HostCopyEngine engine;
+  testing_util::StuckCopies stuck;
+  stuck.Install(&engine);
+  std::vector<float> all(kRows * kCols);
+  State s;
+  ASSERT_TRUE(s.AddTensor("m", DType::kF32, {kRows, kCols}).ok());
+  ASSERT_TRUE(s.AddPieceIn("m", {0, 0}, {kRows, kCols}, all.data(), kDevice0).ok());
+  ReadOptions o = DeviceRead(&engine);
+  o.timeout = std::chrono::milliseconds(300);
+  const auto t = std::chrono::steady_clock::now();
+  auto r = Load(path, s, nullptr, o);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout) << r.status().message();
+  EXPECT_LT(took, 10.0);
+  EXPECT_NE(r.status().message().find("entry 'm'"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
+  auto pool = engine.StagingPool(kBuffer, 2).value();
+  EXPECT_EQ(pool->in_use(), 0u);
+  EXPECT_GE(pool->quarantined(), 1u);
+  EXPECT_EQ(engine.quarantined(), pool->quarantined());
+  stuck.Release();
+}
+
 // Slow copies: the readers wait for buffers instead of allocating more, and the pool never exceeds its size.
 TEST(DeviceLoadTest, SlowCopiesApplyBackPressure) {
   const std::string path = SaveMatrix();

@@ -422,6 +422,66 @@ TEST(DeviceSaveTest, AsyncSaveReportsAFailedCopy) {
   EXPECT_TRUE(List(dir).empty());
 }
 
+// A copy stuck behind the caller's stream (a kernel that never ends, a collective waiting for a dead peer) ends the
+// save at its timeout with kTimeout naming the checkpoint, the tensor and the stream, instead of hanging; the buffers
+// the copies may still write are quarantined in the engine (never reused or freed while the engine lives: under ASan a
+// late copy into freed memory would fail the test), nothing half-written looks complete, and the next save works.
+constexpr auto kShortTimeout = std::chrono::milliseconds(300);
+
+template <typename Fn>
+double Seconds(Fn fn) {
+  const auto t = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(DeviceSaveTest, ACopyThatNeverFinishesIsATimeoutNotAHang) {
+  HostCopyEngine engine;
+  testing_util::StuckCopies stuck;
+  stuck.Install(&engine);
+  Fixture f;
+  const std::string dir = TempDir();
+  SaveOptions o = DeviceOptions(&engine);
+  o.timeout = kShortTimeout;
+  Status st;
+  const double took = Seconds([&] { st = Save(dir + "/ckpt", f.state, nullptr, o).status(); });
+  EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.message();
+  EXPECT_LT(took, 10.0) << "bounded by the timeout, not by the copy";
+  EXPECT_NE(st.message().find("tensor 'w'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("cuda:"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("ckpt"), std::string::npos) << st.message();
+  EXPECT_GE(engine.quarantined(), 1u) << "the stuck copies' staging buffers are set aside";
+  EXPECT_FALSE(Exists(dir + "/ckpt/" + std::string(kMetadataFileName)));
+  stuck.Release();  // the kernel ends after all: the late copies land in quarantined memory
+  o.timeout = std::chrono::minutes(1);
+  auto again = Save(dir + "/again", f.state, nullptr, o);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  f.ExpectSaved(dir + "/again");
+}
+
+TEST(DeviceSaveTest, AsyncSaveOfAStuckStreamTimesOutAndSetsItsBufferAside) {
+  for (bool snapshot : {false, true}) {
+    SCOPED_TRACE(snapshot ? "device_snapshot" : "page-locked staging");
+    HostCopyEngine engine;
+    testing_util::StuckCopies stuck;
+    stuck.Install(&engine);
+    Fixture f;
+    const std::string dir = TempDir();
+    SaveOptions o = DeviceOptions(&engine);
+    o.timeout = kShortTimeout;
+    o.device_snapshot = snapshot;
+    Status st;
+    const double took = Seconds([&] { st = SaveAsync(dir + "/ckpt", f.state, nullptr, o).status(); });
+    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.message();
+    EXPECT_LT(took, 10.0);
+    EXPECT_NE(st.message().find("not finished"), std::string::npos) << st.message();
+    // The page-locked buffer of the state, or the two devices' snapshot arenas.
+    EXPECT_EQ(engine.quarantined(), snapshot ? 2u : 1u);
+    EXPECT_TRUE(List(dir).empty());
+    stuck.Release();
+  }
+}
+
 TEST(DeviceSaveTest, WithoutADriverDevicePiecesAreUnsupported) {
   if (void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     ::dlclose(h);

@@ -1,6 +1,7 @@
 #include "core/engine/load_staging.h"
 
 #include <algorithm>
+#include <cstring>
 
 
 namespace distckpt {
@@ -30,7 +31,8 @@ std::vector<StridedCopy> BatchRuns(const std::vector<DeviceRun>& runs) {
   return out;
 }
 
-Result<std::unique_ptr<LoadStaging>> LoadStaging::Create(CopyEngine* engine, uint64_t buffer_bytes, size_t count) {
+Result<std::unique_ptr<LoadStaging>> LoadStaging::Create(CopyEngine* engine, uint64_t buffer_bytes, size_t count,
+                                                         Deadline deadline) {
   if (engine == nullptr) {
     DCKPT_ASSIGN_OR_RETURN(engine, DefaultCopyEngine(MemoryKind::kCuda));
   }
@@ -38,7 +40,7 @@ Result<std::unique_ptr<LoadStaging>> LoadStaging::Create(CopyEngine* engine, uin
   // other's).
   DCKPT_ASSIGN_OR_RETURN(std::shared_ptr<PinnedPool> pool,
                          engine->StagingPool(std::max<uint64_t>(buffer_bytes, 1), std::max<size_t>(count, 2)));
-  return std::unique_ptr<LoadStaging>(new LoadStaging(engine, std::move(pool)));
+  return std::unique_ptr<LoadStaging>(new LoadStaging(engine, std::move(pool), deadline));
 }
 
 LoadStaging::~LoadStaging() { (void)Drain(); }
@@ -60,12 +62,10 @@ void LoadStaging::Release(char* buffer) { pool_->Release(buffer); }
 Status LoadStaging::Issue(const char* base, const std::vector<DeviceRun>& runs, const MemoryLocation& loc,
                          std::vector<std::unique_ptr<CopyFence>>* fences) {
   for (const StridedCopy& c : BatchRuns(runs)) {
-    auto fence = engine_->CopyToDeviceAsync(c.dst, c.dst_pitch, base + c.src, c.src_pitch, c.width, c.rows, loc);
-    if (!fence.ok()) {
-      for (auto& f : *fences) (void)f->Wait();  // the source must outlive the copies already issued
-      return fence.status();
-    }
-    fences->push_back(std::move(fence).value());
+    DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<CopyFence> fence, engine_->CopyToDeviceAsync(c.dst, c.dst_pitch,
+                                                                                          base + c.src, c.src_pitch,
+                                                                                          c.width, c.rows, loc));
+    fences->push_back(std::move(fence));
   }
   return OkStatus();
 }
@@ -73,30 +73,67 @@ Status LoadStaging::Issue(const char* base, const std::vector<DeviceRun>& runs, 
 Status LoadStaging::Submit(char* buffer, const std::vector<DeviceRuns>& groups,
                            std::function<Status(const Status&)> context) {
   std::vector<std::unique_ptr<CopyFence>> fences;
+  Status issued;
   for (const DeviceRuns& g : groups) {
-    if (Status st = Issue(buffer, g.runs, g.loc, &fences); !st.ok()) {
-      pool_->Release(buffer);
-      st = context(st);
-      Fail(st);
-      return st;
-    }
+    issued = Issue(buffer, g.runs, g.loc, &fences);
+    if (!issued.ok()) break;
   }
+  if (!issued.ok()) {
+    issued = context(issued);
+    Fail(issued);
+  }
+  // Even after a failure: the retiring thread returns the buffer once the copies already issued from it are done.
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(InFlight{buffer, std::move(fences), std::move(context)});
     if (!retirer_.joinable()) retirer_ = std::thread([this] { Retire(); });
   }
   cv_.notify_all();
-  return OkStatus();
+  return issued;
 }
 
 Status LoadStaging::CopyNow(const char* src, const std::vector<DeviceRun>& runs, const MemoryLocation& loc) {
-  std::vector<std::unique_ptr<CopyFence>> fences;
-  DCKPT_RETURN_IF_ERROR(Issue(src, runs, loc, &fences));
+  // Through page-locked buffers: the driver copies pageable memory synchronously after waiting for the stream (a wait
+  // with no deadline), and `src` is only lent for this call, while a copy that times out may still run later.
+  const uint64_t cap = pool_->buffer_bytes();
+  size_t i = 0;
+  uint64_t done = 0;  // bytes of runs[i] already placed
+  while (i < runs.size()) {
+    DCKPT_ASSIGN_OR_RETURN(char* buffer, Acquire());
+    std::vector<DeviceRun> batch;
+    uint64_t used = 0;
+    while (i < runs.size() && used < cap) {
+      const DeviceRun& r = runs[i];
+      const uint64_t n = std::min(r.n - done, cap - used);
+      std::memcpy(buffer + used, src + r.src + done, n);
+      batch.push_back(DeviceRun{used, r.dst + done, n});
+      used += n;
+      done += n;
+      if (done == r.n) ++i, done = 0;
+    }
+    std::vector<std::unique_ptr<CopyFence>> fences;
+    const Status issued = Issue(buffer, batch, loc, &fences);
+    const Status landed = WaitAndRetire(buffer, &fences, [](const Status& one) { return one; });
+    DCKPT_RETURN_IF_ERROR(issued);
+    DCKPT_RETURN_IF_ERROR(landed);
+  }
+  return OkStatus();
+}
+
+Status LoadStaging::WaitAndRetire(char* buffer, std::vector<std::unique_ptr<CopyFence>>* fences,
+                                  const std::function<Status(const Status&)>& context) {
   Status st;
-  for (auto& f : fences) {
-    Status one = f->Wait();
-    if (st.ok()) st = one;
+  bool stuck = false;  // a copy from the buffer may still run: never reuse it
+  for (auto& f : *fences) {
+    Status one = f->WaitUntil(deadline_);
+    stuck = stuck || one.code() == StatusCode::kTimeout;
+    if (st.ok() && !one.ok()) st = context(one);
+  }
+  fences->clear();
+  if (stuck) {
+    pool_->Quarantine(buffer);
+  } else {
+    pool_->Release(buffer);
   }
   return st;
 }
@@ -110,13 +147,7 @@ void LoadStaging::Retire() {
     queue_.pop_front();
     retiring_ = true;
     lock.unlock();
-    Status st;
-    for (auto& f : item.fences) {
-      Status one = f->Wait();
-      if (st.ok() && !one.ok()) st = item.context(one);
-    }
-    item.fences.clear();
-    pool_->Release(item.buffer);
+    Status st = WaitAndRetire(item.buffer, &item.fences, item.context);
     lock.lock();
     if (!st.ok() && failure_.ok()) failure_ = st;
     retiring_ = false;

@@ -52,8 +52,11 @@ struct DeviceRuns {
 class LoadStaging {
  public:
   /// The engine (`engine`, else the CUDA engine: kUnsupported naming libcuda.so.1 without a driver) and its staging
-  /// pool of max(2, count) buffers of `buffer_bytes`.
-  static Result<std::unique_ptr<LoadStaging>> Create(CopyEngine* engine, uint64_t buffer_bytes, size_t count);
+  /// pool of max(2, count) buffers of `buffer_bytes`. Waits for copies end at `deadline`: a copy not finished by then
+  /// fails the pass with kTimeout, and its buffer is quarantined (never reused), so Drain never hangs on a stream that
+  /// does not move.
+  static Result<std::unique_ptr<LoadStaging>> Create(CopyEngine* engine, uint64_t buffer_bytes, size_t count,
+                                                     Deadline deadline = Deadline::max());
   ~LoadStaging();  ///< Drains.
 
   /// A pinned buffer of at least the segment size, blocking while every buffer is in flight. Fails with the first
@@ -66,7 +69,8 @@ class LoadStaging {
   /// thread, which returns it to the pool once they have landed. A copy failure, wrapped by `context`, becomes this
   /// pass's failure. The buffer belongs to this object from this call on, whatever the outcome.
   Status Submit(char* buffer, const std::vector<DeviceRuns>& groups, std::function<Status(const Status&)> context);
-  /// Copies `runs` from a transient host buffer (`src` + run.src) and waits for them (fan-out deliveries).
+  /// Copies `runs` from a transient host buffer (`src` + run.src) through pinned buffers and waits for them, up to
+  /// the deadline (fan-out deliveries).
   Status CopyNow(const char* src, const std::vector<DeviceRun>& runs, const MemoryLocation& loc);
 
   /// Waits until every submitted copy has landed and every buffer is back; returns the first failure.
@@ -76,10 +80,15 @@ class LoadStaging {
   uint64_t buffer_bytes() const { return pool_->buffer_bytes(); }
 
  private:
-  LoadStaging(CopyEngine* engine, std::shared_ptr<PinnedPool> pool) : engine_(engine), pool_(std::move(pool)) {}
+  LoadStaging(CopyEngine* engine, std::shared_ptr<PinnedPool> pool, Deadline deadline)
+      : engine_(engine), pool_(std::move(pool)), deadline_(deadline) {}
   Status Issue(const char* base, const std::vector<DeviceRun>& runs, const MemoryLocation& loc,
                std::vector<std::unique_ptr<CopyFence>>* fences);
   void Fail(const Status& st);
+  /// Waits for `fences` (copies from `buffer`) up to the deadline, then gives the buffer back to the pool, or
+  /// quarantines it if one of them has not finished; returns the first failure, passed through `context`.
+  Status WaitAndRetire(char* buffer, std::vector<std::unique_ptr<CopyFence>>* fences,
+                       const std::function<Status(const Status&)>& context);
   void Retire();
 
   struct InFlight {
@@ -89,6 +98,7 @@ class LoadStaging {
   };
   CopyEngine* const engine_;
   const std::shared_ptr<PinnedPool> pool_;
+  const Deadline deadline_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<InFlight> queue_;

@@ -372,7 +372,8 @@ class ReadExecutor {
   // Device destinations: the copy engine (the driver is loaded here, at planning time, so that a machine without one
   // fails before any collective read) and the copies ordered after each destination's stream.
   Status PrepareStaging() {
-    auto made = LoadStaging::Create(r_->options_.copy_engine, StagingBufferBytes(), r_->options_.staging_buffers);
+    auto made = LoadStaging::Create(r_->options_.copy_engine, StagingBufferBytes(), r_->options_.staging_buffers,
+                                    DeadlineAfter(r_->options_.timeout));
     if (!made.ok()) {
       return made.status().WithContext("checkpoint '" + r_->path_ + "': loading into " +
                                        device_locations_.front().ToString() + " memory");

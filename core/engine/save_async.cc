@@ -1,6 +1,7 @@
 #include "core/engine/save_async.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -57,8 +58,10 @@ void FreeBuffer(CopyEngine* engine, char* p) {
 
 // At least `total` bytes: pageable host memory (engine null) or `engine`'s page-locked memory, from `kept` when its
 // buffer fits; null when that much cannot be had. Released, the larger of it and the kept buffer is kept and the other
-// freed; a buffer that is not `poolable` (of a caller's own engine, which may not outlive the pool) is just freed.
-std::shared_ptr<char> AcquireKept(KeptBuffer& kept, CopyEngine* engine, uint64_t total, bool poolable) {
+// freed; a buffer that is not `poolable` (of a caller's own engine, which may not outlive the pool) is just freed, and
+// page-locked memory is quarantined in its engine instead once `stuck` is set (a copy into it timed out).
+std::shared_ptr<char> AcquireKept(KeptBuffer& kept, CopyEngine* engine, uint64_t total, bool poolable,
+                                  std::shared_ptr<std::atomic<bool>> stuck = nullptr) {
   uint64_t size = std::max<uint64_t>(AlignUp(total), kStagingAlignment);
   char* out = nullptr;
   if (poolable) {
@@ -89,7 +92,11 @@ std::shared_ptr<char> AcquireKept(KeptBuffer& kept, CopyEngine* engine, uint64_t
       if (out == nullptr) return nullptr;
     }
   }
-  return std::shared_ptr<char>(out, [&kept, engine, size, poolable](char* p) {
+  return std::shared_ptr<char>(out, [&kept, engine, size, poolable, stuck](char* p) {
+    if (stuck != nullptr && *stuck && engine != nullptr) {  // a copy into it timed out and may still land
+      engine->Quarantine(p, -1);
+      return;
+    }
     char* drop = p;
     CopyEngine* drop_engine = engine;
     if (poolable) {
@@ -147,26 +154,32 @@ void ReleaseBudget(uint64_t bytes) {
 }
 
 // Copies that must have finished before Stage returns, whatever happens (the caller reuses its memory, and the
-// destinations belong to the future): WaitAll() waits for every one and reports the first failure with its copy's
-// description; the destructor waits for any left.
+// destinations belong to the future): WaitAll() waits for every one up to the deadline and reports the first failure
+// with its copy's description; the destructor waits for any left. When one has not finished by the deadline, `stuck`
+// runs once (the memory those copies use must be set aside).
 class PendingCopies {
  public:
-  PendingCopies() = default;
+  PendingCopies(Deadline deadline, std::function<void()> stuck) : deadline_(deadline), stuck_(std::move(stuck)) {}
   PendingCopies(const PendingCopies&) = delete;
   PendingCopies& operator=(const PendingCopies&) = delete;
   ~PendingCopies() { (void)WaitAll(); }
   void Add(std::unique_ptr<CopyFence> fence, std::string what) { fences_.emplace_back(std::move(fence), std::move(what)); }
   Status WaitAll() {
     Status st;
+    bool stuck = false;
     for (auto& [fence, what] : fences_) {
-      Status one = fence->Wait();
+      Status one = fence->WaitUntil(deadline_);
+      stuck = stuck || one.code() == StatusCode::kTimeout;
       if (st.ok() && !one.ok()) st = one.WithContext(what);
     }
     fences_.clear();
+    if (stuck && stuck_) std::exchange(stuck_, nullptr)();
     return st;
   }
 
  private:
+  const Deadline deadline_;
+  std::function<void()> stuck_;
   std::vector<std::pair<std::unique_ptr<CopyFence>, std::string>> fences_;
 };
 
@@ -179,7 +192,14 @@ SaveFuture::~SaveFuture() {
 }
 
 void SaveFuture::FreeSnapshots() {
-  for (const Arena& a : arenas_) snapshot_engine_->FreeDevice(a.data, a.device);
+  // After a timeout a copy from (or into) the arenas may still run: they are left allocated, never reused.
+  for (const Arena& a : arenas_) {
+    if (snapshots_stuck_) {
+      snapshot_engine_->Quarantine(a.data, a.device);
+    } else {
+      snapshot_engine_->FreeDevice(a.data, a.device);
+    }
+  }
   arenas_.clear();
   snapshots_.clear();
 }
@@ -255,8 +275,10 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
   // Device pieces snapshotted on the device (device_snapshot) need no host staging; the snapshot copies run first,
   // on the copy engine, while the host part is copied below.
   DCKPT_ASSIGN_OR_RETURN(CopyEngine * snapshot_engine, AllocateSnapshots(state, options));
-  // Whatever happens below, the snapshot copies finish before this returns (the caller may then reuse its memory).
-  PendingCopies snapshot_copies;
+  // Whatever happens below, the snapshot copies finish before this returns (the caller may then reuse its memory), or
+  // the deadline passes: then the snapshot memory is set aside, since they may still write it.
+  const Deadline deadline = DeadlineAfter(options.timeout);
+  PendingCopies snapshot_copies(deadline, [this] { snapshots_stuck_ = true; });
   auto snapshot_of = [this](const TensorPiece* p) -> const Snapshot* {
     for (const Snapshot& s : snapshots_) {
       if (s.piece == p) return &s;
@@ -306,6 +328,7 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
       ReserveStaging(total, options.max_async_staging_bytes, options.timeout, "saving '" + path + "' asynchronously"));
   reserved_ = total;
   CopyEngine* engine = nullptr;
+  auto pinned_stuck = std::make_shared<std::atomic<bool>>(false);
   if (device_total != 0) {
     if (options.copy_engine != nullptr) {
       engine = options.copy_engine;
@@ -316,7 +339,7 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
       }
       engine = *cuda;
     }
-    pinned_ = AcquireKept(KeptPinned(), engine, device_total, /*poolable=*/options.copy_engine == nullptr);
+    pinned_ = AcquireKept(KeptPinned(), engine, device_total, /*poolable=*/options.copy_engine == nullptr, pinned_stuck);
   }
   const uint64_t host_size = pinned_ != nullptr ? host_total : total;
   buffer_ = AcquireKept(KeptHost(), nullptr, host_size, /*poolable=*/true);
@@ -386,7 +409,7 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
 
   // The direct device copies start first (they run on the copy engine while the host copies below use the CPUs);
   // every one started is waited for before this returns, whatever fails.
-  PendingCopies direct_copies;
+  PendingCopies direct_copies(deadline, [pinned_stuck] { *pinned_stuck = true; });
   if (!direct.empty()) {
     std::vector<MemoryLocation> locations;
     for (const DeviceCopy& c : direct) locations.push_back(c.memory);
@@ -446,6 +469,8 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
   SaveFuture* raw = f.get();
   f->thread_ = std::thread([raw, path, comm, options] {
     Result<SaveSummary> r = Save(path, raw->owned_, comm, options);
+    // A timeout may have left a copy from a snapshot in flight (the drain gave up waiting): keep the arenas.
+    if (!r.ok() && r.status().code() == StatusCode::kTimeout) raw->snapshots_stuck_ = true;
     // The staged copy is not needed any more: free it (back to the one-buffer pool) and its share of the budget now,
     // not when the future is freed, so that the next save can stage.
     raw->buffer_.reset();

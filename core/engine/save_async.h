@@ -70,6 +70,7 @@ class SaveFuture {
   std::vector<Arena> arenas_;        // device memory this future owns (one block per device), freed when the save
                                      // finishes
   std::vector<Snapshot> snapshots_;  // each device piece's place in its device's arena
+  bool snapshots_stuck_ = false;     // a copy that timed out may still use the arenas: quarantined, not freed
 };
 
 /// Copies every piece and bytes entry of `state` into owned buffers (host data in parallel on the CPUs; device pieces

@@ -6,24 +6,30 @@
 namespace distckpt {
 namespace {
 
-// A pool buffer holding one segment: waits for its copy (if still in flight) and goes back to the pool when the last
-// reference drops, whether the consumer ran or was skipped after a failure.
+// A pool buffer holding one segment: waits for its copy (if still in flight, up to the deadline) and goes back to
+// the pool when the last reference drops, whether the consumer ran or was skipped after a failure; a buffer whose copy
+// did not finish by the deadline is quarantined, since the DMA may still write into it.
 class StagedSegment {
  public:
-  StagedSegment(std::shared_ptr<PinnedPool> pool, char* buffer) : pool_(std::move(pool)), buffer_(buffer) {}
+  StagedSegment(std::shared_ptr<PinnedPool> pool, char* buffer, Deadline deadline)
+      : pool_(std::move(pool)), buffer_(buffer), deadline_(deadline) {}
   ~StagedSegment() {
-    if (fence_) (void)fence_->Wait();  // the buffer must not be reused while a DMA may still write into it
-    pool_->Release(buffer_);
+    if (fence_ && fence_->WaitUntil(deadline_).code() == StatusCode::kTimeout) {
+      pool_->Quarantine(buffer_);
+    } else {
+      pool_->Release(buffer_);
+    }
   }
   StagedSegment(const StagedSegment&) = delete;
   StagedSegment& operator=(const StagedSegment&) = delete;
   char* buffer() const { return buffer_; }
   void set_fence(std::unique_ptr<CopyFence> fence) { fence_ = std::move(fence); }
-  Status Wait() { return fence_ ? fence_->Wait() : OkStatus(); }
+  Status Wait() { return fence_ ? fence_->WaitUntil(deadline_) : OkStatus(); }
 
  private:
   std::shared_ptr<PinnedPool> pool_;
   char* buffer_;
+  const Deadline deadline_;
   std::unique_ptr<CopyFence> fence_;
 };
 
@@ -39,6 +45,7 @@ Result<StagingResources> GetStagingResources(const SaveOptions& options, uint64_
   granule = std::max<uint64_t>(granule, 1);
   const uint64_t bytes = std::max<uint64_t>(granule, options.staging_buffer_bytes / granule * granule);
   DCKPT_ASSIGN_OR_RETURN(res.pool, res.engine->StagingPool(bytes, std::max<size_t>(2, options.staging_buffers)));
+  res.deadline = DeadlineAfter(options.timeout);
   return res;
 }
 
@@ -67,7 +74,7 @@ Status RunStagingPipeline(const StagingResources& res, const std::vector<DeviceC
         if (group->cancelled()) return OkStatus();
         return buffer.status().WithContext(c.what);
       }
-      auto staged = std::make_shared<StagedSegment>(res.pool, *buffer);
+      auto staged = std::make_shared<StagedSegment>(res.pool, *buffer, res.deadline);
       auto fence = res.engine->CopyToHostAsync(staged->buffer(), static_cast<const char*>(c.src) + off, n, c.memory);
       if (!fence.ok()) return fence.status().WithContext(c.what + " (" + c.memory.ToString() + ")");
       staged->set_fence(std::move(fence).value());

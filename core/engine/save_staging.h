@@ -37,6 +37,9 @@ using StagedConsumer = std::function<Status(size_t index, uint64_t offset, const
 struct StagingResources {
   CopyEngine* engine = nullptr;
   std::shared_ptr<PinnedPool> pool;
+  /// When waits for copies give up (options.timeout from GetStagingResources): a copy not finished by then is a
+  /// kTimeout, and its buffer is quarantined instead of reused.
+  Deadline deadline = Deadline::max();
 };
 Result<StagingResources> GetStagingResources(const SaveOptions& options, uint64_t granule);
 
@@ -45,7 +48,8 @@ Result<StagingResources> GetStagingResources(const SaveOptions& options, uint64_
 /// wait for each distinct (device, stream)'s queued work. Returns a producer-side error (a copy that could not be
 /// started); consumer errors, and copy failures reported by fences (with the copy's `what`), come out of
 /// group->Wait(). Stops issuing copies as soon as the group fails. Buffers of segments whose consumer never ran
-/// (cancelled) are returned to the pool after their copy has finished.
+/// (cancelled) are returned to the pool after their copy has finished; waits end at res.deadline, and a buffer whose
+/// copy has not finished by then is quarantined (PinnedPool::Quarantine), never reused.
 Status RunStagingPipeline(const StagingResources& res, const std::vector<DeviceCopy>& copies, TaskGroup* group,
                           const StagedConsumer& consume);
 
