@@ -71,6 +71,12 @@ Result<const NcclLibrary*> Load() {
   sym(&n->ncclBroadcast, "ncclBroadcast");
   sym(&n->ncclGetErrorString, "ncclGetErrorString");
   sym(&n->ncclGetLastError, "ncclGetLastError");
+  // Optional (see nccl_library.h): left null where missing, and the load goes on.
+  auto optional_sym = [&](auto* field, const char* symbol) {
+    *field = reinterpret_cast<std::remove_pointer_t<decltype(field)>>(::dlsym(lib, symbol));
+  };
+  optional_sym(&n->ncclCommFinalize, "ncclCommFinalize");
+  optional_sym(&n->ncclCommDestroy, "ncclCommDestroy");
   if (!missing.ok()) {
     delete n;
     ::dlclose(lib);

@@ -71,7 +71,7 @@ constexpr ncclConfig_t ConfigInitializer() {
 /// ncclGetLastError and ncclCommGetAsyncError polling all exist from here on.
 constexpr int kMinVersion = kConfigVersion;
 
-/// The entry points, resolved once by symbol name.
+/// The entry points, resolved once by symbol name. A missing required one makes the load fail (kUnsupported naming it).
 struct NcclLibrary {
   ncclResult_t (*ncclGetVersion)(int* version);
   ncclResult_t (*ncclGetUniqueId)(ncclUniqueId* id);
@@ -85,6 +85,11 @@ struct NcclLibrary {
                                 ncclComm_t comm, cudaStream_t stream);
   const char* (*ncclGetErrorString)(ncclResult_t result);
   const char* (*ncclGetLastError)(ncclComm_t comm);
+  // Optional: null where the library lacks them. Every NCCL from kMinVersion on has both (ncclCommFinalize came in
+  // 2.14), so only an unusual build would; without them the communicator tears down with ncclCommAbort alone, as it
+  // did before it used them (nccl.cc, ~NcclCommunicator).
+  ncclResult_t (*ncclCommFinalize)(ncclComm_t comm);
+  ncclResult_t (*ncclCommDestroy)(ncclComm_t comm);
 
   int version = 0;  ///< ncclGetVersion's code, e.g. 22809 for 2.28.9.
 

@@ -96,6 +96,8 @@ DCKPT_CHECK_ENTRY(ncclAllGather);
 DCKPT_CHECK_ENTRY(ncclBroadcast);
 DCKPT_CHECK_ENTRY(ncclGetErrorString);
 DCKPT_CHECK_ENTRY(ncclGetLastError);
+DCKPT_CHECK_ENTRY(ncclCommFinalize);
+DCKPT_CHECK_ENTRY(ncclCommDestroy);
 #undef DCKPT_CHECK_ENTRY
 // cudaStream_t and the driver's CUstream are the same handle.
 static_assert(std::is_same<::cudaStream_t, ::CUstream>::value && sizeof(cudaStream_t) == sizeof(::cudaStream_t),
