@@ -10,7 +10,10 @@
 //    with CUDA_ERROR_INVALID_CONTEXT without one, and a stream used under another device's context fails too;
 //  - streams queue their work: a stream can be held (a kernel that has not finished), so events recorded after it stay
 //    pending, a stream waiting on such an event holds its own work back, and cuEventQuery says CUDA_ERROR_NOT_READY;
-//    releasing the stream runs the queue in order;
+//    releasing the stream runs the queue in order; a stream can also be left stopping (a kernel told to exit, as
+//    ncclCommAbort tells NCCL's, that has not yet): its work runs at the next cuStreamSynchronize on it;
+//  - memory freed (cuMemFree, cuMemFreeHost) while some stream still has work queued, which may use it, and a stream
+//    destroyed with work queued, are counted;
 //  - counters per entry point and per device (primary contexts retained, page-locked allocations made under each
 //    device's context, cuEventSynchronize calls on events without CU_EVENT_BLOCKING_SYNC, which spin in the real
 //    driver), and failures on demand (the nth call of an entry point returns a chosen error).
@@ -54,6 +57,7 @@ struct Op {
 struct Stream {
   int device = 0;
   bool held = false;
+  bool stopping = false;  // held until the next cuStreamSynchronize on it
   std::deque<Op> queue;
 };
 
@@ -172,6 +176,14 @@ const Alloc* Find(Fake& f, uintptr_t p, uintptr_t* base = nullptr) {
   return &it->second;
 }
 
+// Counts a free of memory while some stream still has work queued (which may read or write it).
+void CountFreeWhileQueued(Fake& f) {
+  bool queued = false;
+  for (Stream* s : f.streams) queued = queued || !s->queue.empty();
+  for (auto& [key, s] : f.default_streams) queued = queued || !s->queue.empty();
+  if (queued) ++f.counters["freed_while_queued"];
+}
+
 int Enqueue(Fake& f, void* stream, std::function<void()> run) {
   Stream* s = StreamOf(f, stream);
   if (int r = CheckStream(f, s); r != kSuccess) return r;
@@ -281,6 +293,7 @@ FAKE_API int cuMemFree_v2(uintptr_t p) {
   if (Current() == nullptr) return kInvalidContext;
   auto it = f.allocs.find(p);
   if (it == f.allocs.end() || it->second.device < 0) return kInvalidValue;
+  CountFreeWhileQueued(f);
   f.device_bytes[it->second.device] -= it->second.size;
   f.allocs.erase(it);
   std::free(reinterpret_cast<void*>(p));
@@ -304,6 +317,7 @@ FAKE_API int cuMemFreeHost(void* p) {
   if (int r = Enter(f, "cuMemFreeHost")) return r;
   auto it = f.allocs.find(reinterpret_cast<uintptr_t>(p));
   if (it == f.allocs.end() || it->second.device >= 0) return kInvalidValue;
+  CountFreeWhileQueued(f);
   f.allocs.erase(it);
   std::free(p);
   return kSuccess;
@@ -443,6 +457,11 @@ FAKE_API int cuStreamSynchronize(void* stream) {
   std::unique_lock<std::mutex> lock(f.mu);
   if (int r = Enter(f, "cuStreamSynchronize")) return r;
   Stream* s = StreamOf(f, stream);
+  if (s->stopping) {
+    s->stopping = false;
+    s->held = false;
+    Drain(f);
+  }
   f.cv.wait(lock, [s] { return s->queue.empty(); });
   return kSuccess;
 }
@@ -458,6 +477,7 @@ FAKE_API int cuStreamDestroy_v2(Stream* stream) {
   if (int r = Enter(f, "cuStreamDestroy")) return r;
   for (auto it = f.streams.begin(); it != f.streams.end(); ++it) {
     if (*it == stream) {
+      if (!stream->queue.empty()) ++f.counters["destroyed_while_queued"];
       f.streams.erase(it);
       delete stream;
       return kSuccess;
@@ -498,7 +518,7 @@ FAKE_API int cuGetErrorString(int error, const char** str) {
 // ---- Controls for the tests (dlsym) ---------------------------------------------------------------------------------
 
 /// How many times `what` happened: an entry point's name ("cuMemHostAlloc"), "no_context:<entry>", "retain:<device>",
-/// "host_alloc_under:<device>", "context_mismatch", "spinning_waits".
+/// "host_alloc_under:<device>", "context_mismatch", "spinning_waits", "freed_while_queued", "destroyed_while_queued".
 FAKE_API long fake_cuda_count(const char* what) {
   Fake& f = F();
   std::lock_guard<std::mutex> lock(f.mu);
@@ -516,11 +536,14 @@ FAKE_API void fake_cuda_fail(const char* entry, int code, long nth) {
   }
 }
 /// Holds (1) or releases (0) a stream's work: a kernel still running. Handles 0/1/2 name the current device's legacy
-/// or per-thread stream. Releasing runs what queued up, in order.
+/// or per-thread stream. Releasing runs what queued up, in order. 2: stopping, a held kernel told to exit that has not
+/// yet: the work stays queued until the next cuStreamSynchronize on the stream, which runs it.
 FAKE_API void fake_cuda_hold_stream(void* stream, int held) {
   Fake& f = F();
   std::lock_guard<std::mutex> lock(f.mu);
-  StreamOf(f, stream)->held = held != 0;
+  Stream* s = StreamOf(f, stream);
+  s->stopping = held == 2 && s->held;
+  s->held = held == 1 || s->stopping;
   Drain(f);
 }
 /// Pointer queries with no current context fail (1, the default) or succeed (0).
