@@ -44,6 +44,9 @@ class LayeredCommunicator : public Communicator {
   /// "rank R of N".
   std::string Who() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
   const std::string& backend() const { return backend_; }
+  /// True once a collective has failed (every later one is refused with kState): the ranks may be at different steps,
+  /// so a backend tears down without waiting on its peers (NCCL aborts instead of finalizing).
+  bool broken() const { return !broken_.ok(); }
 
  private:
   Status Begin(Op op, int root, Millis timeout, Call* call);

@@ -117,27 +117,59 @@ class Staging {
 class NcclCommunicator final : public internal_comm::LayeredCommunicator {
  public:
   NcclCommunicator(const NcclLibrary* n, const CudaDriver* d, int rank, int size, int device, CUcontext ctx,
-                   ncclComm_t comm, CUstream stream)
+                   ncclComm_t comm, CUstream stream, Millis teardown_timeout)
       : LayeredCommunicator("nccl", rank, size),
         n_(n),
         d_(d),
         device_(device),
         ctx_(ctx),
+        teardown_timeout_(teardown_timeout),
         comm_(comm),
         stream_(stream),
         send_(d),
         recv_(d) {}
 
+  // A healthy group finalizes and destroys (Finalize); after a failure, or when finalizing fails or does not finish by
+  // the deadline, the communicator is aborted, which waits on no peer, so a process can always tear down. Either way
+  // the stream is synchronized before the staging memory is freed and the stream destroyed: after an abort the
+  // collective's kernels (told to stop) and the copies queued behind them may still be running, on that memory.
   ~NcclCommunicator() override {
     ScopedContext scope(d_, ctx_);
-    // Abort, not destroy: it never waits on peers, so a process can always tear down, healthy group or not.
-    if (comm_ != nullptr) (void)n_->ncclCommAbort(comm_);
+    if (comm_ != nullptr && !Finalize()) (void)n_->ncclCommAbort(comm_);
+    comm_ = nullptr;
+    if (stream_ != nullptr) (void)d_->cuStreamSynchronize(stream_);
     send_.Release();
     recv_.Release();
     if (stream_ != nullptr) (void)d_->cuStreamDestroy(stream_);
   }
 
  private:
+  // NCCL's documented shutdown of a healthy non-blocking communicator: ncclCommFinalize flushes what was issued and
+  // leaves the state ncclInProgress until every rank has finalized and the group is quiescent; ncclCommGetAsyncError
+  // is polled until it leaves ncclInProgress, and once it is ncclSuccess ncclCommDestroy frees the local rest without
+  // blocking. True when the communicator was destroyed that way. False, leaving it to be aborted, after a failed
+  // collective (the ranks may be at different steps: finalizing could wait on a peer that never comes), when finalize
+  // fails or is still in progress after teardown_timeout_ (NcclOptions::timeout: a peer died or never tears down), or
+  // with a library lacking ncclCommFinalize/ncclCommDestroy (the old behaviour: abort alone).
+  bool Finalize() {
+    if (broken() || n_->ncclCommFinalize == nullptr || n_->ncclCommDestroy == nullptr) return false;
+    const auto deadline = Clock::now() + teardown_timeout_;
+    ncclResult_t r = n_->ncclCommFinalize(comm_);
+    if (r != nccl::kSuccess && r != nccl::kInProgress) return false;
+    auto nap = std::chrono::microseconds(20);
+    for (;;) {
+      ncclResult_t async = nccl::kSuccess;
+      if (n_->ncclCommGetAsyncError(comm_, &async) != nccl::kSuccess) return false;
+      if (async == nccl::kSuccess) break;
+      if (async != nccl::kInProgress || Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(5000));
+    }
+    // Destroy after a completed finalize only frees local resources; the handle is gone whatever it returns.
+    (void)n_->ncclCommDestroy(comm_);
+    return true;
+  }
+
   Status Fail(const Call& call, const std::string& what, StatusCode code, const std::string& detail) {
     return Status(code, "nccl: " + call.Describe() + " failed on " + Who() + " (device " + std::to_string(device_) +
                             ", " + what + "; timeout " + std::to_string(call.timeout.count()) + " ms): " + detail);
@@ -244,6 +276,7 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
   const CudaDriver* const d_;
   const int device_;
   const CUcontext ctx_;
+  const Millis teardown_timeout_;  // bounds Finalize
   ncclComm_t comm_;
   CUstream stream_;
   Staging send_;
@@ -422,7 +455,7 @@ Result<std::unique_ptr<Communicator>> NewNcclCommunicator(Communicator* bootstra
     return Internal("nccl: " + where + ": cuStreamCreate failed: " + d->ErrorString(e));
   }
   return std::unique_ptr<Communicator>(
-      new NcclCommunicator(n, d, rank, size, local.device, local.ctx, comm, stream));
+      new NcclCommunicator(n, d, rank, size, local.device, local.ctx, comm, stream, options.timeout));
 }
 
 }  // namespace distckpt

@@ -12,6 +12,7 @@
 // until its deadline, and on expiry aborts the communicator (ncclCommAbort), which unblocks the device work. NCCL
 // cannot tell which rank is missing, so a timeout names only this rank; use the Gloo backend (or a Gloo barrier
 // before NCCL work) where naming the culprit matters. After any failure every later call fails fast with kState.
+// Destruction finalizes a healthy communicator (bounded by NcclOptions::timeout) and aborts a failed one.
 #ifndef DISTCKPT_CORE_COMM_NCCL_NCCL_H_
 #define DISTCKPT_CORE_COMM_NCCL_NCCL_H_
 
@@ -27,7 +28,10 @@ struct NcclOptions {
   /// CUDA device of this rank; -1: the device of the calling thread's current CUDA context if it has one, else
   /// DCKPT_LOCAL_RANK's or LOCAL_RANK's, else the only visible device (with several, an error saying what to set).
   int device = -1;
-  /// Limit for creating the communicator (the unique id exchange and NCCL's own initialisation).
+  /// Limit for creating the communicator (the unique id exchange and NCCL's own initialisation), and for finalizing
+  /// it when it is destroyed: a healthy communicator is finalized (ncclCommFinalize, which waits for every rank to
+  /// finalize too) then destroyed; past this limit, or after any failure, it is aborted instead (ncclCommAbort, which
+  /// waits on no peer). So destroying the communicator on a rank whose peers never do returns after this long.
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -265,6 +266,179 @@ TEST(Nccl, MissingSymbolIsUnsupportedNamingIt) {
   auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int rank) {
     return ExpectUnsupported(rank, "DCKPT_NCCL_LIBRARY", fake, fake + " has no symbol ncclCommInitRankConfig");
   });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// ---- Teardown, through the stand-in NCCL and driver (a one-rank communicator) -------------------------------------
+
+// In a forked child: the stand-in NCCL `nccl_name` and the stand-in driver loaded by the communicator, and their
+// controls and counters (fake_nccl_*, fake_cuda_*) reached through the same libraries.
+struct StandIns {
+  void* nccl = nullptr;
+  void* cuda = nullptr;
+  template <typename F>
+  F* Nccl(const char* name) const { return reinterpret_cast<F*>(::dlsym(nccl, name)); }
+  long NcclCount(const char* what) const { return Nccl<long(const char*)>("fake_nccl_count")(what); }
+  long CudaCount(const char* what) const {
+    return reinterpret_cast<long (*)(const char*)>(::dlsym(cuda, "fake_cuda_count"))(what);
+  }
+  void Control(const char* name, int value) const { Nccl<void(int)>(name)(value); }
+};
+
+// Runs `body` in a child over a one-rank NCCL communicator made through the stand-ins (options.timeout = `timeout`).
+// The child exits with body's code; 90+ where the setup failed. Skips the test without the runfiles.
+std::vector<comm_testing::RankOutcome> WithStandIns(
+    const std::string& nccl_name, std::chrono::milliseconds timeout,
+    const std::function<int(const StandIns&, std::unique_ptr<Communicator>&)>& body) {
+  const std::string nccl = FakeNccl(nccl_name);
+  const std::string cuda = Runfile("core/cuda", "libfake_cuda.so");
+  return RunRanks(1, std::chrono::seconds(60), [&](int rank) {
+    setenv("DCKPT_NCCL_LIBRARY", nccl.c_str(), 1);
+    setenv("DCKPT_CUDA_DRIVER_LIBRARY", cuda.c_str(), 1);
+    StandIns fakes;
+    fakes.nccl = ::dlopen(nccl.c_str(), RTLD_NOW | RTLD_LOCAL);
+    fakes.cuda = ::dlopen(cuda.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (fakes.nccl == nullptr || fakes.cuda == nullptr) return 90;
+    std::unique_ptr<Communicator> bootstrap = NewSingleProcessCommunicator();
+    NcclOptions o;
+    o.device = 0;
+    o.timeout = timeout;
+    auto comm = NewNcclCommunicator(bootstrap.get(), o);
+    if (!comm.ok()) {
+      (void)comm_testing::ReportInChild(rank, comm.status());
+      return 91;
+    }
+    return body(fakes, *comm);
+  });
+}
+#define DCKPT_NEEDS_STAND_INS()                                                                  \
+  if (FakeNccl("libfake_nccl.so").empty() || Runfile("core/cuda", "libfake_cuda.so").empty()) \
+  GTEST_SKIP() << "no runfiles: the stand-in NCCL and driver are not here"
+
+// Memory and stream handling every teardown must get right: the stream waited for (cuStreamSynchronize) before the
+// staging it uses is freed and before it is destroyed, so no queued copy or kernel still uses freed memory.
+int CheckStreamSynchronizedBeforeFreeing(const StandIns& fakes) {
+  std::fprintf(stderr, "cuStreamSynchronize %ld, freed while queued %ld, destroyed while queued %ld, "
+                       "cuMemFree %ld, cuMemFreeHost %ld, cuStreamDestroy %ld\n",
+               fakes.CudaCount("cuStreamSynchronize"), fakes.CudaCount("freed_while_queued"),
+               fakes.CudaCount("destroyed_while_queued"), fakes.CudaCount("cuMemFree"),
+               fakes.CudaCount("cuMemFreeHost"), fakes.CudaCount("cuStreamDestroy"));
+  if (fakes.CudaCount("freed_while_queued") != 0 || fakes.CudaCount("destroyed_while_queued") != 0) return 20;
+  if (fakes.CudaCount("cuMemFree") == 0 || fakes.CudaCount("cuMemFreeHost") == 0) return 21;  // staging was made
+  if (fakes.CudaCount("cuStreamDestroy") != 1) return 22;
+  return 0;
+}
+
+int CheckTeardownCalls(const StandIns& fakes, long finalize, long destroy, long abort) {
+  std::fprintf(stderr, "ncclCommFinalize %ld, ncclCommDestroy %ld, ncclCommAbort %ld (expected %ld, %ld, %ld)\n",
+               fakes.NcclCount("ncclCommFinalize"), fakes.NcclCount("ncclCommDestroy"),
+               fakes.NcclCount("ncclCommAbort"), finalize, destroy, abort);
+  if (fakes.NcclCount("ncclCommFinalize") != finalize) return 10;
+  if (fakes.NcclCount("ncclCommDestroy") != destroy) return 11;
+  if (fakes.NcclCount("ncclCommAbort") != abort) return 12;
+  return 0;
+}
+
+// The communicator itself, end to end over the stand-ins (collectives are copies on its stream), and a healthy
+// shutdown: finalized, then destroyed, never aborted (ncclCommAbort is one-sided, and in recent NCCL can block on
+// peers). The old destructor aborted every communicator.
+TEST(Nccl, HealthyDestroyFinalizesThenDestroysAndNeverAborts) {
+  DCKPT_NEEDS_STAND_INS();
+  auto outcomes = WithStandIns("libfake_nccl.so", std::chrono::seconds(30), [](const StandIns& fakes, auto& comm) {
+    comm_testing::ConformanceOptions co;
+    co.timeout = std::chrono::seconds(10);
+    if (int rc = comm_testing::ReportInChild(0, comm_testing::RunConformance(comm.get(), co))) return rc;
+    if (fakes.NcclCount("ncclAllGather") == 0 || fakes.NcclCount("ncclBroadcast") == 0) return 30;
+    comm.reset();
+    if (int rc = CheckTeardownCalls(fakes, 1, 1, 0)) return rc;
+    return CheckStreamSynchronizedBeforeFreeing(fakes);
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// A peer that never finalizes (it died, or never tears down): destruction gives up at the deadline (the
+// communicator's timeout, NcclOptions::timeout) and aborts, instead of waiting for ever.
+TEST(Nccl, FinalizeThatNeverCompletesIsAbortedAtTheDeadline) {
+  DCKPT_NEEDS_STAND_INS();
+  constexpr auto kDeadline = std::chrono::milliseconds(1000);
+  auto outcomes = WithStandIns("libfake_nccl.so", kDeadline, [&](const StandIns& fakes, auto& comm) {
+    if (int rc = comm_testing::ReportInChild(0, comm->Barrier(std::chrono::seconds(10)))) return rc;
+    fakes.Control("fake_nccl_finalize_never_completes", 1);
+    const auto start = std::chrono::steady_clock::now();
+    comm.reset();
+    const auto took = std::chrono::steady_clock::now() - start;
+    std::fprintf(stderr, "destruction took %lld ms (deadline %lld ms)\n",
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()),
+                 static_cast<long long>(kDeadline.count()));
+    if (took < kDeadline) return 40;  // it gave the peers their time
+    if (took > 2 * kDeadline) return 41;
+    if (int rc = CheckTeardownCalls(fakes, 1, 0, 1)) return rc;
+    return CheckStreamSynchronizedBeforeFreeing(fakes);
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// A finalize that ends in an error (NCCL reports it through ncclCommGetAsyncError): aborted, not destroyed.
+TEST(Nccl, FinalizeThatFailsIsAborted) {
+  DCKPT_NEEDS_STAND_INS();
+  auto outcomes = WithStandIns("libfake_nccl.so", std::chrono::seconds(30), [](const StandIns& fakes, auto& comm) {
+    if (int rc = comm_testing::ReportInChild(0, comm->Barrier(std::chrono::seconds(10)))) return rc;
+    fakes.Control("fake_nccl_finalize_fails", 6);  // ncclRemoteError
+    comm.reset();
+    if (int rc = CheckTeardownCalls(fakes, 1, 0, 1)) return rc;
+    return CheckStreamSynchronizedBeforeFreeing(fakes);
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// After a failed collective (a peer failed: ncclRemoteError, its kernel still waiting) the ranks may be at different
+// steps, so the communicator is aborted without finalizing; the aborted kernel and the copy queued behind it are
+// waited for before the staging they use is freed (the old destructor freed it at once).
+TEST(Nccl, AfterAFailedCollectiveItIsAbortedAndItsStreamWaitedForBeforeFreeing) {
+  DCKPT_NEEDS_STAND_INS();
+  auto outcomes = WithStandIns("libfake_nccl.so", std::chrono::seconds(30), [](const StandIns& fakes, auto& comm) {
+    if (int rc = comm_testing::ReportInChild(0, comm->Barrier(std::chrono::seconds(10)))) return rc;
+    fakes.Control("fake_nccl_collectives_fail", 6);  // ncclRemoteError
+    std::vector<std::string> all;
+    Status st = comm->AllGather("payload", &all, std::chrono::seconds(10));
+    std::fprintf(stderr, "allgather: %s\n", st.ToString().c_str());
+    if (st.code() != StatusCode::kPeer) return 50;
+    comm.reset();
+    if (int rc = CheckTeardownCalls(fakes, 0, 0, 1)) return rc;
+    return CheckStreamSynchronizedBeforeFreeing(fakes);
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// A collective whose peer never comes times out and aborts the communicator; destruction then waits for the
+// stream (the aborted kernel and the copy behind it) before freeing the staging, and aborts nothing twice.
+TEST(Nccl, AfterATimeoutTheStreamIsWaitedForBeforeFreeing) {
+  DCKPT_NEEDS_STAND_INS();
+  auto outcomes = WithStandIns("libfake_nccl.so", std::chrono::seconds(30), [](const StandIns& fakes, auto& comm) {
+    if (int rc = comm_testing::ReportInChild(0, comm->Barrier(std::chrono::seconds(10)))) return rc;
+    fakes.Control("fake_nccl_collectives_hang", 1);
+    std::vector<std::string> all;
+    Status st = comm->AllGather("payload", &all, std::chrono::milliseconds(300));
+    std::fprintf(stderr, "allgather: %s\n", st.ToString().c_str());
+    if (st.code() != StatusCode::kTimeout) return 50;
+    comm.reset();
+    if (int rc = CheckTeardownCalls(fakes, 0, 0, 1)) return rc;
+    return CheckStreamSynchronizedBeforeFreeing(fakes);
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// A library without ncclCommFinalize/ncclCommDestroy still loads, and its communicators are aborted as before.
+TEST(Nccl, WithoutFinalizeInTheLibraryTheCommunicatorIsAborted) {
+  DCKPT_NEEDS_STAND_INS();
+  if (FakeNccl("libfake_nccl_nofinalize.so").empty()) GTEST_SKIP() << "no runfiles";
+  auto outcomes =
+      WithStandIns("libfake_nccl_nofinalize.so", std::chrono::seconds(30), [](const StandIns& fakes, auto& comm) {
+        if (int rc = comm_testing::ReportInChild(0, comm->Barrier(std::chrono::seconds(10)))) return rc;
+        comm.reset();
+        if (int rc = CheckTeardownCalls(fakes, 0, 0, 1)) return rc;
+        return CheckStreamSynchronizedBeforeFreeing(fakes);
+      });
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
