@@ -42,6 +42,14 @@ class Communicator {
   /// transport (Gloo) close it; others (single process, external: the host owns the transport) do nothing. The
   /// communicator is unusable afterwards.
   virtual void Abort(const std::string& reason) {}
+
+  /// Whether this communicator may run collectives on a background thread while the application goes on with its own
+  /// work on the same devices and its own communicators, as an asynchronous save does (SaveAsync refuses it
+  /// otherwise, before anything is staged, with this status). OK by default: host transports of distckpt's own
+  /// (single process, Gloo) run beside anything, and an external one is the host's to give (the Python client gives
+  /// a torch process group's saves a gloo group of their own). A backend whose collectives are device work says why
+  /// not and what to pass instead (NCCL: kUnsupported).
+  virtual Status CheckBackgroundUse() const { return OkStatus(); }
 };
 
 /// The trivial group of one rank.

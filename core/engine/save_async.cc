@@ -456,6 +456,14 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
 
 Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const State& state, Communicator* comm,
                                               const SaveOptions& options) {
+  // Before anything is staged or exchanged: the collectives below run on a background thread beside the caller's
+  // own work, which not every communicator allows (NCCL). Every rank has the same kind of communicator, so every rank
+  // refuses here alike, with no collective to join.
+  if (comm != nullptr) {
+    if (Status st = comm->CheckBackgroundUse(); !st.ok()) {
+      return st.WithContext("asynchronous save of '" + path + "' over the " + comm->name() + " communicator");
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<SaveFuture> f(new SaveFuture());
   if (Status st = f->Stage(path, state, options); !st.ok()) {

@@ -80,7 +80,9 @@ class SaveFuture {
 /// options.max_async_staging_bytes set, the call first waits (up to options.timeout, then kTimeout) while the staging
 /// of unfinished async saves would go past that cap; a save frees its staging as soon as it finishes. Collective like
 /// Save: every rank calls it. `comm` belongs to the save until it finishes: do not run other collectives on it
-/// meanwhile. `state`'s buffers may be reused as soon as this returns.
+/// meanwhile. A communicator whose collectives cannot run on a background thread beside the caller's own work
+/// (Communicator::CheckBackgroundUse: NCCL's) is refused at once with its status (kUnsupported, saying what to pass
+/// instead), before anything is staged. `state`'s buffers may be reused as soon as this returns.
 Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const State& state, Communicator* comm,
                                               const SaveOptions& options);
 

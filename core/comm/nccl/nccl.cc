@@ -133,6 +133,19 @@ class NcclCommunicator final : public internal_comm::LayeredCommunicator {
   // the deadline, the communicator is aborted, which waits on no peer, so a process can always tear down. Either way
   // the stream is synchronized before the staging memory is freed and the stream destroyed: after an abort the
   // collective's kernels (told to stop) and the copies queued behind them may still be running, on that memory.
+  // NCCL kernels launched from a background thread would run beside the application's own NCCL work on its other
+  // communicators, in an order that differs from rank to rank, which NCCL documents as deadlock-prone ("Using
+  // multiple NCCL communicators concurrently"); and the staging's cuMemAlloc/cuMemFree can synchronize the device
+  // in the middle of a collective.
+  Status CheckBackgroundUse() const override {
+    return Unsupported(
+        "nccl: the NCCL communicator cannot run an asynchronous save's collectives: they would run on a background "
+        "thread, launching NCCL kernels while the application launches its own on other communicators in a "
+        "different order on each rank (NCCL documents this as deadlock-prone), and its staging allocations can "
+        "synchronize the device mid-collective. Pass a host communicator for asynchronous saves, such as the Gloo "
+        "communicator this one was bootstrapped over, or save synchronously over this one");
+  }
+
   ~NcclCommunicator() override {
     ScopedContext scope(d_, ctx_);
     if (comm_ != nullptr && !Finalize()) (void)n_->ncclCommAbort(comm_);

@@ -13,6 +13,10 @@
 // cannot tell which rank is missing, so a timeout names only this rank; use the Gloo backend (or a Gloo barrier
 // before NCCL work) where naming the culprit matters. After any failure every later call fails fast with kState.
 // Destruction finalizes a healthy communicator (bounded by NcclOptions::timeout) and aborts a failed one.
+//
+// Not for background threads: an asynchronous save over this communicator is refused (CheckBackgroundUse,
+// kUnsupported), since its NCCL kernels would run beside the application's own in a rank-dependent order. Pass a Gloo
+// communicator (e.g. the bootstrap) to asynchronous saves.
 #ifndef DISTCKPT_CORE_COMM_NCCL_NCCL_H_
 #define DISTCKPT_CORE_COMM_NCCL_NCCL_H_
 
