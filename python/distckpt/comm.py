@@ -246,8 +246,10 @@ def for_background(comm: Optional[Communicator]) -> Optional[Communicator]:
     interleave with the training's own collectives in a different order, and the ranks then hang or mix payloads. So a
     torch communicator is replaced by one over a process group of its own (gloo, the same ranks), made on the first
     async save over that group and reused after (collective: every rank of the group makes it in the same call, which
-    async_save, being collective, guarantees). Other communicators are returned as they are: distckpt's Gloo and NCCL
-    communicators are already distckpt's own (use one only for distckpt while a save runs).
+    async_save, being collective, guarantees). Other communicators are returned as they are: distckpt's Gloo
+    communicator is distckpt's own (use it only for distckpt while a save runs), and whether a communicator may run
+    in the background at all is the core's rule, applied to whatever is passed on (it refuses distckpt's NCCL
+    communicator, saying to pass a Gloo one), so it is not repeated here.
     """
     if comm is None or comm.kind != "torch" or comm.closed:
         return comm
