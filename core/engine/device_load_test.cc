@@ -216,10 +216,10 @@ TEST(DeviceLoadTest, ACopyFailureMidPipelineFailsTheLoadNamingTheEntryAndReturns
 // of hanging in Drain; the buffers those copies read are quarantined, never reused while a DMA may still read them.
 TEST(DeviceLoadTest, ACopyThatNeverFinishesIsATimeoutNotAHang) {
   const std::string path = SaveMatrix();
-  HostCopyEngine engine;
+  std::vector<float> all(kRows * kCols);  // outlives the engine: the stuck copies land in it after the load gave up
   testing_util::StuckCopies stuck;
+  HostCopyEngine engine;
   stuck.Install(&engine);
-  std::vector<float> all(kRows * kCols);
   State s;
   ASSERT_TRUE(s.AddTensor("m", DType::kF32, {kRows, kCols}).ok());
   ASSERT_TRUE(s.AddPieceIn("m", {0, 0}, {kRows, kCols}, all.data(), kDevice0).ok());

@@ -42,7 +42,8 @@ inline void WriteAll(const std::string& path, const std::string& data) {
 
 // A copy stream that does not move (a kernel that never ends on the caller's stream): install() makes every copy of a
 // HostCopyEngine from the `from`-th on block until Release() (or 60 s); the engine's worker runs copies in order, so
-// those after it wait too. Release before the engine is destroyed (its destructor joins the worker).
+// those after it wait too. Release before the engine is destroyed (its destructor joins the worker, which then runs
+// the late copies: declare what they read and write, and this, before the engine).
 class StuckCopies {
  public:
   template <typename Engine>
