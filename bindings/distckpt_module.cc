@@ -946,6 +946,14 @@ class SaveFuture {
     return {seconds, bytes};
   }
 
+  std::pair<uint64_t, uint64_t> Snapshot() const {
+    if (future_ == nullptr) throw NativeError(DCKPT_ESTATE, "the save future is closed");
+    uint64_t snapshot = 0;
+    uint64_t fallback = 0;
+    Check(dckpt_save_future_snapshot(&snapshot, &fallback, future_));
+    return {snapshot, fallback};
+  }
+
   /// Waits for the save if it is still running, then frees everything it holds (its staging copy included).
   void Free() {
     if (future_ == nullptr) return;
@@ -1405,6 +1413,8 @@ PYBIND11_MODULE(_distckpt, m) {
   m.attr("DTYPES") = dtypes;
   m.attr("MAX_DIMS") = DCKPT_MAX_DIMS;
   m.attr("WAIT_FOREVER") = py::int_(DCKPT_WAIT_FOREVER);
+  m.attr("STREAM_READY") = py::int_(reinterpret_cast<uintptr_t>(DCKPT_STREAM_READY));
+  m.attr("DEVICE_OF_POINTER") = py::int_(DCKPT_DEVICE_OF_POINTER);
   m.attr("ENTRY_TENSOR") = static_cast<int>(DCKPT_ENTRY_TENSOR);
   m.attr("ENTRY_BYTES") = static_cast<int>(DCKPT_ENTRY_BYTES);
 
@@ -1436,6 +1446,7 @@ PYBIND11_MODULE(_distckpt, m) {
       .def("wait", &SaveFuture::Wait, py::arg("timeout_ms"))
       .def("done", &SaveFuture::Done)
       .def("staging", &SaveFuture::Staging)
+      .def("snapshot", &SaveFuture::Snapshot)
       .def("free", &SaveFuture::Free);
 
   py::class_<Reader>(m, "Reader")

@@ -185,14 +185,19 @@ namespace {
 distckpt::Result<distckpt::MemoryLocation> MemoryOf(const dckpt_piece_options* opts) {
   if (opts == nullptr) return distckpt::MemoryLocation{};
   DCKPT_RETURN_IF_ERROR(distckpt::capi::CheckVersion(opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
+  // DCKPT_STREAM_READY: complete data, which waits for no stream.
+  if (opts->stream == DCKPT_STREAM_READY) {
+    return distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(opts->memory), opts->device, nullptr, true};
+  }
   return distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(opts->memory), opts->device, opts->stream};
 }
 
-// A CUDA buffer must be memory of its device (asking needs the driver, which this loads). The engine checks the kind
-// and the ordinal itself: the driver is asked only about a well-formed CUDA location.
-Status CheckBuffer(const distckpt::MemoryLocation& memory, const void* data) {
-  if (memory.kind != distckpt::MemoryKind::kCuda || memory.device < 0) return OkStatus();
-  return distckpt::CheckDeviceBuffer(memory, data);
+// A CUDA buffer must be memory of its device, `bytes` long inside one allocation (asking needs the driver, which this
+// loads); DCKPT_DEVICE_OF_POINTER is replaced by the device the driver names. The engine checks the kind and the
+// ordinal itself: the driver is asked only about a well-formed CUDA location.
+Status CheckBuffer(distckpt::MemoryLocation* memory, const void* data, uint64_t bytes) {
+  if (memory->kind != distckpt::MemoryKind::kCuda || memory->device < distckpt::kDeviceOfPointer) return OkStatus();
+  return distckpt::ResolveDeviceBuffer(memory, data, bytes);
 }
 
 // dckpt_state_add_piece, its const twin and dckpt_state_add_piece_ex: the same checks, then the State call for the
@@ -213,10 +218,13 @@ int AddPieceImpl(dckpt_state* state, const char* name, const uint64_t* offsets, 
       return Report(read_only ? state->state.AddConstPiece(name, off, len, data)
                               : state->state.AddPiece(name, off, len, const_cast<void*>(data)));
     }
-    if (Status st = CheckBuffer(memory, data); !st.ok()) {
+    distckpt::MemoryLocation where = memory;
+    uint64_t bytes = distckpt::DTypeSize(t->dtype);
+    for (size_t i = 0; i < ndim; ++i) bytes *= len[i];  // a bad box is refused by AddPieceIn below, naming it
+    if (Status st = CheckBuffer(&where, data, bytes); !st.ok()) {
       return Report(st.WithContext("tensor '" + std::string(name) + "' (" + memory.ToString() + ")"));
     }
-    return Report(state->state.AddPieceIn(name, off, len, const_cast<void*>(data), memory));
+    return Report(state->state.AddPieceIn(name, off, len, const_cast<void*>(data), where));
   })
 }
 
@@ -429,6 +437,15 @@ int dckpt_save_future_staging(double* seconds, uint64_t* bytes, const dckpt_save
     DCKPT_RETURN_IF_FAILED(NotNull(future, "future"));
     if (seconds) *seconds = future->future->staging_seconds();
     if (bytes) *bytes = future->future->staged_bytes();
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_save_future_snapshot(uint64_t* snapshot_bytes, uint64_t* fallback_bytes, const dckpt_save_future* future) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(future, "future"));
+    if (snapshot_bytes) *snapshot_bytes = future->future->snapshot_bytes();
+    if (fallback_bytes) *fallback_bytes = future->future->snapshot_fallback_bytes();
     return DCKPT_OK;
   })
 }
@@ -652,8 +669,9 @@ int dckpt_reader_read_ex(dckpt_reader* reader, const char* name, size_t ndim, co
     if (dst == nullptr && dst_size > 0) return Report(distckpt::InvalidArgument("dst is NULL"));
     auto memory = MemoryOf(dst_opts);
     if (!memory.ok()) return Report(memory.status());
-    if (Status st = CheckBuffer(*memory, dst); !st.ok()) {
-      return Report(st.WithContext("reading '" + std::string(name) + "' into " + memory->ToString()));
+    const std::string into = memory->ToString();
+    if (Status st = CheckBuffer(&*memory, dst, dst_size); !st.ok()) {
+      return Report(st.WithContext("reading '" + std::string(name) + "' into " + into));
     }
     auto box = Box::Make(distckpt::Span<const uint64_t>(offsets, ndim), distckpt::Span<const uint64_t>(lengths, ndim));
     if (!box.ok()) return Report(box.status());

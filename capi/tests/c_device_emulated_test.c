@@ -81,8 +81,15 @@ int main(void) {
     bad.memory = 9;
     CHECK(dckpt_reader_read_ex(reader, "m", 2, off, len, box, sizeof box, &bad) == DCKPT_EINVAL);
     bad = cuda;
-    bad.device = -1;
+    bad.device = -2;
     CHECK(dckpt_reader_read_ex(reader, "m", 2, off, len, box, sizeof box, &bad) == DCKPT_EINVAL);
+    /* The device asked of the driver (emulated: device 0), and data that waits for no stream. */
+    bad = cuda;
+    bad.device = DCKPT_DEVICE_OF_POINTER;
+    bad.stream = DCKPT_STREAM_READY;
+    memset(box, 0, sizeof box);
+    CHECK_OK(dckpt_reader_read_ex(reader, "m", 2, off, len, box, sizeof box, &bad));
+    CHECK(box[9 * 5 + 4] == value(39, 11));
     CHECK(dckpt_reader_read_ex(reader, "m", 2, off, len, box, sizeof box - 4, &cuda) == DCKPT_EINVAL);
     CHECK(strstr(dckpt_error_last(), "'m'") != NULL);
   }

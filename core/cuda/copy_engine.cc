@@ -92,14 +92,26 @@ Result<CopyEngine*> DefaultCopyEngine(MemoryKind kind) {
   return InvalidArgument("unknown memory kind " + std::to_string(static_cast<int>(kind)));
 }
 
-Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data) {
+Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data, uint64_t bytes) {
   if (loc.is_host()) return OkStatus();
   if (loc.kind != MemoryKind::kCuda) {
     return InvalidArgument("unknown memory kind " + std::to_string(static_cast<int>(loc.kind)));
   }
   if (CudaEmulatedOnHost()) return OkStatus();
   DCKPT_ASSIGN_OR_RETURN(CudaCopyEngine * engine, CudaCopyEngine::Get());
-  return engine->CheckDeviceBuffer(loc, data);
+  return engine->CheckDeviceBuffer(loc, data, bytes);
+}
+
+Status ResolveDeviceBuffer(MemoryLocation* loc, const void* data, uint64_t bytes) {
+  if (loc->kind == MemoryKind::kCuda && loc->device == kDeviceOfPointer) {
+    if (CudaEmulatedOnHost()) {
+      loc->device = 0;
+    } else {
+      DCKPT_ASSIGN_OR_RETURN(CudaCopyEngine * engine, CudaCopyEngine::Get());
+      DCKPT_ASSIGN_OR_RETURN(loc->device, engine->DeviceOf(data));
+    }
+  }
+  return CheckDeviceBuffer(*loc, data, bytes);
 }
 
 }  // namespace distckpt

@@ -73,6 +73,12 @@ class CopyEngine {
   /// waited for every copy that uses the memory.
   virtual Result<void*> AllocateDevice(size_t bytes, int device) = 0;
   virtual void FreeDevice(void* p, int device) = 0;
+  /// Free and total memory of `device` (CUDA: cuMemGetInfo, which does not count a framework's cached blocks as free),
+  /// for sizing a snapshot against what training leaves.
+  struct DeviceMemory {
+    uint64_t free = 0, total = 0;
+  };
+  virtual Result<DeviceMemory> DeviceMemoryInfo(int device) = 0;
   /// Starts copying `n` bytes between two buffers of `loc`'s device, after OrderAfter, in order with the other
   /// copies to and from that device.
   virtual Result<std::unique_ptr<CopyFence>> CopyOnDeviceAsync(void* dst, const void* src, uint64_t n,
@@ -115,9 +121,16 @@ bool CudaEmulatedOnHost();
 /// use (kUnsupported naming libcuda.so.1 where it is missing); for kHost the process-wide host engine.
 Result<CopyEngine*> DefaultCopyEngine(MemoryKind kind);
 
-/// Checks that `data` is memory of `loc` (CUDA: device memory of loc.device, through cuPointerGetAttribute); loads
-/// the driver for CUDA. kUnsupported without a driver, kInvalidArgument for a pointer that is not device memory.
-Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data);
+/// Checks that `data` is memory of `loc` (CUDA: device memory of loc.device, through cuPointerGetAttribute) and, for
+/// `bytes` > 0, that [data, data + bytes) lies inside one allocation; loads the driver for CUDA. kUnsupported without a
+/// driver, kInvalidArgument for a pointer that is not device memory, of another device, or a buffer that overruns.
+Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data, uint64_t bytes = 0);
+
+/// The C ABI's DCKPT_DEVICE_OF_POINTER: a MemoryLocation::device asking for the device the buffer is on.
+constexpr int kDeviceOfPointer = -1;
+/// For a CUDA `loc` whose device is kDeviceOfPointer: sets it to the device `data` is on (asked of the driver, from a
+/// thread with or without a current context; device 0 when CUDA is emulated on the host); then CheckDeviceBuffer.
+Status ResolveDeviceBuffer(MemoryLocation* loc, const void* data, uint64_t bytes);
 
 }  // namespace distckpt
 

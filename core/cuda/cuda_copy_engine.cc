@@ -331,7 +331,7 @@ Result<std::unique_ptr<CopyFence>> CudaCopyEngine::CopyOnDeviceAsync(void* dst, 
   return FenceAfter(dev, StreamFor(dev, loc), what);
 }
 
-Status CudaCopyEngine::CheckDeviceBuffer(const MemoryLocation& loc, const void* data) {
+Status CudaCopyEngine::CheckDeviceBuffer(const MemoryLocation& loc, const void* data, uint64_t bytes) {
   DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(loc.device));
   if (data == nullptr) return OkStatus();  // an empty piece
   // Under the device's context: the calling thread may have none (a fresh thread, JAX's main thread, a C caller),
@@ -354,7 +354,53 @@ Status CudaCopyEngine::CheckDeviceBuffer(const MemoryLocation& loc, const void* 
   if (ordinal != loc.device) {
     return InvalidArgument("the buffer is memory of cuda:" + std::to_string(ordinal) + ", not of " + loc.ToString());
   }
+  if (bytes == 0) return OkStatus();
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  r = d_->cuMemGetAddressRange(&base, &size, ptr);
+  if (r != cuda::kCudaSuccess) {
+    return d_->Check(r, "asking the driver for the allocation of the buffer for " + loc.ToString());
+  }
+  if (ptr - base > size || bytes > size - (ptr - base)) {
+    return InvalidArgument("the buffer overruns its allocation: " + std::to_string(bytes) + " bytes from offset " +
+                           std::to_string(ptr - base) + " of a " + std::to_string(size) + "-byte block of " +
+                           loc.ToString());
+  }
   return OkStatus();
+}
+
+Result<int> CudaCopyEngine::DeviceOf(const void* data) {
+  const auto ptr = reinterpret_cast<CUdeviceptr>(data);
+  int ordinal = -1;
+  cuda::CUdevice current;
+  if (d_->cuCtxGetDevice(&current) == cuda::kCudaSuccess &&
+      d_->cuPointerGetAttribute(&ordinal, cuda::kPointerAttributeDeviceOrdinal, ptr) == cuda::kCudaSuccess) {
+    return ordinal;
+  }
+  int count = 0;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  for (int device = 0; device < count; ++device) {
+    unsigned flags = 0;
+    int active = 0;
+    if (d_->cuDevicePrimaryCtxGetState(device, &flags, &active) != cuda::kCudaSuccess || !active) continue;
+    DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(device));
+    ScopedContext scope(d_, dev.ctx);
+    DCKPT_RETURN_IF_ERROR(scope.status());
+    if (d_->cuPointerGetAttribute(&ordinal, cuda::kPointerAttributeDeviceOrdinal, ptr) == cuda::kCudaSuccess) {
+      return ordinal;
+    }
+  }
+  return InvalidArgument("the buffer is not CUDA device memory of any device in use (the driver knows no device " +
+                         std::string("for it): pass the device ordinal, or DCKPT_MEMORY_HOST for host memory"));
+}
+
+Result<CopyEngine::DeviceMemory> CudaCopyEngine::DeviceMemoryInfo(int device) {
+  DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(device));
+  ScopedContext scope(d_, dev.ctx);
+  DCKPT_RETURN_IF_ERROR(scope.status());
+  size_t free = 0, total = 0;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuMemGetInfo(&free, &total), "cuMemGetInfo (cuda:" + std::to_string(device) + ")"));
+  return DeviceMemory{free, total};
 }
 
 Result<std::unique_ptr<CopyFence>> CudaCopyEngine::FenceAfter(const Device& dev, cuda::CUstream stream,

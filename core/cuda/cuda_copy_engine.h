@@ -36,9 +36,15 @@ class CudaCopyEngine final : public CopyEngine {
 
   /// The primary context of `device` (retained once, kept for the life of the process).
   Result<cuda::CUcontext> Context(int device);
+  Result<DeviceMemory> DeviceMemoryInfo(int device) override;
+
   /// Checks that `data` is device memory of loc.device (cuPointerGetAttribute under that device's context, so a
-  /// thread with no current context can ask). kInvalidArgument for other memory; a failed query is an error.
-  Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data);
+  /// thread with no current context can ask) and that `bytes` from it lie in one allocation (cuMemGetAddressRange).
+  /// kInvalidArgument for other memory or an overrun; a failed query is an error.
+  Status CheckDeviceBuffer(const MemoryLocation& loc, const void* data, uint64_t bytes = 0);
+  /// The device `data` is on: asked under the caller's current context, else under each device whose primary context
+  /// is active (the memory's own device is: frameworks allocate under it), never making a context on an idle GPU.
+  Result<int> DeviceOf(const void* data);
 
   class StreamWaiter;  // a thread per copy stream completing its fences in order (cuda_copy_engine.cc)
 

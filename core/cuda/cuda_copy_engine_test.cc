@@ -266,6 +266,36 @@ TEST_F(CudaCopyEngineTest, AChildForkedAfterTheDriverLoadedIsRefusedClearly) {
   EXPECT_TRUE(DefaultCopyEngine(MemoryKind::kCuda).ok()) << "the parent keeps its engine";
 }
 
+// Defect 6: a __cuda_array_interface__ without a device fell back to device 0. DCKPT_DEVICE_OF_POINTER asks the
+// driver, from a thread with no current context, without making a context on an idle GPU; and a buffer that overruns
+// its allocation is refused.
+TEST_F(CudaCopyEngineTest, TheDeviceComesFromThePointerAndOverrunsAreRefused) {
+  auto mem = engine_->AllocateDevice(256, 1);
+  ASSERT_TRUE(mem.ok());
+  fake_.strict_pointer_queries(1);
+  const long idle_retains = fake_.count("retain:2");
+  MemoryLocation loc{MemoryKind::kCuda, kDeviceOfPointer, nullptr};
+  Status resolved, overrun, inside;
+  std::thread t([&] {  // no current context
+    resolved = ResolveDeviceBuffer(&loc, *mem, 256);
+    MemoryLocation again{MemoryKind::kCuda, kDeviceOfPointer, nullptr};
+    overrun = ResolveDeviceBuffer(&again, static_cast<char*>(*mem) + 128, 256);
+    MemoryLocation tail{MemoryKind::kCuda, 1, nullptr};
+    inside = ResolveDeviceBuffer(&tail, static_cast<char*>(*mem) + 128, 128);
+  });
+  t.join();
+  ASSERT_TRUE(resolved.ok()) << resolved.message();
+  EXPECT_EQ(loc.device, 1);
+  EXPECT_EQ(overrun.code(), StatusCode::kInvalidArgument) << overrun.message();
+  EXPECT_NE(overrun.message().find("overruns"), std::string::npos) << overrun.message();
+  EXPECT_TRUE(inside.ok()) << inside.message();
+  EXPECT_EQ(fake_.count("retain:2"), idle_retains) << "no context was made on an idle GPU to ask";
+  std::vector<char> host(64);
+  MemoryLocation nowhere{MemoryKind::kCuda, kDeviceOfPointer, nullptr};
+  EXPECT_EQ(ResolveDeviceBuffer(&nowhere, host.data(), host.size()).code(), StatusCode::kInvalidArgument);
+  engine_->FreeDevice(*mem, 1);
+}
+
 // Defect: pinned staging memory was allocated under GPU 0's primary context whatever the data's device, so every
 // rank of a node made a context on GPU 0.
 TEST_F(CudaCopyEngineTest, PinnedMemoryIsMadeUnderTheCallersContextNotGpu0) {

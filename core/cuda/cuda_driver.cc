@@ -78,6 +78,9 @@ Result<const CudaDriver*> Load() {
   sym(&d->cuStreamDestroy, "cuStreamDestroy_v2");
   sym(&d->cuPointerGetAttribute, "cuPointerGetAttribute");
   sym(&d->cuGetErrorString, "cuGetErrorString");
+  sym(&d->cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
+  sym(&d->cuMemGetInfo, "cuMemGetInfo_v2");
+  sym(&d->cuMemGetAddressRange, "cuMemGetAddressRange_v2");
   if (!missing.ok()) {
     delete d;
     ::dlclose(lib);

@@ -83,6 +83,9 @@ struct CudaDriver {
   CUresult (*cuStreamDestroy)(CUstream stream);   // cuStreamDestroy_v2
   CUresult (*cuPointerGetAttribute)(void* data, int attribute, CUdeviceptr ptr);
   CUresult (*cuGetErrorString)(CUresult error, const char** str);
+  CUresult (*cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned* flags, int* active);
+  CUresult (*cuMemGetInfo)(size_t* free, size_t* total);                                          // cuMemGetInfo_v2
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);  // cuMemGetAddressRange_v2
 
   /// "CUDA error 700 (an illegal memory access was encountered)" for messages.
   std::string ErrorString(CUresult r) const;

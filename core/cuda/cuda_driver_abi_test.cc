@@ -22,6 +22,8 @@
 #undef cuMemFree
 #undef cuStreamDestroy
 #undef cuDevicePrimaryCtxRelease
+#undef cuMemGetInfo
+#undef cuMemGetAddressRange
 
 #include <cstddef>
 
@@ -112,6 +114,9 @@ DCKPT_CHECK_ENTRY(cuStreamWaitEvent, cuStreamWaitEvent);
 DCKPT_CHECK_ENTRY(cuStreamSynchronize, cuStreamSynchronize);
 DCKPT_CHECK_ENTRY(cuPointerGetAttribute, cuPointerGetAttribute);
 DCKPT_CHECK_ENTRY(cuGetErrorString, cuGetErrorString);
+DCKPT_CHECK_ENTRY(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState);
+DCKPT_CHECK_ENTRY(cuMemGetInfo, cuMemGetInfo_v2);
+DCKPT_CHECK_ENTRY(cuMemGetAddressRange, cuMemGetAddressRange_v2);
 #undef DCKPT_CHECK_ENTRY
 
 }  // namespace cuda

@@ -123,6 +123,13 @@ Result<void*> HostCopyEngine::AllocateDevice(size_t bytes, int) {
   return static_cast<void*>(p + 4096);
 }
 
+Result<CopyEngine::DeviceMemory> HostCopyEngine::DeviceMemoryInfo(int) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reported_) return *reported_;
+  const uint64_t total = 80ull << 30;
+  return DeviceMemory{device_bytes_ < total ? total - device_bytes_ : 0, total};
+}
+
 void HostCopyEngine::FreeDevice(void* p, int) {
   if (p == nullptr) return;
   char* block = static_cast<char*>(p) - 4096;

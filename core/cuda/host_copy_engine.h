@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <thread>
 
@@ -32,6 +33,9 @@ class HostCopyEngine final : public CopyEngine {
                                                        const MemoryLocation& loc) override;
   Result<void*> AllocateDevice(size_t bytes, int device) override;
   void FreeDevice(void* p, int device) override;
+  /// 80 GiB total, less what is allocated, unless set_device_memory_info says otherwise (the limit below is what
+  /// AllocateDevice enforces, as a driver's out-of-memory).
+  Result<DeviceMemory> DeviceMemoryInfo(int device) override;
   Result<std::unique_ptr<CopyFence>> CopyOnDeviceAsync(void* dst, const void* src, uint64_t n,
                                                        const MemoryLocation& loc) override;
 
@@ -52,6 +56,11 @@ class HostCopyEngine final : public CopyEngine {
   uint64_t on_device_copies_issued() const;
   /// Makes AllocateDevice fail with kNoMemory once this many bytes are live (0: no limit).
   void set_device_memory_limit(uint64_t bytes) { device_limit_ = bytes; }
+  /// What DeviceMemoryInfo reports from now on (a device that training has mostly filled).
+  void set_device_memory_info(uint64_t free, uint64_t total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reported_ = DeviceMemory{free, total};
+  }
   /// Makes every AllocateDevice fail with `error` (OK: no failure), as a driver error other than out of memory.
   void set_device_allocation_error(Status error) { device_error_ = std::move(error); }
   /// Makes AllocateHost fail with kNoMemory for a request of more than this many bytes (0: no limit), as
@@ -77,6 +86,7 @@ class HostCopyEngine final : public CopyEngine {
   Status device_error_;
   uint64_t device_bytes_ = 0;
   uint64_t device_limit_ = 0;
+  std::optional<DeviceMemory> reported_;
   uint64_t on_device_copies_ = 0;
   std::thread worker_;
 };

@@ -365,6 +365,7 @@ TEST(DeviceSaveTest, ADeviceSnapshotThatDoesNotFitFallsBackToHostStaging) {
   auto fut = SaveAsync(path, f.state, nullptr, o);
   ASSERT_TRUE(fut.ok()) << fut.status().message();
   EXPECT_EQ((*fut)->snapshot_bytes(), f.w0.size() * 4);
+  EXPECT_EQ((*fut)->snapshot_fallback_bytes(), f.w1.size() * 4);
   EXPECT_GE((*fut)->staged_bytes(), f.w1.size() * 4);
   const std::vector<float> w0 = f.w0, w1 = f.w1;
   std::fill(f.w0.begin(), f.w0.end(), -1.0f);
@@ -374,6 +375,32 @@ TEST(DeviceSaveTest, ADeviceSnapshotThatDoesNotFitFallsBackToHostStaging) {
   f.w0 = w0;
   f.w1 = w1;
   f.ExpectSaved(path);
+}
+
+// A snapshot leaves training room: on a device whose free memory, less 1/16 of the device (at least 512 MiB), cannot
+// hold it, the pieces are staged in host memory (nothing allocated on the device), and the future says how much.
+TEST(DeviceSaveTest, ADeviceSnapshotLeavesHeadroomForTraining) {
+  HostCopyEngine engine;
+  const uint64_t gib = 1ull << 30;
+  engine.set_device_memory_info(/*free=*/gib / 2 + (16 << 10), /*total=*/8 * gib);  // 512 MiB + 16 KiB left
+  Fixture f;
+  SaveOptions o = DeviceOptions(&engine);
+  o.device_snapshot = true;
+  const std::string path = TempDir() + "/ckpt";
+  auto fut = SaveAsync(path, f.state, nullptr, o);
+  ASSERT_TRUE(fut.ok()) << fut.status().message();
+  EXPECT_EQ((*fut)->snapshot_bytes(), 0u);
+  EXPECT_EQ((*fut)->snapshot_fallback_bytes(), (f.w0.size() + f.w1.size()) * 4);
+  EXPECT_EQ(engine.live_device_allocations(), 0) << "nothing taken from the device";
+  ASSERT_TRUE((*fut)->Wait(std::chrono::minutes(1)).ok());
+  f.ExpectSaved(path);
+  // With room beyond the headroom, the same state is snapshotted.
+  engine.set_device_memory_info(gib + (1 << 20), 8 * gib);
+  auto again = SaveAsync(TempDir() + "/again", f.state, nullptr, o);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ((*again)->snapshot_bytes(), (f.w0.size() + f.w1.size()) * 4);
+  EXPECT_EQ((*again)->snapshot_fallback_bytes(), 0u);
+  ASSERT_TRUE((*again)->Wait(std::chrono::minutes(1)).ok());
 }
 
 // With a cap on the staging of unfinished async saves, a save past it waits for the earlier one to finish (and free
@@ -436,10 +463,10 @@ double Seconds(Fn fn) {
 }
 
 TEST(DeviceSaveTest, ACopyThatNeverFinishesIsATimeoutNotAHang) {
-  HostCopyEngine engine;
+  Fixture f;  // the source outlives the engine, whose stuck copies still read it after the save gave up
   testing_util::StuckCopies stuck;
+  HostCopyEngine engine;
   stuck.Install(&engine);
-  Fixture f;
   const std::string dir = TempDir();
   SaveOptions o = DeviceOptions(&engine);
   o.timeout = kShortTimeout;
@@ -462,10 +489,10 @@ TEST(DeviceSaveTest, ACopyThatNeverFinishesIsATimeoutNotAHang) {
 TEST(DeviceSaveTest, AsyncSaveOfAStuckStreamTimesOutAndSetsItsBufferAside) {
   for (bool snapshot : {false, true}) {
     SCOPED_TRACE(snapshot ? "device_snapshot" : "page-locked staging");
-    HostCopyEngine engine;
-    testing_util::StuckCopies stuck;
-    stuck.Install(&engine);
     Fixture f;
+    testing_util::StuckCopies stuck;
+    HostCopyEngine engine;
+    stuck.Install(&engine);
     const std::string dir = TempDir();
     SaveOptions o = DeviceOptions(&engine);
     o.timeout = kShortTimeout;

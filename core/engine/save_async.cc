@@ -19,6 +19,9 @@ namespace {
 
 // Pieces are laid out in the owned buffer on this boundary (cache lines; also keeps O_DIRECT a possibility).
 constexpr uint64_t kStagingAlignment = 4096;
+// A device snapshot leaves at least this much of the device free for training: 1/16 of it, and at least 512 MiB.
+constexpr uint64_t kSnapshotHeadroomFraction = 16;
+constexpr uint64_t kSnapshotHeadroomMin = 512ull << 20;
 // Copies larger than this are split across threads.
 constexpr uint64_t kCopySliceBytes = 16ull << 20;
 
@@ -230,11 +233,23 @@ Result<CopyEngine*> SaveFuture::AllocateSnapshots(const State& state, const Save
   snapshot_engine_ = engine;
   std::map<int, char*> base;
   for (const auto& [device, bytes] : need) {
+    // Only where it leaves training room: the free memory the driver reports (a framework's cached blocks are not
+    // free) less kSnapshotHeadroom of the device, so the next step's allocations still fit. Otherwise, or out of
+    // device memory, that device's pieces are staged in host memory as without the option, and the future says how
+    // many bytes (snapshot_fallback_bytes). Any other failure is an error, not a silent fallback.
+    auto info = engine->DeviceMemoryInfo(device);
+    if (!info.ok()) return info.status().WithContext("snapshotting cuda:" + std::to_string(device) + " for " + first);
+    const uint64_t headroom = std::max<uint64_t>(info->total / kSnapshotHeadroomFraction, kSnapshotHeadroomMin);
+    if (info->free < headroom || bytes > info->free - headroom) {
+      snapshot_fallback_bytes_ += bytes;
+      continue;
+    }
     auto mem = engine->AllocateDevice(bytes, device);
     if (!mem.ok()) {
-      // Out of device memory: that device's pieces are staged in host memory as without the option (the summary's
-      // snapshot bytes say how much was snapshotted). Any other failure is an error, not a silent fallback.
-      if (mem.status().code() == StatusCode::kNoMemory) continue;
+      if (mem.status().code() == StatusCode::kNoMemory) {
+        snapshot_fallback_bytes_ += bytes;
+        continue;
+      }
       return mem.status().WithContext("snapshotting cuda:" + std::to_string(device) + " for " + first);
     }
     arenas_.push_back(Arena{*mem, device});

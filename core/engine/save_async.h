@@ -32,6 +32,9 @@ class SaveFuture {
   uint64_t staged_bytes() const { return staged_bytes_; }
   /// Bytes of device pieces snapshotted into device memory (SaveOptions::device_snapshot).
   uint64_t snapshot_bytes() const { return snapshot_bytes_; }
+  /// Bytes of device pieces that device_snapshot asked for but that were staged in host memory instead: their device
+  /// had not that much free beyond the headroom left for training (1/16 of it, at least 512 MiB), or ran out.
+  uint64_t snapshot_fallback_bytes() const { return snapshot_fallback_bytes_; }
 
  private:
   friend Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string&, const State&, Communicator*,
@@ -62,6 +65,7 @@ class SaveFuture {
   double staging_seconds_ = 0;
   uint64_t staged_bytes_ = 0;
   uint64_t snapshot_bytes_ = 0;
+  uint64_t snapshot_fallback_bytes_ = 0;
   CopyEngine* snapshot_engine_ = nullptr;
   struct Arena {
     void* data;

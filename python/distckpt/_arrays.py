@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, _native
 from .errors import InvalidArgumentError, UnsupportedError
 from .sharding import Shard
 
@@ -346,6 +346,10 @@ _KDL_CUDA = 2
 _CAI_LEGACY_STREAM = 1
 _CAI_PER_THREAD_STREAM = 2
 _CU_STREAM_PER_THREAD = 2
+#: The C ABI's DCKPT_STREAM_READY (the data is complete: wait for nothing) and DCKPT_DEVICE_OF_POINTER (the core asks
+#: the driver which device the buffer is on).
+_STREAM_READY = int(_native.STREAM_READY)
+_DEVICE_OF_POINTER = int(_native.DEVICE_OF_POINTER)
 
 
 def _cuda_array_interface(x: Any) -> Optional[Dict[str, Any]]:
@@ -354,7 +358,14 @@ def _cuda_array_interface(x: Any) -> Optional[Dict[str, Any]]:
     if is_torch_tensor(x) or is_jax_array(x) or isinstance(x, (np.ndarray, np.generic, memoryview)):
         return None
     try:
-        cai = getattr(x, "__cuda_array_interface__", None)
+        cupy = _cupy()
+        if cupy is not None and isinstance(x, cupy.ndarray):
+            # CuPy reports the current stream of the current device: read it with the array's device current, so that
+            # an array on cuda:1 saved while cuda:0 is current is ordered on a stream of its own device.
+            with cupy.cuda.Device(x.device.id):
+                cai = x.__cuda_array_interface__
+        else:
+            cai = getattr(x, "__cuda_array_interface__", None)
     except Exception:  # noqa: BLE001 - e.g. a property that refuses host-resident data
         return None
     return cai if isinstance(cai, dict) else None
@@ -375,12 +386,15 @@ def _dlpack_cuda_ordinal(x: Any) -> Optional[int]:
 def c_stream(cai_stream: Any) -> int:
     """``__cuda_array_interface__``'s ``stream`` -> dckpt_piece_options.stream (as an integer).
 
-    None (the producer says no synchronisation is needed) and 1 (the legacy default stream) become NULL, which is the
-    legacy default stream for the C ABI: waiting on it is at worst an extra device-side wait, never a host block. 2
-    (the per-thread default stream) becomes CU_STREAM_PER_THREAD; the core records its event on the calling thread,
-    so this is the caller's per-thread stream. Any other value is a CUstream handle.
+    None (the producer says no synchronisation is needed) becomes DCKPT_STREAM_READY: the copies wait for nothing
+    (mapping it to the legacy default stream would wait for all of the device's legacy-stream work). 1 (the legacy
+    default stream) becomes NULL, the C ABI's legacy default stream. 2 (the per-thread default stream) becomes
+    CU_STREAM_PER_THREAD; the core records its event on the calling thread, so this is the caller's per-thread stream.
+    Any other value is a CUstream handle (0 is not allowed by the interface; it is taken as the legacy stream).
     """
-    if cai_stream is None or cai_stream == 0 or cai_stream == _CAI_LEGACY_STREAM:
+    if cai_stream is None:
+        return _STREAM_READY
+    if cai_stream == 0 or cai_stream == _CAI_LEGACY_STREAM:
         return 0
     if cai_stream == _CAI_PER_THREAD_STREAM:
         return _CU_STREAM_PER_THREAD
@@ -389,12 +403,13 @@ def c_stream(cai_stream: Any) -> int:
 
 def _cai_device(x: Any) -> int:
     """The device ordinal of a __cuda_array_interface__ array: CuPy's ``device.id``, else ``__dlpack_device__``, else
-    0 (the interface itself does not say; the core checks the pointer and names the device it really is on)."""
+    DCKPT_DEVICE_OF_POINTER (the interface itself does not say: the core asks the driver which device the pointer is
+    on)."""
     cupy = _cupy()
     if cupy is not None and isinstance(x, cupy.ndarray):
         return int(x.device.id)
     ordinal = _dlpack_cuda_ordinal(x)
-    return 0 if ordinal is None else ordinal
+    return _DEVICE_OF_POINTER if ordinal is None else ordinal
 
 
 def _is_c_contiguous(shape: Shape, strides: Any, itemsize: int) -> bool:

@@ -177,6 +177,7 @@ class AsyncSave:
         self._outcome: Optional[Tuple[Optional[SaveSummary], Optional[BaseException]]] = None
         self._lock = threading.Lock()
         self._staging: Tuple[float, int] = future.staging()
+        self._snapshot: Tuple[int, int] = future.snapshot()
         with _pending_lock:
             _pending.add(self)
 
@@ -198,6 +199,17 @@ class AsyncSave:
     def staged_bytes(self) -> int:
         """Bytes copied out of the caller's arrays."""
         return self._staging[1]
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """Bytes of CUDA arrays snapshotted in device memory (``device_snapshot=True``)."""
+        return self._snapshot[0]
+
+    @property
+    def snapshot_fallback_bytes(self) -> int:
+        """Bytes of CUDA arrays that ``device_snapshot=True`` staged in host memory instead: their GPU had not that
+        much free beyond the headroom left for training (1/16 of it, at least 512 MiB)."""
+        return self._snapshot[1]
 
     def done(self) -> bool:
         """True once the save has finished, successfully or not. Never blocks."""

@@ -14,6 +14,8 @@ ProgressFn = Callable[[int, int], Any]
 ABI_VERSION: int
 HEADER_VERSION: str
 MAX_DIMS: int
+STREAM_READY: int
+DEVICE_OF_POINTER: int
 WAIT_FOREVER: int
 ENTRY_TENSOR: int
 ENTRY_BYTES: int
@@ -84,6 +86,7 @@ class SaveFuture:
     def wait(self, timeout_ms: int) -> Optional[Dict[str, Any]]: ...
     def done(self) -> bool: ...
     def staging(self) -> Tuple[float, int]: ...
+    def snapshot(self) -> Tuple[int, int]: ...
     def free(self) -> None: ...
 
 class Reader:

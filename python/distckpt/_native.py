@@ -6,9 +6,11 @@ from . import _distckpt  # type: ignore[attr-defined]  # built by Bazel (binding
 from . import errors as _errors
 from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package)
     ABI_VERSION,
+    DEVICE_OF_POINTER,
     DTYPES,
     MAX_DIMS,
     STATUS,
+    STREAM_READY,
     WAIT_FOREVER,
     Comm,
     Reader,

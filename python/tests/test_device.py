@@ -233,7 +233,7 @@ def test_dlpack_only_cuda_arrays_are_refused_not_copied():
 
 
 def test_cuda_array_interface_stream_values_map_to_the_c_abi():
-    assert _arrays.c_stream(None) == 0  # no synchronisation needed: the legacy default stream (NULL) is harmless
+    assert _arrays.c_stream(None) == distckpt._native.STREAM_READY  # no synchronisation needed: wait for nothing
     assert _arrays.c_stream(1) == 0  # the legacy default stream is the C ABI's NULL
     assert _arrays.c_stream(2) == 2  # the per-thread default stream: CU_STREAM_PER_THREAD
     assert _arrays.c_stream(0x7F00DEAD) == 0x7F00DEAD  # a CUstream handle, as it is

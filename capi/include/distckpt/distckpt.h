@@ -317,6 +317,13 @@ typedef struct dckpt_piece_options {
                  * the save (or, for dckpt_save_async, its staging) has returned. */
 } dckpt_piece_options;
 #define DCKPT_PIECE_OPTIONS_INIT {DCKPT_PIECE_OPTIONS_VERSION, DCKPT_MEMORY_HOST, 0, NULL}
+/* dckpt_piece_options.device: the device the buffer is on, asked of the driver (for producers that do not say, such
+ * as a __cuda_array_interface__ without a device). Works from a thread with no current CUDA context. */
+#define DCKPT_DEVICE_OF_POINTER (-1)
+/* dckpt_piece_options.stream: the data is complete, wait for no stream (a __cuda_array_interface__ stream of None: the
+ * producer says no synchronisation is needed). Unlike NULL, the legacy default stream, which waits for all of the
+ * device's legacy-stream work. */
+#define DCKPT_STREAM_READY ((void *)(intptr_t)-1)
 DCKPT_API int dckpt_piece_options_init(dckpt_piece_options *opts, unsigned version);
 /* As dckpt_state_add_piece, with the buffer's location: host memory (NULL opts: the same as dckpt_state_add_piece) or
  * CUDA device memory. The CUDA driver (libcuda.so.1) is loaded on the first DCKPT_MEMORY_CUDA piece; without it the
@@ -369,8 +376,10 @@ typedef struct dckpt_save_options {
   int device_snapshot; /* dckpt_save_async: DCKPT_MEMORY_CUDA pieces are first copied into device memory distckpt
                         * allocates (device to device, at device memory bandwidth) and the call returns once those
                         * copies are done; the background save then copies them to host through the pinned pool.
-                        * Costs free device memory the size of the device pieces; pieces that do not fit are staged
-                        * in host memory instead. Freed when the save finishes (default 0) */
+                        * Costs free device memory the size of the device pieces; a device without that much free
+                        * beyond a headroom for training (1/16 of it, at least 512 MiB) has its pieces staged in host
+                        * memory instead (dckpt_save_future_snapshot says how much). Freed when the save finishes
+                        * (default 0) */
   /* version >= 6 */
   dckpt_storage *storage; /* where the checkpoint is written; NULL: the POSIX file system (default). The save (an
                            * async one too) holds a reference until it finishes */
@@ -418,6 +427,11 @@ DCKPT_API int dckpt_save_future_test(int *done, const dckpt_save_future *future)
 /* Seconds the caller was blocked copying the state, and the bytes copied. */
 DCKPT_API int dckpt_save_future_staging(double *seconds, uint64_t *bytes, const dckpt_save_future *future);
 /* Waits for the save to finish if it is still running (it cannot be cancelled midway), then frees the future. */
+/* What device_snapshot did: `snapshot_bytes` of device pieces were snapshotted in device memory, `fallback_bytes` were
+ * staged in host memory instead (their device had not that much free beyond the headroom left for training, 1/16 of
+ * it and at least 512 MiB, or ran out). Either out pointer may be NULL. */
+DCKPT_API int dckpt_save_future_snapshot(uint64_t *snapshot_bytes, uint64_t *fallback_bytes,
+                                         const dckpt_save_future *future);
 DCKPT_API void dckpt_save_future_free(dckpt_save_future *future);
 
 /* ---- Load and read ------------------------------------------------------------------------------------------- */

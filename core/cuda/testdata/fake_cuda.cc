@@ -502,6 +502,41 @@ FAKE_API int cuPointerGetAttribute(void* data, int attribute, uintptr_t ptr) {
   }
   return kInvalidValue;
 }
+FAKE_API int cuMemGetAddressRange_v2(uintptr_t* base, size_t* size, uintptr_t ptr) {
+  Fake& f = F();
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (int r = Enter(f, "cuMemGetAddressRange")) return r;
+  if (Current() == nullptr) return kInvalidContext;
+  uintptr_t b = 0;
+  const Alloc* a = Find(f, ptr, &b);
+  if (a == nullptr || a->device < 0) return kInvalidValue;  // not device memory
+  if (base != nullptr) *base = b;
+  if (size != nullptr) *size = a->size;
+  return kSuccess;
+}
+// A device's primary context is active while it is retained (by a framework or by distckpt).
+FAKE_API int cuDevicePrimaryCtxGetState(int device, unsigned* flags, int* active) {
+  Fake& f = F();
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (int r = Enter(f, "cuDevicePrimaryCtxGetState")) return r;
+  if (device < 0 || device >= f.devices) return kInvalidValue;
+  *flags = 0;
+  *active = f.counters["retain:" + std::to_string(device)] > 0 ? 1 : 0;
+  return kSuccess;
+}
+// Free and total memory of the current context's device: its limit (fake_cuda_device_memory_limit), else 80 GiB.
+FAKE_API int cuMemGetInfo_v2(size_t* free, size_t* total) {
+  Fake& f = F();
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (int r = Enter(f, "cuMemGetInfo")) return r;
+  Ctx* c = Current();
+  if (c == nullptr) return kInvalidContext;
+  auto limit = f.device_limit.find(c->device);
+  *total = limit != f.device_limit.end() ? limit->second : (80ull << 30);
+  const size_t used = f.device_bytes[c->device];
+  *free = used < *total ? *total - used : 0;
+  return kSuccess;
+}
 FAKE_API int cuGetErrorString(int error, const char** str) {
   switch (error) {
     case kSuccess: *str = "no error"; break;

@@ -12,6 +12,7 @@ pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_STORAGE_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_PATH_INFO_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
+pub const DCKPT_DEVICE_OF_POINTER: i32 = -1;
 pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 6;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
@@ -1695,6 +1696,13 @@ extern "C" {
     pub fn dckpt_save_future_staging(
         seconds: *mut f64,
         bytes: *mut u64,
+        future: *const dckpt_save_future,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_save_future_snapshot(
+        snapshot_bytes: *mut u64,
+        fallback_bytes: *mut u64,
         future: *const dckpt_save_future,
     ) -> ::std::os::raw::c_int;
 }

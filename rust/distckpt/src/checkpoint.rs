@@ -88,11 +88,22 @@ pub struct DeviceBuffer {
     pub ptr: u64,
     /// Bytes available at `ptr`: must equal the region's size.
     pub len: u64,
-    /// The CUDA device ordinal the memory belongs to.
+    /// The CUDA device ordinal the memory belongs to, or [`DeviceBuffer::DEVICE_OF_POINTER`].
     pub device: i32,
-    /// The `CUstream` / `cudaStream_t` whose queued work the copies must follow (null: the legacy default stream).
-    /// The copies have completed when the read returns, so the data is ready for any stream.
+    /// The `CUstream` / `cudaStream_t` whose queued work the copies must follow (null: the legacy default stream;
+    /// [`DeviceBuffer::stream_ready`]: no stream). The copies have completed when the read returns, so the data is
+    /// ready for any stream.
     pub stream: *mut c_void,
+}
+
+impl DeviceBuffer {
+    /// A `device` asking the driver which device `ptr` is on (the C ABI's `DCKPT_DEVICE_OF_POINTER`).
+    pub const DEVICE_OF_POINTER: i32 = sys::DCKPT_DEVICE_OF_POINTER;
+
+    /// A `stream` that waits for nothing (the C ABI's `DCKPT_STREAM_READY`): the destination has no pending work.
+    pub fn stream_ready() -> *mut c_void {
+        usize::MAX as *mut c_void
+    }
 }
 
 /// Whether an entry is a tensor or an opaque blob.

@@ -83,8 +83,21 @@ fn bad_device_reads_are_clear_errors() {
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
     let e = unsafe { ckpt.read_into_device("nope", short) }.unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
-    short.device = -1;
+    short.device = -2; // -1 is DCKPT_DEVICE_OF_POINTER: the device the driver says
     let e = unsafe { ckpt.read_region_into_device("m", &[0, 0], &[1, 10], short) }.unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
     assert!(dst.iter().all(|&x| x == 0.0));
+}
+
+#[test]
+fn the_device_can_come_from_the_pointer_and_the_stream_can_be_none() {
+    emulate();
+    let tmp = TempDir::new("device-of-pointer");
+    let ckpt = Checkpoint::open(saved(&tmp)).unwrap();
+    let mut dst = vec![0f32; 10];
+    let mut buf = device(&mut dst);
+    buf.device = DeviceBuffer::DEVICE_OF_POINTER;
+    buf.stream = DeviceBuffer::stream_ready();
+    unsafe { ckpt.read_region_into_device("m", &[3, 0], &[1, 10], buf) }.unwrap();
+    assert_eq!(dst, (0..10).map(|c| value(3, c)).collect::<Vec<_>>());
 }
