@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
+from typing import Mapping, Optional
 
 # JAX tests use several CPU devices; the flag must be set before jax is first imported.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -77,6 +81,67 @@ def tensor_bytes(t) -> bytes:
     import torch
 
     return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_python(body: str, *, emulate_cuda: bool = True, timeout: float = 180, drop_env: tuple = (),
+               env: Optional[Mapping[str, str]] = None) -> str:  # fmt: skip
+    """Runs ``body`` in a fresh interpreter (tests/ on sys.path), with DCKPT_TEST_CUDA_ON_HOST=1 or without it (the
+    core reads the variable once per process, so each setting needs its own process), without the variables in
+    ``drop_env`` and with those of ``env``. Fails with its output unless it exits 0; returns its stdout."""
+    environ = dict(os.environ)
+    for name in ("DCKPT_TEST_CUDA_ON_HOST", *drop_env):
+        environ.pop(name, None)
+    if emulate_cuda:
+        environ["DCKPT_TEST_CUDA_ON_HOST"] = "1"
+    environ.update(env or {})
+    code = f"import sys\nsys.path.insert(0, {TESTS_DIR!r})\n" + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+# ---- GPU tests: each helper skips the test, saying why, where what it needs is missing ----------------------------
+
+
+def torch_cuda():
+    """torch, where it has a real GPU in this process; skips otherwise."""
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("torch is not installed (GPU tests need torch with CUDA)")
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda.is_available() is False: no GPU here")
+    if os.environ.get("DCKPT_TEST_CUDA_ON_HOST") == "1":
+        pytest.skip("DCKPT_TEST_CUDA_ON_HOST=1: the host copy engine stands in for CUDA in this process")
+    return torch
+
+
+def cupy_gpu():
+    """CuPy, where it sees a GPU; skips otherwise."""
+    try:
+        import cupy
+    except ImportError:
+        pytest.skip("cupy is not installed")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("cupy sees no GPU")
+    except cupy.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"cupy sees no GPU: {e}")
+    if os.environ.get("DCKPT_TEST_CUDA_ON_HOST") == "1":
+        pytest.skip("DCKPT_TEST_CUDA_ON_HOST=1: the host copy engine stands in for CUDA in this process")
+    return cupy
+
+
+def gpus(n: int):
+    """torch, where this process sees at least ``n`` GPUs; skips otherwise, saying how many there are."""
+    torch = torch_cuda()
+    have = torch.cuda.device_count()
+    if have < n:
+        pytest.skip(f"needs {n} GPUs; this machine has {have}")
+    return torch
 
 
 @pytest.fixture

@@ -16,33 +16,13 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from conftest import cupy_gpu, run_python, torch_cuda
 
 import distckpt
 from distckpt import _arrays
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_python(body: str, *, emulate_cuda: bool = True, timeout: float = 180, drop_env: tuple = ()) -> str:
-    """Runs ``body`` in a fresh interpreter (tests/ on sys.path), with DCKPT_TEST_CUDA_ON_HOST=1 or without it (the
-    core reads the variable once per process, so each setting needs its own process), and without the variables in
-    ``drop_env``. Fails with its output unless it exits 0."""
-    env = dict(os.environ)
-    for name in ("DCKPT_TEST_CUDA_ON_HOST", *drop_env):
-        env.pop(name, None)
-    if emulate_cuda:
-        env["DCKPT_TEST_CUDA_ON_HOST"] = "1"
-    code = f"import sys\nsys.path.insert(0, {HERE!r})\n" + textwrap.dedent(body)
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    return r.stdout
-
 
 # ---- Without a GPU: the device path through the core's host copy engine ---------------------------------------------
 
@@ -242,31 +222,8 @@ def test_cuda_array_interface_stream_values_map_to_the_c_abi():
 # ---- With a GPU ---------------------------------------------------------------------------------------------------
 
 
-def _torch_cuda():
-    try:
-        import torch
-    except ImportError:
-        pytest.skip("torch is not installed (GPU tests need torch with CUDA)")
-    if not torch.cuda.is_available():
-        pytest.skip("torch.cuda.is_available() is False: no GPU here")
-    return torch
-
-
-def _cupy():
-    try:
-        import cupy
-    except ImportError:
-        pytest.skip("cupy is not installed")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("cupy sees no GPU")
-    except cupy.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"cupy sees no GPU: {e}")
-    return cupy
-
-
 def test_torch_cuda_round_trip_and_resharded_load(tmp_path):
-    torch = _torch_cuda()
+    torch = torch_cuda()
     dev = torch.device("cuda", 0)
     g = torch.Generator(device=dev).manual_seed(0)
     w = torch.randn(64, 48, device=dev, generator=g)
@@ -297,7 +254,7 @@ def test_torch_cuda_round_trip_and_resharded_load(tmp_path):
 
 
 def test_torch_cuda_async_save_sees_queued_work_and_not_later_work(tmp_path):
-    torch = _torch_cuda()
+    torch = torch_cuda()
     dev = torch.device("cuda", 0)
     x = torch.zeros(1 << 24, device=dev)  # 64 MiB
     side = torch.cuda.Stream(device=dev)
@@ -315,7 +272,7 @@ def test_torch_cuda_async_save_sees_queued_work_and_not_later_work(tmp_path):
 
 
 def test_torch_cuda_async_save_with_a_device_snapshot(tmp_path):
-    torch = _torch_cuda()
+    torch = torch_cuda()
     dev = torch.device("cuda", 0)
     x = torch.zeros(1 << 24, device=dev)
     side = torch.cuda.Stream(device=dev)
@@ -333,7 +290,7 @@ def test_torch_cuda_async_save_with_a_device_snapshot(tmp_path):
 
 
 def test_cupy_round_trip_on_a_stream_and_in_place_load(tmp_path):
-    cupy = _cupy()
+    cupy = cupy_gpu()
     s = cupy.cuda.Stream(non_blocking=True)
     with s:
         a = cupy.arange(1 << 20, dtype=cupy.float32) * 3
@@ -380,7 +337,7 @@ def test_dtensor_on_a_cuda_mesh_and_dcp_storage_reader_into_cuda_tensors(tmp_pat
     # A process group and a CUDA device mesh (world size 1 on one GPU), in a fresh interpreter: DTensors sharded on
     # the mesh saved by distckpt.save and read back resharded (Replicate) into CUDA DTensors; then DCP's own
     # dcp.save/dcp.load through distckpt.torch.StorageWriter/StorageReader, loading straight into CUDA tensors.
-    _torch_cuda()
+    torch_cuda()
     out = run_python(f"""
         import os, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp, distckpt, distckpt.torch
         from torch.distributed.device_mesh import init_device_mesh
@@ -420,7 +377,7 @@ def test_async_save_while_kernels_keep_changing_many_tensors(tmp_path):
     # Kernels queued on the training stream right after async_save returns (no sleep: the GPU is idle, so they run
     # at once) must not reach the checkpoint, with pinned staging and with a device snapshot; the tensors are then
     # loaded back into device memory and compared on the device.
-    torch = _torch_cuda()
+    torch = torch_cuda()
     dev = torch.device("cuda", 0)
     g = torch.Generator(device=dev).manual_seed(2)
     state = {f"t{i}": torch.randn(257, 1023, device=dev, generator=g) for i in range(40)}
