@@ -4,19 +4,23 @@
 #
 #   bash KIT/gpu_check.sh RESULTS_DIR
 #
-# In one go, well inside 8 minutes:
+# In one go, within 10 minutes (step 4's GPU cases have not been timed on a GPU yet; the rest took 2.5 on an H100):
 #   1. the machine: GPU, driver, Python, torch, glibc; the kit's library loads with its vendored dependencies only;
 #   2. builds the binding against this machine's python3 (setup.py with DISTCKPT_PREBUILT=KIT, no Bazel);
 #   3. the device tests (python/tests/test_device.py): torch CUDA tensors, DTensor on a CUDA mesh, CuPy, JAX on GPU,
 #      round trips, resharded loads into device memory, async saves while kernels change the tensors (with and
 #      without device_snapshot), DCP's StorageReader loading into CUDA tensors; and the emulated device path;
-#   4. NCCL: the communicator's tests and conformance suite at the world size the GPUs allow (bin/nccl_test), and
+#   4. the GPU cases (python/tests/test_gpu_cases.py, docs/gpu.md): stream ordering on four kinds of stream, no
+#      current context (a fresh thread, a C caller, JAX), memory kinds and wrong declarations, a stuck stream with a
+#      timeout, snapshots, a strided load, graph capture beside a save, NCCL at world size 1, two GPUs;
+#   5. NCCL: the communicator's tests and conformance suite at the world size the GPUs allow (bin/nccl_test), and
 #      NCCL bootstrapped over Gloo (bin/nccl_gloo_test);
-#   5. the GPU benchmark (bench/gpu_bench.py; GPU_BENCH_GIB, default 4).
+#   6. the GPU benchmark (bench/gpu_bench.py; GPU_BENCH_GIB, default 4).
 # Writes RESULTS_DIR/results.md and results.json (plus each step's log and the JUnit/JSON files they made) and ends
 # with one line: "gpu_check: N passed, M failed, K skipped". Exits non-zero if anything failed.
 #
-# Environment: PYTHON (default python3), GPU_BENCH_GIB, GPU_CHECK_STEP_TIMEOUT (seconds per step, default 240).
+# Environment: PYTHON (default python3), GPU_BENCH_GIB, GPU_CHECK_STEP_TIMEOUT (seconds per step, default 240),
+# GPU_CASES_TIMEOUT (seconds for step 4, default 420).
 # Without a GPU (e.g. DCKPT_TEST_CUDA_ON_HOST=1 on a build machine) everything that needs one skips, saying why.
 set -uo pipefail
 [[ $# -eq 1 ]] || { echo "usage: bash gpu_check.sh RESULTS_DIR" >&2; exit 2; }
@@ -199,7 +203,28 @@ else
   record "device tests (pytest)" 0 1 0 0 "not run: the binding did not build"
 fi
 
-# ---- 4. NCCL ------------------------------------------------------------------------------------------------------
+# ---- 4. the GPU cases ---------------------------------------------------------------------------------------------
+# What only a GPU settles (python/tests/test_gpu_cases.py): stream ordering, no current context (a fresh thread, a C
+# program compiled here against the kit's header and library, JAX), memory kinds, a stuck stream with a timeout,
+# snapshots of many tensors and on a full GPU, a strided load, graph capture beside a save, NCCL at world size 1 and
+# the two-GPU cases. Their measurements are properties in gpu_cases.xml. A time limit of their own
+# (GPU_CASES_TIMEOUT, default 420 s); a case still running after 120 s has its threads' stacks dumped to the log.
+if [[ $built -eq 1 ]]; then
+  log="$out/logs/gpu_cases.log"
+  step_timeout_all=$step_timeout
+  step_timeout=${GPU_CASES_TIMEOUT:-420}
+  run "gpu cases (pytest)" "$log" env -C "$work" "$py" -m pytest "$kit/python/tests/test_gpu_cases.py" -v -rsx \
+    -p no:cacheprovider -o faulthandler_timeout=120 --junitxml="$out/gpu_cases.xml" -o junit_family=xunit1
+  step_timeout=$step_timeout_all
+  read -r p f s < <(junit_counts "$out/gpu_cases.xml")
+  if [[ $RC -ne 0 && $f -eq 0 ]]; then f=1; fi
+  record "gpu cases (pytest)" "$p" "$f" "$s" "$SECS" \
+    "$(grep -E '^(FAILED|ERROR|SKIPPED|XFAIL|XPASS)' "$log" | head -12 | tr '\n' ';')"
+else
+  record "gpu cases (pytest)" 0 1 0 0 "not run: the binding did not build"
+fi
+
+# ---- 5. NCCL ------------------------------------------------------------------------------------------------------
 if [[ -z ${DCKPT_NCCL_LIBRARY:-} ]]; then
   # torch's wheels bring NCCL as the nvidia-nccl package; else the loader's path.
   nccl=$("$py" -c "
@@ -218,7 +243,7 @@ for t in nccl_test nccl_gloo_test; do
   record "$t" "$p" "$f" "$s" "$SECS" "$(grep -E '^\[  (FAILED|SKIPPED) ' "$log" | sort -u | head -8 | tr '\n' ';')"
 done
 
-# ---- 5. the benchmark ---------------------------------------------------------------------------------------------
+# ---- 6. the benchmark ---------------------------------------------------------------------------------------------
 if [[ $built -eq 1 ]]; then
   log="$out/logs/gpu_bench.log"
   run "gpu benchmark" "$log" env -C "$work" "$py" "$kit/bench/gpu_bench.py" --out "$out" --gib "${GPU_BENCH_GIB:-4}"

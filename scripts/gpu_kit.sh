@@ -5,6 +5,8 @@
 #   DIR/gpu_check.sh           the check: bash DIR/gpu_check.sh RESULTS_DIR
 #   DIR/include, DIR/lib       the portable install tree (scripts/build_lib.sh): libdistckpt.so + distckpt.libs/
 #   DIR/python, DIR/bindings   the Python package and the binding's sources (built there with DISTCKPT_PREBUILT)
+#   DIR/python/tests           the device tests (test_device.py) and the GPU cases (test_gpu_cases.py, with the C
+#                              program it compiles there against DIR/include and DIR/lib, _c_no_context.c)
 #   DIR/bin/nccl_test          the NCCL communicator's tests, self-contained (core/comm/nccl/README.md)
 #   DIR/bin/nccl_gloo_test     the same with a Gloo bootstrap, linked to the kit's vendored gloo
 #   DIR/bench/gpu_bench.py     the GPU benchmark (bench/gpu/)
@@ -48,7 +50,8 @@ done
 mkdir -p "$kit/python/tests" "$kit/bindings" "$kit/bench"
 cp python/setup.py python/pyproject.toml python/README.md "$kit/python/"
 tar -C python --exclude=__pycache__ --exclude='*.egg-info' -cf - distckpt | tar -C "$kit/python" -xf -
-cp python/tests/conftest.py python/tests/_fake_cuda.py python/tests/test_device.py "$kit/python/tests/"
+cp python/tests/conftest.py python/tests/_fake_cuda.py python/tests/test_device.py python/tests/test_gpu_cases.py \
+  python/tests/_c_no_context.c "$kit/python/tests/"
 cp bindings/distckpt_module.cc bindings/_distckpt.lds "$kit/bindings/"
 cp bench/gpu/gpu_bench.py "$kit/bench/"
 # Golden checkpoints written elsewhere: verifying them there checks that machine's XXH3 SIMD build (e.g. AVX-512).

@@ -28,3 +28,30 @@ class FakeCudaArray:
 
     def __repr__(self) -> str:
         return f"FakeCudaArray({self.host.shape}, {self.host.dtype})"
+
+
+class DeclaredCudaArray:
+    """An object that declares the memory at ``ptr`` to be a C-contiguous CUDA array of ``shape`` and ``dtype`` on
+    device ``device``, through ``__cuda_array_interface__`` and ``__dlpack_device__``, whatever that memory really is
+    (pinned host memory, another device's memory, an allocation smaller than the shape says): for the GPU cases that
+    check that the core refuses a wrong declaration (tests/test_gpu_cases.py). ``owner`` keeps the memory alive."""
+
+    def __init__(self, ptr: int, shape: Tuple[int, ...], dtype: Any, *, device: int = 0, owner: Any = None,
+                 readonly: bool = False) -> None:  # fmt: skip
+        self.owner = owner
+        self.device = device
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": tuple(shape),
+            "typestr": np.dtype(dtype).str,
+            "data": (int(ptr), readonly),
+            "strides": None,
+            "stream": 1,
+        }
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return (2, self.device)  # kDLCUDA
+
+    def __repr__(self) -> str:
+        cai = self.__cuda_array_interface__
+        return f"DeclaredCudaArray({cai['shape']}, {cai['typestr']}, cuda:{self.device})"

@@ -54,29 +54,35 @@ check $rc "gpu_check.sh passes without a GPU and ends with its counts ($last; ki
 rc=$?
 check $rc "no Bazel was called ($(cat "$work/bazel-calls" 2>/dev/null | head -1))"
 res="$work/gpu/results"
-[[ -s $res/results.md && -s $res/results.json && -s $res/pytest.xml && -s $res/nccl_test.xml ]]
+[[ -s $res/results.md && -s $res/results.json && -s $res/pytest.xml && -s $res/gpu_cases.xml && -s $res/nccl_test.xml ]]
 rc=$?
 check $rc "results.md, results.json and each suite's report are written"
 "$py" - "$res/results.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 steps = {s["step"]: s for s in r["steps"]}
-need = ["library loads", "build binding", "golden checkpoints verify", "device tests (pytest)", "nccl_test", "nccl_gloo_test", "gpu benchmark"]
+need = ["library loads", "build binding", "golden checkpoints verify", "device tests (pytest)", "gpu cases (pytest)",
+        "nccl_test", "nccl_gloo_test", "gpu benchmark"]
 missing = [n for n in need if n not in steps]
 assert not missing, f"steps missing: {missing}"
 assert steps["library loads"]["passed"] == 1 and steps["build binding"]["passed"] == 1, steps
 # The emulated device path runs (passes) here; the real-GPU cases skip with a reason.
 assert steps["device tests (pytest)"]["passed"] >= 5, steps["device tests (pytest)"]
 assert "no GPU" in steps["device tests (pytest)"]["note"] or "not installed" in steps["device tests (pytest)"]["note"]
+# Every GPU case needs a real GPU: all of them skip here, none fails, and the reason names the missing GPU.
+cases = steps["gpu cases (pytest)"]
+assert cases["passed"] == 0 and cases["failed"] == 0 and cases["skipped"] >= 30, cases
+assert "no GPU" in cases["note"], cases
 assert steps["nccl_test"]["passed"] >= 1, steps["nccl_test"]
 assert r["benchmark"].get("skipped"), r["benchmark"]
 assert r["failed"] == 0
 PY
 rc=$?
-check $rc "each step ran: emulated device tests passed, GPU-only cases and the benchmark skipped saying why"
-grep -q "SKIPPED" "$res/logs/pytest.log" && grep -q "no GPU" "$res/logs/pytest.log"
+check $rc "each step ran: emulated device tests passed, GPU-only cases (and every GPU case) and the benchmark skipped saying why"
+grep -q "SKIPPED" "$res/logs/pytest.log" && grep -q "no GPU" "$res/logs/pytest.log" &&
+  grep -q "SKIPPED" "$res/logs/gpu_cases.log" && grep -q "no GPU" "$res/logs/gpu_cases.log"
 rc=$?
-check $rc "pytest's skip reasons name the missing GPU"
+check $rc "pytest's skip reasons name the missing GPU (device tests and GPU cases)"
 
 echo "gpu kit: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
