@@ -213,7 +213,7 @@ if [[ $built -eq 1 ]]; then
   log="$out/logs/gpu_cases.log"
   step_timeout_all=$step_timeout
   step_timeout=${GPU_CASES_TIMEOUT:-420}
-  run "gpu cases (pytest)" "$log" env -C "$work" "$py" -m pytest "$kit/python/tests/test_gpu_cases.py" -v -rsx \
+  run "gpu cases (pytest)" "$log" env -C "$work" "$py" -m pytest "$kit/python/tests/test_gpu_cases.py" -v -rsxP \
     -p no:cacheprovider -o faulthandler_timeout=120 --junitxml="$out/gpu_cases.xml" -o junit_family=xunit1
   step_timeout=$step_timeout_all
   read -r p f s < <(junit_counts "$out/gpu_cases.xml")

@@ -19,9 +19,9 @@ import os
 
 import numpy as np
 import pytest
-from conftest import cupy_gpu, run_python, torch_cuda
 
 import distckpt
+from conftest import cupy_gpu, run_python, torch_cuda
 from distckpt import _arrays
 
 # ---- Without a GPU: the device path through the core's host copy engine ---------------------------------------------

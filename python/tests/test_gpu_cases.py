@@ -37,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _fake_cuda import DeclaredCudaArray
-from conftest import TESTS_DIR, cupy_gpu, gpus, run_python, torch_cuda
 
 import distckpt
+from _fake_cuda import DeclaredCudaArray
+from conftest import TESTS_DIR, cupy_gpu, gpus, run_python, torch_cuda
 from distckpt import Shard
 
 #: Cycles of the long kernel queued before the work a case checks: a few hundred milliseconds on an H100 (~1.8 GHz),
