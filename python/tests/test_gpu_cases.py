@@ -494,8 +494,6 @@ def test_a_wrong_device_ordinal_is_refused(tmp_path):
     assert torch.equal(x, torch.arange(4096, dtype=torch.float32, device="cuda:0"))
 
 
-@pytest.mark.xfail(strict=False, reason="the core does not yet check a device piece against the extent of its "
-                   "allocation (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR / RANGE_SIZE)")  # fmt: skip
 def test_a_piece_larger_than_its_allocation_is_refused(tmp_path):
     # In a fresh interpreter: an unchecked copy past the allocation may fault and poison the CUDA context.
     torch_cuda()
