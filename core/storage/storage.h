@@ -134,6 +134,9 @@ class Storage {
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   /// Removes a file or a directory tree. OK if missing.
   virtual Status RemoveAll(const std::string& path) = 0;
+  /// Removes the directory `path` if it is empty (POSIX rmdir: never a symbolic link, never anything inside); OK if it
+  /// is missing or not empty (something else is there: it stays). Backends without directories: nothing to do.
+  virtual Status RemoveEmptyDir(const std::string& path) { return OkStatus(); }
   /// Names (not paths) in a directory, sorted.
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
 

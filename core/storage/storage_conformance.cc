@@ -109,6 +109,7 @@ class FaultyCommitStorage final : public Storage {
     return base_->Rename(from, to);
   }
   Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
+  Status RemoveEmptyDir(const std::string& p) override { return base_->RemoveEmptyDir(p); }
   Result<std::vector<std::string>> ListDir(const std::string& p) override { return base_->ListDir(p); }
   Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& p) override { return base_->OpenDirectory(p); }
   Result<std::string> Identity(const std::string& p) override { return base_->Identity(p); }
@@ -598,6 +599,7 @@ class ObservingStorage final : public Storage {
   Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
   Status Rename(const std::string& from, const std::string& to) override { return Observe(base_->Rename(from, to)); }
   Status RemoveAll(const std::string& p) override { return Observe(base_->RemoveAll(p)); }
+  Status RemoveEmptyDir(const std::string& p) override { return Observe(base_->RemoveEmptyDir(p)); }
   Result<std::vector<std::string>> ListDir(const std::string& p) override { return base_->ListDir(p); }
   Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& p) override { return base_->OpenDirectory(p); }
   Result<std::string> Identity(const std::string& p) override { return base_->Identity(p); }

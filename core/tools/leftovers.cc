@@ -190,7 +190,11 @@ Status RemoveCheckpoint(Storage* storage, const std::string& path) {
   // The metadata goes first and alone: from then on the checkpoint does not exist, and what remains are leftovers.
   std::vector<std::string> names = j->committed;
   names.insert(names.end(), j->scan.leftovers.begin(), j->scan.leftovers.end());
-  return RemoveNames(storage, path, names, Markers(j->scan.leftovers), false, nullptr).WithContext(context);
+  DCKPT_RETURN_IF_ERROR(
+      RemoveNames(storage, path, names, Markers(j->scan.leftovers), false, nullptr).WithContext(context));
+  // The checkpoint's directory too, where the backend has them, once nothing is left in it (a file distckpt did not
+  // write, or a running save's, keeps it).
+  return storage->RemoveEmptyDir(path).WithContext(context);
 }
 
 }  // namespace distckpt

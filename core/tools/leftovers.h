@@ -39,7 +39,8 @@ Status RemoveLeftovers(Storage* storage, const std::string& path, std::chrono::s
                        const std::function<Status(const std::string&)>& removed);
 
 /// Removes the checkpoint at `path`: its metadata first (it stops existing in one step), then its data files, then
-/// leftovers (with no grace; running saves' files excepted). kNotFound when nothing distckpt wrote is there.
+/// leftovers (with no grace; running saves' files excepted), then the directory itself if that left it empty.
+/// kNotFound when nothing distckpt wrote is there.
 Status RemoveCheckpoint(Storage* storage, const std::string& path);
 
 }  // namespace distckpt

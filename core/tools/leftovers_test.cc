@@ -10,6 +10,7 @@
 
 #include "core/format/metadata.h"
 #include "core/storage/object/object_storage.h"
+#include "core/storage/storage.h"
 
 namespace distckpt {
 namespace {
@@ -52,6 +53,25 @@ TEST(LeftoversTest, RemovingACheckpointNeverRemovesAFileDistckptDidNotWrite) {
   ASSERT_TRUE(RemoveCheckpoint(storage.get(), "b/c").ok());
   auto names = storage->ListDir("b/c");
   ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>({"notes.txt"}));
+}
+
+// Issue 27: removing a checkpoint left its empty directory behind. Now the directory goes once empty, and stays when
+// anything distckpt did not write is in it.
+TEST(LeftoversTest, RemovingACheckpointRemovesItsDirectoryOnceEmpty) {
+  std::unique_ptr<Storage> storage = NewMemoryStorage();
+  const std::string nonced = "data-00000.0123456789abcdef.bin";
+  for (const std::string dir : {"/gone", "/kept"}) {
+    ASSERT_TRUE(storage->CreateDir(dir).ok());
+    ASSERT_TRUE(storage->WriteFileDurably(dir + "/" + nonced, "xxxx").ok());
+    ASSERT_TRUE(storage->WriteFileDurably(dir + "/metadata.dckpt", MetadataNaming({nonced})).ok());
+  }
+  ASSERT_TRUE(storage->WriteFileDurably("/kept/notes.txt", "mine").ok());
+  ASSERT_TRUE(RemoveCheckpoint(storage.get(), "/gone").ok());
+  EXPECT_FALSE(*storage->Exists("/gone"));
+  ASSERT_TRUE(RemoveCheckpoint(storage.get(), "/kept").ok());
+  auto names = storage->ListDir("/kept");
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
   EXPECT_EQ(*names, std::vector<std::string>({"notes.txt"}));
 }
 

@@ -182,14 +182,7 @@ class DistckptCheckpointIO(CheckpointIO):
             return
         if local and os.path.lexists(path) and not os.path.isdir(path):
             raise NotFoundError(f"'{path}' is a file, not a distckpt checkpoint directory: it was left untouched")
-        remove_checkpoint(path, storage=self.storage)
-        if local:
-            try:  # the directory itself, now empty, so that Lightning no longer sees a checkpoint there
-                os.rmdir(path)
-            except FileNotFoundError:
-                pass
-            except OSError:  # something else was put there: left alone
-                pass
+        remove_checkpoint(path, storage=self.storage)  # the directory too, once empty (the core does it)
 
     def teardown(self) -> None:
         """Waits for a save still running (raising its error), and releases the communicator."""

@@ -514,7 +514,8 @@ def remove_leftovers(
 
 def remove_checkpoint(path: PathLike, *, storage: Optional[Storage] = None) -> None:
     """Removes the checkpoint at ``path`` and its leftovers: the metadata first (so it stops existing in one step),
-    then its data files. ``NotFoundError`` when nothing distckpt wrote is there."""
+    then its data files, then its directory if that left it empty (a file distckpt did not write keeps it).
+    ``NotFoundError`` when nothing distckpt wrote is there."""
     p, native, _ = resolve(path, storage)
     _native.storage_remove_checkpoint(native, p)
 

@@ -87,6 +87,23 @@ def test_memory_url_async_save_overwrite_and_prune(mem_url):
         distckpt.remove_checkpoint(url)
 
 
+def test_remove_checkpoint_removes_its_directory_and_nothing_else(tmp_path):
+    # Issue 27: the empty checkpoint directory was left behind on POSIX.
+    distckpt.save(state(4), tmp_path / "gone")
+    distckpt.remove_checkpoint(tmp_path / "gone")
+    assert not (tmp_path / "gone").exists()
+    # A file distckpt did not write keeps the directory (and itself).
+    distckpt.save(state(5), tmp_path / "kept")
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    distckpt.remove_checkpoint(tmp_path / "kept")
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["notes.txt"]
+    # A symbolic link to a checkpoint: the checkpoint's files go, the link and the directory it names stay.
+    distckpt.save(state(6), tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    distckpt.remove_checkpoint(tmp_path / "link")
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "real").is_dir()
+
+
 def test_explicit_storage_objects(tmp_path):
     ex = state(3)
     mem = distckpt.MemoryStorage()

@@ -344,6 +344,11 @@ Status FaultStorage::RemoveAll(const std::string& path) {
   return base_->RemoveAll(path);
 }
 
+Status FaultStorage::RemoveEmptyDir(const std::string& path) {
+  DCKPT_RETURN_IF_ERROR(Check(Op::kRemove, path, "removing " + Quoted(path)));
+  return base_->RemoveEmptyDir(path);
+}
+
 Result<std::vector<std::string>> FaultStorage::ListDir(const std::string& path) {
   DCKPT_RETURN_IF_ERROR(Check(Op::kList, path, "listing directory " + Quoted(path)));
   return base_->ListDir(path);

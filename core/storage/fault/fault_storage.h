@@ -81,6 +81,7 @@ class FaultStorage final : public Storage {
   Status SyncDir(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status RemoveAll(const std::string& path) override;
+  Status RemoveEmptyDir(const std::string& path) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Result<std::unique_ptr<Directory>> OpenDirectory(const std::string& path) override;
   Result<std::string> Identity(const std::string& path) override;

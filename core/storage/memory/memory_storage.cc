@@ -272,6 +272,20 @@ class MemoryStorage final : public Storage {
     return OkStatus();
   }
 
+  Status RemoveEmptyDir(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string p = Normalize(path);
+    if (p == "/" || dirs_.count(p) == 0) return OkStatus();
+    const std::string below = p + "/";
+    auto has_below = [&below](const auto& names) {
+      auto it = names.lower_bound(below);
+      return it != names.end() && it->first.compare(0, below.size(), below) == 0;
+    };
+    if (has_below(files_) || has_below(dirs_)) return OkStatus();  // not empty: it stays
+    dirs_.erase(p);
+    return OkStatus();
+  }
+
   Result<std::vector<std::string>> ListDir(const std::string& path) override {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string p = Normalize(path);

@@ -722,6 +722,14 @@ class PosixStorage final : public Storage {
     return RemoveTree(AT_FDCWD, clean, clean);
   }
 
+  Status RemoveEmptyDir(const std::string& path) override {
+    // Missing, not empty, or not a directory (a symbolic link to one: the link stays): nothing to do.
+    if (::rmdir(path.c_str()) == 0 || errno == ENOENT || errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR) {
+      return OkStatus();
+    }
+    return ErrnoError(errno, "removing the empty directory " + Quoted(path));
+  }
+
   Result<std::vector<std::string>> ListDir(const std::string& path) override {
     DIR* dir = ::opendir(path.c_str());
     if (dir == nullptr) return ErrnoError(errno, "listing directory " + Quoted(path));
