@@ -20,10 +20,33 @@ namespace {
 
 // Makes a context current on this thread for a scope, restoring the previous one after (the framework's threads
 // have their own current context, which must survive a call into distckpt).
+// Lets this thread's driver calls run while another thread captures a CUDA graph in the default (global) mode: that
+// mode forbids "potentially unsafe" calls (cuMemFree, cuMemHostAlloc, cuEventSynchronize, ...) on every thread of the
+// process and invalidates the capture when one is made (found on an H100: a background save broke torch.cuda.graph).
+// None of the engine's calls touch a capturing stream (OrderAfter refuses one), so they are safe; the thread's own
+// mode is restored on exit.
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(const CudaDriver* d) : d_(d) {
+    ok_ = d_->cuThreadExchangeStreamCaptureMode(&mode_) == cuda::kCudaSuccess;
+  }
+  ~RelaxedCapture() {
+    if (ok_) (void)d_->cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  const CudaDriver* d_;
+  int mode_ = cuda::kStreamCaptureModeRelaxed;  // then the thread's own mode, to restore
+  bool ok_ = false;
+};
+
+// The context current on this thread for the scope, with relaxed capture mode (RelaxedCapture).
 class ScopedContext {
  public:
   ScopedContext(const CudaDriver* d, CUcontext ctx)
-      : d_(d), status_(d->Check(d->cuCtxPushCurrent(ctx), "cuCtxPushCurrent")) {}
+      : relaxed_(d), d_(d), status_(d->Check(d->cuCtxPushCurrent(ctx), "cuCtxPushCurrent")) {}
   ~ScopedContext() {
     CUcontext popped;
     if (status_.ok()) (void)d_->cuCtxPopCurrent(&popped);
@@ -31,6 +54,7 @@ class ScopedContext {
   const Status& status() const { return status_; }
 
  private:
+  RelaxedCapture relaxed_;
   const CudaDriver* d_;
   Status status_;
 };
@@ -89,6 +113,8 @@ class CudaCopyEngine::StreamWaiter {
   };
   void Loop() {
     // A thread of the engine's own: the stream's context stays current on it.
+    int relaxed = cuda::kStreamCaptureModeRelaxed;  // for good: cuEventSynchronize is "unsafe" (RelaxedCapture)
+    (void)d_->cuThreadExchangeStreamCaptureMode(&relaxed);
     const Status ctx = d_->Check(d_->cuCtxSetCurrent(ctx_), "cuCtxSetCurrent (the fence thread of " + label_ + ")");
     for (;;) {
       Item item;
@@ -159,6 +185,7 @@ Result<CudaCopyEngine::Device> CudaCopyEngine::GetDevice(int device) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = devices_.find(device);
   if (it != devices_.end()) return it->second;
+  RelaxedCapture relaxed(d_);
   int count = 0;
   DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuDeviceGetCount(&count), "cuDeviceGetCount"));
   if (device < 0 || device >= count) {
@@ -215,6 +242,7 @@ Result<cuda::CUcontext> CudaCopyEngine::HostMemoryContext() {
 }
 
 Result<void*> CudaCopyEngine::AllocateHost(size_t bytes) {
+  RelaxedCapture relaxed(d_);
   DCKPT_ASSIGN_OR_RETURN(cuda::CUcontext ctx, HostMemoryContext());
   std::optional<ScopedContext> scope;
   if (ctx != nullptr) {
@@ -232,6 +260,7 @@ Result<void*> CudaCopyEngine::AllocateHost(size_t bytes) {
 
 void CudaCopyEngine::FreeHost(void* p) {
   if (p == nullptr) return;
+  RelaxedCapture relaxed(d_);
   auto ctx = HostMemoryContext();
   if (!ctx.ok()) return;
   std::optional<ScopedContext> scope;
@@ -243,6 +272,17 @@ Status CudaCopyEngine::OrderAfter(const MemoryLocation& loc) {
   DCKPT_ASSIGN_OR_RETURN(Device dev, GetDevice(loc.device));
   ScopedContext scope(d_, dev.ctx);
   DCKPT_RETURN_IF_ERROR(scope.status());
+  // Ordering the copy stream after a stream that is capturing a CUDA graph would join the copies to the graph: they
+  // would run only when it is launched, and the fence would wait in vain.
+  int capture = 0;
+  DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuStreamIsCapturing(static_cast<CUstream>(loc.stream), &capture),
+                                  "asking whether the caller's stream " + Hex(loc.stream) + " of " + loc.ToString() +
+                                      " is capturing a CUDA graph"));
+  if (capture == cuda::kStreamCaptureStatusActive) {
+    return Status(StatusCode::kState, "the caller's stream " + Hex(loc.stream) + " of " + loc.ToString() +
+                                          " is capturing a CUDA graph: save and load outside the capture (the copies "
+                                          "cannot be part of a graph)");
+  }
   CUevent ev = nullptr;
   DCKPT_RETURN_IF_ERROR(d_->Check(d_->cuEventCreate(&ev, cuda::kEventDisableTiming), "cuEventCreate"));
   Status st = d_->Check(d_->cuEventRecord(ev, static_cast<CUstream>(loc.stream)),
@@ -355,22 +395,44 @@ Status CudaCopyEngine::CheckDeviceBuffer(const MemoryLocation& loc, const void* 
     return InvalidArgument("the buffer is memory of cuda:" + std::to_string(ordinal) + ", not of " + loc.ToString());
   }
   if (bytes == 0) return OkStatus();
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  r = d_->cuMemGetAddressRange(&base, &size, ptr);
-  if (r != cuda::kCudaSuccess) {
-    return d_->Check(r, "asking the driver for the allocation of the buffer for " + loc.ToString());
-  }
-  if (ptr - base > size || bytes > size - (ptr - base)) {
-    return InvalidArgument("the buffer overruns its allocation: " + std::to_string(bytes) + " bytes from offset " +
-                           std::to_string(ptr - base) + " of a " + std::to_string(size) + "-byte block of " +
-                           loc.ToString());
+  // The bytes must be mapped memory of this device all the way. cuMemGetAddressRange answers with one allocation, or
+  // with one physical mapping of a virtual range (cuMemMap: torch's expandable segments, JAX's and RMM's pools map a
+  // tensor from several chunks back to back), so walk the mappings that follow until the buffer's end.
+  const CUdeviceptr end = ptr + bytes;
+  if (end < ptr) return InvalidArgument("the buffer of " + std::to_string(bytes) + " bytes wraps the address space");
+  CUdeviceptr at = ptr;
+  CUdeviceptr first_base = 0;
+  uint64_t first_size = 0;
+  for (int mappings = 0; at < end; ++mappings) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    r = d_->cuMemGetAddressRange(&base, &size, at);
+    if (r != cuda::kCudaSuccess && mappings == 0) {
+      return d_->Check(r, "asking the driver for the allocation of the buffer for " + loc.ToString());
+    }
+    if (mappings == 0) first_base = base, first_size = size;
+    int next_ordinal = loc.device;
+    if (r == cuda::kCudaSuccess && mappings > 0) {
+      r = d_->cuPointerGetAttribute(&next_ordinal, cuda::kPointerAttributeDeviceOrdinal, at);
+    }
+    if (r != cuda::kCudaSuccess || at < base || at - base >= size || next_ordinal != loc.device) {
+      return InvalidArgument(
+          "the buffer overruns its allocation: " + std::to_string(bytes) + " bytes from offset " +
+          std::to_string(ptr - first_base) + " of a " + std::to_string(first_size) + "-byte block of " +
+          loc.ToString() +
+          (mappings == 0 ? std::string()
+                         : " (mapped on for " + std::to_string(at - ptr) + " bytes, then " +
+                               (r != cuda::kCudaSuccess ? "unmapped" : "memory of cuda:" + std::to_string(next_ordinal)) +
+                               ")"));
+    }
+    at = base + size;  // past this mapping (at <= base + size - 1 above, so this advances)
   }
   return OkStatus();
 }
 
 Result<int> CudaCopyEngine::DeviceOf(const void* data) {
   const auto ptr = reinterpret_cast<CUdeviceptr>(data);
+  RelaxedCapture relaxed(d_);
   int ordinal = -1;
   cuda::CUdevice current;
   if (d_->cuCtxGetDevice(&current) == cuda::kCudaSuccess &&

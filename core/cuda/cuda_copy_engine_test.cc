@@ -46,6 +46,9 @@ struct Fake {
   void (*fail)(const char*, int, long);
   void (*hold_stream)(void*, int);
   void (*strict_pointer_queries)(int);
+  void (*map_in_chunks)(uintptr_t, size_t);
+  void (*capture_stream)(void*, int);
+  int (*thread_capture_mode)();
 };
 
 Fake Controls() {
@@ -56,6 +59,9 @@ Fake Controls() {
   f.fail = reinterpret_cast<void (*)(const char*, int, long)>(::dlsym(lib, "fake_cuda_fail"));
   f.hold_stream = reinterpret_cast<void (*)(void*, int)>(::dlsym(lib, "fake_cuda_hold_stream"));
   f.strict_pointer_queries = reinterpret_cast<void (*)(int)>(::dlsym(lib, "fake_cuda_strict_pointer_queries"));
+  f.map_in_chunks = reinterpret_cast<void (*)(uintptr_t, size_t)>(::dlsym(lib, "fake_cuda_map_in_chunks"));
+  f.capture_stream = reinterpret_cast<void (*)(void*, int)>(::dlsym(lib, "fake_cuda_capture_stream"));
+  f.thread_capture_mode = reinterpret_cast<int (*)()>(::dlsym(lib, "fake_cuda_thread_capture_mode"));
   return f;
 }
 
@@ -294,6 +300,68 @@ TEST_F(CudaCopyEngineTest, TheDeviceComesFromThePointerAndOverrunsAreRefused) {
   MemoryLocation nowhere{MemoryKind::kCuda, kDeviceOfPointer, nullptr};
   EXPECT_EQ(ResolveDeviceBuffer(&nowhere, host.data(), host.size()).code(), StatusCode::kInvalidArgument);
   engine_->FreeDevice(*mem, 1);
+}
+
+// Found on an H100: with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True a tensor spans several physical mappings
+// of one virtual range, and cuMemGetAddressRange answers with one mapping; the overrun check refused the tensor.
+TEST_F(CudaCopyEngineTest, ABufferOverSeveralMappingsOfOneRangeIsAccepted) {
+  constexpr uint64_t kChunk = 4096;
+  auto mem = engine_->AllocateDevice(5 * kChunk + 100, 1);
+  ASSERT_TRUE(mem.ok());
+  fake_.map_in_chunks(reinterpret_cast<uintptr_t>(*mem), kChunk);
+  char* p = static_cast<char*>(*mem);
+  MemoryLocation loc{MemoryKind::kCuda, 1, nullptr};
+  Status across = ResolveDeviceBuffer(&loc, p + kChunk / 2, 4 * kChunk + 50);  // from inside one chunk to the last
+  EXPECT_TRUE(across.ok()) << across.message();
+  EXPECT_TRUE(ResolveDeviceBuffer(&loc, p, 5 * kChunk + 100).ok());
+  Status past = ResolveDeviceBuffer(&loc, p + kChunk, 4 * kChunk + 101);  // one byte past the last mapping
+  EXPECT_EQ(past.code(), StatusCode::kInvalidArgument) << past.message();
+  EXPECT_NE(past.message().find("overruns"), std::string::npos) << past.message();
+  EXPECT_NE(past.message().find("then unmapped"), std::string::npos) << past.message();
+  engine_->FreeDevice(*mem, 1);
+}
+
+// Found on an H100: torch.cuda.graph (global capture mode) on the training thread was invalidated by a background
+// save's driver calls (a capture in global mode forbids "unsafe" calls on every thread). Every call the engine makes
+// runs in relaxed mode, and the calling thread gets its own mode back.
+TEST_F(CudaCopyEngineTest, EngineCallsRunInRelaxedCaptureModeAndLeaveTheThreadsModeAlone) {
+  cuda::CUstream training = CallerStream(1);
+  const long unrelaxed = fake_.count("unrelaxed");
+  int mode_after = -1;
+  Status order, copy, wait, info;
+  std::thread t([&] {  // a fresh thread: global mode, no context
+    const MemoryLocation loc{MemoryKind::kCuda, 1, training};
+    auto dev = engine_->AllocateDevice(256, 1);
+    auto host = engine_->AllocateHost(256);
+    if (!dev.ok() || !host.ok()) return;
+    MemoryLocation resolved{MemoryKind::kCuda, kDeviceOfPointer, training};
+    order = ResolveDeviceBuffer(&resolved, *dev, 256);
+    if (order.ok()) order = engine_->OrderAfter(loc);
+    auto f = engine_->CopyToHostAsync(*host, *dev, 256, loc);
+    copy = f.status();
+    if (f.ok()) wait = (*f)->Wait();
+    info = engine_->DeviceMemoryInfo(1).status();
+    engine_->FreeHost(*host);
+    engine_->FreeDevice(*dev, 1);
+    mode_after = fake_.thread_capture_mode();
+  });
+  t.join();
+  EXPECT_TRUE(order.ok() && copy.ok() && wait.ok() && info.ok())
+      << order.message() << copy.message() << wait.message() << info.message();
+  EXPECT_EQ(fake_.count("unrelaxed"), unrelaxed) << "a driver call ran in the thread's global capture mode";
+  EXPECT_EQ(mode_after, 0) << "the thread's own capture mode was not restored";
+}
+
+// Ordering the copies after a stream that is capturing a graph would make them part of the graph: refused.
+TEST_F(CudaCopyEngineTest, ACallersStreamThatIsCapturingAGraphIsRefused) {
+  cuda::CUstream training = CallerStream(1);
+  const MemoryLocation loc{MemoryKind::kCuda, 1, training};
+  fake_.capture_stream(training, 1);
+  Status st = engine_->OrderAfter(loc);
+  EXPECT_EQ(st.code(), StatusCode::kState) << st.message();
+  EXPECT_NE(st.message().find("capturing a CUDA graph"), std::string::npos) << st.message();
+  fake_.capture_stream(training, 0);
+  EXPECT_TRUE(engine_->OrderAfter(loc).ok());
 }
 
 // Defect: pinned staging memory was allocated under GPU 0's primary context whatever the data's device, so every

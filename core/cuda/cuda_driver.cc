@@ -81,6 +81,8 @@ Result<const CudaDriver*> Load() {
   sym(&d->cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState");
   sym(&d->cuMemGetInfo, "cuMemGetInfo_v2");
   sym(&d->cuMemGetAddressRange, "cuMemGetAddressRange_v2");
+  sym(&d->cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+  sym(&d->cuStreamIsCapturing, "cuStreamIsCapturing");
   if (!missing.ok()) {
     delete d;
     ::dlclose(lib);

@@ -32,6 +32,8 @@ constexpr int kPointerAttributeDeviceOrdinal = 9;     // CU_POINTER_ATTRIBUTE_DE
 constexpr unsigned kMemoryTypeHost = 1;               // CU_MEMORYTYPE_HOST
 constexpr unsigned kMemoryTypeDevice = 2;             // CU_MEMORYTYPE_DEVICE
 constexpr unsigned kMemoryTypeUnified = 4;            // CU_MEMORYTYPE_UNIFIED
+constexpr int kStreamCaptureModeRelaxed = 2;          // CU_STREAM_CAPTURE_MODE_RELAXED
+constexpr int kStreamCaptureStatusActive = 1;         // CU_STREAM_CAPTURE_STATUS_ACTIVE
 
 /// Mirror of CUDA_MEMCPY2D (cuda.h's CUDA_MEMCPY2D_v2): a copy of `Height` rows of `WidthInBytes` bytes between
 /// two pitched layouts. CUmemorytype fields are a C enum (an int); CUarray is a handle.
@@ -86,6 +88,8 @@ struct CudaDriver {
   CUresult (*cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned* flags, int* active);
   CUresult (*cuMemGetInfo)(size_t* free, size_t* total);                                          // cuMemGetInfo_v2
   CUresult (*cuMemGetAddressRange)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);  // cuMemGetAddressRange_v2
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int* mode);  // CUstreamCaptureMode*
+  CUresult (*cuStreamIsCapturing)(CUstream stream, int* status);  // CUstreamCaptureStatus*
 
   /// "CUDA error 700 (an illegal memory access was encountered)" for messages.
   std::string ErrorString(CUresult r) const;

@@ -43,6 +43,10 @@ static_assert(kMemoryTypeHost == ::CU_MEMORYTYPE_HOST && kMemoryTypeDevice == ::
                   kMemoryTypeUnified == ::CU_MEMORYTYPE_UNIFIED,
               "CUmemorytype");
 static_assert(kCudaSuccess == ::CUDA_SUCCESS, "CUDA_SUCCESS");
+static_assert(kStreamCaptureModeRelaxed == ::CU_STREAM_CAPTURE_MODE_RELAXED, "CU_STREAM_CAPTURE_MODE_RELAXED");
+static_assert(kStreamCaptureStatusActive == ::CU_STREAM_CAPTURE_STATUS_ACTIVE, "CU_STREAM_CAPTURE_STATUS_ACTIVE");
+static_assert(sizeof(::CUstreamCaptureMode) == sizeof(int) && sizeof(::CUstreamCaptureStatus) == sizeof(int),
+              "capture enums are int-sized");
 // Memcpy2D has CUDA_MEMCPY2D's layout, field by field.
 static_assert(sizeof(Memcpy2D) == sizeof(::CUDA_MEMCPY2D), "CUDA_MEMCPY2D size");
 #define DCKPT_CHECK_FIELD(f) static_assert(offsetof(Memcpy2D, f) == offsetof(::CUDA_MEMCPY2D, f), "CUDA_MEMCPY2D::" #f)
@@ -71,6 +75,8 @@ template <typename T>
 struct Ours { using type = T; };
 template <> struct Ours<::CUresult> { using type = CUresult; };
 template <> struct Ours<::CUpointer_attribute> { using type = int; };
+template <> struct Ours<::CUstreamCaptureMode*> { using type = int*; };
+template <> struct Ours<::CUstreamCaptureStatus*> { using type = int*; };
 template <> struct Ours<::CUcontext> { using type = CUcontext; };
 template <> struct Ours<::CUcontext*> { using type = CUcontext*; };
 template <> struct Ours<::CUstream> { using type = CUstream; };
@@ -117,6 +123,8 @@ DCKPT_CHECK_ENTRY(cuGetErrorString, cuGetErrorString);
 DCKPT_CHECK_ENTRY(cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxGetState);
 DCKPT_CHECK_ENTRY(cuMemGetInfo, cuMemGetInfo_v2);
 DCKPT_CHECK_ENTRY(cuMemGetAddressRange, cuMemGetAddressRange_v2);
+DCKPT_CHECK_ENTRY(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode);
+DCKPT_CHECK_ENTRY(cuStreamIsCapturing, cuStreamIsCapturing);
 #undef DCKPT_CHECK_ENTRY
 
 }  // namespace cuda

@@ -80,61 +80,72 @@ def _display(path: Path) -> str:
     return "'" + ".".join(str(p) for p in path) + "'" if path else "the root"
 
 
-def flatten(tree: Mapping[Any, Any], is_array: Callable[[Any], bool]) -> Flat:
-    """Flattens a state dict. ``is_array`` decides which leaves are tensors."""
-    if not isinstance(tree, Mapping):
-        raise InvalidArgumentError(f"a state dict must be a mapping (dict), not {type(tree).__name__}")
-    leaves: List[Leaf] = []
-    stateful: Dict[Path, Tuple[Any, Dict[Any, Any]]] = {}
-    names: Dict[str, Path] = {}
+# The walks below are classes rather than recursive closures: a nested function that calls itself is a reference
+# cycle (function -> closure cell -> function), which would keep the leaves it saw (GPU tensors: gigabytes) alive
+# after the call until the garbage collector happens to run.
 
-    def contains_array(x: Any, depth: int = 0) -> bool:
-        if is_array(x) or _is_stateful(x):
-            return True
-        if depth > 100:
-            return False
-        if isinstance(x, Mapping):
-            return any(contains_array(v, depth + 1) for v in x.values())
-        if isinstance(x, (list, tuple)):
-            return any(contains_array(v, depth + 1) for v in x)
+
+def _contains_array(x: Any, is_array: Callable[[Any], bool], depth: int = 0) -> bool:
+    if is_array(x) or _is_stateful(x):
+        return True
+    if depth > 100:
         return False
+    if isinstance(x, Mapping):
+        return any(_contains_array(v, is_array, depth + 1) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return any(_contains_array(v, is_array, depth + 1) for v in x)
+    return False
 
-    def leaf(x: Any, path: Path, array: bool) -> Node:
+
+class _Flattener:
+    def __init__(self, is_array: Callable[[Any], bool]) -> None:
+        self.is_array = is_array
+        self.leaves: List[Leaf] = []
+        self.stateful: Dict[Path, Tuple[Any, Dict[Any, Any]]] = {}
+        self.names: Dict[str, Path] = {}
+
+    def leaf(self, x: Any, path: Path, array: bool) -> Node:
         name = ".".join(str(p) for p in path)
-        if name in names:
+        if name in self.names:
             raise InvalidArgumentError(
-                f"two leaves have the entry name '{name}': {names[name]} and {path}; rename a key (a key containing "
-                "'.' can collide with a nested one)"
+                f"two leaves have the entry name '{name}': {self.names[name]} and {path}; rename a key (a key "
+                "containing '.' can collide with a nested one)"
             )
-        names[name] = path
+        self.names[name] = path
         node: Node = {"array": name} if array else {"object": name}
         if array and isinstance(x, np.generic):
             node["scalar"] = True
-        leaves.append(Leaf(path, name, x, array, node))
+        self.leaves.append(Leaf(path, name, x, array, node))
         return node
 
-    def visit(x: Any, path: Path) -> Node:
-        if is_array(x):
-            return leaf(x, path, True)
+    def visit(self, x: Any, path: Path) -> Node:
+        if self.is_array(x):
+            return self.leaf(x, path, True)
         if _is_stateful(x) and path:
             sd = x.state_dict()
-            stateful[path] = (x, sd)
-            return visit(sd, path)
+            self.stateful[path] = (x, sd)
+            return self.visit(sd, path)
         if isinstance(x, Mapping):
             items = []
             for k, v in x.items():
                 _check_key(k, path + (k,))
-                items.append([k, visit(v, path + (k,))])
+                items.append([k, self.visit(v, path + (k,))])
             return {"dict": items}
-        if isinstance(x, (list, tuple)) and contains_array(x):
+        if isinstance(x, (list, tuple)) and _contains_array(x, self.is_array):
             kind = "tuple" if isinstance(x, tuple) else "list"
-            return {kind: [visit(v, path + (i,)) for i, v in enumerate(x)]}
+            return {kind: [self.visit(v, path + (i,)) for i, v in enumerate(x)]}
         if not path:
             raise InvalidArgumentError("a state dict must be a mapping (dict)")
-        return leaf(x, path, False)
+        return self.leaf(x, path, False)
 
-    root = visit(tree, ())
-    return Flat(root, leaves, stateful)
+
+def flatten(tree: Mapping[Any, Any], is_array: Callable[[Any], bool]) -> Flat:
+    """Flattens a state dict. ``is_array`` decides which leaves are tensors."""
+    if not isinstance(tree, Mapping):
+        raise InvalidArgumentError(f"a state dict must be a mapping (dict), not {type(tree).__name__}")
+    walk = _Flattener(is_array)
+    root = walk.visit(tree, ())
+    return Flat(root, walk.leaves, walk.stateful)
 
 
 def nest(paths: Sequence[Tuple[Step, ...]], leaves: Sequence[Any]) -> Dict[Any, Any]:
@@ -167,51 +178,59 @@ def nest(paths: Sequence[Tuple[Step, ...]], leaves: Sequence[Any]) -> Dict[Any, 
             node = child
         node[path[-1][1]] = leaf
 
-    def finish(node: Any) -> Any:
-        if not isinstance(node, dict) or id(node) not in is_seq:
-            return node
-        out = {k: finish(v) for k, v in node.items()}
-        if is_seq[id(node)] and sorted(out) == list(range(len(out))):
-            return [out[i] for i in range(len(out))]
-        return out
-
-    return {k: finish(v) for k, v in root.items()}
+    return {k: _finish_nested(v, is_seq) for k, v in root.items()}
 
 
-def replace_leaves(tree: Any, flat: Flat, replacements: Dict[Path, Any]) -> Any:
-    """Puts new leaf values into ``tree`` (dicts and lists in place; tuples rebuilt), then calls load_state_dict on
-    the stateful objects. Returns the tree (the same object for a dict root)."""
+def _finish_nested(node: Any, is_seq: Dict[int, bool]) -> Any:
+    """nest()'s second pass: a dict that stands for a dense sequence becomes a list."""
+    if not isinstance(node, dict) or id(node) not in is_seq:
+        return node
+    out = {k: _finish_nested(v, is_seq) for k, v in node.items()}
+    if is_seq[id(node)] and sorted(out) == list(range(len(out))):
+        return [out[i] for i in range(len(out))]
+    return out
 
-    def visit(x: Any, path: Path) -> Any:
+
+class _Replacer:
+    def __init__(self, flat: Flat, replacements: Dict[Path, Any]) -> None:
+        self.flat = flat
+        self.replacements = replacements
+
+    def visit(self, x: Any, path: Path) -> Any:
+        replacements, stateful = self.replacements, self.flat.stateful
         if path in replacements:
             return replacements[path]
-        if path in flat.stateful and flat.stateful[path][0] is x:
-            obj, sd = flat.stateful[path]
-            visit(sd, path)
+        if path in stateful and stateful[path][0] is x:
+            obj, sd = stateful[path]
+            self.visit(sd, path)
             obj.load_state_dict(sd)
             return obj
         if isinstance(x, Mapping):
             for k in list(x.keys()):
                 v = x[k]
-                nv = visit(v, path + (k,))
+                nv = self.visit(v, path + (k,))
                 if nv is not v:
                     x[k] = nv  # type: ignore[index]
             return x
         if isinstance(x, list):
             for i, v in enumerate(x):
-                nv = visit(v, path + (i,))
+                nv = self.visit(v, path + (i,))
                 if nv is not v:
                     x[i] = nv
             return x
         if isinstance(x, tuple) and any(
-            len(p) > len(path) and p[: len(path)] == path for p in (*replacements, *flat.stateful)
+            len(p) > len(path) and p[: len(path)] == path for p in (*replacements, *stateful)
         ):
-            items = [visit(v, path + (i,)) for i, v in enumerate(x)]
+            items = [self.visit(v, path + (i,)) for i, v in enumerate(x)]
             make = getattr(type(x), "_make", None)  # namedtuples
             return make(items) if make is not None else type(x)(items)
         return x
 
-    return visit(tree, ())
+
+def replace_leaves(tree: Any, flat: Flat, replacements: Dict[Path, Any]) -> Any:
+    """Puts new leaf values into ``tree`` (dicts and lists in place; tuples rebuilt), then calls load_state_dict on
+    the stateful objects. Returns the tree (the same object for a dict root)."""
+    return _Replacer(flat, replacements).visit(tree, ())
 
 
 # ---- Structure documents --------------------------------------------------------------------------------------------

@@ -231,3 +231,49 @@ def test_top_level_scalars_are_recorded_in_user_metadata(ckpt):
     assert back["nul"] == "a\x00b"
     with pytest.raises(distckpt.InvalidArgumentError, match="NUL"):
         distckpt.save({"a": np.ones(1)}, ckpt, overwrite=True, user_metadata={"k": "a\x00b"})
+
+
+def test_the_callers_arrays_are_freed_when_dropped_without_the_garbage_collector(tmp_path):
+    """Found on an H100: a load left the destination tensors (2 GiB of GPU memory) in reference cycles of its own
+    (recursive closures), freed only whenever Python's collector next ran. Neither save nor load may keep an array
+    alive past the call."""
+    import gc
+    import weakref
+
+    class Stateful:
+        def __init__(self) -> None:
+            self.sd = {"w": np.arange(5.0)}
+
+        def state_dict(self):
+            return self.sd
+
+        def load_state_dict(self, sd) -> None:
+            self.sd = sd
+
+    def make():
+        return {"a": np.ones(8), "nested": {"l": [np.zeros(3), (np.full(2, 3.0), 7)]}, "m": Stateful()}
+
+    def arrays(state):
+        return [state["a"], state["nested"]["l"][0], state["nested"]["l"][1][0], state["m"].sd["w"]]
+
+    gc.collect()
+    gc.disable()
+    try:
+        for what in ("save", "async_save", "load", "load_none"):
+            state = make()
+            if what == "save":
+                distckpt.save(state, tmp_path / "s")
+            elif what == "async_save":
+                distckpt.async_save(state, tmp_path / "a").result()
+            elif what == "load":
+                distckpt.load(state, tmp_path / "s")
+            refs = [weakref.ref(a) for a in arrays(state)]
+            if what == "load_none":
+                loaded = distckpt.load(None, tmp_path / "s")
+                refs = [weakref.ref(loaded["a"]), weakref.ref(loaded["nested"]["l"][0])]
+                del loaded
+            del state
+            alive = [i for i, r in enumerate(refs) if r() is not None]
+            assert alive == [], f"{what}: arrays {alive} outlived the call and the caller's last reference"
+    finally:
+        gc.enable()

@@ -58,6 +58,7 @@ struct Stream {
   int device = 0;
   bool held = false;
   bool stopping = false;  // held until the next cuStreamSynchronize on it
+  bool capturing = false;  // fake_cuda_capture_stream: capturing a CUDA graph
   std::deque<Op> queue;
 };
 
@@ -71,7 +72,8 @@ struct Event {
 
 struct Alloc {
   size_t size;
-  int device;  // -1: page-locked host memory
+  int device;        // -1: page-locked host memory
+  size_t chunk = 0;  // > 0: mapped in chunks of this size (fake_cuda_map_in_chunks)
 };
 
 struct Fake {
@@ -100,6 +102,7 @@ Fake& F() {
 }
 
 thread_local std::vector<Ctx*> ctx_stack;
+thread_local int capture_mode = 0;  // CU_STREAM_CAPTURE_MODE_GLOBAL, the driver's default
 
 Ctx* Current() { return ctx_stack.empty() ? nullptr : ctx_stack.back(); }
 
@@ -107,6 +110,7 @@ Ctx* Current() { return ctx_stack.empty() ? nullptr : ctx_stack.back(); }
 int Enter(Fake& f, const std::string& entry) {
   ++f.counters[entry];
   if (Current() == nullptr) ++f.counters["no_context:" + entry];
+  if (capture_mode != 2) ++f.counters["unrelaxed"];  // a call another thread's global-mode capture would refuse
   auto it = f.failures.find(entry);
   if (it == f.failures.end()) return kSuccess;
   auto& [left, code] = it->second;
@@ -471,6 +475,18 @@ FAKE_API int cuStreamQuery(void* stream) {
   if (int r = Enter(f, "cuStreamQuery")) return r;
   return StreamOf(f, stream)->queue.empty() ? kSuccess : kNotReady;
 }
+FAKE_API int cuStreamIsCapturing(void* stream, int* status) {
+  Fake& f = F();
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (int r = Enter(f, "cuStreamIsCapturing")) return r;
+  *status = StreamOf(f, stream)->capturing ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE / _NONE
+  return kSuccess;
+}
+// Not counted: the caller's thread calls it around every use, and the counter would count the exchange itself.
+FAKE_API int cuThreadExchangeStreamCaptureMode(int* mode) {
+  std::swap(*mode, capture_mode);
+  return kSuccess;
+}
 FAKE_API int cuStreamDestroy_v2(Stream* stream) {
   Fake& f = F();
   std::lock_guard<std::mutex> lock(f.mu);
@@ -510,8 +526,10 @@ FAKE_API int cuMemGetAddressRange_v2(uintptr_t* base, size_t* size, uintptr_t pt
   uintptr_t b = 0;
   const Alloc* a = Find(f, ptr, &b);
   if (a == nullptr || a->device < 0) return kInvalidValue;  // not device memory
-  if (base != nullptr) *base = b;
-  if (size != nullptr) *size = a->size;
+  // A range mapped in chunks (cuMemMap) answers with the chunk holding ptr, as the driver does.
+  const size_t first = a->chunk == 0 ? 0 : (ptr - b) / a->chunk * a->chunk;
+  if (base != nullptr) *base = b + first;
+  if (size != nullptr) *size = a->chunk == 0 ? a->size : std::min(a->chunk, a->size - first);
   return kSuccess;
 }
 // A device's primary context is active while it is retained (by a framework or by distckpt).
@@ -593,6 +611,22 @@ FAKE_API void fake_cuda_device_memory_limit(int device, size_t bytes) {
   std::lock_guard<std::mutex> lock(f.mu);
   f.device_limit[device] = bytes;
 }
+/// Makes the device allocation at `p` look like a virtual range mapped from physical chunks of `chunk` bytes back
+/// to back (torch's expandable segments): cuMemGetAddressRange then answers with one chunk.
+FAKE_API void fake_cuda_map_in_chunks(uintptr_t p, size_t chunk) {
+  Fake& f = F();
+  std::lock_guard<std::mutex> lock(f.mu);
+  auto it = f.allocs.find(p);
+  if (it != f.allocs.end()) it->second.chunk = chunk;
+}
+/// Marks `stream` as capturing a CUDA graph (or not): cuStreamIsCapturing reports it.
+FAKE_API void fake_cuda_capture_stream(void* stream, int capturing) {
+  Fake& f = F();
+  std::lock_guard<std::mutex> lock(f.mu);
+  StreamOf(f, stream)->capturing = capturing != 0;
+}
+/// The calling thread's stream capture mode (cuThreadExchangeStreamCaptureMode).
+FAKE_API int fake_cuda_thread_capture_mode() { return capture_mode; }
 /// Live cuMemAlloc bytes on `device`.
 FAKE_API size_t fake_cuda_device_bytes(int device) {
   Fake& f = F();
