@@ -608,16 +608,20 @@ def test_snapshot_of_2000_small_tensors_with_the_training_stream_busy(tmp_path, 
     state = {f"t{i:04d}": torch.zeros(n, device=dev) for i, n in enumerate(sizes)}
     torch.cuda.synchronize()
     train = torch.cuda.Stream()
+    tensors = list(state.values())
+    for t in tensors:
+        t.copy_(base[: t.numel()])
     with torch.cuda.stream(train):
-        torch.cuda._sleep(8 * SLEEP_CYCLES)  # queueing 2000 writes from Python outlasted SLEEP_CYCLES on an H100
-        for i, t in enumerate(state.values()):  # the step's writes, queued behind the long kernel
-            torch.mul(base[: t.numel()], i + 1, out=t)
+        train.wait_stream(torch.cuda.current_stream(dev))
+        torch.cuda._sleep(SLEEP_CYCLES)
+        # The step's writes, queued behind the long kernel: a few multi-tensor kernels, not 2000 launches, which would
+        # fill the stream's launch queue (about a thousand deep) and block here until the long kernel ended (H100).
+        torch._foreach_mul_(tensors, [float(i + 1) for i in range(len(tensors))])
         assert not train.query()
         t0 = time.monotonic()
         h = distckpt.async_save(state, tmp_path / "c", device_snapshot=True)
         call_s = time.monotonic() - t0
-        for t in state.values():  # the next step: not in the checkpoint
-            t.add_(1.0)
+        torch._foreach_add_(tensors, 1.0)  # the next step: not in the checkpoint
     summary = h.result(timeout=300)
     report(record_property, call_s=round(call_s, 3), staging_s=round(h.staging_seconds, 3),
            host_staged_bytes=h.staged_bytes, tensors=len(state))  # fmt: skip
