@@ -43,8 +43,10 @@ from _fake_cuda import DeclaredCudaArray
 from conftest import TESTS_DIR, cupy_gpu, gpus, run_python, torch_cuda
 from distckpt import Shard
 
-#: Cycles of the long kernel queued before the work a case checks: a few hundred milliseconds on an H100 (~1.8 GHz),
-#: far longer than the Python between queueing it and the call under test.
+#: Cycles of the long kernel queued before the work a case checks: a few hundred milliseconds on an H100 (~2 GHz),
+#: far longer than the Python between queueing it and the call under test. Every kernel a case queues behind it must
+#: have run once before: with lazy module loading (CUDA 12.2+'s default) the first launch of a kernel loads its module,
+#: which waits for the running kernel, so the work would be done before the call under test (seen on an H100).
 SLEEP_CYCLES = 500_000_000
 
 #: A CuPy kernel that spins for a number of clock cycles (torch.cuda._sleep for CuPy streams).
@@ -556,12 +558,14 @@ def test_a_stuck_stream_times_out_without_spinning(tmp_path, record_property):
         watchdog.daemon = True
         watchdog.start()
         x = cupy.arange(1 << 22, dtype=cupy.float32)
+        x * 2  # loads the kernel now (see SLEEP_CYCLES)
         cupy.cuda.Device().synchronize()
         stream = cupy.cuda.Stream(non_blocking=True)
         result = {{}}
         with stream:
             wait_for_flag((1,), (1,), (np.uintp(device_flag),))
             y = x * 2  # queued behind the stuck kernel
+            result["queued_behind"] = not stream.done
             for what in ("save", "async_save"):
                 wall, cpu = time.monotonic(), time.process_time()
                 error = None
@@ -584,6 +588,7 @@ def test_a_stuck_stream_times_out_without_spinning(tmp_path, record_property):
     """, emulate_cuda=False, timeout=240)  # fmt: skip
     r = result_of(out)
     assert r["kernel_ended"]
+    assert r["queued_behind"], "the work to save had run before the save: the case would prove nothing"
     for what in ("save", "async_save"):
         c = r[what]
         report(record_property, **{f"{what}_wait_s": round(c["wall_s"], 2), f"{what}_cpu_s": round(c["cpu_s"], 3),
@@ -611,11 +616,14 @@ def test_snapshot_of_2000_small_tensors_with_the_training_stream_busy(tmp_path, 
     tensors = list(state.values())
     for t in tensors:
         t.copy_(base[: t.numel()])
+    torch._foreach_mul_(tensors, [1.0] * len(tensors))  # loads the kernels now (see SLEEP_CYCLES)
+    torch._foreach_add_(tensors, 0.0)
+    torch.cuda.synchronize()
     with torch.cuda.stream(train):
         train.wait_stream(torch.cuda.current_stream(dev))
         torch.cuda._sleep(SLEEP_CYCLES)
-        # The step's writes, queued behind the long kernel: a few multi-tensor kernels, not 2000 launches, which would
-        # fill the stream's launch queue (about a thousand deep) and block here until the long kernel ended (H100).
+        # The step's writes, queued behind the long kernel: a few multi-tensor kernels rather than 2000 launches, which
+        # could fill the stream's launch queue (about a thousand deep) and block here until the long kernel ended.
         torch._foreach_mul_(tensors, [float(i + 1) for i in range(len(tensors))])
         assert not train.query()
         t0 = time.monotonic()
