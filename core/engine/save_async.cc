@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include "core/base/stream_copy.h"
@@ -294,11 +295,11 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
   // the deadline passes: then the snapshot memory is set aside, since they may still write it.
   const Deadline deadline = DeadlineAfter(options.timeout);
   PendingCopies snapshot_copies(deadline, [this] { snapshots_stuck_ = true; });
-  auto snapshot_of = [this](const TensorPiece* p) -> const Snapshot* {
-    for (const Snapshot& s : snapshots_) {
-      if (s.piece == p) return &s;
-    }
-    return nullptr;
+  std::unordered_map<const TensorPiece*, const Snapshot*> snapshot_index;  // thousands of small tensors: no scans
+  for (const Snapshot& s : snapshots_) snapshot_index.emplace(s.piece, &s);
+  auto snapshot_of = [&snapshot_index](const TensorPiece* p) -> const Snapshot* {
+    auto it = snapshot_index.find(p);
+    return it == snapshot_index.end() ? nullptr : it->second;
   };
   const std::string snapshotting = "saving '" + path + "' (snapshotting device memory)";
   if (snapshot_engine != nullptr) {
