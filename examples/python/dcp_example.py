@@ -107,6 +107,9 @@ def save_rank(rank: int, world: int, root: str) -> None:
         future = dcp.async_save(state, storage_writer=writer, process_group=group)
         train(model, optim, steps=1, seed=2)
         future.result()  # the async checkpoint holds the state as it was when async_save was called
+        # DCP's own collectives (all_gather_object, ...) end the save; torch's gloo thread may release their tensors
+        # during interpreter shutdown, which aborts the process. A barrier holds no tensors made in Python. (distckpt's
+        # own collectives need nothing of the kind: distckpt holds their tensors until torch lets go.)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -14,7 +14,7 @@ import atexit
 import os
 from typing import Any, Callable, Optional
 
-from . import _native
+from . import _native, _tensor_keeper
 from .errors import InvalidArgumentError, StateError
 
 __all__ = ["Communicator", "gloo", "from_torch", "from_mpi4py", "external"]
@@ -178,12 +178,6 @@ def from_torch(process_group: Any = None) -> Communicator:
     def global_rank(group_rank: int) -> int:
         return group_rank if is_world else dist.get_global_rank(group, group_rank)  # type: ignore[arg-type]
 
-    # The tensors of the last collective stay referenced here until the next one (or until the communicator is
-    # freed). torch's gloo thread drops its own references to a collective's tensors some time after the call has
-    # returned; were that the last reference, it would free the Python object on that thread, taking the GIL, and if
-    # the interpreter is shutting down by then the process aborts ("terminate called without an active exception").
-    held: list = []
-
     def to_tensor(view: memoryview) -> Any:
         t = torch.empty(len(view), dtype=torch.uint8)
         if len(view):
@@ -200,12 +194,12 @@ def from_torch(process_group: Any = None) -> Communicator:
             return
         mine = to_tensor(send)
         out = torch.empty(size * n, dtype=torch.uint8, device=device)
-        held[:] = [mine, out]
+        _tensor_keeper.hold(mine, out)  # until torch's thread has dropped them (_tensor_keeper)
         try:
             dist.all_gather_into_tensor(out, mine, group=group)
         except (RuntimeError, NotImplementedError, AttributeError):  # backends without the fused collective
             parts = [torch.empty(n, dtype=torch.uint8, device=device) for _ in range(size)]
-            held[:] = [mine, out, *parts]
+            _tensor_keeper.hold(*parts)
             dist.all_gather(parts, mine, group=group)
             out = torch.cat(parts)
         copy_out(out, recv)
@@ -214,7 +208,7 @@ def from_torch(process_group: Any = None) -> Communicator:
         if len(buf) == 0:
             return
         t = to_tensor(buf)
-        held[:] = [t]
+        _tensor_keeper.hold(t)
         dist.broadcast(t, src=global_rank(root), group=group)
         if rank != root:
             copy_out(t, buf)

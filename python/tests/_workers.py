@@ -240,3 +240,19 @@ def slow_s3_save_rank(rank, world, rendezvous, url, endpoint):
         distckpt.save({"w": distckpt.Shard(local, (rows * world, 1024), (rows * rank, 0))}, url, comm=comm,
                       storage=storage, timeout=600)  # fmt: skip
     raise AssertionError("the save finished although its uploads never do")
+
+
+def last_collective_rank(rank, world, root, mode):
+    """A torch program whose last collective is distckpt's: a save (or a load) over from_torch, then the interpreter
+    exits with the gloo group still up (the process group is torch's to tear down at exit)."""
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+
+    import distckpt  # noqa: PLC0415
+
+    dist.init_process_group("gloo", init_method=f"file://{root}/rdzv-{mode}", rank=rank, world_size=world)
+    state = {"w": torch.arange(1000, dtype=torch.float32) + rank, "b": torch.ones(10)}
+    if mode == "save":
+        distckpt.save(state, f"{root}/ckpt", comm=distckpt.comm.from_torch())
+    else:
+        distckpt.load(state, f"{root}/ckpt", comm=distckpt.comm.from_torch())
