@@ -9,13 +9,14 @@ use std::time::Duration;
 use distckpt_sys as sys;
 
 use crate::comm::Comm;
-use crate::dtype::check_element;
-use crate::error::check;
-use crate::progress::Progress;
-use crate::storage::StorageHandle;
 use crate::copied::CopiedChunk;
-use crate::cstr::{borrowed_str, cstring, path_cstring};
-use crate::{Dtype, Element, Error, ErrorCode, Result};
+use crate::dtype::{check_element, Dtype, Element};
+use crate::error::{check, Error, ErrorCode, Result};
+use crate::float;
+use crate::progress::Progress;
+use crate::storage::{self, StorageHandle};
+use crate::util::{borrowed_str, cstring, path_cstring, timeout_ms, volume};
+use crate::version::check_abi;
 
 /// Options for [`Checkpoint::open_with`] and [`crate::LoadState::load`] (`dckpt_read_options`).
 #[derive(Clone, Debug)]
@@ -63,12 +64,12 @@ impl ReadOptions {
         check(unsafe { sys::dckpt_read_options_init(&mut raw, sys::DCKPT_READ_OPTIONS_VERSION) })?;
         raw.verify = self.verify as i32;
         raw.io_threads = self.io_threads;
-        raw.timeout_ms = crate::timeout_ms(self.timeout);
+        raw.timeout_ms = timeout_ms(self.timeout);
         raw.map_files = self.map_files as i32;
         raw.share_verification = self.share_verification as i32;
         raw.staging_buffer_bytes = self.staging_buffer_bytes;
         raw.staging_buffers = self.staging_buffers;
-        raw.storage = crate::storage::raw_or_null(&self.storage);
+        raw.storage = storage::raw_or_null(&self.storage);
         Ok(raw)
     }
 
@@ -249,15 +250,6 @@ impl std::fmt::Debug for Checkpoint {
     }
 }
 
-/// Checked product of a shape, as a `usize` element count.
-pub(crate) fn volume(lengths: &[u64], what: impl Fn() -> String) -> Result<usize> {
-    lengths
-        .iter()
-        .try_fold(1u64, |acc, &l| acc.checked_mul(l))
-        .and_then(|v| usize::try_from(v).ok())
-        .ok_or_else(|| Error::new(ErrorCode::InvalidArgument, format!("{}: the box {lengths:?} is too large", what())))
-}
-
 impl Checkpoint {
     /// Opens the committed checkpoint at `path` (single process, default options: checksums verified on read).
     pub fn open(path: impl AsRef<Path>) -> Result<Checkpoint> {
@@ -266,14 +258,14 @@ impl Checkpoint {
 
     /// Opens a checkpoint. With a communicator the call is collective: rank 0 reads the metadata and broadcasts it.
     pub fn open_with(path: impl AsRef<Path>, comm: Option<&mut Comm>, opts: &ReadOptions) -> Result<Checkpoint> {
-        crate::check_abi()?;
+        check_abi()?;
         let path = path.as_ref().to_path_buf();
         let cpath = path_cstring(&path)?;
         let raw_opts = opts.to_raw()?;
         let mut raw = std::ptr::null_mut();
         let comm_ptr = comm.as_ref().map_or(std::ptr::null_mut(), |c| c.raw);
         let rc = unsafe { sys::dckpt_reader_open(&mut raw, cpath.as_ptr(), comm_ptr, &raw_opts) };
-        let result = check(rc).map_err(|e| crate::storage::annotate(&opts.storage, e));
+        let result = check(rc).map_err(|e| storage::annotate(&opts.storage, e));
         if let Some(c) = comm {
             c.after_call(result)?;
         } else {
@@ -528,7 +520,7 @@ impl Checkpoint {
         if e.dtype == Dtype::F32 {
             return self.read(name);
         }
-        crate::float::to_f32_vec(e.dtype, &self.read_raw(name)?).map_err(|err| err.context(&self.describe(name)))
+        float::to_f32_vec(e.dtype, &self.read_raw(name)?).map_err(|err| err.context(&self.describe(name)))
     }
 
     /// Reads a bytes entry.
@@ -593,7 +585,7 @@ impl Checkpoint {
 
     /// Adds what a Rust [`crate::Storage`] said to an error of a call that read through it.
     pub(crate) fn storage_error(&self, e: Error) -> Error {
-        crate::storage::annotate(&self.storage, e)
+        storage::annotate(&self.storage, e)
     }
 
     /// [`verify`](Self::verify), reporting (done, total) bytes; return `false` to stop (a `User` error).

@@ -9,17 +9,17 @@
 //! A `Comm` is `Send` but not `Sync`: the C library allows one collective at a time on a communicator, so every
 //! collective takes `&mut Comm`.
 
-use std::any::Any;
 use std::ffi::{c_void, CString};
 use std::os::raw::c_int;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use distckpt_sys as sys;
 
-use crate::error::check;
-use crate::{Error, ErrorCode, Result};
+use crate::error::{check, Error, ErrorCode, Result};
+use crate::panic::PanicSlot;
+use crate::util::{lock, opt_cstring, timeout_ms};
+use crate::version::check_abi;
 
 /// The error type a [`Collectives`] implementation returns.
 pub type CollectiveError = Box<dyn std::error::Error + Send + Sync>;
@@ -69,11 +69,7 @@ struct External {
     /// The last error a collective returned, appended to the operation's error.
     error: Mutex<Option<String>>,
     /// A panic caught in a callback (it must not unwind into C), resumed on the caller's thread.
-    panic: Mutex<Option<Box<dyn Any + Send>>>,
-}
-
-fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    panic: PanicSlot,
 }
 
 impl External {
@@ -82,15 +78,14 @@ impl External {
     }
 
     fn run(&self, f: impl FnOnce(&mut dyn Collectives) -> Result<(), CollectiveError>) -> c_int {
-        match catch_unwind(AssertUnwindSafe(|| f(&mut **lock(&self.inner)))) {
-            Ok(Ok(())) => 0,
-            Ok(Err(e)) => {
+        match self.panic.wrap(|| f(&mut **lock(&self.inner))) {
+            Some(Ok(())) => 0,
+            Some(Err(e)) => {
                 *lock(&self.error) = Some(e.to_string());
                 1
             }
-            Err(payload) => {
+            None => {
                 *lock(&self.error) = Some("a collective panicked".into());
-                *lock(&self.panic) = Some(payload);
                 1
             }
         }
@@ -138,10 +133,6 @@ impl std::fmt::Debug for Comm {
     }
 }
 
-fn opt_cstring(s: &Option<String>, what: &str) -> Result<Option<CString>> {
-    s.as_deref().map(|v| crate::cstr::cstring(v, what)).transpose()
-}
-
 fn to_int(v: Option<usize>, what: &str) -> Result<c_int> {
     match v {
         None => Ok(-1),
@@ -152,7 +143,7 @@ fn to_int(v: Option<usize>, what: &str) -> Result<c_int> {
 impl Comm {
     /// Connects this rank to the others through Gloo over TCP. Collective: every rank calls it.
     pub fn gloo(opts: &GlooOptions) -> Result<Comm> {
-        crate::check_abi()?;
+        check_abi()?;
         let strings = [
             opt_cstring(&opts.rendezvous, "rendezvous")?,
             opt_cstring(&opts.prefix, "prefix")?,
@@ -168,7 +159,7 @@ impl Comm {
         raw_opts.prefix = ptr(&strings[1]);
         raw_opts.iface = ptr(&strings[2]);
         raw_opts.hostname = ptr(&strings[3]);
-        raw_opts.timeout_ms = crate::timeout_ms(opts.timeout);
+        raw_opts.timeout_ms = timeout_ms(opts.timeout);
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_comm_new_gloo(&mut raw, &raw_opts) })?;
         Ok(Comm { raw, external: None })
@@ -176,7 +167,7 @@ impl Comm {
 
     /// [`Comm::gloo`] with everything from the environment (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS, ...).
     pub fn gloo_from_env() -> Result<Comm> {
-        crate::check_abi()?;
+        check_abi()?;
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_comm_new_gloo(&mut raw, std::ptr::null()) })?;
         Ok(Comm { raw, external: None })
@@ -184,12 +175,12 @@ impl Comm {
 
     /// Wraps collectives supplied by the host application.
     pub fn external(collectives: impl Collectives + 'static) -> Result<Comm> {
-        crate::check_abi()?;
+        check_abi()?;
         let (rank, size) = (collectives.rank(), collectives.size());
         let ext = Box::new(External {
             inner: Mutex::new(Box::new(collectives)),
             error: Mutex::new(None),
-            panic: Mutex::new(None),
+            panic: PanicSlot::default(),
         });
         let mut cb: sys::dckpt_comm_callbacks = unsafe { std::mem::zeroed() };
         check(unsafe { sys::dckpt_comm_callbacks_init(&mut cb, sys::DCKPT_COMM_CALLBACKS_VERSION) })?;
@@ -220,7 +211,7 @@ impl Comm {
 
     /// Waits until every rank arrives; `Timeout` naming a missing rank after `timeout` (None: the default).
     pub fn barrier(&mut self, timeout: Option<Duration>) -> Result<()> {
-        let rc = unsafe { sys::dckpt_comm_barrier(self.raw, crate::timeout_ms(timeout)) };
+        let rc = unsafe { sys::dckpt_comm_barrier(self.raw, timeout_ms(timeout)) };
         self.after_call(check(rc))
     }
 
@@ -228,9 +219,7 @@ impl Comm {
     /// of a failed host collective to the error.
     pub(crate) fn after_call<T>(&self, result: Result<T>) -> Result<T> {
         let Some(ext) = &self.external else { return result };
-        if let Some(payload) = lock(&ext.panic).take() {
-            resume_unwind(payload);
-        }
+        ext.panic.resume();
         let err = lock(&ext.error).take();
         match (result, err) {
             (Err(e), Some(msg)) => Err(e.context(&format!("host collective failed: {msg}"))),

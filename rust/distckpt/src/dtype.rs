@@ -4,6 +4,8 @@ use std::fmt;
 
 use distckpt_sys as sys;
 
+use crate::error::{Error, ErrorCode, Result};
+
 /// The element type of a tensor. Values and names are those of `distckpt.h` and the format; names match
 /// safetensors' dtype strings. `F16`, `BF16` and the two float8 formats have no Rust type: they are held as raw
 /// `u16`/`u8` bits (see [`Element`]) and converted with the functions in [`crate::float`].
@@ -183,12 +185,12 @@ const _: () = {
 };
 
 /// What every tensor operation checks before it touches memory: that `T` holds `dtype`.
-pub(crate) fn check_element<T: Element>(dtype: Dtype, what: impl FnOnce() -> String) -> crate::Result<()> {
+pub(crate) fn check_element<T: Element>(dtype: Dtype, what: impl FnOnce() -> String) -> Result<()> {
     if T::holds(dtype) && std::mem::size_of::<T>() == dtype.size() {
         Ok(())
     } else {
-        Err(crate::Error::new(
-            crate::ErrorCode::InvalidArgument,
+        Err(Error::new(
+            ErrorCode::InvalidArgument,
             format!(
                 "{}: stored as {dtype}, not readable as {} (which holds {}); read it as the matching type, or use read_f32()",
                 what(),

@@ -5,7 +5,8 @@
 //! same as ml_dtypes and PyTorch: too-large values become infinity (F16, BF16, F8_E5M2) or NaN (F8_E4M3, which has
 //! no infinity); NaN stays NaN (sign kept).
 
-use crate::{Dtype, Error, ErrorCode, Result};
+use crate::dtype::Dtype;
+use crate::error::{Error, ErrorCode, Result};
 
 const TWO_POW_112: f32 = f32::from_bits(0x7780_0000); // rebiases binary16 exponents (15) to binary32 (127)
 const TWO_POW_120: f32 = f32::from_bits(0x7B80_0000); // rebiases e4m3 exponents (7) to binary32

@@ -32,18 +32,39 @@
 //! `Send` only; [`SaveFuture`] and [`StorageHandle`] are `Send + Sync`; views, owned views included, are `Send + Sync`. Every handle is
 //! freed on `Drop`.
 
+// The module graph runs one way (`use crate::...` edges; each module uses only those listed after it, nothing uses
+// the crate root, which declares the modules and re-exports their items):
+//
+//   whole      -> checkpoint, state, progress, dtype, error
+//   state      -> checkpoint, comm, storage, progress, dtype, util, version, error
+//   values     -> checkpoint, json, error
+//   view       -> checkpoint, copied, float, dtype, util, error
+//   checkpoint -> comm, storage, progress, copied, float, dtype, util, version, error
+//   storage    -> panic, util, version, error      (its child storage::export -> storage, progress, util, version,
+//                                                   error; storage only re-exports it)
+//   comm       -> panic, util, version, error
+//   progress   -> panic, util, error
+//   panic      -> util          (catch_unwind for the storage, comm and progress trampolines)
+//   float      -> dtype, error
+//   dtype, util, version -> error
+//   error, json, copied  -> nothing in the crate
+//
+// Helpers shared across modules live at the bottom (util: C strings, paths, timeouts, volumes, locks; panic; version:
+// the ABI check), never in a module that uses others, so a new helper cannot close a circle.
 pub mod checkpoint;
 pub mod comm;
 mod copied;
-mod cstr;
 pub mod dtype;
 pub mod error;
 pub mod float;
 pub mod json;
+mod panic;
 mod progress;
 pub mod state;
 pub mod storage;
+mod util;
 mod values;
+mod version;
 pub mod view;
 pub mod whole;
 
@@ -55,47 +76,8 @@ pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
 pub use state::{LoadState, SaveFuture, SaveInfo, SaveOptions, SaveState};
 pub use storage::{export_safetensors, ExportOptions, PathInfo, PathKind, Storage, StorageFile, StorageHandle};
+pub use version::{check_abi, library_version};
 pub use view::{Advice, ChunkView, OwnedChunkView, OwnedTensorView, TensorView};
 pub use whole::LoadedTensor;
 
 pub use distckpt_sys as sys;
-
-use std::sync::OnceLock;
-use std::time::Duration;
-
-/// Version of the loaded library ("0.1.0").
-pub fn library_version() -> String {
-    let p = unsafe { sys::dckpt_version_string() };
-    if p.is_null() {
-        return String::new();
-    }
-    unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
-/// Checks once that the loaded libdistckpt.so has the ABI these bindings were generated for (every binding does
-/// this when it loads). Called by every constructor.
-pub fn check_abi() -> Result<()> {
-    static ABI: OnceLock<Result<()>> = OnceLock::new();
-    ABI.get_or_init(|| {
-        let loaded = unsafe { sys::dckpt_abi_version() };
-        if loaded == sys::DCKPT_ABI_VERSION {
-            Ok(())
-        } else {
-            Err(Error::new(
-                ErrorCode::Version,
-                format!(
-                    "libdistckpt.so {} has ABI version {loaded}, but these bindings were generated for ABI {}: \
-                     rebuild the library (scripts/build_lib.sh) or the bindings (rust/distckpt-sys/generate.sh)",
-                    library_version(),
-                    sys::DCKPT_ABI_VERSION
-                ),
-            ))
-        }
-    })
-    .clone()
-}
-
-/// A timeout for the C ABI: 0 means the library's default.
-pub(crate) fn timeout_ms(t: Option<Duration>) -> u64 {
-    t.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1))
-}

@@ -1,28 +1,28 @@
 //! Progress callbacks: a Rust closure behind `dckpt_progress_fn`. The library calls it from internal threads, one
 //! call at a time; a panic is caught there (it must not unwind into C), stops the operation, and is resumed on the
-//! caller's thread once the C call has returned.
+//! caller's thread once the C call has returned (module `panic`).
 
-use std::any::Any;
 use std::ffi::c_void;
 use std::os::raw::c_int;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use distckpt_sys as sys;
 
-use crate::Result;
+use crate::error::Result;
+use crate::panic::PanicSlot;
+use crate::util::lock;
 
 /// `done`, `total` bytes; return `false` to stop the operation (it fails with `ErrorCode::User`).
 pub type ProgressFn<'a> = &'a mut (dyn FnMut(u64, u64) -> bool + Send);
 
 pub(crate) struct Progress<'a> {
     f: Mutex<ProgressFn<'a>>,
-    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    panic: PanicSlot,
 }
 
 impl<'a> Progress<'a> {
     pub(crate) fn new(f: ProgressFn<'a>) -> Progress<'a> {
-        Progress { f: Mutex::new(f), panic: Mutex::new(None) }
+        Progress { f: Mutex::new(f), panic: PanicSlot::default() }
     }
 
     /// The `user_data` to pass with [`Progress::callback`]; valid while `self` is neither moved nor dropped.
@@ -32,25 +32,15 @@ impl<'a> Progress<'a> {
 
     pub(crate) unsafe extern "C" fn callback(done: u64, total: u64, user_data: *mut c_void) -> c_int {
         let p = &*(user_data as *const Progress<'_>);
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            let mut f = p.f.lock().unwrap_or_else(|e| e.into_inner());
-            (*f)(done, total)
-        }));
-        match result {
-            Ok(true) => 0,
-            Ok(false) => 1,
-            Err(payload) => {
-                *p.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(payload);
-                1
-            }
+        match p.panic.wrap(|| (*lock(&p.f))(done, total)) {
+            Some(true) => 0,
+            Some(false) | None => 1, // asked to stop, or panicked (resumed by `finish`)
         }
     }
 
     /// Resumes a panic the closure raised, else returns the call's result.
     pub(crate) fn finish<T>(self, result: Result<T>) -> Result<T> {
-        if let Some(payload) = self.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            resume_unwind(payload);
-        }
+        self.panic.resume();
         result
     }
 }

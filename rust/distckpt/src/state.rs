@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use distckpt_sys as sys;
 
-use crate::checkpoint::{volume, Checkpoint, IoStats, ReadOptions};
-use crate::cstr::{cstring, path_cstring};
+use crate::checkpoint::{Checkpoint, IoStats, ReadOptions};
 use crate::comm::Comm;
-use crate::dtype::check_element;
-use crate::error::check;
+use crate::dtype::{check_element, Dtype, Element};
+use crate::error::{check, Error, ErrorCode, Result};
 use crate::progress::{self, Progress, ProgressFn};
-use crate::storage::{annotate, StorageHandle};
-use crate::{Dtype, Element, Error, ErrorCode, Result};
+use crate::storage::{annotate, raw_or_null, StorageHandle};
+use crate::util::{cstring, path_cstring, timeout_ms, volume};
+use crate::version::check_abi;
 
 /// Options for a save (`dckpt_save_options`).
 #[derive(Clone, Debug)]
@@ -49,8 +49,8 @@ impl SaveOptions {
         raw.overwrite = self.overwrite as i32;
         raw.sync = self.sync as i32;
         raw.checksum_block_size = self.checksum_block_size;
-        raw.timeout_ms = crate::timeout_ms(self.timeout);
-        raw.storage = crate::storage::raw_or_null(&self.storage);
+        raw.timeout_ms = timeout_ms(self.timeout);
+        raw.storage = raw_or_null(&self.storage);
         Ok(raw)
     }
 
@@ -109,7 +109,7 @@ impl Drop for RawState {
 
 impl RawState {
     fn new() -> Result<RawState> {
-        crate::check_abi()?;
+        check_abi()?;
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_state_new(&mut raw) })?;
         Ok(RawState { raw, tensors: HashMap::new() })

@@ -9,23 +9,30 @@
 //! itself: every [`crate::Checkpoint`] and [`crate::SaveFuture`] opened with a handle holds a clone of it, and the
 //! storage (C object, trampolines' context, the `Arc<dyn Storage>`) is freed when the last clone goes.
 //!
-//! Panics. Every trampoline runs the Rust code under `catch_unwind`: a panic in a [`Storage`] method becomes an error
-//! (`ErrorCode::User`) of the operation that called it, whose message says so; it never unwinds into C.
+//! Panics. Every trampoline runs the Rust code under `catch_unwind` (module `panic`): a panic in a [`Storage`] method
+//! becomes an error (`ErrorCode::User`) of the operation that called it, whose message says so; it never unwinds into
+//! C.
+//!
+//! [`export_safetensors`] (the header's "Tools" section, in the child module `storage::export`) is re-exported here,
+//! where its options name the storages it reads from and writes to.
 
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CString};
 use std::io;
 use std::os::raw::{c_char, c_int};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distckpt_sys as sys;
 
-use crate::cstr::{cstring, path_cstring};
-use crate::error::check;
-use crate::progress::{self, Progress, ProgressFn};
-use crate::{Error, ErrorCode, Result};
+use crate::error::{check, Error, ErrorCode, Result};
+use crate::panic;
+use crate::util::{callback_path, lock, lossy_string, path_cstring};
+use crate::version::check_abi;
+
+mod export;
+
+pub use export::{export_safetensors, ExportOptions};
 
 /// A file being written through a [`Storage`] (what [`Storage::create`] returns). Nothing is visible at its path
 /// before [`close`](Self::close) succeeds with `discard == false`.
@@ -104,7 +111,7 @@ const KEPT_ERRORS: usize = 16;
 
 impl Bridge {
     fn record(&self, path: &str, message: String) {
-        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut errors = lock(&self.errors);
         if errors.len() >= KEPT_ERRORS {
             errors.remove(0);
         }
@@ -113,19 +120,14 @@ impl Bridge {
 
     /// Runs `f` under `catch_unwind`; an error or a panic becomes a C code, its message kept for `path`.
     fn run(&self, op: &str, path: &str, f: impl FnOnce() -> io::Result<()>) -> c_int {
-        match catch_unwind(AssertUnwindSafe(f)) {
+        match panic::catch(f) {
             Ok(Ok(())) => sys::DCKPT_OK,
             Ok(Err(e)) => {
                 self.record(path, format!("{op} '{path}': {e}"));
                 io_error_code(&e).raw()
             }
             Err(payload) => {
-                let what = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".to_string());
-                self.record(path, format!("{op} '{path}': the storage panicked: {what}"));
+                self.record(path, format!("{op} '{path}': the storage panicked: {}", panic::message(&payload)));
                 sys::DCKPT_EUSER
             }
         }
@@ -142,26 +144,11 @@ unsafe fn bridge<'a>(user_data: *mut c_void) -> &'a Bridge {
     &*(user_data as *const Bridge)
 }
 
-unsafe fn path_str<'a>(p: *const c_char) -> io::Result<&'a str> {
-    if p.is_null() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "null path"));
-    }
-    CStr::from_ptr(p).to_str().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path is not UTF-8"))
-}
-
-unsafe fn lossy(p: *const c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        CStr::from_ptr(p).to_string_lossy().into_owned()
-    }
-}
-
 unsafe extern "C" fn t_create(file: *mut *mut sys::dckpt_storage_file, path: *const c_char, size_hint: u64, ud: *mut c_void) -> c_int {
     let b = bridge(ud);
-    let name = lossy(path);
+    let name = lossy_string(path);
     b.run("create", &name, || {
-        let p = path_str(path)?;
+        let p = callback_path(path)?;
         let f = b.storage.create(p, size_hint)?;
         *file = Box::into_raw(Box::new(OpenFile { file: f, path: p.to_string() })).cast();
         Ok(())
@@ -193,9 +180,9 @@ unsafe extern "C" fn t_close(file: *mut sys::dckpt_storage_file, size: u64, disc
 
 unsafe extern "C" fn t_size(size: *mut u64, path: *const c_char, ud: *mut c_void) -> c_int {
     let b = bridge(ud);
-    let name = lossy(path);
+    let name = lossy_string(path);
     let rc = b.run("size", &name, || {
-        *size = b.storage.size(path_str(path)?)?;
+        *size = b.storage.size(callback_path(path)?)?;
         Ok(())
     });
     if rc == sys::DCKPT_ENOTFOUND {
@@ -207,10 +194,10 @@ unsafe extern "C" fn t_size(size: *mut u64, path: *const c_char, ud: *mut c_void
 
 unsafe extern "C" fn t_read(got: *mut usize, path: *const c_char, offset: u64, data: *mut c_void, size: usize, ud: *mut c_void) -> c_int {
     let b = bridge(ud);
-    let name = lossy(path);
+    let name = lossy_string(path);
     b.run("read", &name, || {
         let buf = if size == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(data.cast::<u8>(), size) };
-        let n = b.storage.read_at(path_str(path)?, offset, buf)?;
+        let n = b.storage.read_at(callback_path(path)?, offset, buf)?;
         if n > size {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("read_at returned {n} for a {size}-byte buffer")));
         }
@@ -221,9 +208,9 @@ unsafe extern "C" fn t_read(got: *mut usize, path: *const c_char, offset: u64, d
 
 unsafe extern "C" fn t_list(out: *mut sys::dckpt_storage_list, dir: *const c_char, ud: *mut c_void) -> c_int {
     let b = bridge(ud);
-    let name = lossy(dir);
+    let name = lossy_string(dir);
     b.run("list", &name, || {
-        for n in b.storage.list(path_str(dir)?)? {
+        for n in b.storage.list(callback_path(dir)?)? {
             let c = CString::new(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a listed name holds a NUL byte"))?;
             let rc = sys::dckpt_storage_list_add(out, c.as_ptr());
             if rc != sys::DCKPT_OK {
@@ -237,16 +224,16 @@ unsafe extern "C" fn t_list(out: *mut sys::dckpt_storage_list, dir: *const c_cha
 
 unsafe extern "C" fn t_remove(path: *const c_char, ud: *mut c_void) -> c_int {
     let b = bridge(ud);
-    let name = lossy(path);
-    b.run("remove", &name, || b.storage.remove(path_str(path)?))
+    let name = lossy_string(path);
+    b.run("remove", &name, || b.storage.remove(callback_path(path)?))
 }
 
 unsafe extern "C" fn t_commit(path: *const c_char, data: *const c_void, size: usize, replace: c_int, ud: *mut c_void) -> c_int {
     let b = bridge(ud);
-    let name = lossy(path);
+    let name = lossy_string(path);
     let rc = b.run("commit", &name, || {
         let bytes = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data.cast::<u8>(), size) };
-        b.storage.commit(path_str(path)?, bytes, replace != 0)
+        b.storage.commit(callback_path(path)?, bytes, replace != 0)
     });
     if rc == sys::DCKPT_EEXISTS {
         b.forget(&name); // the C error already says what is there
@@ -256,12 +243,12 @@ unsafe extern "C" fn t_commit(path: *const c_char, data: *const c_void, size: us
 
 impl Bridge {
     fn forget(&self, path: &str) {
-        self.errors.lock().unwrap_or_else(|e| e.into_inner()).retain(|(p, _)| p != path);
+        lock(&self.errors).retain(|(p, _)| p != path);
     }
 
     /// The messages of failures on paths that `message` (a distckpt error) names, taken out of the record.
     fn take_for(&self, message: &str) -> Vec<String> {
-        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut errors = lock(&self.errors);
         let mut found = Vec::new();
         errors.retain(|(p, m)| {
             let named = !p.is_empty() && (message.contains(p.as_str()) || p.rsplit('/').next().is_some_and(|f| !f.is_empty() && message.contains(f)));
@@ -340,7 +327,7 @@ impl StorageHandle {
 
     /// The POSIX file system (what no storage means).
     pub fn posix() -> Result<StorageHandle> {
-        crate::check_abi()?;
+        check_abi()?;
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_storage_new_posix(&mut raw) })?;
         Ok(Self::wrap(raw, "posix", None))
@@ -349,7 +336,7 @@ impl StorageHandle {
     /// An in-process store of files, lost with the last clone of the handle (for tests and examples); checkpoints
     /// on it are committed by writing the metadata last.
     pub fn memory() -> Result<StorageHandle> {
-        crate::check_abi()?;
+        check_abi()?;
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_storage_new_memory(&mut raw) })?;
         Ok(Self::wrap(raw, "memory", None))
@@ -358,7 +345,7 @@ impl StorageHandle {
     /// Storage written in Rust, behind the C callbacks. `max_in_flight`: the most write and read calls running at
     /// once (0: the library's default, 16). Checkpoints on it are committed by writing the metadata last.
     pub fn from_storage(storage: Arc<dyn Storage>, max_in_flight: u32) -> Result<StorageHandle> {
-        crate::check_abi()?;
+        check_abi()?;
         let has_commit = storage.supports_commit();
         let bridge = Box::new(Bridge { storage, errors: Mutex::new(Vec::new()) });
         let mut cb: sys::dckpt_storage_callbacks = unsafe { std::mem::zeroed() };
@@ -425,7 +412,7 @@ impl StorageHandle {
     pub fn remove_leftovers(&self, path: impl AsRef<Path>, grace: Duration, dry_run: bool) -> Result<Vec<String>> {
         unsafe extern "C" fn removed(path: *const c_char, ud: *mut c_void) -> c_int {
             let out = &*(ud as *const Mutex<Vec<String>>);
-            out.lock().unwrap_or_else(|e| e.into_inner()).push(lossy(path));
+            lock(out).push(lossy_string(path));
             0
         }
         let cpath = path_cstring(path.as_ref())?;
@@ -463,50 +450,4 @@ pub(crate) fn annotate(s: &Option<StorageHandle>, err: Error) -> Error {
         Some(h) => h.annotate(err),
         None => err,
     }
-}
-
-/// Options for [`export_safetensors`] (`dckpt_export_options`).
-#[derive(Clone, Debug)]
-pub struct ExportOptions {
-    /// Largest .safetensors file; 0: 5 GB.
-    pub max_shard_bytes: u64,
-    /// File name prefix; `None`: "model".
-    pub prefix: Option<String>,
-    /// Check checksums while reading (default true).
-    pub verify: bool,
-    /// Where the checkpoint is read from; `None`: the POSIX file system.
-    pub storage: Option<StorageHandle>,
-    /// Where the safetensors files are written; `None`: the POSIX file system.
-    pub out_storage: Option<StorageHandle>,
-}
-
-impl Default for ExportOptions {
-    fn default() -> Self {
-        ExportOptions { max_shard_bytes: 0, prefix: None, verify: true, storage: None, out_storage: None }
-    }
-}
-
-/// Writes every tensor of the checkpoint at `ckpt` into `out_dir` as safetensors files
-/// (`"<prefix>-00001-of-0000N.safetensors"` plus `"<prefix>.safetensors.index.json"`). `progress` (may be `None`)
-/// reports bytes written; returning `false` stops the export (`User` error).
-pub fn export_safetensors(
-    ckpt: impl AsRef<Path>,
-    out_dir: impl AsRef<Path>,
-    opts: &ExportOptions,
-    progress: Option<ProgressFn<'_>>,
-) -> Result<()> {
-    crate::check_abi()?;
-    let (cin, cout) = (path_cstring(ckpt.as_ref())?, path_cstring(out_dir.as_ref())?);
-    let prefix = opts.prefix.as_deref().map(|p| cstring(p, "prefix")).transpose()?;
-    let mut raw: sys::dckpt_export_options = unsafe { std::mem::zeroed() };
-    check(unsafe { sys::dckpt_export_options_init(&mut raw, sys::DCKPT_EXPORT_OPTIONS_VERSION) })?;
-    raw.max_shard_bytes = opts.max_shard_bytes;
-    raw.prefix = prefix.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
-    raw.verify = opts.verify as c_int;
-    raw.storage = raw_or_null(&opts.storage);
-    raw.out_storage = raw_or_null(&opts.out_storage);
-    let progress = progress.map(Progress::new);
-    (raw.progress, raw.progress_user_data) = progress::c_pair(&progress);
-    let rc = unsafe { sys::dckpt_export_safetensors(cin.as_ptr(), cout.as_ptr(), &raw) };
-    progress::finish(progress, check(rc).map_err(|e| annotate(&opts.out_storage, annotate(&opts.storage, e))))
 }

@@ -3,7 +3,7 @@
 
 use crate::checkpoint::{Checkpoint, EntryKind};
 use crate::json;
-use crate::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result};
 
 /// The first byte of a pickle of protocol 2 or later (the PROTO opcode): never the first byte of UTF-8 text.
 const PICKLE_PROTO: u8 = 0x80;

@@ -32,9 +32,10 @@ use std::sync::Arc;
 
 use crate::checkpoint::{Checkpoint, ChunkInfo, Entry};
 use crate::copied::CopiedChunk;
-use crate::dtype::check_element;
-use crate::error::check;
-use crate::{Dtype, Element, Error, ErrorCode, Result};
+use crate::dtype::{check_element, Dtype, Element};
+use crate::error::{check, Error, ErrorCode, Result};
+use crate::float;
+use crate::util::{cstring, lock};
 
 /// Most dimensions a tensor has (`DCKPT_MAX_DIMS`).
 const MAX_DIMS: usize = distckpt_sys::DCKPT_MAX_DIMS as usize;
@@ -132,7 +133,7 @@ macro_rules! slice_view_impls {
         impl $name<'_, u8> {
             /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
             pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-                crate::float::to_f32_vec(self.dtype(), self.as_bytes())
+                float::to_f32_vec(self.dtype(), self.as_bytes())
             }
         }
     };
@@ -183,7 +184,7 @@ macro_rules! slice_view_impls {
         impl $name<u8> {
             /// Converts the elements of any real dtype to `f32` (see [`crate::float`]).
             pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-                crate::float::to_f32_vec(self.dtype(), self.as_bytes())
+                float::to_f32_vec(self.dtype(), self.as_bytes())
             }
         }
     };
@@ -507,7 +508,7 @@ impl Checkpoint {
         let entry = self.entry(name)?;
         check_element::<T>(entry.dtype(), || self.describe(name))?;
         match self.map_entries(Some(&[name]), None) {
-            Err(e) if e.code() == crate::ErrorCode::Unsupported => {
+            Err(e) if e.code() == ErrorCode::Unsupported => {
                 for c in 0..entry.num_chunks() {
                     check(unsafe { distckpt_sys::dckpt_reader_verify_chunk(self.raw(), entry.index(), c) })?;
                 }
@@ -787,14 +788,14 @@ impl Checkpoint {
     }
 
     fn copied_chunk(&self, entry: &Entry<'_>, chunk: usize, info: &ChunkInfo<'_>, len: usize) -> Result<&[u8]> {
-        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        let mut copies = lock(&self.copies);
         if let Some(copy) = copies.get(&(entry.index(), chunk)) {
             let bytes: &[u8] = copy.bytes();
             // Sound: the Arc's buffer is never moved or freed while `self` lives (entries are never removed).
             return Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) });
         }
         let mut copy = CopiedChunk { words: vec![0u64; len.div_ceil(8)], len };
-        let name = crate::cstr::cstring(entry.name(), "entry name")?;
+        let name = cstring(entry.name(), "entry name")?;
         let dims = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
         // The chunk's box, read through the library (checksums verified unless the reader was opened without).
         check(unsafe {

@@ -8,10 +8,10 @@ use std::alloc::{alloc, dealloc, Layout};
 use distckpt_sys as sys;
 
 use crate::checkpoint::{Checkpoint, IoStats};
-use crate::error::check;
+use crate::dtype::{check_element, Dtype, Element};
+use crate::error::{check, Error, ErrorCode, Result};
 use crate::progress::{self, Progress, ProgressFn};
 use crate::state::LoadState;
-use crate::{Dtype, Element, Error, ErrorCode, Result};
 
 /// Page alignment of [`LoadedTensor`] buffers: any element type can be viewed in place, and the bytes can be handed
 /// to APIs that want aligned memory (O_DIRECT, device registration).
@@ -84,7 +84,7 @@ impl LoadedTensor {
     }
     /// The elements, with `T` holding the dtype as for [`Checkpoint::read`].
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
-        crate::dtype::check_element::<T>(self.dtype, || format!("tensor '{}'", self.name))?;
+        check_element::<T>(self.dtype, || format!("tensor '{}'", self.name))?;
         // Page-aligned, and the length is a whole number of elements (volume × dtype size).
         Ok(unsafe { std::slice::from_raw_parts(self.buf.ptr.cast(), self.buf.len / std::mem::size_of::<T>()) })
     }
