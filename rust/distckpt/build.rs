@@ -32,13 +32,18 @@ fn main() {
     } else {
         println!("cargo:rerun-if-changed={dir}/libdistckpt.a");
         let system = std::env::var("DEP_DISTCKPT_SYSTEM_LIBS").unwrap_or_default();
-        std::iter::once(format!("{dir}/libdistckpt.a")).chain(system.split_whitespace().map(|l| format!("-l{l}"))).collect()
+        std::iter::once(format!("{dir}/libdistckpt.a"))
+            .chain(system.split_whitespace().map(|l| format!("-l{l}")))
+            .collect()
     };
     let lib = if shared { "libdistckpt.so" } else { "libdistckpt.a" };
-    if exports(&link_args, &["dckpt_comm_new_external", "dckpt_comm_new_gloo", "dckpt_comm_free", "dckpt_comm_barrier"]) {
+    if exports(&link_args, &["dckpt_comm_new_external", "dckpt_comm_new_gloo", "dckpt_comm_free", "dckpt_comm_barrier"])
+    {
         println!("cargo:rustc-cfg=distckpt_has_comm");
     } else {
-        println!("cargo:warning={lib} in {dir} has no communicator functions yet: the multi-rank tests will be skipped");
+        println!(
+            "cargo:warning={lib} in {dir} has no communicator functions yet: the multi-rank tests will be skipped"
+        );
     }
 }
 

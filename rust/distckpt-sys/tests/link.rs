@@ -33,7 +33,8 @@ fn plain_calls_work() {
 fn linked_static_or_shared_as_the_features_say() {
     unsafe { dckpt_abi_version() }; // the library is in use
     let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
-    let loaded: Vec<&str> = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).filter(|p| p.ends_with("/libdistckpt.so")).collect();
+    let loaded: Vec<&str> =
+        maps.lines().filter_map(|l| l.split_whitespace().nth(5)).filter(|p| p.ends_with("/libdistckpt.so")).collect();
     match LINKED_AS {
         "static" => assert!(loaded.is_empty(), "linked static, yet libdistckpt.so is loaded: {loaded:?}"),
         "shared" => assert!(!loaded.is_empty(), "linked shared ({LINKED_LIB_DIR}), yet no libdistckpt.so is loaded"),

@@ -28,7 +28,8 @@ fn committed_bindings_are_current() {
             "the header changed: run rust/distckpt-sys/generate.sh and commit src/bindings.rs"
         };
         let (g, c) = (String::from_utf8_lossy(&generated), String::from_utf8_lossy(&committed));
-        let first = g.lines().zip(c.lines()).position(|(a, b)| a != b).unwrap_or(g.lines().count().min(c.lines().count()));
+        let first =
+            g.lines().zip(c.lines()).position(|(a, b)| a != b).unwrap_or(g.lines().count().min(c.lines().count()));
         panic!(
             "src/bindings.rs is stale ({hint}). First difference at line {}:\n  generated: {:?}\n  committed: {:?}",
             first + 1,

@@ -126,7 +126,8 @@ fn run(dir: &Path, mode: &str, cold: bool, threads: u32) {
         evict(&path);
     }
     let t = Instant::now();
-    let ckpt = Checkpoint::open_with(&path, None, &distckpt::ReadOptions { io_threads: threads, ..Default::default() }).unwrap();
+    let ckpt = Checkpoint::open_with(&path, None, &distckpt::ReadOptions { io_threads: threads, ..Default::default() })
+        .unwrap();
     let mut bytes = 0u64;
     let mut check = 0u64;
     match mode {
@@ -150,13 +151,16 @@ fn run(dir: &Path, mode: &str, cold: bool, threads: u32) {
     }
     let seconds = t.elapsed().as_secs_f64();
     black_box(&ckpt);
-    println!("{{\"mode\": \"{mode}\", \"seconds\": {seconds:.6}, \"bytes\": {bytes}, \"check\": {check}, \"cold\": {cold}}}");
+    println!(
+        "{{\"mode\": \"{mode}\", \"seconds\": {seconds:.6}, \"bytes\": {bytes}, \"check\": {check}, \"cold\": {cold}}}"
+    );
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let cmd = args.next().expect("model_bench make|run ...");
-    let (mut dir, mut gib, mut mode, mut cold, mut threads) = (PathBuf::new(), 2.0f64, String::from("map_all"), false, 0u32);
+    let (mut dir, mut gib, mut mode, mut cold, mut threads) =
+        (PathBuf::new(), 2.0f64, String::from("map_all"), false, 0u32);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--dir" => dir = PathBuf::from(args.next().expect("--dir DIR")),

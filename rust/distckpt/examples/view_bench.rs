@@ -184,9 +184,18 @@ fn main() {
         ("view(): one f32 of every 4 KiB page read", Box::new(move || time_view(p, None).touch_pages)),
         ("view(): every element summed", Box::new(move || time_view(p, None).sum_all)),
         ("view() + Advice::PopulateRead returns", Box::new(move || time_view(p, Some(Advice::PopulateRead)).open_view)),
-        ("view() + Advice::PopulateRead: every element summed", Box::new(move || time_view(p, Some(Advice::PopulateRead)).sum_all)),
-        ("view() + Advice::WillNeed: every element summed", Box::new(move || time_view(p, Some(Advice::WillNeed)).sum_all)),
-        ("view() + Advice::Sequential: every element summed", Box::new(move || time_view(p, Some(Advice::Sequential)).sum_all)),
+        (
+            "view() + Advice::PopulateRead: every element summed",
+            Box::new(move || time_view(p, Some(Advice::PopulateRead)).sum_all),
+        ),
+        (
+            "view() + Advice::WillNeed: every element summed",
+            Box::new(move || time_view(p, Some(Advice::WillNeed)).sum_all),
+        ),
+        (
+            "view() + Advice::Sequential: every element summed",
+            Box::new(move || time_view(p, Some(Advice::Sequential)).sum_all),
+        ),
         ("read::<f32>() (checksums verified, the default)", Box::new(move || time_read(p, true).0)),
         ("read::<f32>() then every element summed", Box::new(move || time_read(p, true).1)),
         ("read::<f32>() with verify: false", Box::new(move || time_read(p, false).0)),
@@ -254,8 +263,13 @@ fn sharded(dir: &Path, gib: u64, shards: u64, reps: usize, keep: bool) {
         let mut s = SaveState::new().unwrap();
         s.declare_tensor("weight", Dtype::F32, &[rows as u64, 1024]).unwrap();
         for k in 0..shards as usize {
-            s.add_piece("weight", &[(k * per) as u64, 0], &[per as u64, 1024], &data[k * per * 1024..(k + 1) * per * 1024])
-                .unwrap();
+            s.add_piece(
+                "weight",
+                &[(k * per) as u64, 0],
+                &[per as u64, 1024],
+                &data[k * per * 1024..(k + 1) * per * 1024],
+            )
+            .unwrap();
         }
         s.save(&path, &SaveOptions { overwrite: true, ..Default::default() }).unwrap();
     }

@@ -390,7 +390,14 @@ impl Checkpoint {
     ///
     /// # Safety
     /// `dst` must be valid for writes of `dst_size` bytes.
-    unsafe fn read_box_raw(&self, e: &Entry<'_>, offsets: &[u64], lengths: &[u64], dst: *mut c_void, dst_size: u64) -> Result<()> {
+    unsafe fn read_box_raw(
+        &self,
+        e: &Entry<'_>,
+        offsets: &[u64],
+        lengths: &[u64],
+        dst: *mut c_void,
+        dst_size: u64,
+    ) -> Result<()> {
         self.read_box_in(e, offsets, lengths, dst, dst_size, std::ptr::null())
     }
 
@@ -409,8 +416,17 @@ impl Checkpoint {
     ) -> Result<()> {
         let cname = cstring(e.name, "entry name")?;
         let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
-        check(sys::dckpt_reader_read_ex(self.raw, cname.as_ptr(), offsets.len(), ptr(offsets), ptr(lengths), dst, dst_size, opts))
-            .map_err(|e| self.storage_error(e))
+        check(sys::dckpt_reader_read_ex(
+            self.raw,
+            cname.as_ptr(),
+            offsets.len(),
+            ptr(offsets),
+            ptr(lengths),
+            dst,
+            dst_size,
+            opts,
+        ))
+        .map_err(|e| self.storage_error(e))
     }
 
     /// `InvalidArgument` unless `offsets` and `lengths` have one value per dimension of `e`.
@@ -449,7 +465,13 @@ impl Checkpoint {
 
     /// Reads the box `[offsets, offsets + lengths)` of a tensor into `dst` (row-major), reading only the bytes
     /// it needs from whichever chunks hold them. `dst.len()` must be the box's volume.
-    pub fn read_region_into<T: Element>(&self, name: &str, offsets: &[u64], lengths: &[u64], dst: &mut [T]) -> Result<()> {
+    pub fn read_region_into<T: Element>(
+        &self,
+        name: &str,
+        offsets: &[u64],
+        lengths: &[u64],
+        dst: &mut [T],
+    ) -> Result<()> {
         let e = self.tensor(name)?;
         check_element::<T>(e.dtype, || self.describe(name))?;
         self.check_box_rank(&e, offsets, lengths)?;
@@ -471,7 +493,13 @@ impl Checkpoint {
     /// # Safety
     /// `dst.ptr` must be CUDA device memory of `dst.device`, valid for writes of `dst.len` bytes until the call
     /// returns, and `dst.stream` a live stream of that device (or null).
-    pub unsafe fn read_region_into_device(&self, name: &str, offsets: &[u64], lengths: &[u64], dst: DeviceBuffer) -> Result<()> {
+    pub unsafe fn read_region_into_device(
+        &self,
+        name: &str,
+        offsets: &[u64],
+        lengths: &[u64],
+        dst: DeviceBuffer,
+    ) -> Result<()> {
         let e = self.tensor(name)?;
         self.check_box_rank(&e, offsets, lengths)?;
         let mut opts: sys::dckpt_piece_options = std::mem::zeroed();
@@ -575,7 +603,8 @@ impl Checkpoint {
     /// Reads and checks every chunk; a `Corrupt` error names the entry, chunk, file and byte range of the first bad
     /// block.
     pub fn verify(&self) -> Result<()> {
-        check(unsafe { sys::dckpt_reader_verify(self.raw, None, std::ptr::null_mut()) }).map_err(|e| self.storage_error(e))
+        check(unsafe { sys::dckpt_reader_verify(self.raw, None, std::ptr::null_mut()) })
+            .map_err(|e| self.storage_error(e))
     }
 
     /// The storage it reads from (`None`: the POSIX file system).

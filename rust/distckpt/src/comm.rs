@@ -91,7 +91,13 @@ impl External {
         }
     }
 
-    unsafe extern "C" fn allgather(send: *const c_void, n: usize, recv: *mut c_void, timeout_ms: u64, ud: *mut c_void) -> c_int {
+    unsafe extern "C" fn allgather(
+        send: *const c_void,
+        n: usize,
+        recv: *mut c_void,
+        timeout_ms: u64,
+        ud: *mut c_void,
+    ) -> c_int {
         let this = External::from(ud);
         let size = lock(&this.inner).size();
         let send = if n == 0 { &[][..] } else { std::slice::from_raw_parts(send.cast::<u8>(), n) };
@@ -136,7 +142,9 @@ impl std::fmt::Debug for Comm {
 fn to_int(v: Option<usize>, what: &str) -> Result<c_int> {
     match v {
         None => Ok(-1),
-        Some(v) => c_int::try_from(v).map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("{what} {v} is too large"))),
+        Some(v) => {
+            c_int::try_from(v).map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("{what} {v} is too large")))
+        }
     }
 }
 
@@ -256,7 +264,12 @@ impl ThreadGroup {
         assert!(size > 0, "a group has at least one rank");
         let shared = Arc::new(Shared {
             size,
-            state: Mutex::new(Round { generation: 0, deposited: vec![None; size], arrived: 0, published: Arc::new(Vec::new()) }),
+            state: Mutex::new(Round {
+                generation: 0,
+                deposited: vec![None; size],
+                arrived: 0,
+                published: Arc::new(Vec::new()),
+            }),
             cv: Condvar::new(),
         });
         (0..size).map(|rank| ThreadGroup { rank, shared: shared.clone() }).collect()
@@ -299,7 +312,9 @@ impl Collectives for ThreadGroup {
     fn allgather(&mut self, send: &[u8], recv: &mut [u8], timeout: Duration) -> Result<(), CollectiveError> {
         let all = self.exchange(send.to_vec(), timeout)?;
         if recv.len() != send.len() * all.len() {
-            return Err(format!("allgather: recv holds {} bytes, not {} x {}", recv.len(), all.len(), send.len()).into());
+            return Err(
+                format!("allgather: recv holds {} bytes, not {} x {}", recv.len(), all.len(), send.len()).into()
+            );
         }
         for (r, bytes) in all.iter().enumerate() {
             if bytes.len() != send.len() {

@@ -125,7 +125,8 @@ impl Error {
     /// after that call, on the same thread (the message is per thread and valid until the next call).
     pub(crate) fn last(rc: i32) -> Error {
         let msg = unsafe { sys::dckpt_error_last() };
-        let message = if msg.is_null() { String::new() } else { unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned() };
+        let message =
+            if msg.is_null() { String::new() } else { unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned() };
         Error { code: ErrorCode::from_raw(rc), message }
     }
 
@@ -144,7 +145,8 @@ impl Error {
 
     pub(crate) fn context(mut self, extra: &str) -> Error {
         if !extra.is_empty() {
-            self.message = if self.message.is_empty() { extra.to_string() } else { format!("{}: {extra}", self.message) };
+            self.message =
+                if self.message.is_empty() { extra.to_string() } else { format!("{}: {extra}", self.message) };
         }
         self
     }

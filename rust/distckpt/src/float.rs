@@ -84,7 +84,11 @@ fn encode_small(x: f32, ebits: u32, mbits: u32, ieee_inf: bool) -> (u32, u32) {
         let q = sig >> shift;
         let rem = sig & ((1u32 << shift) - 1);
         let half = 1u32 << (shift - 1);
-        if rem > half || (rem == half && q & 1 == 1) { q + 1 } else { q }
+        if rem > half || (rem == half && q & 1 == 1) {
+            q + 1
+        } else {
+            q
+        }
     };
     // Subnormals have q < 2^mbits and exponent field 0; normals carry (top - emin) into the exponent field, and a
     // rounding carry of q into 2^(mbits+1) lands on the next binade by itself.

@@ -408,7 +408,10 @@ impl Parser<'_> {
             let mut value = match self.peek() {
                 Some(open @ (b'[' | b'{')) => {
                     if stack.len() >= self.max_depth {
-                        return Err((self.pos, format!("arrays and objects nest deeper than {} levels", self.max_depth)));
+                        return Err((
+                            self.pos,
+                            format!("arrays and objects nest deeper than {} levels", self.max_depth),
+                        ));
                     }
                     self.pos += 1;
                     self.skip_ws();
@@ -572,7 +575,10 @@ impl Parser<'_> {
                         self.pos += 2;
                         let lo = self.hex4(lo_at)?;
                         if !(0xDC00..=0xDFFF).contains(&lo) {
-                            return Err((at, format!("unpaired surrogate \\u{hi:04x} in a string (followed by \\u{lo:04x})")));
+                            return Err((
+                                at,
+                                format!("unpaired surrogate \\u{hi:04x} in a string (followed by \\u{lo:04x})"),
+                            ));
                         }
                         let code = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
                         char::from_u32(code).ok_or((at, format!("invalid escaped character U+{code:X}")))?
@@ -661,7 +667,11 @@ impl Parser<'_> {
         match text.parse::<f64>() {
             Ok(x) if x.is_finite() => Ok(Number::Float(x)),
             _ => {
-                let shown = if text.len() > 40 { format!("{}... ({} characters)", &text[..40], text.len()) } else { text.to_string() };
+                let shown = if text.len() > 40 {
+                    format!("{}... ({} characters)", &text[..40], text.len())
+                } else {
+                    text.to_string()
+                };
                 Err((start, format!("number {shown} is out of range (beyond an f64)")))
             }
         }
@@ -904,7 +914,11 @@ mod tests {
         ];
         for (text, want) in cases {
             let e = err(text);
-            assert!(e.message.contains(want) || e.to_string().contains(want), "{:?}: {e} (want {want:?})", String::from_utf8_lossy(text));
+            assert!(
+                e.message.contains(want) || e.to_string().contains(want),
+                "{:?}: {e} (want {want:?})",
+                String::from_utf8_lossy(text)
+            );
             assert!(e.offset <= text.len());
         }
         let e = err(b"{\n  \"a\": [1,\n   2 x]}");

@@ -37,7 +37,14 @@ pub struct SaveOptions {
 
 impl Default for SaveOptions {
     fn default() -> Self {
-        SaveOptions { io_threads: 0, overwrite: false, sync: true, checksum_block_size: 0, timeout: None, storage: None }
+        SaveOptions {
+            io_threads: 0,
+            overwrite: false,
+            sync: true,
+            checksum_block_size: 0,
+            timeout: None,
+            storage: None,
+        }
     }
 }
 
@@ -117,14 +124,23 @@ impl RawState {
 
     fn declare(&mut self, name: &str, dtype: Dtype, shape: &[u64]) -> Result<()> {
         let cname = cstring(name, "entry name")?;
-        check(unsafe { sys::dckpt_state_add_tensor(self.raw, cname.as_ptr(), dtype.raw(), shape.len(), shape.as_ptr()) })?;
+        check(unsafe {
+            sys::dckpt_state_add_tensor(self.raw, cname.as_ptr(), dtype.raw(), shape.len(), shape.as_ptr())
+        })?;
         self.tensors.insert(name.to_string(), (dtype, shape.to_vec()));
         Ok(())
     }
 
     /// Checks `T`, the box's rank and the buffer's length, then adds the piece. `data` must stay valid (and, for a
     /// load, writable) for the state's lifetime: the callers' lifetimes guarantee it.
-    fn piece<T: Element>(&mut self, name: &str, offsets: &[u64], lengths: &[u64], data: *mut T, len: usize) -> Result<()> {
+    fn piece<T: Element>(
+        &mut self,
+        name: &str,
+        offsets: &[u64],
+        lengths: &[u64],
+        data: *mut T,
+        len: usize,
+    ) -> Result<()> {
         let what = || format!("tensor '{name}'");
         let Some((dtype, shape)) = self.tensors.get(name) else {
             return Err(Error::new(ErrorCode::InvalidArgument, format!("tensor '{name}' was not declared")));
@@ -133,7 +149,12 @@ impl RawState {
         if offsets.len() != shape.len() || lengths.len() != shape.len() {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
-                format!("tensor '{name}' has {} dimensions; the piece has {} offsets and {} lengths", shape.len(), offsets.len(), lengths.len()),
+                format!(
+                    "tensor '{name}' has {} dimensions; the piece has {} offsets and {} lengths",
+                    shape.len(),
+                    offsets.len(),
+                    lengths.len()
+                ),
             ));
         }
         let n = volume(lengths, what)?;
@@ -194,7 +215,13 @@ impl<'a> SaveState<'a> {
 
     /// Adds a whole tensor with an explicit dtype: raw `u16` bits as `Dtype::BF16`/`F16`, `u8` bits as a float8
     /// format or `BOOL`.
-    pub fn add_tensor_as<T: Element>(&mut self, name: &str, dtype: Dtype, shape: &[u64], data: &'a [T]) -> Result<&mut Self> {
+    pub fn add_tensor_as<T: Element>(
+        &mut self,
+        name: &str,
+        dtype: Dtype,
+        shape: &[u64],
+        data: &'a [T],
+    ) -> Result<&mut Self> {
         check_element::<T>(dtype, || format!("tensor '{name}'"))?;
         self.inner.declare(name, dtype, shape)?;
         let zeros = vec![0u64; shape.len()];
@@ -209,7 +236,13 @@ impl<'a> SaveState<'a> {
 
     /// Adds the box `[offsets, offsets + lengths)` of a declared tensor, held row-major in `data`. The same box on
     /// several ranks is a replica (written once).
-    pub fn add_piece<T: Element>(&mut self, name: &str, offsets: &[u64], lengths: &[u64], data: &'a [T]) -> Result<&mut Self> {
+    pub fn add_piece<T: Element>(
+        &mut self,
+        name: &str,
+        offsets: &[u64],
+        lengths: &[u64],
+        data: &'a [T],
+    ) -> Result<&mut Self> {
         // A save only reads the piece; the C signature is shared with load, hence `*mut`.
         self.inner.piece(name, offsets, lengths, data.as_ptr() as *mut T, data.len())?;
         Ok(self)
@@ -256,7 +289,13 @@ impl<'a> SaveState<'a> {
         self.save_impl(path.as_ref(), comm, opts, Some(progress))
     }
 
-    fn save_impl(&self, path: &Path, comm: Option<&mut Comm>, opts: &SaveOptions, progress: Option<ProgressFn<'_>>) -> Result<SaveInfo> {
+    fn save_impl(
+        &self,
+        path: &Path,
+        comm: Option<&mut Comm>,
+        opts: &SaveOptions,
+        progress: Option<ProgressFn<'_>>,
+    ) -> Result<SaveInfo> {
         let cpath = path_cstring(path)?;
         let mut raw_opts = opts.to_raw()?;
         let progress = progress.map(Progress::new);
@@ -270,7 +309,12 @@ impl<'a> SaveState<'a> {
     /// Starts a save and returns once every piece and bytes entry has been copied into buffers the library owns:
     /// the borrowed buffers are free again as soon as this returns (the future does not borrow them). Writing and
     /// the commit run in the background; the communicator belongs to the save until the future completes.
-    pub fn save_async<'c>(&self, path: impl AsRef<Path>, comm: Option<&'c mut Comm>, opts: &SaveOptions) -> Result<SaveFuture<'c>> {
+    pub fn save_async<'c>(
+        &self,
+        path: impl AsRef<Path>,
+        comm: Option<&'c mut Comm>,
+        opts: &SaveOptions,
+    ) -> Result<SaveFuture<'c>> {
         let cpath = path_cstring(path.as_ref())?;
         let raw_opts = opts.to_raw()?;
         let mut raw = std::ptr::null_mut();
@@ -373,7 +417,13 @@ impl<'a> LoadState<'a> {
     }
 
     /// [`add_tensor`](Self::add_tensor) with an explicit dtype (raw bits of BF16, F16, float8, BOOL).
-    pub fn add_tensor_as<T: Element>(&mut self, name: &str, dtype: Dtype, shape: &[u64], data: &'a mut [T]) -> Result<&mut Self> {
+    pub fn add_tensor_as<T: Element>(
+        &mut self,
+        name: &str,
+        dtype: Dtype,
+        shape: &[u64],
+        data: &'a mut [T],
+    ) -> Result<&mut Self> {
         check_element::<T>(dtype, || format!("tensor '{name}'"))?;
         self.inner.declare(name, dtype, shape)?;
         let zeros = vec![0u64; shape.len()];
@@ -388,13 +438,23 @@ impl<'a> LoadState<'a> {
 
     /// Loads a whole tensor of any dtype into `data` as raw bytes (row-major, little-endian); `data.len()` must be
     /// its volume × dtype size.
-    pub fn add_tensor_bytes(&mut self, name: &str, dtype: Dtype, shape: &[u64], data: &'a mut [u8]) -> Result<&mut Self> {
+    pub fn add_tensor_bytes(
+        &mut self,
+        name: &str,
+        dtype: Dtype,
+        shape: &[u64],
+        data: &'a mut [u8],
+    ) -> Result<&mut Self> {
         let what = || format!("tensor '{name}'");
         let need = volume(shape, what)?.checked_mul(dtype.size());
         if need != Some(data.len()) {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
-                format!("tensor '{name}' ({} {shape:?}) needs {need:?} bytes; the buffer has {}", dtype.name(), data.len()),
+                format!(
+                    "tensor '{name}' ({} {shape:?}) needs {need:?} bytes; the buffer has {}",
+                    dtype.name(),
+                    data.len()
+                ),
             ));
         }
         self.inner.declare(name, dtype, shape)?;
@@ -402,13 +462,25 @@ impl<'a> LoadState<'a> {
         let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
         let cname = cstring(name, "entry name")?;
         check(unsafe {
-            sys::dckpt_state_add_piece(self.inner.raw, cname.as_ptr(), ptr(&zeros), ptr(shape), data.as_mut_ptr().cast())
+            sys::dckpt_state_add_piece(
+                self.inner.raw,
+                cname.as_ptr(),
+                ptr(&zeros),
+                ptr(shape),
+                data.as_mut_ptr().cast(),
+            )
         })?;
         Ok(self)
     }
 
     /// Loads the box `[offsets, offsets + lengths)` of a declared tensor into `data`, row-major.
-    pub fn add_piece<T: Element>(&mut self, name: &str, offsets: &[u64], lengths: &[u64], data: &'a mut [T]) -> Result<&mut Self> {
+    pub fn add_piece<T: Element>(
+        &mut self,
+        name: &str,
+        offsets: &[u64],
+        lengths: &[u64],
+        data: &'a mut [T],
+    ) -> Result<&mut Self> {
         self.inner.piece(name, offsets, lengths, data.as_mut_ptr(), data.len())?;
         Ok(self)
     }
@@ -445,7 +517,8 @@ impl<'a> LoadState<'a> {
         stats.version = sys::DCKPT_IO_STATS_VERSION;
         let p = progress.map(Progress::new);
         let (cb, ud) = progress::c_pair(&p);
-        let rc = unsafe { sys::dckpt_reader_load(&mut stats, ckpt.raw(), self.inner.raw, std::ptr::null_mut(), cb, ud) };
+        let rc =
+            unsafe { sys::dckpt_reader_load(&mut stats, ckpt.raw(), self.inner.raw, std::ptr::null_mut(), cb, ud) };
         progress::finish(p, check(rc).map(|_| IoStats::from_raw(&stats)).map_err(|e| ckpt.storage_error(e)))
     }
 

@@ -144,7 +144,12 @@ unsafe fn bridge<'a>(user_data: *mut c_void) -> &'a Bridge {
     &*(user_data as *const Bridge)
 }
 
-unsafe extern "C" fn t_create(file: *mut *mut sys::dckpt_storage_file, path: *const c_char, size_hint: u64, ud: *mut c_void) -> c_int {
+unsafe extern "C" fn t_create(
+    file: *mut *mut sys::dckpt_storage_file,
+    path: *const c_char,
+    size_hint: u64,
+    ud: *mut c_void,
+) -> c_int {
     let b = bridge(ud);
     let name = lossy_string(path);
     b.run("create", &name, || {
@@ -155,7 +160,13 @@ unsafe extern "C" fn t_create(file: *mut *mut sys::dckpt_storage_file, path: *co
     })
 }
 
-unsafe extern "C" fn t_write(file: *mut sys::dckpt_storage_file, offset: u64, data: *const c_void, size: usize, ud: *mut c_void) -> c_int {
+unsafe extern "C" fn t_write(
+    file: *mut sys::dckpt_storage_file,
+    offset: u64,
+    data: *const c_void,
+    size: usize,
+    ud: *mut c_void,
+) -> c_int {
     let b = bridge(ud);
     let f = &*(file as *const OpenFile);
     b.run("write", &f.path, || {
@@ -192,14 +203,24 @@ unsafe extern "C" fn t_size(size: *mut u64, path: *const c_char, ud: *mut c_void
     rc
 }
 
-unsafe extern "C" fn t_read(got: *mut usize, path: *const c_char, offset: u64, data: *mut c_void, size: usize, ud: *mut c_void) -> c_int {
+unsafe extern "C" fn t_read(
+    got: *mut usize,
+    path: *const c_char,
+    offset: u64,
+    data: *mut c_void,
+    size: usize,
+    ud: *mut c_void,
+) -> c_int {
     let b = bridge(ud);
     let name = lossy_string(path);
     b.run("read", &name, || {
         let buf = if size == 0 { &mut [][..] } else { std::slice::from_raw_parts_mut(data.cast::<u8>(), size) };
         let n = b.storage.read_at(callback_path(path)?, offset, buf)?;
         if n > size {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("read_at returned {n} for a {size}-byte buffer")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("read_at returned {n} for a {size}-byte buffer"),
+            ));
         }
         *got = n;
         Ok(())
@@ -211,7 +232,8 @@ unsafe extern "C" fn t_list(out: *mut sys::dckpt_storage_list, dir: *const c_cha
     let name = lossy_string(dir);
     b.run("list", &name, || {
         for n in b.storage.list(callback_path(dir)?)? {
-            let c = CString::new(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a listed name holds a NUL byte"))?;
+            let c = CString::new(n)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a listed name holds a NUL byte"))?;
             let rc = sys::dckpt_storage_list_add(out, c.as_ptr());
             if rc != sys::DCKPT_OK {
                 let msg = Error::last(rc).to_string();
@@ -228,7 +250,13 @@ unsafe extern "C" fn t_remove(path: *const c_char, ud: *mut c_void) -> c_int {
     b.run("remove", &name, || b.storage.remove(callback_path(path)?))
 }
 
-unsafe extern "C" fn t_commit(path: *const c_char, data: *const c_void, size: usize, replace: c_int, ud: *mut c_void) -> c_int {
+unsafe extern "C" fn t_commit(
+    path: *const c_char,
+    data: *const c_void,
+    size: usize,
+    replace: c_int,
+    ud: *mut c_void,
+) -> c_int {
     let b = bridge(ud);
     let name = lossy_string(path);
     let rc = b.run("commit", &name, || {
@@ -251,7 +279,9 @@ impl Bridge {
         let mut errors = lock(&self.errors);
         let mut found = Vec::new();
         errors.retain(|(p, m)| {
-            let named = !p.is_empty() && (message.contains(p.as_str()) || p.rsplit('/').next().is_some_and(|f| !f.is_empty() && message.contains(f)));
+            let named = !p.is_empty()
+                && (message.contains(p.as_str())
+                    || p.rsplit('/').next().is_some_and(|f| !f.is_empty() && message.contains(f)));
             if named {
                 found.push(m.clone());
             }

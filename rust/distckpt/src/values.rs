@@ -2,8 +2,8 @@
 //! that is not an array) and the structure document, read as [`json::Value`]s.
 
 use crate::checkpoint::{Checkpoint, EntryKind};
-use crate::json;
 use crate::error::{Error, ErrorCode, Result};
+use crate::json;
 
 /// The first byte of a pickle of protocol 2 or later (the PROTO opcode): never the first byte of UTF-8 text.
 const PICKLE_PROTO: u8 = 0x80;

@@ -372,7 +372,10 @@ impl<T: 'static> OwnedTensorView<T> {
 
 impl<T: 'static> Clone for OwnedTensorView<T> {
     fn clone(&self) -> Self {
-        OwnedTensorView { view: TensorView { data: self.view.data, entry: self.view.entry }, ckpt: Arc::clone(&self.ckpt) }
+        OwnedTensorView {
+            view: TensorView { data: self.view.data, entry: self.view.entry },
+            ckpt: Arc::clone(&self.ckpt),
+        }
     }
 }
 
@@ -584,7 +587,8 @@ impl Checkpoint {
                 ),
             ));
         }
-        if let Some(d) = (0..shape.len()).find(|&d| offsets[d].checked_add(lengths[d]).is_none_or(|end| end > shape[d])) {
+        if let Some(d) = (0..shape.len()).find(|&d| offsets[d].checked_add(lengths[d]).is_none_or(|end| end > shape[d]))
+        {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
                 format!(
@@ -627,7 +631,12 @@ impl Checkpoint {
     }
 
     /// [`view_region`](Self::view_region) that keeps a share of the checkpoint: call it on an `Arc<Checkpoint>`.
-    pub fn view_region_owned<T: Element>(self: &Arc<Self>, name: &str, offsets: &[u64], lengths: &[u64]) -> Result<OwnedChunkView<T>> {
+    pub fn view_region_owned<T: Element>(
+        self: &Arc<Self>,
+        name: &str,
+        offsets: &[u64],
+        lengths: &[u64],
+    ) -> Result<OwnedChunkView<T>> {
         OwnedChunkView::new(Arc::clone(self), |c| c.view_region::<T>(name, offsets, lengths))
     }
 
@@ -675,7 +684,10 @@ impl Checkpoint {
             .ok_or_else(|| {
                 Error::new(
                     ErrorCode::Internal,
-                    format!("{}: the region {offsets:?}+{lengths:?} is outside chunk {chunk}", self.describe(entry.name())),
+                    format!(
+                        "{}: the region {offsets:?}+{lengths:?} is outside chunk {chunk}",
+                        self.describe(entry.name())
+                    ),
                 )
             })
     }
@@ -704,7 +716,12 @@ impl Checkpoint {
                 if chunk.length != entry.nbytes() {
                     return Err(Error::new(
                         ErrorCode::Corrupt,
-                        format!("{}: its chunk holds {} bytes, the tensor {}", self.describe(name), chunk.length, entry.nbytes()),
+                        format!(
+                            "{}: its chunk holds {} bytes, the tensor {}",
+                            self.describe(name),
+                            chunk.length,
+                            entry.nbytes()
+                        ),
                     ));
                 }
                 self.chunk_slice::<T>(&entry, 0, &chunk)?
@@ -772,7 +789,8 @@ impl Checkpoint {
     fn chunk_bytes(&self, entry: &Entry<'_>, chunk: usize, info: &ChunkInfo<'_>, len: usize) -> Result<&[u8]> {
         let mut data: *const c_void = std::ptr::null();
         let mut size: u64 = 0;
-        let rc = unsafe { distckpt_sys::dckpt_reader_map_chunk(&mut data, &mut size, self.raw(), entry.index(), chunk) };
+        let rc =
+            unsafe { distckpt_sys::dckpt_reader_map_chunk(&mut data, &mut size, self.raw(), entry.index(), chunk) };
         if rc == distckpt_sys::DCKPT_EUNSUPPORTED {
             return self.copied_chunk(entry, chunk, info, len);
         }

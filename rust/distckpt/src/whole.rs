@@ -133,8 +133,9 @@ impl Checkpoint {
             if !e.is_tensor() {
                 continue;
             }
-            let len = usize::try_from(e.nbytes())
-                .map_err(|_| Error::new(ErrorCode::InvalidArgument, format!("{} is too large", self.describe(e.name()))))?;
+            let len = usize::try_from(e.nbytes()).map_err(|_| {
+                Error::new(ErrorCode::InvalidArgument, format!("{} is too large", self.describe(e.name())))
+            })?;
             out.push(LoadedTensor {
                 name: e.name().to_string(),
                 dtype: e.dtype(),
@@ -154,12 +155,19 @@ impl Checkpoint {
 
     /// Reads whole tensors into the caller's buffers, `(name, bytes)` each (`bytes.len()` must be the tensor's size),
     /// in one parallel, verified pass (`dckpt_reader_load`). Returns the reader's I/O counters.
-    pub fn read_all_into(&self, targets: &mut [(&str, &mut [u8])], progress: Option<ProgressFn<'_>>) -> Result<IoStats> {
+    pub fn read_all_into(
+        &self,
+        targets: &mut [(&str, &mut [u8])],
+        progress: Option<ProgressFn<'_>>,
+    ) -> Result<IoStats> {
         let mut state = LoadState::new()?;
         for (name, bytes) in targets.iter_mut() {
             let e = self.entry(name)?;
             if !e.is_tensor() {
-                return Err(Error::new(ErrorCode::InvalidArgument, format!("{} is a bytes entry", self.describe(name))));
+                return Err(Error::new(
+                    ErrorCode::InvalidArgument,
+                    format!("{} is a bytes entry", self.describe(name)),
+                ));
             }
             state.add_tensor_bytes(name, e.dtype(), e.shape(), bytes)?;
         }

@@ -121,7 +121,9 @@ fn regions_without_a_view_say_why_and_what_to_use() {
     let err = ckpt.view_region::<f32>("sharded.rows", &[r2 - 1, 0], &[2, 64]).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unsupported);
     let msg = err.to_string();
-    for needle in ["sharded.rows", "fixtures/sharded", "spans chunks 1 to 2 of its 4 chunks", "read_region_into()", "read()"] {
+    for needle in
+        ["sharded.rows", "fixtures/sharded", "spans chunks 1 to 2 of its 4 chunks", "read_region_into()", "read()"]
+    {
         assert!(msg.contains(needle), "{needle:?} missing from: {msg}");
     }
     let err = ckpt.view_region::<f32>("sharded.rows", &[0, 0], &[256, 64]).unwrap_err();
@@ -130,7 +132,9 @@ fn regions_without_a_view_say_why_and_what_to_use() {
     let err = ckpt.view_region::<f32>("sharded.cols", &[3, 0], &[1, 32]).unwrap_err();
     assert!(err.to_string().contains("spans chunks 0 to 1"), "{err}");
     // In one chunk but strided: a column, and two part-rows.
-    for (o, l, dims) in [([r1, 5], [4, 1], "dimension 1 after taking 4 in dimension 0"), ([r1 + 1, 0], [2, 63], "dimension 1")] {
+    for (o, l, dims) in
+        [([r1, 5], [4, 1], "dimension 1 after taking 4 in dimension 0"), ([r1 + 1, 0], [2, 63], "dimension 1")]
+    {
         let err = ckpt.view_region::<f32>("sharded.rows", &o, &l).unwrap_err();
         assert_eq!(err.code(), ErrorCode::Unsupported);
         let msg = err.to_string();
@@ -149,8 +153,14 @@ fn regions_without_a_view_say_why_and_what_to_use() {
     let err = ckpt.view_region::<f32>("sharded.rows", &[250, 0], &[7, 64]).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
     assert!(err.to_string().contains("outside its shape [256, 64] in dimension 0"), "{err}");
-    assert_eq!(ckpt.view_region::<f32>("sharded.rows", &[u64::MAX, 0], &[2, 1]).unwrap_err().code(), ErrorCode::InvalidArgument);
-    assert_eq!(ckpt.view_region::<f64>("sharded.rows", &[0, 0], &[1, 1]).unwrap_err().code(), ErrorCode::InvalidArgument);
+    assert_eq!(
+        ckpt.view_region::<f32>("sharded.rows", &[u64::MAX, 0], &[2, 1]).unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        ckpt.view_region::<f64>("sharded.rows", &[0, 0], &[1, 1]).unwrap_err().code(),
+        ErrorCode::InvalidArgument
+    );
     assert_eq!(ckpt.chunk_views::<i32>("whole").unwrap_err().code(), ErrorCode::InvalidArgument);
     assert_eq!(ckpt.chunk_views::<f32>("no.such").unwrap_err().code(), ErrorCode::NotFound);
     // The whole-tensor view of a sharded tensor now points at the chunk views too.

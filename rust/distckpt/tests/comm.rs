@@ -12,14 +12,16 @@ fn communicator_tests_skipped() {
 mod with_comm {
     use super::common::{ranks, TempDir};
     use distckpt::comm::CollectiveError;
-    use distckpt::{Checkpoint, Collectives, Comm, Dtype, ErrorCode, GlooOptions, LoadState, ReadOptions, SaveOptions, SaveState, ThreadGroup};
+    use distckpt::{
+        Checkpoint, Collectives, Comm, Dtype, ErrorCode, GlooOptions, LoadState, ReadOptions, SaveOptions, SaveState,
+        ThreadGroup,
+    };
     use std::path::{Path, PathBuf};
     use std::time::Duration;
 
     fn opts() -> SaveOptions {
         SaveOptions { sync: false, timeout: Some(Duration::from_secs(60)), ..Default::default() }
     }
-
 
     /// [6, 4] tensor "w" (value = flat index) in row pieces of 2 rows per rank, a replicated "bias", rank 0's bytes.
     fn save_three_ranks(path: PathBuf) {
@@ -68,7 +70,8 @@ mod with_comm {
             half
         });
         for (r, half) in cols.iter().enumerate() {
-            let want: Vec<f32> = (0..6).flat_map(|row| [row * 4 + 2 * r, row * 4 + 2 * r + 1]).map(|v| v as f32).collect();
+            let want: Vec<f32> =
+                (0..6).flat_map(|row| [row * 4 + 2 * r, row * 4 + 2 * r + 1]).map(|v| v as f32).collect();
             assert_eq!(half, &want, "rank {r}");
         }
     }
@@ -172,7 +175,12 @@ mod with_comm {
         let children: Vec<_> = (0..2)
             .map(|r| {
                 std::process::Command::new(std::env::current_exe().unwrap())
-                    .args(["--exact", "with_comm::gloo_two_processes_save_collectively", "--nocapture", "--test-threads=1"])
+                    .args([
+                        "--exact",
+                        "with_comm::gloo_two_processes_save_collectively",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
                     .env("DISTCKPT_RS_GLOO_DIR", tmp.path())
                     .env("DCKPT_RANK", r.to_string())
                     .env("DCKPT_WORLD_SIZE", "2")
@@ -183,7 +191,9 @@ mod with_comm {
             })
             .collect();
         let outputs: Vec<_> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
-        let log = |o: &std::process::Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let log = |o: &std::process::Output| {
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+        };
         if outputs.iter().any(|o| log(o).contains("GLOO-UNSUPPORTED")) {
             eprintln!("SKIPPED: this libdistckpt.so has no Gloo transport:\n{}", log(&outputs[0]));
             return;

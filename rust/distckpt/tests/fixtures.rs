@@ -77,10 +77,9 @@ fn bf16_and_f16_decode_to_the_values_cpp_wrote() {
 #[test]
 fn every_float8_code_decodes_to_the_value_cpp_computed() {
     let ckpt = Checkpoint::open(fixture("dtypes")).unwrap();
-    for (name, dtype, decode) in [
-        ("f8_e4m3fn", Dtype::F8E4M3FN, f8_e4m3fn_to_f32 as fn(u8) -> f32),
-        ("f8_e5m2", Dtype::F8E5M2, f8_e5m2_to_f32),
-    ] {
+    for (name, dtype, decode) in
+        [("f8_e4m3fn", Dtype::F8E4M3FN, f8_e4m3fn_to_f32 as fn(u8) -> f32), ("f8_e5m2", Dtype::F8E5M2, f8_e5m2_to_f32)]
+    {
         let e = ckpt.entry(&format!("{name}.all")).unwrap();
         assert_eq!((e.dtype(), e.shape()), (dtype, &[16u64, 16][..]));
         let codes: Vec<u8> = ckpt.read(&format!("{name}.all")).unwrap();

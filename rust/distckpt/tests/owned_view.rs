@@ -105,10 +105,12 @@ fn owned_views_from_any_kind_of_view() {
     let verified = OwnedTensorView::new(Arc::clone(&ckpt), |c| c.view_verified::<i32>("matrix.i32")).unwrap();
     assert_eq!(verified.view().as_slice(), &(0..12).collect::<Vec<i32>>()[..]);
     assert_eq!(verified.entry().shape(), &[3, 4]);
-    let part = OwnedChunkView::new(Arc::clone(&ckpt), |c| c.view_region::<i32>("matrix.i32", &[1, 0], &[2, 4])).unwrap();
+    let part =
+        OwnedChunkView::new(Arc::clone(&ckpt), |c| c.view_region::<i32>("matrix.i32", &[1, 0], &[2, 4])).unwrap();
     assert_eq!(&part[..], &(4..12).collect::<Vec<i32>>()[..]);
     assert_eq!(part.view().offsets(), &[1, 0]);
-    let err = OwnedChunkView::new(Arc::clone(&ckpt), |c| c.view_region::<i32>("matrix.i32", &[0, 1], &[2, 2])).unwrap_err();
+    let err =
+        OwnedChunkView::new(Arc::clone(&ckpt), |c| c.view_region::<i32>("matrix.i32", &[0, 1], &[2, 2])).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Unsupported);
     assert_eq!(Arc::strong_count(&ckpt), 4);
     assert!(format!("{verified:?}").contains("matrix.i32"));

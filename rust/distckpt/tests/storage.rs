@@ -113,7 +113,10 @@ impl StorageFile for MemFile {
         let _busy = Busy::enter(s);
         s.writes.fetch_add(1, Ordering::SeqCst);
         s.crashed()?;
-        if s.faults().crash_after_marker && s.marker_seen.load(Ordering::SeqCst) && self.path.ends_with("metadata.dckpt") {
+        if s.faults().crash_after_marker
+            && s.marker_seen.load(Ordering::SeqCst)
+            && self.path.ends_with("metadata.dckpt")
+        {
             s.crashed.store(true, Ordering::SeqCst);
             s.crashed()?;
         }
@@ -286,7 +289,11 @@ fn save_open_read_verify_and_resharded_load_through_a_rust_storage() {
             for c0 in [0u64, 24] {
                 for r in r0..r1 {
                     for c in 0..24 {
-                        assert_eq!(parts[i][((r - r0) * 24 + c) as usize], (r * 48 + c0 + c) as f32, "part {i} row {r}");
+                        assert_eq!(
+                            parts[i][((r - r0) * 24 + c) as usize],
+                            (r * 48 + c0 + c) as f32,
+                            "part {i} row {r}"
+                        );
                     }
                 }
                 i += 1;
@@ -420,7 +427,10 @@ fn a_panicking_storage_gives_an_error_not_an_abort() {
     f.panic_on_write = None;
     drop(f);
     // The storage still works afterwards.
-    assert_eq!(Checkpoint::open_with("panic/ckpt", None, &read_opts(&h)).unwrap().read::<f32>("w").unwrap(), iota(64, 48));
+    assert_eq!(
+        Checkpoint::open_with("panic/ckpt", None, &read_opts(&h)).unwrap().read::<f32>("w").unwrap(),
+        iota(64, 48)
+    );
 }
 
 #[test]

@@ -46,7 +46,10 @@ fn every_tagged_form_saved_from_python() {
     let ckpt = python();
     let flags = ckpt.value("flags").unwrap();
     assert_eq!(flags.to_string(), r#"[true,null,1.5,"x"]"#);
-    assert_eq!((flags[0].as_bool(), flags[1].is_null(), flags[2].as_f64(), flags[3].as_str()), (Some(true), true, Some(1.5), Some("x")));
+    assert_eq!(
+        (flags[0].as_bool(), flags[1].is_null(), flags[2].as_f64(), flags[3].as_str()),
+        (Some(true), true, Some(1.5), Some("x"))
+    );
 
     let shape = ckpt.value("shape").unwrap();
     let dims: Vec<u64> = shape.as_tuple().unwrap().iter().filter_map(Value::as_u64).collect();
@@ -191,7 +194,10 @@ fn blobs_structures_and_hostile_values_written_here() {
         let err = ckpt.value(name).unwrap_err();
         assert_eq!(err.code(), code, "{name}: {err}");
         let msg = err.to_string();
-        assert!(msg.contains(needle) && msg.contains(&format!("entry '{name}'")) && msg.contains("ckpt"), "{name}: {msg}");
+        assert!(
+            msg.contains(needle) && msg.contains(&format!("entry '{name}'")) && msg.contains("ckpt"),
+            "{name}: {msg}"
+        );
     }
     assert_eq!(ckpt.read_bytes("blob").unwrap(), b"\x00\x01binary", "the raw bytes stay readable");
 

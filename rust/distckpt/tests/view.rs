@@ -110,7 +110,8 @@ fn truncated_data_file_is_an_error_not_a_crash() {
     match Checkpoint::open(&dir) {
         Err(e) => assert_eq!(e.code(), ErrorCode::Corrupt, "{e}"),
         Ok(ckpt) => {
-            let last = ckpt.entries().filter(|e| e.is_tensor()).max_by_key(|e| ckpt.chunk(e, 0).unwrap().file_offset).unwrap();
+            let last =
+                ckpt.entries().filter(|e| e.is_tensor()).max_by_key(|e| ckpt.chunk(e, 0).unwrap().file_offset).unwrap();
             let err = ckpt.view::<f32>(last.name()).unwrap_err();
             assert_eq!(err.code(), ErrorCode::Corrupt);
             assert!(err.to_string().contains("truncated") && err.to_string().contains("data-00000.bin"), "{err}");
