@@ -6,7 +6,9 @@
 # then shows the serve example's output. Then a crate of a user's own (tests/consumers/rust), copied outside the
 # repository and every workspace, built with only the steps README.md gives, its binary copied to a fresh directory
 # and run with LD_LIBRARY_PATH unset and the install tree moved away; then the same crate with the `shared` feature;
-# each of its checks counts as a test. Exits non-zero if anything failed. Last line: "rust: N passed, M failed".
+# each of its checks counts as a test. Before all that, `cargo fmt --check` against rustfmt.toml, one more test (or
+# SKIPPED, saying so, where rustfmt is not installed). Exits non-zero if anything failed. Last line:
+# "rust: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -22,6 +24,20 @@ export PKG_CONFIG_PATH="$root/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 log=$(mktemp)
 work=$(mktemp -d)
 trap 'rm -f "$log"; rm -rf "$work"' EXIT
+
+# Formatting: rustfmt.toml holds the style; a difference fails the run (fix it with `cargo fmt` in rust/).
+fmt_passed=0
+fmt_failed=0
+if cargo fmt --version >/dev/null 2>&1; then
+  echo "== cargo fmt --check ($(cargo fmt --version))"
+  if cargo fmt --check; then
+    fmt_passed=1; echo "ok   cargo fmt --check"
+  else
+    fmt_failed=1; echo "FAIL cargo fmt --check: the code differs from rustfmt.toml's style (above); run cargo fmt in rust/"
+  fi
+else
+  echo "SKIPPED: cargo fmt --check (rustfmt is not installed: rustup component add rustfmt); not counted"
+fi
 echo "== cargo test --offline --workspace (static: libdistckpt.a from $DISTCKPT_LIB_DIR)"
 cargo test --offline --workspace 2>&1 | tee "$log" | grep -E "^(test |running|test result|     Running|error|warning: unused)|SKIPPED|panicked" || true
 rc=${PIPESTATUS[0]}
@@ -119,9 +135,9 @@ if [[ $rc -ne 0 && $failed -eq 0 ]]; then
   failed=1 # cargo failed before running tests (a build error), or the serve example failed: count it
   tail -30 "$log"
 fi
-passed=$((passed + consumer_passed))
-failed=$((failed + consumer_failed))
-if [[ $consumer_failed -ne 0 && $rc -eq 0 ]]; then
+passed=$((passed + consumer_passed + fmt_passed))
+failed=$((failed + consumer_failed + fmt_failed))
+if [[ $((consumer_failed + fmt_failed)) -ne 0 && $rc -eq 0 ]]; then
   rc=1
 fi
 echo "rust: ${passed} passed, ${failed} failed"
