@@ -81,3 +81,17 @@ pub use view::{Advice, ChunkView, OwnedChunkView, OwnedTensorView, TensorView};
 pub use whole::LoadedTensor;
 
 pub use distckpt_sys as sys;
+
+/// The Rust code blocks of rust/README.md, run as doctests (`cargo test --doc`) so that the README cannot drift from
+/// the API. Lines starting with `# ` are hidden setup: a `main` returning a `Result`, and the repository root as the
+/// working directory, since the README's paths (`tests/fixtures/mlp`) are relative to it. Blocks marked `no_run`
+/// are compiled only: a build script, and reads into GPU memory (tests/device.rs runs those).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod rust_readme {}
+
+/// The Rust block of the repository's README.md ("Using it from Python, Rust and Go"), compiled only (`no_run`): it
+/// opens the absolute path the Python line above it saves to.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}
