@@ -2,6 +2,7 @@
 # Runs the Rust suite from a fresh clone: builds libdistckpt.a and .so (scripts/build_lib.sh, Bazel offline), points
 # cargo at them, runs `cargo test --offline --workspace` in the default mode, which links the static archive (bindings
 # staleness and C layout checks, the safe crate's unit and integration tests against tests/fixtures and tests/golden,
+# the code blocks of README.md and ../README.md as doctests,
 # the serve example compared with its reference), then the same tests with the `shared` feature (libdistckpt.so),
 # then shows the serve example's output. Then a crate of a user's own (tests/consumers/rust), copied outside the
 # repository and every workspace, built with only the steps README.md gives, its binary copied to a fresh directory
@@ -114,12 +115,12 @@ fi
 cp -R "$work/consumer" "$work/shared_build_rs"
 sed -i -e 's/^name = "distckpt-consumer"/name = "distckpt-consumer-shared"/' \
   -e 's|^\(distckpt = { path = "[^"]*"\) }|\1, features = ["shared"] }|' "$work/shared_build_rs/Cargo.toml"
-cat > "$work/shared_build_rs/build.rs" <<'RS'
-fn main() {
-    let dir = std::env::var("DEP_DISTCKPT_RS_LIB_DIR").expect("the distckpt crate sets DEP_DISTCKPT_RS_LIB_DIR");
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
-}
-RS
+# The build.rs is README.md's own, the first code block after the sentence that introduces it, so that the file
+# tested here and the one users copy cannot differ.
+awk '/So add a `build.rs` beside your `Cargo.toml`:/ { after = 1 } after && /^```rust/ { inside = 1; next }
+     inside && /^```$/ { exit } inside { print }' README.md > "$work/shared_build_rs/build.rs"
+grep -q "DEP_DISTCKPT_RS_LIB_DIR" "$work/shared_build_rs/build.rs"
+consumer_check "README.md's build.rs for the shared feature is found in README.md" $?
 (cd "$work/shared_build_rs" && readme_env cargo build --offline -q 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
 consumer_check "features = [\"shared\"] with README.md's build.rs: cargo build --offline" $?
 readelf -d "$work/target/debug/distckpt-consumer-shared" | grep -q "(NEEDED).*\[libdistckpt\.so\]" &&
