@@ -24,6 +24,9 @@ JSON document other bindings can read as well::
           | {"list": [NODE, ...]} | {"tuple": [NODE, ...]}
           | {"array": NAME}  (+ "scalar": true for a numpy scalar)
           | {"object": NAME, "encoding": "json" | "pickle"}
+
+Both are normative in core/format/FORMAT.md, appendix A (what every reader must accept and reject); the shared
+fixtures in tests/fixtures/values/ hold Python, Rust and Go to it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import base64
 import json
 import math
 import pickle
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -40,6 +44,8 @@ import numpy as np
 from .errors import CorruptCheckpointError, InvalidArgumentError, PickleNotAllowedError, VersionError
 
 STRUCTURE_VERSION = 1
+#: How deeply structure nodes may nest below the root (FORMAT.md A.2): deeper state is refused when saved.
+MAX_STRUCTURE_DEPTH = 200
 Path = Tuple[Any, ...]
 Node = Dict[str, Any]
 Step = Tuple[bool, Any]  #: one step of a path for nest(): (is it a sequence index, the key or index)
@@ -119,6 +125,11 @@ class _Flattener:
         return node
 
     def visit(self, x: Any, path: Path) -> Node:
+        if len(path) > MAX_STRUCTURE_DEPTH:
+            raise InvalidArgumentError(
+                f"the state nests deeper than {MAX_STRUCTURE_DEPTH} levels at {_display(path[:3] + ('...',))}; "
+                "readers refuse such a structure"
+            )
         if self.is_array(x):
             return self.leaf(x, path, True)
         if _is_stateful(x) and path:
@@ -244,59 +255,81 @@ def parse_structure(raw: bytes, checkpoint: str) -> Optional[Node]:
     """The root node of a saved structure, validated; None if the checkpoint has none, or another binding's."""
     if not raw:
         return None
+    duplicates: List[str] = []
     try:
-        doc = json.loads(raw)
+        doc = _strict_json(raw, duplicates)
     except (ValueError, RecursionError):
         return None  # not ours: the core keeps the structure opaque, and other bindings may store anything there
     if not isinstance(doc, dict) or "distckpt_structure" not in doc:
         return None
     version = doc["distckpt_structure"]
-    if not isinstance(version, int) or isinstance(version, bool):
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise CorruptCheckpointError(f"checkpoint '{checkpoint}': bad structure version {version!r}")
     if version > STRUCTURE_VERSION:
         raise VersionError(
             f"checkpoint '{checkpoint}' describes its nested state with structure version {version}; this distckpt "
             f"reads version {STRUCTURE_VERSION}: upgrade distckpt (or read the entries by name with distckpt.open)"
         )
+    if duplicates:
+        raise CorruptCheckpointError(
+            f"checkpoint '{checkpoint}': malformed structure: member {duplicates[0]!r:.80} appears twice in an object"
+        )
     root = doc.get("root")
-    _validate(root, checkpoint, 0)
+    _validate(root, checkpoint, 0, set())
     assert isinstance(root, dict)  # _validate checked it
     if "dict" not in root:
         raise CorruptCheckpointError(f"checkpoint '{checkpoint}': the structure's root is not a dict")
     return root
 
 
-def _validate(node: Any, checkpoint: str, depth: int) -> None:
+#: The members that name a node's kind: a node has exactly one (FORMAT.md A.2).
+_NODE_KINDS = ("dict", "list", "tuple", "array", "object")
+
+
+def _validate(node: Any, checkpoint: str, depth: int, names: set) -> None:
     def bad(why: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"checkpoint '{checkpoint}': malformed structure: {why}")
 
-    if depth > 200:
+    if depth > MAX_STRUCTURE_DEPTH:
         raise bad("nested too deeply")
     if not isinstance(node, dict) or len(node) == 0:
         raise bad(f"node {node!r:.80} is not an object")
+    kinds = [k for k in _NODE_KINDS if k in node]
+    if len(kinds) > 1:
+        raise bad(f"node {node!r:.80} has more than one kind ({', '.join(kinds)})")
     if "dict" in node:
         items = node["dict"]
         if not isinstance(items, list):
             raise bad("'dict' is not a list")
+        keys = set()
         for item in items:
             if not (isinstance(item, list) and len(item) == 2):
                 raise bad("a dict item is not a [key, node] pair")
             k = item[0]
             if isinstance(k, bool) or not isinstance(k, (str, int)):
                 raise bad(f"dict key {k!r:.80} is not a string or an integer")
-            _validate(item[1], checkpoint, depth + 1)
+            if k in keys:
+                raise bad(f"dict key {k!r:.80} appears twice")
+            keys.add(k)
+            _validate(item[1], checkpoint, depth + 1, names)
     elif "list" in node or "tuple" in node:
         items = node["list"] if "list" in node else node["tuple"]
         if not isinstance(items, list):
             raise bad("'list' is not a list")
         for item in items:
-            _validate(item, checkpoint, depth + 1)
-    elif "array" in node:
-        if not isinstance(node["array"], str):
-            raise bad("'array' is not a name")
-    elif "object" in node:
-        if not isinstance(node["object"], str) or node.get("encoding") not in ("json", "pickle"):
+            _validate(item, checkpoint, depth + 1, names)
+    elif "array" in node or "object" in node:
+        if "array" in node:
+            if not isinstance(node["array"], str):
+                raise bad("'array' is not a name")
+            if not isinstance(node.get("scalar", False), bool):
+                raise bad(f"array node {node!r:.80}: 'scalar' is not true or false")
+        elif not isinstance(node["object"], str) or node.get("encoding") not in ("json", "pickle"):
             raise bad(f"object node {node!r:.80} lacks a name or a known encoding")
+        name = leaf_name(node)
+        if name in names:
+            raise bad(f"two leaves name the entry '{name:.80}'")
+        names.add(name)
     else:
         raise bad(f"unknown node kind {sorted(node)!r:.80}")
 
@@ -340,6 +373,8 @@ def _to_json(v: Any, depth: int = 0) -> Any:
     if depth > 100:
         raise _NotJson("nested too deeply")
     t = type(v)
+    if t is str and _SURROGATE.search(v):
+        raise _NotJson("str with unpaired surrogates")  # not encodable as UTF-8: it would fail in encode() below
     if v is None or t is bool or t is str or t is int:
         return v
     if t is float:
@@ -361,30 +396,120 @@ def _to_json(v: Any, depth: int = 0) -> Any:
     raise _NotJson(f"{t.__module__}.{t.__qualname__}")
 
 
-def _from_json(v: Any) -> Any:
+#: How deeply the JSON of an object leaf may nest: arrays and objects, the outermost counting 1 (FORMAT.md A.4).
+MAX_VALUE_DEPTH = 500
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _BadValue(ValueError):
+    pass
+
+
+def _strict_json(raw: bytes, duplicates: Optional[List[str]] = None) -> Any:
+    """RFC 8259 JSON from UTF-8 bytes, as Rust's and Go's readers take it: no NaN/Infinity literals, no number beyond
+    an f64, no unpaired surrogate escapes. Duplicate member names raise, or are collected in ``duplicates``."""
+
+    def pairs(items: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        d = dict(items)
+        if len(d) != len(items):
+            seen: set = set()
+            dup = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            if duplicates is None:
+                raise _BadValue(f"member {dup!r:.80} appears twice in an object")
+            duplicates.append(dup)
+        return d
+
+    def constant(word: str) -> Any:
+        raise _BadValue(f"{word} is not JSON")
+
+    def number(text: str) -> float:
+        f = float(text)
+        if not math.isfinite(f):
+            raise _BadValue(f"number {text:.40} is beyond an f64")
+        return f
+
+    text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray, memoryview)) else raw
+    doc = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=number)
+    stack = [doc]
+    while stack:  # Python's json turns an unpaired surrogate escape into a lone surrogate; Rust and Go refuse it
+        x = stack.pop()
+        if isinstance(x, str):
+            if _SURROGATE.search(x):
+                raise _BadValue("a string holds an unpaired surrogate escape")
+        elif isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x)
+            stack.extend(x.values())
+    return doc
+
+
+def _from_json(v: Any, depth: int = 0) -> Any:
+    """The value of decoded JSON ``v`` (``depth``: the arrays and objects around it). Raises ValueError for what
+    FORMAT.md appendix A says a reader rejects."""
+    if not isinstance(v, (list, dict)):
+        return v
+    if depth >= MAX_VALUE_DEPTH:
+        raise _BadValue(f"nested deeper than {MAX_VALUE_DEPTH} levels")
+    # Loops, not comprehensions: before Python 3.12 a comprehension is a frame of its own, which would halve how deep
+    # a value can nest before RecursionError.
     if isinstance(v, list):
-        return [_from_json(x) for x in v]
-    if isinstance(v, dict):
-        if len(v) == 1:
-            (tag, body), = v.items()
-            if tag == "$tuple":
-                return tuple(_from_json(x) for x in body)
-            if tag == "$dict":
-                return {_hashable(_from_json(k)): _from_json(x) for k, x in body}
-            if tag == "$bytes":
-                return base64.b64decode(body)
-            if tag == "$float":
-                return float(body)
-            if tag == "$complex":
-                return complex(_from_json(body[0]), _from_json(body[1]))
-        return {k: _from_json(x) for k, x in v.items()}
-    return v
+        out_list = []
+        for x in v:
+            out_list.append(_from_json(x, depth + 1))
+        return out_list
+    if len(v) == 1:
+        (tag, body), = v.items()
+        if tag == "$tuple":
+            items = []
+            for x in _body_list(body, tag, depth):
+                items.append(_from_json(x, depth + 2))
+            return tuple(items)
+        if tag == "$dict":
+            out = {}
+            for item in _body_list(body, tag, depth):
+                pair = _body_list(item, "$dict item", depth + 1)
+                if len(pair) != 2:
+                    raise _BadValue("a $dict item is not a [key, value] pair")
+                k = _from_json(pair[0], depth + 3)
+                if isinstance(k, (list, dict)):
+                    raise _BadValue("a $dict key is a list or a dict")
+                out[k] = _from_json(pair[1], depth + 3)  # TypeError for an unhashable key (a tuple holding a list)
+            if len(out) != len(body):
+                raise _BadValue("a $dict has two equal keys")
+            return out
+        if tag == "$bytes":
+            if not isinstance(body, str):
+                raise _BadValue("$bytes does not hold a string")
+            raw = base64.b64decode(body, validate=True)
+            if base64.b64encode(raw).decode("ascii") != body:
+                raise _BadValue("$bytes is not canonical base64 with padding")
+            return raw
+        if tag == "$float":
+            if body not in ("nan", "inf", "-inf"):
+                raise _BadValue(f"$float holds {body!r:.40}, not 'nan', 'inf' or '-inf'")
+            return float(body)
+        if tag == "$complex":
+            parts = [_from_json(x, depth + 2) for x in _body_list(body, tag, depth)]
+            if len(parts) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in parts):
+                raise _BadValue("$complex does not hold [re, im] numbers")
+            return complex(parts[0], parts[1])
+    for k in v:
+        if k.startswith("$"):
+            raise _BadValue(f"unknown tag {k!r:.40}" if len(v) == 1 else f"key {k!r:.40} starts with '$' unescaped")
+    out_dict = {}
+    for k, x in v.items():
+        out_dict[k] = _from_json(x, depth + 1)
+    return out_dict
 
 
-def _hashable(k: Any) -> Any:
-    if isinstance(k, list):
-        return tuple(_hashable(x) for x in k)
-    return k
+def _body_list(body: Any, tag: str, depth: int) -> List[Any]:
+    """The array body of a tagged form whose object is ``depth`` deep."""
+    if not isinstance(body, list):
+        raise _BadValue(f"{tag} does not hold a list")
+    if depth + 1 >= MAX_VALUE_DEPTH:
+        raise _BadValue(f"nested deeper than {MAX_VALUE_DEPTH} levels")
+    return body
 
 
 #: The longest str a top-level leaf may have and still be copied into the user metadata (scalar_text).
@@ -430,8 +555,8 @@ def encode_object(value: Any, name: str, allow_pickle: bool) -> Tuple[bytes, str
 def decode_object(data: bytes, encoding: str, name: str, checkpoint: str, allow_pickle: bool) -> Any:
     if encoding == "json":
         try:
-            return _from_json(json.loads(data.decode("utf-8")))
-        except (ValueError, RecursionError, KeyError, TypeError, IndexError) as e:
+            return _from_json(_strict_json(data))
+        except (ValueError, RecursionError, TypeError, OverflowError, KeyError, IndexError) as e:
             raise CorruptCheckpointError(
                 f"checkpoint '{checkpoint}': entry '{name}' is not valid distckpt JSON ({e})"
             ) from None
