@@ -45,7 +45,14 @@ impl Checkpoint {
                 ),
             ));
         }
-        json::parse(&bytes).map_err(|e| match encoding.as_deref() {
+        // FORMAT.md A.1 and A.4: no member name twice in an object, and at most VALUE_MAX_DEPTH deep.
+        let parsed = json::parse_with_max_depth(&bytes, VALUE_MAX_DEPTH).map_err(|e| e.to_string()).and_then(|v| {
+            match first_duplicate_member(&v) {
+                Some(key) => Err(format!("member {key:?} appears twice in an object")),
+                None => Ok(v),
+            }
+        });
+        parsed.map_err(|e| match encoding.as_deref() {
             Some("json") => Error::new(
                 ErrorCode::Corrupt,
                 format!("{}: the checkpoint's structure says it holds JSON, but it does not: {e}", self.describe(name)),
@@ -76,9 +83,34 @@ impl Checkpoint {
     }
 }
 
-/// The "encoding" of the object node named `name` in a Python structure document, if it has one.
+/// How deeply the JSON of a value may nest (FORMAT.md A.4; arrays and objects, the outermost counting 1).
+const VALUE_MAX_DEPTH: usize = 500;
+
+/// The first member name that appears twice in one object of `v` (FORMAT.md A.1: readers reject such JSON).
+fn first_duplicate_member(v: &json::Value) -> Option<&str> {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        if let Some(items) = v.as_array() {
+            stack.extend(items);
+        } else if let Some(members) = v.as_object() {
+            let mut seen = std::collections::HashSet::new();
+            for (k, child) in members {
+                if !seen.insert(k.as_str()) {
+                    return Some(k);
+                }
+                stack.push(child);
+            }
+        }
+    }
+    None
+}
+
+/// The "encoding" of the object node named `name` in a Python structure document of version 1 (FORMAT.md A.2: a
+/// newer version is not read), if it has one.
 fn object_encoding(doc: &json::Value, name: &str) -> Option<String> {
-    doc.get("distckpt_structure")?;
+    if doc.get("distckpt_structure")?.as_i64() != Some(1) {
+        return None;
+    }
     // Depth-first over the nodes, with a stack: the parser limits the depth, but nothing here needs to recurse.
     let mut stack = vec![doc.get("root")?];
     while let Some(node) = stack.pop() {

@@ -184,7 +184,7 @@ fn blobs_structures_and_hostile_values_written_here() {
         ("blob", ErrorCode::InvalidArgument, "is not JSON"),
         ("bad_utf8", ErrorCode::InvalidArgument, "invalid UTF-8"),
         ("claimed_json", ErrorCode::Corrupt, "the checkpoint's structure says it holds JSON"),
-        ("deep", ErrorCode::InvalidArgument, "deeper than 1000 levels"),
+        ("deep", ErrorCode::InvalidArgument, "deeper than 500 levels"), // FORMAT.md A.4
         ("empty", ErrorCode::InvalidArgument, "expected a value, found the end of the text"),
         ("pickle_like", ErrorCode::Unsupported, "pickle"),
         ("surrogate", ErrorCode::InvalidArgument, "unpaired surrogate"),
