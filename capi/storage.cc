@@ -11,6 +11,7 @@
 #include "capi/include/distckpt/distckpt.h"
 #include "core/storage/object/object_storage.h"
 #include "core/tools/leftovers.h"
+#include "core/tools/rename_leftovers.h"
 
 struct dckpt_storage_list {
   std::vector<std::string> names;
@@ -215,6 +216,54 @@ int dckpt_storage_remove_checkpoint(dckpt_storage* storage, const char* path) {
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     distckpt::Storage* s = distckpt::capi::StorageOr(storage);
     DCKPT_RETURN_IF_FAILED(distckpt::RemoveCheckpoint(s, path));
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_scan_leftovers(const char* dir, const char* final_name, double grace_seconds, dckpt_leftover_fn each,
+                         void* user_data) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(dir, "dir"));
+    if (each == nullptr) DCKPT_RETURN_IF_FAILED(NotNull(nullptr, "each"));
+    auto grace = distckpt::capi::Grace(grace_seconds);
+    if (!grace.ok()) return Report(grace.status());
+    auto found = distckpt::ScanRenameLeftovers(dir, *grace, final_name != nullptr ? final_name : "");
+    if (!found.ok()) return Report(found.status());
+    for (const distckpt::RenameLeftover& l : *found) {
+      const distckpt::WriterState w = l.writer;
+      dckpt_leftover_info info{};
+      info.version = DCKPT_LEFTOVER_INFO_VERSION;
+      info.path = l.path.c_str();
+      info.name = l.name.c_str();
+      info.final_name = l.final_name.c_str();
+      info.kind = static_cast<int>(l.kind);
+      info.bytes = l.bytes;
+      info.idle_seconds = l.idle_seconds;
+      info.writer = w == distckpt::WriterState::kRunning  ? DCKPT_WRITER_RUNNING
+                    : w == distckpt::WriterState::kExited ? DCKPT_WRITER_EXITED
+                                                          : DCKPT_WRITER_UNKNOWN;
+      info.writer_pid = l.marker.pid;
+      info.writer_host = l.marker.host.c_str();
+      info.writer_started_utc = l.marker.started_utc.c_str();
+      info.garbage = l.garbage ? 1 : 0;
+      info.reason = l.reason.c_str();
+      const int rc = each(&info, user_data);
+      if (rc != 0) {
+        return Report(distckpt::Status(distckpt::StatusCode::kUser, "the leftover callback stopped the scan of '" +
+                                                                       std::string(dir) + "' at '" + l.path +
+                                                                       "' (it returned " + std::to_string(rc) + ")"));
+      }
+    }
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_remove_leftover(const char* path, double grace_seconds) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    auto grace = distckpt::capi::Grace(grace_seconds);
+    if (!grace.ok()) return Report(grace.status());
+    DCKPT_RETURN_IF_FAILED(distckpt::RemoveRenameLeftover(path, *grace));
     return DCKPT_OK;
   })
 }

@@ -22,6 +22,7 @@ namespace {
 
 constexpr char kStagingInfix[] = ".dckpt-staging-";
 constexpr char kReplacedInfix[] = ".dckpt-old-";
+constexpr char kDeletingInfix[] = ".dckpt-deleting-";
 
 // splitmix64's finaliser: a bijective mixer, so distinct inputs stay distinct.
 uint64_t Mix64(uint64_t x) {
@@ -174,6 +175,14 @@ std::string ReplacedPath(const std::string& final_path, const std::string& nonce
 
 bool ParseReplacedName(const std::string& name, std::string* final_name) {
   return internal_storage::ParseSuffixedName(name, internal_storage::kReplacedInfix, final_name);
+}
+
+std::string DeletingPath(const std::string& final_path, const std::string& nonce) {
+  return StripTrailingSlashes(final_path) + internal_storage::kDeletingInfix + nonce;
+}
+
+bool ParseDeletingName(const std::string& name, std::string* final_name) {
+  return internal_storage::ParseSuffixedName(name, internal_storage::kDeletingInfix, final_name);
 }
 
 std::string ObjectMarkerName(const std::string& nonce) { return std::string(kStagingMarkerName) + "." + nonce; }

@@ -196,6 +196,11 @@ std::string NewNonce();
 std::string ReplacedPath(const std::string& final_path, const std::string& nonce);
 /// True if a directory name looks like a parked previous checkpoint; sets *final_name like ParseStagingName.
 bool ParseReplacedName(const std::string& name, std::string* final_name);
+/// Where a prune moves a directory it is about to remove, so that it leaves its name in one step:
+/// "<parent>/<basename>.dckpt-deleting-<nonce>". One left behind is the leftover of an interrupted prune.
+std::string DeletingPath(const std::string& final_path, const std::string& nonce);
+/// True if a directory name looks like one a prune moved aside; sets *final_name like ParseStagingName.
+bool ParseDeletingName(const std::string& name, std::string* final_name);
 
 /// A checkpoint being written under a staging name. Protocol (FORMAT.md "Commit"): create staging dir and marker ->
 /// write + fsync data files -> write + fsync metadata -> remove marker -> fsync staging dir -> move to the final

@@ -1,9 +1,5 @@
 #include "core/tools/leftovers.h"
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -11,32 +7,19 @@
 #include <sstream>
 
 #include "core/format/metadata.h"
+#include "core/tools/rename_leftovers.h"
+#include "core/tools/staging_marker.h"
 
 namespace distckpt {
 namespace {
 
-// The writer a marker names (StagingMarkerText), and whether it is gone.
+// A marker's save is abandoned when its writer, on this host, has exited, or when it started longer than `grace` ago.
 bool MarkerIsStale(const std::string& text, std::chrono::seconds grace) {
-  std::map<std::string, std::string> fields;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t colon = line.find(": ");
-    if (colon != std::string::npos) fields[line.substr(0, colon)] = line.substr(colon + 2);
-  }
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) == 0 && fields["host"] == host && !fields["pid"].empty()) {
-    char* end = nullptr;
-    const long pid = std::strtol(fields["pid"].c_str(), &end, 10);
-    if (end != nullptr && *end == '\0' && pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      return true;  // its writer, on this host, has exited
-    }
-  }
-  std::tm tm{};
-  const std::string& started = fields["started_utc"];
-  if (strptime(started.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm) == nullptr) return false;  // unknown age: keep
-  const std::time_t when = timegm(&tm);
-  return std::time(nullptr) - when > grace.count();
+  const StagingMarker marker = ParseStagingMarker(text);
+  if (WriterStateOf(marker) == WriterState::kExited) return true;
+  const std::optional<std::time_t> started = StartedAt(marker);
+  if (!started) return false;  // unknown age: keep
+  return std::time(nullptr) - *started > grace.count();
 }
 
 // "data-<digits>.bin": a data file as the rename protocol names it (a checkpoint copied from a file system).
@@ -165,12 +148,39 @@ std::set<std::string> Markers(const std::vector<std::string>& names) {
   return out;
 }
 
+// On a file system, the directories unfinished saves, overwrites and prunes left beside `path` (FORMAT.md 6.1).
+Result<std::vector<RenameLeftover>> RenameLeftoversOf(Storage* storage, const std::string& path,
+                                                      std::chrono::seconds grace) {
+  if (storage->name() != "posix") return std::vector<RenameLeftover>();
+  std::string clean = path;
+  while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
+  const size_t slash = clean.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : clean.substr(0, slash));
+  const std::string name = slash == std::string::npos ? clean : clean.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..") return std::vector<RenameLeftover>();
+  return ScanRenameLeftovers(dir, grace, name);
+}
+
 }  // namespace
 
 Result<CheckpointScan> ScanCheckpointPath(Storage* storage, const std::string& path, std::chrono::seconds grace) {
   auto j = Judge(storage, path, grace);
   if (!j.ok()) return j.status().WithContext("looking at '" + path + "'");
-  return std::move(j)->scan;
+  auto beside = RenameLeftoversOf(storage, path, grace);
+  if (!beside.ok()) return beside.status().WithContext("looking at '" + path + "'");
+  CheckpointScan scan = std::move(j)->scan;
+  for (const RenameLeftover& l : *beside) {  // each directory counts as one file
+    ++scan.files;
+    scan.bytes += l.bytes;
+    if (l.garbage) {
+      ++scan.leftover_files;
+      scan.leftover_bytes += l.bytes;
+    } else if (l.kind == RenameLeftover::Kind::kStaging || l.kind == RenameLeftover::Kind::kCompleteUnrenamed) {
+      ++scan.saves_in_progress;
+    }
+  }
+  if (scan.kind == CheckpointScan::Kind::kNone && !beside->empty()) scan.kind = CheckpointScan::Kind::kIncomplete;
+  return scan;
 }
 
 Status RemoveLeftovers(Storage* storage, const std::string& path, std::chrono::seconds grace, bool dry_run,
@@ -178,8 +188,18 @@ Status RemoveLeftovers(Storage* storage, const std::string& path, std::chrono::s
   const std::string context = "removing leftovers at '" + path + "'";
   auto j = Judge(storage, path, grace);
   if (!j.ok()) return j.status().WithContext(context);
-  return RemoveNames(storage, path, j->scan.leftovers, Markers(j->scan.leftovers), dry_run, removed)
-      .WithContext(context);
+  DCKPT_RETURN_IF_ERROR(RemoveNames(storage, path, j->scan.leftovers, Markers(j->scan.leftovers), dry_run, removed)
+                            .WithContext(context));
+  auto beside = RenameLeftoversOf(storage, path, grace);
+  if (!beside.ok()) return beside.status().WithContext(context);
+  for (const RenameLeftover& l : *beside) {
+    if (!l.garbage) continue;
+    if (removed) DCKPT_RETURN_IF_ERROR(removed(l.path).WithContext(context));
+    if (dry_run) continue;
+    Status st = RemoveRenameLeftover(l.path, grace);  // judged again: a writer may have come back meanwhile
+    if (!st.ok() && st.code() != StatusCode::kNotFound && st.code() != StatusCode::kState) return st;
+  }
+  return OkStatus();
 }
 
 Status RemoveCheckpoint(Storage* storage, const std::string& path) {

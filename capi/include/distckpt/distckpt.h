@@ -281,6 +281,54 @@ DCKPT_API int dckpt_storage_remove_leftovers(dckpt_storage *storage, const char 
  * data files. DCKPT_ENOTFOUND when nothing distckpt wrote is there. */
 DCKPT_API int dckpt_storage_remove_checkpoint(dckpt_storage *storage, const char *path);
 
+/* ---- Leftovers beside checkpoints on a file system --------------------------------------------------------------- */
+
+/* What unfinished saves, overwrites and prunes leave beside checkpoints on a file system (FORMAT.md 6.1): directories
+ * "<name>.dckpt-staging-<nonce>", "<name>.dckpt-old-<nonce>", "<name>.dckpt-deleting-<nonce>". dckpt_storage_stat and
+ * dckpt_storage_remove_leftovers on a POSIX checkpoint path include them; these calls list a whole directory's. */
+typedef enum dckpt_leftover_kind {
+  DCKPT_LEFTOVER_STAGING = 1,           /* a save in progress, or abandoned */
+  DCKPT_LEFTOVER_COMPLETE_UNRENAMED = 2, /* every rank finished, but the save died before its rename (never reported) */
+  DCKPT_LEFTOVER_REPLACED = 3,          /* a checkpoint an overwrite moved aside */
+  DCKPT_LEFTOVER_DELETING = 4           /* a checkpoint a prune moved aside */
+} dckpt_leftover_kind;
+/* Whether the writer a staging directory's STAGING marker names is alive (only a process of this host can be asked). */
+typedef enum dckpt_writer_state {
+  DCKPT_WRITER_UNKNOWN = 0, /* no marker, another host's writer, or the marker does not say */
+  DCKPT_WRITER_RUNNING = 1,
+  DCKPT_WRITER_EXITED = 2
+} dckpt_writer_state;
+#define DCKPT_LEFTOVER_INFO_VERSION 1
+/* One leftover directory. The strings are valid during the callback only. */
+typedef struct dckpt_leftover_info {
+  unsigned version;        /* DCKPT_LEFTOVER_INFO_VERSION of the library that filled it */
+  const char *path;        /* the directory: the dir given + "/" + name */
+  const char *name;        /* its own name */
+  const char *final_name;  /* the checkpoint name it belongs to */
+  int kind;                /* a dckpt_leftover_kind */
+  uint64_t bytes;          /* regular files below it (links not followed) */
+  double idle_seconds;     /* since the newest change of the directory or an entry directly in it */
+  int writer;              /* a dckpt_writer_state (DCKPT_LEFTOVER_STAGING) */
+  int64_t writer_pid;      /* from the marker; -1 if none */
+  const char *writer_host; /* from the marker; "" if none */
+  const char *writer_started_utc; /* from the marker ("2026-11-26T18:04:31Z"); "" if none */
+  int garbage;             /* non-zero: removable under the grace period given (dckpt_remove_leftover) */
+  const char *reason;      /* why, in words: "abandoned: writer pid 12 on this host has exited; idle 2h01m" */
+} dckpt_leftover_info;
+/* Called once per leftover, in name order; a non-zero return stops the scan with DCKPT_EUSER. */
+typedef int (*dckpt_leftover_fn)(const dckpt_leftover_info *info, void *user_data);
+/* Reports every leftover directly in the directory `dir` (with `final_name` non-NULL and non-empty, only that
+ * checkpoint's). Garbage: a staging directory idle for more than `grace_seconds` whose writer is not a live process
+ * of this host, and a moved-aside directory idle that long. Symbolic links and other names are never looked into.
+ * A missing `dir` has none. */
+DCKPT_API int dckpt_scan_leftovers(const char *dir, const char *final_name, double grace_seconds,
+                                   dckpt_leftover_fn each, void *user_data);
+/* Judges the leftover directory at `path` anew and removes it if it is garbage now: it is first moved to a
+ * "<name>.dckpt-deleting-<nonce>" name, checked there to be the same directory (device and inode), then removed
+ * without following links. DCKPT_ENOTFOUND if `path` is not a leftover directory; DCKPT_ESTATE, saying why, if it is
+ * not garbage (a live writer, within the grace period) or changed while being removed. */
+DCKPT_API int dckpt_remove_leftover(const char *path, double grace_seconds);
+
 /* ---- State: what a rank saves, or where it loads to ------------------------------------------------------------ */
 
 /* A set of named entries: tensors made of local pieces, and opaque bytes. Buffers are borrowed, not copied: they must

@@ -11,6 +11,7 @@ pub const DCKPT_NCCL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_STORAGE_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_PATH_INFO_VERSION: u32 = 1;
+pub const DCKPT_LEFTOVER_INFO_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_DEVICE_OF_POINTER: i32 = -1;
 pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 6;
@@ -23,6 +24,7 @@ pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 2;
 pub type __uint32_t = ::std::os::raw::c_uint;
+pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
 extern "C" {
     pub fn dckpt_version() -> ::std::os::raw::c_uint;
@@ -1071,6 +1073,287 @@ extern "C" {
     pub fn dckpt_storage_remove_checkpoint(
         storage: *mut dckpt_storage,
         path: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
+pub const DCKPT_LEFTOVER_STAGING: dckpt_leftover_kind = 1;
+pub const DCKPT_LEFTOVER_COMPLETE_UNRENAMED: dckpt_leftover_kind = 2;
+pub const DCKPT_LEFTOVER_REPLACED: dckpt_leftover_kind = 3;
+pub const DCKPT_LEFTOVER_DELETING: dckpt_leftover_kind = 4;
+pub type dckpt_leftover_kind = ::std::os::raw::c_uint;
+pub const DCKPT_WRITER_UNKNOWN: dckpt_writer_state = 0;
+pub const DCKPT_WRITER_RUNNING: dckpt_writer_state = 1;
+pub const DCKPT_WRITER_EXITED: dckpt_writer_state = 2;
+pub type dckpt_writer_state = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_leftover_info {
+    pub version: ::std::os::raw::c_uint,
+    pub path: *const ::std::os::raw::c_char,
+    pub name: *const ::std::os::raw::c_char,
+    pub final_name: *const ::std::os::raw::c_char,
+    pub kind: ::std::os::raw::c_int,
+    pub bytes: u64,
+    pub idle_seconds: f64,
+    pub writer: ::std::os::raw::c_int,
+    pub writer_pid: i64,
+    pub writer_host: *const ::std::os::raw::c_char,
+    pub writer_started_utc: *const ::std::os::raw::c_char,
+    pub garbage: ::std::os::raw::c_int,
+    pub reason: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_dckpt_leftover_info() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_leftover_info>(),
+        104usize,
+        concat!("Size of: ", stringify!(dckpt_leftover_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_leftover_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_leftover_info))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_path() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).path) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(path)
+            )
+        );
+    }
+    test_field_path();
+    fn test_field_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+    fn test_field_final_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).final_name) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(final_name)
+            )
+        );
+    }
+    test_field_final_name();
+    fn test_field_kind() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kind) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(kind)
+            )
+        );
+    }
+    test_field_kind();
+    fn test_field_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(bytes)
+            )
+        );
+    }
+    test_field_bytes();
+    fn test_field_idle_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).idle_seconds) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(idle_seconds)
+            )
+        );
+    }
+    test_field_idle_seconds();
+    fn test_field_writer() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).writer) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(writer)
+            )
+        );
+    }
+    test_field_writer();
+    fn test_field_writer_pid() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).writer_pid) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(writer_pid)
+            )
+        );
+    }
+    test_field_writer_pid();
+    fn test_field_writer_host() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).writer_host) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(writer_host)
+            )
+        );
+    }
+    test_field_writer_host();
+    fn test_field_writer_started_utc() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).writer_started_utc) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(writer_started_utc)
+            )
+        );
+    }
+    test_field_writer_started_utc();
+    fn test_field_garbage() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).garbage) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(garbage)
+            )
+        );
+    }
+    test_field_garbage();
+    fn test_field_reason() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_leftover_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reason) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_leftover_info),
+                "::",
+                stringify!(reason)
+            )
+        );
+    }
+    test_field_reason();
+}
+pub type dckpt_leftover_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        info: *const dckpt_leftover_info,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+extern "C" {
+    pub fn dckpt_scan_leftovers(
+        dir: *const ::std::os::raw::c_char,
+        final_name: *const ::std::os::raw::c_char,
+        grace_seconds: f64,
+        each: dckpt_leftover_fn,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_remove_leftover(
+        path: *const ::std::os::raw::c_char,
+        grace_seconds: f64,
     ) -> ::std::os::raw::c_int;
 }
 #[repr(C)]

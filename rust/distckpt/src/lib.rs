@@ -43,6 +43,7 @@
 //   storage    -> panic, util, version, error      (its child storage::export -> storage, progress, util, version,
 //                                                   error; storage only re-exports it)
 //   comm       -> panic, util, version, error
+//   leftovers  -> util, error
 //   progress   -> panic, util, error
 //   panic      -> util          (catch_unwind for the storage, comm and progress trampolines)
 //   float      -> dtype, error
@@ -58,6 +59,7 @@ pub mod dtype;
 pub mod error;
 pub mod float;
 pub mod json;
+pub mod leftovers;
 mod panic;
 mod progress;
 pub mod state;
@@ -74,6 +76,7 @@ pub use checkpoint::{
 pub use comm::{Collectives, Comm, GlooOptions, ThreadGroup};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
+pub use leftovers::{leftovers_of, remove_leftover, scan_leftovers, Leftover, LeftoverKind, WriterState};
 pub use state::{LoadState, SaveFuture, SaveInfo, SaveOptions, SaveState};
 pub use storage::{export_safetensors, ExportOptions, PathInfo, PathKind, Storage, StorageFile, StorageHandle};
 pub use version::{check_abi, library_version};
