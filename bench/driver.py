@@ -60,7 +60,7 @@ class Bench:
         self.args = args
         self.bin = args.bin
         self.work = args.dir
-        self.launch = os.path.join(self.bin, "tests/launcher/launch")
+        self.launch = os.path.join(self.bin, "tools/launcher/launch")
         self.worker = os.path.join(self.bin, "bench/worker/bench_worker")
         self.plan_scale = os.path.join(self.bin, "bench/plan_scale/plan_scale")
         self.samples = {}  # key -> list of values

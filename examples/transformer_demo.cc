@@ -2,7 +2,7 @@
 // counter; about half of it replicated on every rank, the rest row-sharded), then M ranks load it with a different
 // sharding (sharded tensors by columns, replicated ones split by rows), every rank checks every value it loaded, and
 // rank 0 prints a summary. Each rank is a process; they talk through Gloo over TCP (rank, world size and rendezvous
-// come from the environment, as set by tests/launcher's `launch`).
+// come from the environment, as set by tools/launcher's `launch`).
 //
 //   launch -n 4 -- transformer_demo --mode save --dir /tmp/distckpt-demo
 //   launch -n 3 -- transformer_demo --mode load --dir /tmp/distckpt-demo

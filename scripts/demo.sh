@@ -5,10 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-if ! out=$(bazel build -c opt //examples:transformer_demo //tests/launcher:launch 2>&1); then
+if ! out=$(bazel build -c opt //examples:transformer_demo //tools/launcher:launch 2>&1); then
   echo "$out" | grep -v linux-sandbox | tail -40
   exit 1
 fi
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
-"$bin/tests/launcher/launch" -n 4 --timeout 600 -- "$bin/examples/transformer_demo" --mode save "$@"
-"$bin/tests/launcher/launch" -n 3 --timeout 600 -- "$bin/examples/transformer_demo" --mode load "$@"
+"$bin/tools/launcher/launch" -n 4 --timeout 600 -- "$bin/examples/transformer_demo" --mode save "$@"
+"$bin/tools/launcher/launch" -n 3 --timeout 600 -- "$bin/examples/transformer_demo" --mode load "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fan-out load's bytes read against the plain load's.
 
-N ranks (real processes over Gloo on loopback, tests/launcher's `launch`) load a mostly replicated state
+N ranks (real processes over Gloo on loopback, tools/launcher's `launch`) load a mostly replicated state
 (tests/multiprocess/fanout_worker.cc: ~M MiB replicated on every rank, M/8 sharded by rows, 0.5 MiB loaded by
 columns from rows) with the fan-out on (FanoutMode::kAlways: on one host kAuto would not fan out) and off, interleaved, cold cache (pages of the checkpoint evicted with
 posix_fadvise DONTNEED) and warm, read with pread (map_files off: every byte from storage counts in bytes_read) and,
@@ -72,9 +72,9 @@ def main():
 
     if not a.no_build:
         subprocess.check_call(["bazel", "build"] + os.environ.get("BENCH_BAZEL_FLAGS", "").split() +
-                              ["//tests/multiprocess:fanout_worker", "//tests/launcher:launch"], cwd=ROOT)
+                              ["//tests/multiprocess:fanout_worker", "//tools/launcher:launch"], cwd=ROOT)
     b = bazel_bin()
-    tools = (os.path.join(b, "tests/launcher/launch"), os.path.join(b, "tests/multiprocess/fanout_worker"))
+    tools = (os.path.join(b, "tools/launcher/launch"), os.path.join(b, "tests/multiprocess/fanout_worker"))
     work = a.dir or tempfile.mkdtemp(prefix="fanout-bench-")
     ckpt = os.path.join(work, "ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)

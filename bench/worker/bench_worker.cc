@@ -1,4 +1,4 @@
-// distckpt's side of bench/run: one process per rank, started by tests/launcher's `launch` (Gloo over loopback TCP),
+// distckpt's side of bench/run: one process per rank, started by tools/launcher's `launch` (Gloo over loopback TCP),
 // like examples/transformer_demo.cc. Every mode times only the distckpt call (all ranks start together after a
 // barrier; the figure is the slowest rank's), checks what it loaded, and rank 0 prints one line
 //   RESULT {"mode": ..., ...}

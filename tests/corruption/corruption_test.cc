@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "core/engine/reader.h"
-#include "tests/launcher/launcher.h"
+#include "tools/launcher/launcher.h"
 
 namespace distckpt {
 namespace {

@@ -31,7 +31,7 @@
 #include "core/engine/reader.h"
 #include "core/storage/storage.h"
 #include "tests/faults/test_state.h"
-#include "tests/launcher/launcher.h"
+#include "tools/launcher/launcher.h"
 
 namespace distckpt {
 namespace {

@@ -23,12 +23,12 @@ finish() {
 root=$(scripts/build_lib.sh) || { failed=1; finish; }
 export PKG_CONFIG_PATH="$root/lib/pkgconfig" LD_LIBRARY_PATH="$root/lib" DISTCKPT_LIB_DIR="$root/lib"
 export GOPROXY=off GOFLAGS=-buildvcs=false
-bazel build -c opt //tests/multiprocess:reshard_worker //tests/launcher:launch >/dev/null 2>&1 || { failed=1; finish; }
+bazel build -c opt //tests/multiprocess:reshard_worker //tools/launcher:launch >/dev/null 2>&1 || { failed=1; finish; }
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$bin/tests/launcher/launch" -n 3 --timeout 120 -- "$bin/tests/multiprocess/reshard_worker" --mode save \
+"$bin/tools/launcher/launch" -n 3 --timeout 120 -- "$bin/tests/multiprocess/reshard_worker" --mode save \
   --path "$work/ckpt" >"$work/save.log" 2>&1
 check "3 ranks save a sharded checkpoint with replicated parts" $?
 

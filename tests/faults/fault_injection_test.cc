@@ -21,7 +21,7 @@
 #include "core/storage/fault/fault_storage.h"
 #include "core/storage/storage.h"
 #include "tests/faults/test_state.h"
-#include "tests/launcher/launcher.h"
+#include "tools/launcher/launcher.h"
 
 namespace distckpt {
 namespace {

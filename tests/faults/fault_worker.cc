@@ -1,6 +1,6 @@
 // One rank of the fault-injection and crash-consistency suites: saves or loads a reproducible state through the
 // engine, with FaultStorage (core/storage/fault) on the rank the faults are meant for. One process, or several ranks
-// over Gloo when started by tests/launcher (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
+// over Gloo when started by tools/launcher (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
 //
 //   fault_worker --mode save|load --path CKPT [--variant V] [--mb MIB] [--overwrite 1] [--async 1]
 //                [--faults SPEC --fault-rank R] [--timeout-ms T] [--sync 0]

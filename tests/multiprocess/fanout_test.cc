@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/launcher/launcher.h"
+#include "tools/launcher/launcher.h"
 
 namespace distckpt {
 namespace {

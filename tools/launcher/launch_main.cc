@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "tests/launcher/launcher.h"
+#include "tools/launcher/launcher.h"
 
 int main(int argc, char** argv) {
   distckpt::launcher::LaunchSpec spec;

@@ -1,4 +1,4 @@
-#include "tests/launcher/launcher.h"
+#include "tools/launcher/launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>

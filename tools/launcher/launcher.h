@@ -1,8 +1,8 @@
 // Spawns N real processes of one program on this machine, wired for a Gloo group over loopback: each gets
 // DCKPT_RANK, DCKPT_WORLD_SIZE and a fresh DCKPT_RENDEZVOUS (file:// store) in its environment. Used by the
 // multi-process tests and by `launch` (launch_main.cc).
-#ifndef DISTCKPT_TESTS_LAUNCHER_LAUNCHER_H_
-#define DISTCKPT_TESTS_LAUNCHER_LAUNCHER_H_
+#ifndef DISTCKPT_TOOLS_LAUNCHER_LAUNCHER_H_
+#define DISTCKPT_TOOLS_LAUNCHER_LAUNCHER_H_
 
 #include <chrono>
 #include <cstdint>
@@ -58,4 +58,4 @@ uint64_t EnvOr(const char* name, uint64_t fallback);
 }  // namespace launcher
 }  // namespace distckpt
 
-#endif  // DISTCKPT_TESTS_LAUNCHER_LAUNCHER_H_
+#endif  // DISTCKPT_TOOLS_LAUNCHER_LAUNCHER_H_
