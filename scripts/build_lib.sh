@@ -89,6 +89,10 @@ chmod 0644 "$root/lib/libdistckpt.a"
 # What a static link needs besides the archive: gloo and hiredis (Debian ships no static gloo, see PORTABILITY), the
 # C++ runtime, and libdl/pthread for the CUDA and NCCL libraries loaded at run time.
 static_libs="-lgloo -lhiredis -lstdc++ -lm -ldl -pthread"
+# The shared library links whatever the order on the command line, `cc $(pkg-config --libs distckpt) tool.c` as well as
+# `cc tool.c $(pkg-config --libs distckpt)`: Debian's gcc links --as-needed, which drops a library named before the
+# code that uses it, so it is named with --no-as-needed (and --as-needed, the Debian default, restored after it: cgo
+# allows these two flags, not --push-state). An archive must still come after the sources.
 cat > "$root/lib/pkgconfig/distckpt.pc" <<PC
 prefix=$root
 libdir=\${prefix}/lib
@@ -97,7 +101,7 @@ includedir=\${prefix}/include
 Name: distckpt
 Description: Distributed checkpointing (C ABI), shared library
 Version: $version
-Libs: -L\${libdir} -Wl,-rpath,\${libdir} -ldistckpt
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -Wl,--no-as-needed -ldistckpt -Wl,--as-needed
 Libs.private: $static_libs
 Cflags: -I\${includedir}
 PC

@@ -22,6 +22,10 @@ check "scripts/build_lib.sh" $?
 check "cc main.c \$(pkg-config --cflags --libs distckpt)" $?
 (cd "$work" && env -u LD_LIBRARY_PATH ./my_tool "$work/ckpt")
 check "the program runs without LD_LIBRARY_PATH and reads back what it saved" $?
+# The flags before the sources link too (Debian's gcc links --as-needed).
+(cd "$work" && cc -std=c99 $(pkg-config --cflags --libs distckpt) main.c -o my_tool_flags_first &&
+  env -u LD_LIBRARY_PATH ./my_tool_flags_first "$work/ckpt-flags-first")
+check "cc \$(pkg-config --cflags --libs distckpt) main.c (flags first) links and runs" $?
 
 # The static archive: the binary carries the library and needs only the C/C++ runtimes, libgloo0 and libhiredis0.14.
 dist="$work/dist"
