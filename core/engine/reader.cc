@@ -770,7 +770,12 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
 }
 
 Status Reader::EntryError(size_t entry, const Status& st) const {
-  return st.WithContext("checkpoint '" + path_ + "': entry '" + std::string(meta_.entry(entry).name) + "'");
+  const std::string own = "entry '" + std::string(meta_.entry(entry).name) + "'";
+  if (st.message().compare(0, own.size(), own) == 0) {
+    // The message names the entry already (the planners' do): the entry once, after the checkpoint.
+    return st.WithContext("checkpoint '" + path_ + "'");
+  }
+  return st.WithContext("checkpoint '" + path_ + "': " + own);
 }
 
 Status Reader::EntryError(size_t entry, const std::string& msg) const {

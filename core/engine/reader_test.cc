@@ -296,3 +296,28 @@ TEST(ReaderTest, DamagedMetadataNamesTheFile) {
 
 }  // namespace
 }  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+// A destination outside the tensor: the error names the checkpoint once and the entry once (it read "entry 'b': entry
+// 'b': destination #0 ..." before).
+TEST(ReaderTest, AnOutOfRangeDestinationNamesTheCheckpointAndTheEntryOnce) {
+  const std::string path = TempDir() + "/ckpt";
+  SaveVersion(path, 1, false);
+  std::vector<float> out(100);
+  auto r = Reader::Open(path, nullptr, ReadOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::vector<uint64_t> offsets{30, 0}, lengths{1, 100};
+  Box outside = Box::Make(offsets, lengths).value();
+  Status st = (*r)->ReadRegion("b", outside, out.data(), out.size() * sizeof(float));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  const std::string& m = st.message();
+  EXPECT_NE(m.find("checkpoint '" + path + "'"), std::string::npos) << m;
+  const size_t first = m.find("entry 'b'");
+  ASSERT_NE(first, std::string::npos) << m;
+  EXPECT_EQ(m.find("entry 'b'", first + 1), std::string::npos) << "the entry is named twice: " << m;
+}
+
+}  // namespace
+}  // namespace distckpt
