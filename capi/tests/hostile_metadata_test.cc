@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/format/metadata.h"
 #include "core/format/metadata_test_util.h"
 #include "distckpt/distckpt.h"
@@ -22,9 +23,7 @@ TEST(HostileMetadataTest, OptionalStringsLeftOutAreEmptyNeverNull) {
   m.alignment = kChunkAlignment;
   m.user = {{"step", "ignored: left out"}};
   m.omit_optional_strings = true;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/no-optional-strings";
-  ::mkdir(dir.c_str(), 0755);
+  const std::string dir = testing_util::MakeTempDir("no-optional-strings-");
   std::ofstream(dir + "/metadata.dckpt", std::ios::binary) << testing_util::RawEncode(m);
 
   dckpt_reader* r = nullptr;

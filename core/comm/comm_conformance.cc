@@ -365,17 +365,5 @@ std::string Describe(const std::vector<RankOutcome>& outcomes) {
   return s;
 }
 
-std::string MakeTempDir(const std::string& prefix) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  return std::string(buf.data());
-}
-
 }  // namespace comm_testing
 }  // namespace distckpt

@@ -62,9 +62,6 @@ int ReportInChild(int rank, const Status& status);
 bool AllExitedZero(const std::vector<RankOutcome>& outcomes);
 std::string Describe(const std::vector<RankOutcome>& outcomes);
 
-/// A fresh directory under $TEST_TMPDIR (or /tmp).
-std::string MakeTempDir(const std::string& prefix);
-
 }  // namespace comm_testing
 }  // namespace distckpt
 

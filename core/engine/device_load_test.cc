@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/cuda/host_copy_engine.h"
 #include "core/cuda/pinned_pool.h"
 #include "core/engine/engine_test_util.h"
@@ -21,8 +23,8 @@
 namespace distckpt {
 namespace {
 
-using testing_util::ReadAll;
-using testing_util::TempDir;
+using testing_util::MakeTempDir;
+using testing_util::ReadFileToString;
 using testing_util::WriteAll;
 
 constexpr uint64_t kBlock = 4096;
@@ -55,7 +57,7 @@ std::string SaveMatrix() {
   SaveOptions o;
   o.checksum_block_size = kBlock;
   o.sync = false;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto r = Save(path, s, nullptr, o);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return path;
@@ -170,7 +172,7 @@ TEST(DeviceLoadTest, CorruptBytesNeverReachTheDevice) {
   const EntryView m = meta.entry(*meta.Find("m"));
   const ChunkLocation c1 = m.chunk(1);  // rows 32..63
   const std::string file = path + "/" + std::string(meta.file_name(c1.file));
-  std::string bytes = ReadAll(file);
+  std::string bytes = ReadFileToString(file);
   ASSERT_GT(bytes.size(), c1.offset + 5000);
   bytes[c1.offset + 5000] ^= 0x40;  // in rows 36..39 of the tensor (bytes 4096..8191 of chunk 1)
   WriteAll(file, bytes);

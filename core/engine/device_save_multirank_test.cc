@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/comm/comm_conformance.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
@@ -84,7 +85,7 @@ Status CheckOnRank0(const std::string& path) {
 }
 
 TEST(DeviceSaveMultiRankTest, EveryRankStagesItsDevicePiecesAndReplicasAreWrittenOnce) {
-  const std::string dir = comm_testing::MakeTempDir("device-save-");
+  const std::string dir = testing_util::MakeTempDir("device-save-");
   const std::string path = dir + "/ckpt";
   auto outcomes = comm_testing::RunRanks(kRanks, std::chrono::seconds(60), [&](int rank) {
     Status st = SaveOnRank(rank, "file://" + dir + "/rdv", path, /*fail_rank=*/-1);
@@ -95,7 +96,7 @@ TEST(DeviceSaveMultiRankTest, EveryRankStagesItsDevicePiecesAndReplicasAreWritte
 }
 
 TEST(DeviceSaveMultiRankTest, ACopyFailingOnOneRankFailsEveryRankAndLeavesNothing) {
-  const std::string dir = comm_testing::MakeTempDir("device-save-fail-");
+  const std::string dir = testing_util::MakeTempDir("device-save-fail-");
   const std::string path = dir + "/ckpt";
   auto outcomes = comm_testing::RunRanks(kRanks, std::chrono::seconds(60), [&](int rank) {
     return comm_testing::ReportInChild(rank, SaveOnRank(rank, "file://" + dir + "/rdv", path, /*fail_rank=*/1));
@@ -151,7 +152,7 @@ Status AsyncSaveOnRank(int rank, const std::string& rendezvous, const std::strin
 }
 
 TEST(DeviceSaveMultiRankTest, AsyncStagingFailingOnOneRankFailsTheOthersAtOnce) {
-  const std::string dir = comm_testing::MakeTempDir("device-async-fail-");
+  const std::string dir = testing_util::MakeTempDir("device-async-fail-");
   const std::string path = dir + "/ckpt";
   auto outcomes = comm_testing::RunRanks(kRanks, std::chrono::seconds(90), [&](int rank) {
     return comm_testing::ReportInChild(rank, AsyncSaveOnRank(rank, "file://" + dir + "/rdv", path));

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/cuda/host_copy_engine.h"
 #include "core/cuda/pinned_pool.h"
 #include "core/engine/engine_test_util.h"
@@ -23,7 +24,7 @@
 namespace distckpt {
 namespace {
 
-using testing_util::TempDir;
+using testing_util::MakeTempDir;
 
 constexpr uint64_t kBlock = 4096;
 constexpr uint64_t kBuffer = 4 * kBlock;  // 16 KiB staging buffers: many segments from small tensors
@@ -101,7 +102,7 @@ struct Fixture {
 TEST(DeviceSaveTest, DevicePiecesAreStagedThroughTheBoundedPoolAndSavedExactly) {
   HostCopyEngine engine;
   Fixture f;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto r = Save(path, f.state, nullptr, DeviceOptions(&engine));
   ASSERT_TRUE(r.ok()) << r.status().message();
   f.ExpectSaved(path);
@@ -116,7 +117,7 @@ TEST(DeviceSaveTest, DevicePiecesAreStagedThroughTheBoundedPoolAndSavedExactly) 
 
 TEST(DeviceSaveTest, StagingMemoryDoesNotGrowWithTheState) {
   HostCopyEngine engine;
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   for (size_t n : {size_t{1000}, size_t{200000}}) {  // 4 KB, then 800 KB: 50 segments through 3 buffers
     std::vector<float> big = Iota(n, 1);
     State s;
@@ -161,7 +162,7 @@ TEST(DeviceSaveTest, CopyOfTheNextBufferOverlapsTheWriteOfThisOne) {
     if (cv.wait_for(lock, std::chrono::seconds(10), [&] { return started >= uint64_t(writes) + 1; })) ++overlapped;
     return 0;
   };
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto r = Save(path, s, nullptr, o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(writes, 8);
@@ -181,7 +182,7 @@ TEST(DeviceSaveTest, SlowWritesApplyBackPressure) {
   ASSERT_TRUE(s.AddPieceIn("w", {0}, {w.size()}, w.data(), kDevice0).ok());
   SaveOptions o = DeviceOptions(&engine, 2);
   o.storage = &slow;
-  auto r = Save(TempDir() + "/ckpt", s, nullptr, o);
+  auto r = Save(MakeTempDir() + "/ckpt", s, nullptr, o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   auto pool = engine.StagingPool(kBuffer, 2).value();
   EXPECT_GT(pool->waits(), 0u);
@@ -196,7 +197,7 @@ TEST(DeviceSaveTest, ACopyFailureMidPipelineNamesTheCheckpointAndEntryAndLeavesN
                       : OkStatus();
   });
   Fixture f;
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   const std::string path = dir + "/ckpt";
   auto r = Save(path, f.state, nullptr, DeviceOptions(&engine));
   ASSERT_FALSE(r.ok());
@@ -219,7 +220,7 @@ TEST(DeviceSaveTest, CancellingFromTheProgressCallbackStopsTheCopies) {
   SaveOptions o = DeviceOptions(&engine, 2);
   int calls = 0;
   o.progress = [&](uint64_t, uint64_t) { return ++calls == 2 ? 1 : 0; };
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   auto r = Save(dir + "/ckpt", s, nullptr, o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUser);
@@ -232,7 +233,7 @@ TEST(DeviceSaveTest, AsyncSaveStagesDevicePiecesBeforeReturning) {
   HostCopyEngine engine;
   Fixture f;
   const std::vector<float> w0 = f.w0;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto fut = SaveAsync(path, f.state, nullptr, DeviceOptions(&engine));
   ASSERT_TRUE(fut.ok()) << fut.status().message();
   // Straight into one page-locked buffer of the engine: one copy per device piece, no pipeline segments.
@@ -255,7 +256,7 @@ TEST(DeviceSaveTest, AsyncSaveFallsBackToThePipelineWithoutPinnedMemoryForTheSta
   engine.set_host_allocation_limit(kBuffer);  // the pipeline's buffers fit; one buffer for the state does not
   Fixture f;
   const std::vector<float> w0 = f.w0;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto fut = SaveAsync(path, f.state, nullptr, DeviceOptions(&engine));
   ASSERT_TRUE(fut.ok()) << fut.status().message();
   EXPECT_EQ(engine.copies_issued(), f.device_segments()) << "every device byte was copied before the call returned";
@@ -285,7 +286,7 @@ TEST(DeviceSaveTest, AsyncSaveWithADeviceSnapshotReturnsBeforeAnyDeviceToHostCop
   const std::vector<float> w0 = f.w0, w1 = f.w1;
   SaveOptions o = DeviceOptions(&engine);
   o.device_snapshot = true;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto fut = SaveAsync(path, f.state, nullptr, o);
   ASSERT_TRUE(fut.ok()) << fut.status().message();
   EXPECT_EQ(engine.on_device_copies_issued(), 2u) << "one snapshot copy per device piece";
@@ -321,7 +322,7 @@ TEST(DeviceSaveTest, ADeviceSnapshotIsOneAllocationPerDevice) {
   }
   SaveOptions o = DeviceOptions(&engine);
   o.device_snapshot = true;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto fut = SaveAsync(path, s, nullptr, o);
   ASSERT_TRUE(fut.ok()) << fut.status().message();
   EXPECT_EQ(engine.on_device_copies_issued(), 10u);
@@ -345,7 +346,7 @@ TEST(DeviceSaveTest, ADeviceSnapshotAllocationErrorIsAnErrorNotAFallback) {
   Fixture f;
   SaveOptions o = DeviceOptions(&engine);
   o.device_snapshot = true;
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   auto fut = SaveAsync(dir + "/ckpt", f.state, nullptr, o);
   ASSERT_FALSE(fut.ok());
   EXPECT_NE(fut.status().message().find("snapshotting cuda:0"), std::string::npos) << fut.status().message();
@@ -361,7 +362,7 @@ TEST(DeviceSaveTest, ADeviceSnapshotThatDoesNotFitFallsBackToHostStaging) {
   Fixture f;
   SaveOptions o = DeviceOptions(&engine);
   o.device_snapshot = true;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto fut = SaveAsync(path, f.state, nullptr, o);
   ASSERT_TRUE(fut.ok()) << fut.status().message();
   EXPECT_EQ((*fut)->snapshot_bytes(), f.w0.size() * 4);
@@ -386,7 +387,7 @@ TEST(DeviceSaveTest, ADeviceSnapshotLeavesHeadroomForTraining) {
   Fixture f;
   SaveOptions o = DeviceOptions(&engine);
   o.device_snapshot = true;
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   auto fut = SaveAsync(path, f.state, nullptr, o);
   ASSERT_TRUE(fut.ok()) << fut.status().message();
   EXPECT_EQ((*fut)->snapshot_bytes(), 0u);
@@ -396,7 +397,7 @@ TEST(DeviceSaveTest, ADeviceSnapshotLeavesHeadroomForTraining) {
   f.ExpectSaved(path);
   // With room beyond the headroom, the same state is snapshotted.
   engine.set_device_memory_info(gib + (1 << 20), 8 * gib);
-  auto again = SaveAsync(TempDir() + "/again", f.state, nullptr, o);
+  auto again = SaveAsync(MakeTempDir() + "/again", f.state, nullptr, o);
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ((*again)->snapshot_bytes(), (f.w0.size() + f.w1.size()) * 4);
   EXPECT_EQ((*again)->snapshot_fallback_bytes(), 0u);
@@ -414,7 +415,7 @@ TEST(DeviceSaveTest, AsyncSavesPastTheStagingCapWaitForEarlierOnes) {
   SaveOptions o = DeviceOptions(&engine);
   o.storage = &slow;
   o.max_async_staging_bytes = 1;  // one save's staging at a time
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   auto first = SaveAsync(dir + "/a", f.state, nullptr, o);
   ASSERT_TRUE(first.ok()) << first.status().message();
   auto second = SaveAsync(dir + "/b", f.state, nullptr, o);
@@ -442,7 +443,7 @@ TEST(DeviceSaveTest, AsyncSaveReportsAFailedCopy) {
     return index == 1 ? Status(StatusCode::kUnknown, "injected copy failure") : OkStatus();
   });
   Fixture f;
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   auto fut = SaveAsync(dir + "/ckpt", f.state, nullptr, DeviceOptions(&engine));
   ASSERT_FALSE(fut.ok());
   EXPECT_NE(fut.status().message().find("tensor 'w' piece"), std::string::npos) << fut.status().message();
@@ -467,7 +468,7 @@ TEST(DeviceSaveTest, ACopyThatNeverFinishesIsATimeoutNotAHang) {
   testing_util::StuckCopies stuck;
   HostCopyEngine engine;
   stuck.Install(&engine);
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   SaveOptions o = DeviceOptions(&engine);
   o.timeout = kShortTimeout;
   Status st;
@@ -493,7 +494,7 @@ TEST(DeviceSaveTest, AsyncSaveOfAStuckStreamTimesOutAndSetsItsBufferAside) {
     testing_util::StuckCopies stuck;
     HostCopyEngine engine;
     stuck.Install(&engine);
-    const std::string dir = TempDir();
+    const std::string dir = MakeTempDir();
     SaveOptions o = DeviceOptions(&engine);
     o.timeout = kShortTimeout;
     o.device_snapshot = snapshot;
@@ -515,7 +516,7 @@ TEST(DeviceSaveTest, WithoutADriverDevicePiecesAreUnsupported) {
     GTEST_SKIP() << "libcuda.so.1 is present";
   }
   Fixture f;
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   SaveOptions o = DeviceOptions(nullptr);  // the default engine: CUDA
   auto r = Save(dir + "/ckpt", f.state, nullptr, o);
   ASSERT_FALSE(r.ok());

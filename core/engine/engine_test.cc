@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/engine_test_util.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
@@ -26,8 +28,8 @@
 namespace distckpt {
 namespace {
 
-using testing_util::ReadAll;
-using testing_util::TempDir;
+using testing_util::MakeTempDir;
+using testing_util::ReadFileToString;
 using testing_util::WriteAll;
 
 bool Exists(const std::string& path) {
@@ -120,7 +122,7 @@ std::vector<TestTensor> MakeTensors(std::mt19937_64& rng, int count) {
 TEST(EngineTest, RoundTripKPiecesToMPieces) {
   std::mt19937_64 rng(42);
   std::vector<TestTensor> tensors = MakeTensors(rng, 40);
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
 
   // Save: every tensor in K row pieces.
   State save_state;
@@ -190,7 +192,7 @@ std::vector<uint8_t> SaveOneChunk(const std::string& path, const TestTensor& t) 
 }
 
 TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   TestTensor t{"m", DType::kF32, {4096, 1024}, 7};  // 16 MiB, one chunk
   const std::vector<uint8_t> data = SaveOneChunk(path, t);
 
@@ -230,11 +232,11 @@ TEST(EngineTest, PartialReadReadsOnlyNeededBytes) {
 // Data in the page cache is read through a mapping of the file: the same bytes, no preads, and only the needed bytes
 // (plus the checksum blocks that hold them, hashed) are touched.
 TEST(EngineTest, MappedReadsOfCachedData) {
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   TestTensor t{"m", DType::kF32, {4096, 1024}, 11};  // 16 MiB, one chunk
   const std::vector<uint8_t> data = SaveOneChunk(path, t);
   const std::string file = path + "/data-00000.bin";
-  ASSERT_EQ(ReadAll(file).size(), data.size());  // now in the page cache (large saves bypass it)
+  ASSERT_EQ(ReadFileToString(file).size(), data.size());  // now in the page cache (large saves bypass it)
 
   auto r = Reader::Open(path, nullptr, ReadOptions{}).value();
   auto f = r->File(0);
@@ -305,12 +307,12 @@ Status LoadSmall(const std::string& path, bool verify = true, bool map_files = t
 }
 
 TEST(EngineBadInputTest, FlippedDataByteNamesTensorAndFile) {
-  std::string path = SaveSmall(TempDir());
+  std::string path = SaveSmall(MakeTempDir());
   auto r = Reader::Open(path, nullptr, ReadOptions{}).value();
   EntryView e = r->metadata().entry(r->metadata().Find("layer.b").value());
   ChunkLocation loc = e.chunk(0);
   std::string file = path + "/" + std::string(r->metadata().file_name(loc.file));
-  std::string data = ReadAll(file);
+  std::string data = ReadFileToString(file);
   data[loc.offset + 17] ^= 0x40;
   WriteAll(file, data);
   Status st = LoadSmall(path);
@@ -326,9 +328,9 @@ TEST(EngineBadInputTest, FlippedDataByteNamesTensorAndFile) {
 }
 
 TEST(EngineBadInputTest, TruncatedAndMissingDataFiles) {
-  std::string path = SaveSmall(TempDir());
+  std::string path = SaveSmall(MakeTempDir());
   std::string file = path + "/data-00000.bin";
-  std::string data = ReadAll(file);
+  std::string data = ReadFileToString(file);
   WriteAll(file, data.substr(0, data.size() - 100));
   Status st = LoadSmall(path);
   EXPECT_EQ(st.code(), StatusCode::kCorrupt);
@@ -341,9 +343,9 @@ TEST(EngineBadInputTest, TruncatedAndMissingDataFiles) {
 }
 
 TEST(EngineBadInputTest, CorruptAndTruncatedMetadataNeverCrash) {
-  std::string path = SaveSmall(TempDir());
+  std::string path = SaveSmall(MakeTempDir());
   std::string meta_path = path + "/" + kMetadataFileName;
-  const std::string meta = ReadAll(meta_path);
+  const std::string meta = ReadFileToString(meta_path);
   std::mt19937_64 rng(7);
   int rejected = 0;
   for (int i = 0; i < 300; ++i) {
@@ -377,7 +379,7 @@ TEST(EngineBadInputTest, CorruptAndTruncatedMetadataNeverCrash) {
 }
 
 TEST(EngineBadInputTest, WrongDtypeShapeAndMissingEntry) {
-  std::string path = SaveSmall(TempDir());
+  std::string path = SaveSmall(MakeTempDir());
   std::vector<double> a(1000);
   State s;
   ASSERT_TRUE(s.AddTensor("layer.a", DType::kF64, {1000}).ok());
@@ -398,7 +400,7 @@ TEST(EngineBadInputTest, WrongDtypeShapeAndMissingEntry) {
 }
 
 TEST(EngineCommitTest, ExistingPathIsNotOverwrittenUnlessAsked) {
-  std::string dir = TempDir();
+  std::string dir = MakeTempDir();
   std::string path = SaveSmall(dir);
   std::vector<float> a(1000, 1.0f);
   State s;
@@ -415,10 +417,10 @@ TEST(EngineCommitTest, ExistingPathIsNotOverwrittenUnlessAsked) {
 TEST(EngineCommitTest, SaveThatFailsHalfwayLeavesNothing) {
   // A real write failure: the child process may not write files over 1 MiB (RLIMIT_FSIZE -> EFBIG), so its 8 MiB save
   // fails after writing part of the data. Nothing may appear at the target, and an earlier checkpoint is untouched.
-  std::string dir = TempDir();
+  std::string dir = MakeTempDir();
   std::string earlier = SaveSmall(dir, "earlier");
-  std::string before_meta = ReadAll(earlier + "/" + kMetadataFileName);
-  std::string before_data = ReadAll(earlier + "/data-00000.bin");
+  std::string before_meta = ReadFileToString(earlier + "/" + kMetadataFileName);
+  std::string before_data = ReadFileToString(earlier + "/data-00000.bin");
   std::string target = dir + "/failed";
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -443,13 +445,13 @@ TEST(EngineCommitTest, SaveThatFailsHalfwayLeavesNothing) {
   // The staging directory was removed by the abort.
   auto names = DefaultStorage()->ListDir(dir).value();
   for (const std::string& n : names) EXPECT_EQ(n.find("dckpt-staging"), std::string::npos) << n;
-  EXPECT_EQ(ReadAll(earlier + "/" + kMetadataFileName), before_meta);
-  EXPECT_EQ(ReadAll(earlier + "/data-00000.bin"), before_data);
+  EXPECT_EQ(ReadFileToString(earlier + "/" + kMetadataFileName), before_meta);
+  EXPECT_EQ(ReadFileToString(earlier + "/data-00000.bin"), before_data);
   EXPECT_TRUE(LoadSmall(earlier).ok());
 }
 
 TEST(EngineCommitTest, InvalidStateFailsBeforeWritingAnything) {
-  std::string dir = TempDir();
+  std::string dir = MakeTempDir();
   std::vector<float> a(10);
   State s;
   ASSERT_TRUE(s.AddTensor("x", DType::kF32, {20}).ok());
@@ -462,7 +464,7 @@ TEST(EngineCommitTest, InvalidStateFailsBeforeWritingAnything) {
 }
 
 TEST(EngineAsyncTest, CallerMayMutateRightAfterReturn) {
-  std::string dir = TempDir();
+  std::string dir = MakeTempDir();
   std::vector<float> w(3 << 20);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
   std::string blob = "step=5";
@@ -490,7 +492,7 @@ TEST(EngineAsyncTest, CallerMayMutateRightAfterReturn) {
 }
 
 TEST(EngineAsyncTest, FailureIsReportedThroughTheFuture) {
-  std::string dir = TempDir();
+  std::string dir = MakeTempDir();
   std::string path = SaveSmall(dir);
   std::vector<float> a(1000);
   State s;

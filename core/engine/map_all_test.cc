@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/engine_test_util.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
@@ -18,8 +20,8 @@
 namespace distckpt {
 namespace {
 
-using testing_util::ReadAll;
-using testing_util::TempDir;
+using testing_util::MakeTempDir;
+using testing_util::ReadFileToString;
 using testing_util::WriteAll;
 
 struct Saved {
@@ -76,7 +78,7 @@ std::vector<uint8_t> MappedBytes(Reader* r, const std::string& name) {
 }
 
 TEST(MapAllTest, MapsVerifiesAndHandsOutTheSavedBytesAlreadyResident) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   Saved s = SaveModel(dir);
   auto r = OpenOrDie(s.path);
   ASSERT_NE(r, nullptr);
@@ -109,10 +111,10 @@ TEST(MapAllTest, MapsVerifiesAndHandsOutTheSavedBytesAlreadyResident) {
 }
 
 TEST(MapAllTest, EveryDamagedByteInsideAChunkIsCaughtAndNamedAndNoOtherByteMatters) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   Saved s = SaveModel(dir);
   const std::string file = s.path + "/data-00000.bin";
-  const std::string original = ReadAll(file);
+  const std::string original = ReadFileToString(file);
   // Which entry and chunk owns each byte of the data file (or none: padding between chunks).
   std::vector<std::pair<int, int>> owner(original.size(), {-1, -1});
   {
@@ -161,7 +163,7 @@ TEST(MapAllTest, EveryDamagedByteInsideAChunkIsCaughtAndNamedAndNoOtherByteMatte
 }
 
 TEST(MapAllTest, OnlyTheListedEntriesAreLoaded) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   Saved s = SaveModel(dir);
   // Damage c.big: a load of a.weight and b.bias alone does not touch it.
   auto probe = OpenOrDie(s.path);
@@ -169,7 +171,7 @@ TEST(MapAllTest, OnlyTheListedEntriesAreLoaded) {
   const size_t c = *probe->metadata().Find("c.big");
   const ChunkLocation loc = probe->metadata().entry(c).chunk(0);
   probe.reset();
-  std::string bytes = ReadAll(s.path + "/data-00000.bin");
+  std::string bytes = ReadFileToString(s.path + "/data-00000.bin");
   bytes[loc.offset + 7] ^= 1;
   WriteAll(s.path + "/data-00000.bin", bytes);
 
@@ -189,7 +191,7 @@ TEST(MapAllTest, OnlyTheListedEntriesAreLoaded) {
 }
 
 TEST(MapAllTest, WithoutMappingsItRefusesInsteadOfLoadingNothing) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   Saved s = SaveModel(dir);
   ReadOptions o;
   o.map_files = false;
@@ -201,7 +203,7 @@ TEST(MapAllTest, WithoutMappingsItRefusesInsteadOfLoadingNothing) {
 }
 
 TEST(MapAllTest, ProgressGrowsCallAfterCallWhicheverThreadReports) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   std::vector<std::vector<uint8_t>> data(200, std::vector<uint8_t>(8192));
   State st;
   for (size_t t = 0; t < data.size(); ++t) {
@@ -231,7 +233,7 @@ TEST(MapAllTest, ProgressGrowsCallAfterCallWhicheverThreadReports) {
 }
 
 TEST(MapAllTest, TheProgressCallbackCanStopIt) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   Saved s = SaveModel(dir);
   auto r = OpenOrDie(s.path);
   ASSERT_NE(r, nullptr);
@@ -240,10 +242,10 @@ TEST(MapAllTest, TheProgressCallbackCanStopIt) {
 }
 
 TEST(MapAllTest, ATruncatedOrMissingDataFileIsNamed) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   Saved s = SaveModel(dir);
   const std::string file = s.path + "/data-00000.bin";
-  const std::string bytes = ReadAll(file);
+  const std::string bytes = ReadFileToString(file);
   WriteAll(file, bytes.substr(0, bytes.size() / 2));
   auto r = OpenOrDie(s.path);  // the open reads only the metadata; the data file's size is checked when it is used
   ASSERT_NE(r, nullptr);
@@ -260,7 +262,7 @@ TEST(MapAllTest, ATruncatedOrMissingDataFileIsNamed) {
 }
 
 TEST(MapAllTest, WithVerificationOffItStillMapsEverything) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   Saved s = SaveModel(dir);
   ReadOptions o;
   o.verify = false;

@@ -16,9 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/base/wire.h"
 #include "core/comm/communicator.h"
-#include "core/engine/engine_test_util.h"
 #include "core/engine/load.h"
 #include "core/engine/save.h"
 #include "core/storage/storage.h"
@@ -26,8 +27,8 @@
 namespace distckpt {
 namespace {
 
-using testing_util::ReadAll;
-using testing_util::TempDir;
+using testing_util::MakeTempDir;
+using testing_util::ReadFileToString;
 
 // A checkpoint of two tensors, saved in two pieces each (so two ranks' worth of chunks in one file), whose values
 // are a function of `version`: two versions of one checkpoint are told apart by any element.
@@ -75,7 +76,7 @@ class PinnedReaderTest : public ::testing::TestWithParam<std::pair<bool, bool>> 
 // corruption with verification on, the new checkpoint's data with it off).
 TEST_P(PinnedReaderTest, KeepsReadingTheCheckpointItOpenedAfterAnOverwriteAndARemoval) {
   const auto [verify, map_files] = GetParam();
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   SaveVersion(path, 1, false);
   ReadOptions ro;
   ro.verify = verify;
@@ -122,7 +123,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, PinnedReaderTest,
 // A reader that opens files on first use (what a load does) fails once its checkpoint is replaced: its directory's
 // files are gone. It never reads the new checkpoint's file of the same name.
 TEST(ReaderTest, OnFirstUseAReplacedCheckpointFailsAndIsNeverMixed) {
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   SaveVersion(path, 1, false);
   ReadOptions ro;
   ro.verify = false;  // the old defect returned the new data silently when verification was off
@@ -139,7 +140,7 @@ TEST(ReaderTest, OnFirstUseAReplacedCheckpointFailsAndIsNeverMixed) {
 // The second defect of issue 10: a data file that is a link to a file outside the checkpoint was followed. The link
 // points at a valid copy, so following it would "work": every path must refuse it, naming the file.
 TEST(ReaderTest, ADataFileThatIsALinkIsRefusedOnEveryPath) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   const std::string path = dir + "/ckpt";
   SaveVersion(path, 1, false);
   const std::string data = path + "/data-00000.bin";
@@ -177,7 +178,7 @@ TEST(ReaderTest, ADataFileThatIsALinkIsRefusedOnEveryPath) {
 // A FIFO or a directory in place of a data file: refused at once, never opened (a FIFO would block the reader).
 TEST(ReaderTest, AFifoOrADirectoryInPlaceOfADataFileIsRefusedWithoutBlocking) {
   for (const bool fifo : {true, false}) {
-    const std::string path = TempDir() + "/ckpt";
+    const std::string path = MakeTempDir() + "/ckpt";
     SaveVersion(path, 1, false);
     const std::string data = path + "/data-00000.bin";
     ASSERT_EQ(::unlink(data.c_str()), 0);
@@ -191,7 +192,7 @@ TEST(ReaderTest, AFifoOrADirectoryInPlaceOfADataFileIsRefusedWithoutBlocking) {
 
 // `latest -> step-100` is how people point at the newest checkpoint: a link to the directory itself is followed.
 TEST(ReaderTest, ALinkToTheCheckpointDirectoryItselfWorks) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   SaveVersion(dir + "/step-100", 1, false);
   ASSERT_EQ(::symlink("step-100", (dir + "/latest").c_str()), 0);
   auto r = Reader::Open(dir + "/latest", nullptr, ReadOptions{});
@@ -205,7 +206,7 @@ TEST(ReaderTest, ALinkToTheCheckpointDirectoryItselfWorks) {
 // Missing files are reported when first needed, naming the file: the metadata and the other files stay usable (a
 // tool can still list and inspect a damaged checkpoint).
 TEST(ReaderTest, AMissingDataFileFailsOnlyTheReadsThatNeedIt) {
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   SaveVersion(path, 1, false);
   ASSERT_EQ(::unlink((path + "/data-00000.bin").c_str()), 0);
   auto r = Reader::Open(path, nullptr, ReadOptions{});
@@ -217,7 +218,7 @@ TEST(ReaderTest, AMissingDataFileFailsOnlyTheReadsThatNeedIt) {
 }
 
 TEST(ReaderTest, AMissingCheckpointOrAnUnfinishedSaveIsNotFound) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir();
   auto none = Reader::Open(dir + "/nothing", nullptr, ReadOptions{});
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   EXPECT_NE(none.status().message().find("does not exist"), std::string::npos) << none.status().ToString();
@@ -257,9 +258,9 @@ class RankOneOfTwo final : public Communicator {
 // A checkpoint replaced between rank 0's read of the metadata and this rank's open: this rank would pin the new
 // checkpoint's files under the old metadata. It notices, and says so.
 TEST(ReaderTest, ACollectiveOpenNoticesACheckpointReplacedBetweenRanks) {
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   SaveVersion(path, 1, false);
-  const std::string rank0_read = ReadAll(path + "/metadata.dckpt");
+  const std::string rank0_read = ReadFileToString(path + "/metadata.dckpt");
   {
     RankOneOfTwo comm(rank0_read);
     auto same = Reader::Open(path, &comm, ReadOptions{});
@@ -277,10 +278,10 @@ TEST(ReaderTest, ACollectiveOpenNoticesACheckpointReplacedBetweenRanks) {
 
 // Metadata damage names the metadata file (format 1.1's checksum).
 TEST(ReaderTest, DamagedMetadataNamesTheFile) {
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   SaveVersion(path, 1, false);
   const std::string meta = path + "/metadata.dckpt";
-  std::string bytes = ReadAll(meta);
+  std::string bytes = ReadFileToString(meta);
   bytes[bytes.size() / 3] ^= 0x01;
   std::ofstream(meta, std::ios::binary | std::ios::trunc) << bytes;
   for (const bool map_files : {true, false}) {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/comm/nccl/nccl.h"
-#include "core/engine/engine_test_util.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
 #include "core/engine/save_async.h"
@@ -53,7 +53,7 @@ TEST(SaveAsyncOverNccl, IsRefusedSayingWhatToPassInsteadAndSyncSaveWorks) {
   State s;
   ASSERT_TRUE(s.AddTensor("w", DType::kF32, {1000}).ok());
   ASSERT_TRUE(s.AddPiece("w", {0}, {1000}, w.data()).ok());
-  const std::string dir = testing_util::TempDir();
+  const std::string dir = testing_util::MakeTempDir();
 
   const long before = collectives();
   auto f = SaveAsync(dir + "/async", s, comm->get(), SaveOptions{});

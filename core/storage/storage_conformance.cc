@@ -23,18 +23,6 @@ std::string StorageConformanceTestName(const ::testing::TestParamInfo<StorageCon
   return info.param.name;
 }
 
-::testing::AssertionResult StatusIs(const Status& status, StatusCode code, const std::vector<std::string>& mentions) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure() << "expected code '" << StatusCodeName(code) << "', got " << status.ToString();
-  }
-  for (const std::string& m : mentions) {
-    if (status.message().find(m) == std::string::npos) {
-      return ::testing::AssertionFailure() << "message does not mention '" << m << "': " << status.ToString();
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 std::map<std::string, std::string> SnapshotTree(Storage* storage, const std::string& dir) {
   std::map<std::string, std::string> out;
   std::vector<std::string> pending = {""};

@@ -5,7 +5,8 @@
 //                            ::testing::Values(StorageConformanceParams{"posix", MakeStorage, MakeRoot}),
 //                            StorageConformanceTestName);
 //
-// Paths are built with "/" and must mean the same thing in every backend.
+// Paths are built with "/" and must mean the same thing in every backend. The status assertions (StatusIs,
+// DCKPT_*_OK) come with it, from core/base/testing/status_matchers.h.
 #ifndef DISTCKPT_CORE_STORAGE_STORAGE_CONFORMANCE_H_
 #define DISTCKPT_CORE_STORAGE_STORAGE_CONFORMANCE_H_
 
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/status_matchers.h"
 #include "core/storage/storage.h"
 
 namespace distckpt {
@@ -54,33 +56,10 @@ class StorageConformanceTest : public ::testing::TestWithParam<StorageConformanc
 /// Names instantiations after StorageConformanceParams::name.
 std::string StorageConformanceTestName(const ::testing::TestParamInfo<StorageConformanceParams>& info);
 
-/// Success if `status` has `code` and its message contains every string in `mentions` (paths, usually).
-::testing::AssertionResult StatusIs(const Status& status, StatusCode code,
-                                    const std::vector<std::string>& mentions = {});
-
 /// Every file below `dir` (relative name -> bytes) and every directory (relative name + "/" -> ""), for comparing
 /// whole trees byte for byte.
 std::map<std::string, std::string> SnapshotTree(Storage* storage, const std::string& dir);
 
 }  // namespace distckpt
-
-/// Test assertions on Status and Result<T>.
-#define DCKPT_EXPECT_OK(expr)                                          \
-  do {                                                                 \
-    const ::distckpt::Status dckpt_expect_ok_ = (expr);                \
-    EXPECT_TRUE(dckpt_expect_ok_.ok()) << dckpt_expect_ok_.ToString(); \
-  } while (0)
-#define DCKPT_ASSERT_OK(expr)                                          \
-  do {                                                                 \
-    const ::distckpt::Status dckpt_assert_ok_ = (expr);                \
-    ASSERT_TRUE(dckpt_assert_ok_.ok()) << dckpt_assert_ok_.ToString(); \
-  } while (0)
-#define DCKPT_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                     \
-  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();      \
-  lhs = std::move(tmp).value()
-/// `DCKPT_ASSERT_OK_AND_ASSIGN(auto file, storage->OpenFile(p));`
-#define DCKPT_ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  DCKPT_ASSERT_OK_AND_ASSIGN_IMPL_(DCKPT_CONCAT_(dckpt_test_result_, __LINE__), lhs, expr)
 
 #endif  // DISTCKPT_CORE_STORAGE_STORAGE_CONFORMANCE_H_

@@ -11,15 +11,19 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
 
 namespace distckpt {
 namespace {
+
+using testing_util::MakeTempDir;
+using testing_util::ReadFileToString;
 
 // ---- A minimal JSON reader (objects, arrays, strings, unsigned integers), enough for safetensors headers. ----
 
@@ -128,22 +132,6 @@ class JsonParser {
 
 // ---- Helpers ----
 
-std::string TempDir(const std::string& tag) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  static int counter = 0;
-  std::string dir = std::string(t ? t : "/tmp") + "/st_export_" + tag + "_" + std::to_string(getpid()) + "_" +
-                    std::to_string(counter++);
-  ::mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -209,7 +197,7 @@ struct ParsedFile {
 
 ParsedFile ParseSafetensors(const std::string& path) {
   ParsedFile p;
-  std::string bytes = ReadAll(path);
+  std::string bytes = ReadFileToString(path);
   EXPECT_GE(bytes.size(), 8u) << path;
   if (bytes.size() < 8) return p;
   for (int b = 7; b >= 0; --b) p.header_len = (p.header_len << 8) | static_cast<uint8_t>(bytes[b]);
@@ -280,9 +268,9 @@ TEST(SafetensorsExportTest, ShardsStreamsAndRoundTripsEveryDtype) {
       MakeTensor("o.u64", DType::kU64, {2}),
       MakeTensor("p.i16", DType::kI16, {2}),
   };
-  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
   SaveCheckpoint(ckpt, tensors, {{"step", "100"}, {"quote\"key", "line\nbreak"}}, "opaque blob");
-  std::string out = TempDir("out");
+  std::string out = MakeTempDir("st_export_out_");
 
   SafetensorsExportOptions opts;
   opts.max_shard_bytes = 1500;
@@ -352,7 +340,7 @@ TEST(SafetensorsExportTest, ShardsStreamsAndRoundTripsEveryDtype) {
 
   // The index names every tensor's file and the total size.
   Json index;
-  std::string index_text = ReadAll(out + "/model.safetensors.index.json");
+  std::string index_text = ReadFileToString(out + "/model.safetensors.index.json");
   ASSERT_TRUE(JsonParser(index_text).Parse(&index)) << index_text;
   EXPECT_EQ(index["metadata"]["total_size"].number, total);
   EXPECT_EQ(index["weight_map"].members.size(), tensors.size());
@@ -364,9 +352,9 @@ TEST(SafetensorsExportTest, ShardsStreamsAndRoundTripsEveryDtype) {
 
 TEST(SafetensorsExportTest, SingleFileIsStillIndexedAndPrefixIsUsed) {
   std::vector<TestTensor> tensors = {MakeTensor("w", DType::kF32, {4, 4}), MakeTensor("x", DType::kU8, {3})};
-  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
   SaveCheckpoint(ckpt, tensors, {{"format", "flax"}});
-  std::string out = TempDir("out");
+  std::string out = MakeTempDir("st_export_out_");
   SafetensorsExportOptions opts;
   opts.prefix = "weights";
   auto r = ExportSafetensors(ckpt, out, opts);
@@ -388,9 +376,9 @@ TEST(SafetensorsExportTest, SingleFileIsStillIndexedAndPrefixIsUsed) {
 
 TEST(SafetensorsExportTest, Complex128IsRefusedBeforeWritingAnything) {
   std::vector<TestTensor> tensors = {MakeTensor("fine", DType::kF32, {2}), MakeTensor("z.c128", DType::kC128, {2})};
-  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
   SaveCheckpoint(ckpt, tensors);
-  std::string out = TempDir("out");
+  std::string out = MakeTempDir("st_export_out_");
   auto r = ExportSafetensors(ckpt, out, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
@@ -401,9 +389,9 @@ TEST(SafetensorsExportTest, Complex128IsRefusedBeforeWritingAnything) {
 
 TEST(SafetensorsExportTest, BadArgumentsAndAbortLeaveNothingBehind) {
   std::vector<TestTensor> tensors = {MakeTensor("a", DType::kF32, {64, 64}), MakeTensor("b", DType::kF32, {64})};
-  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
   SaveCheckpoint(ckpt, tensors);
-  std::string out = TempDir("out");
+  std::string out = MakeTempDir("st_export_out_");
 
   auto r = ExportSafetensors(ckpt, out + "/missing", {});
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
@@ -426,15 +414,15 @@ TEST(SafetensorsExportTest, BadArgumentsAndAbortLeaveNothingBehind) {
 
 TEST(SafetensorsExportTest, CorruptDataIsReportedWhenVerifying) {
   std::vector<TestTensor> tensors = {MakeTensor("a", DType::kF32, {128})};
-  std::string ckpt = TempDir("ckpt") + "/ckpt";
+  std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
   SaveCheckpoint(ckpt, tensors);
   // Flip one byte of the data file.
   std::string data_file = ckpt + "/data-00000.bin";
-  std::string bytes = ReadAll(data_file);
+  std::string bytes = ReadFileToString(data_file);
   ASSERT_FALSE(bytes.empty());
   bytes[0] ^= 0xff;
   std::ofstream(data_file, std::ios::binary | std::ios::trunc) << bytes;
-  std::string out = TempDir("out");
+  std::string out = MakeTempDir("st_export_out_");
   auto r = ExportSafetensors(ckpt, out, {});
   EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().ToString();
   EXPECT_TRUE(ListDir(out).empty());
@@ -447,7 +435,7 @@ TEST(SafetensorsExportTest, CorruptDataIsReportedWhenVerifying) {
 // and nothing is written.
 TEST(SafetensorsExportTest, NeverReadsThroughALinkInsideTheCheckpoint) {
   std::vector<TestTensor> tensors = {MakeTensor("a", DType::kF32, {128})};
-  const std::string dir = TempDir("ckpt");
+  const std::string dir = MakeTempDir("st_export_ckpt_");
   const std::string ckpt = dir + "/ckpt";
   SaveCheckpoint(ckpt, tensors);
   const std::string data_file = ckpt + "/data-00000.bin";
@@ -456,7 +444,7 @@ TEST(SafetensorsExportTest, NeverReadsThroughALinkInsideTheCheckpoint) {
   for (const bool verify : {true, false}) {
     SafetensorsExportOptions opts;
     opts.verify = verify;
-    const std::string out = TempDir("out");
+    const std::string out = MakeTempDir("st_export_out_");
     auto r = ExportSafetensors(ckpt, out, opts);
     EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().ToString();
     EXPECT_NE(r.status().message().find(data_file + "' is a symbolic link"), std::string::npos)

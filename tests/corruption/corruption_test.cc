@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/reader.h"
 #include "tools/launcher/launcher.h"
 
@@ -35,16 +37,12 @@ namespace {
 
 using launcher::Launch;
 using launcher::LaunchSpec;
-using launcher::MakeTempDir;
 using launcher::RankResult;
+using testing_util::MakeTempDir;
+using testing_util::ReadFileToString;
 using launcher::EnvOr;
 
 std::string Worker() { return launcher::Runfile("tests/corruption/corruption_worker"); }
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // Replaces what is at `path` with a new regular file (never writes through a link a damage planted there: a link
 // to the pristine copy would damage every later trial's source). Does nothing where a directory is.
@@ -98,13 +96,13 @@ class CorruptionSuite : public ::testing::Test {
       }
     }
     files_.push_back("metadata.dckpt");
-    for (const std::string& f : files_) pristine_bytes_.push_back(ReadFile(base_ + "/pristine/" + f));
+    for (const std::string& f : files_) pristine_bytes_.push_back(ReadFileToString(base_ + "/pristine/" + f));
   }
 
   // The trials' source is what it was when the suite began (a damage never reached it).
   static std::string PristineChanged() {
     for (size_t i = 0; i < files_.size(); ++i) {
-      if (ReadFile(base_ + "/pristine/" + files_[i]) != pristine_bytes_[i]) return files_[i];
+      if (ReadFileToString(base_ + "/pristine/" + files_[i]) != pristine_bytes_[i]) return files_[i];
     }
     return "";
   }
@@ -127,7 +125,7 @@ class CorruptionSuite : public ::testing::Test {
   static std::string Copy(int trial) {
     const std::string dir = base_ + "/trial-" + std::to_string(trial);
     ::mkdir(dir.c_str(), 0755);
-    for (const std::string& f : files_) WriteFile(dir + "/" + f, ReadFile(base_ + "/pristine/" + f));
+    for (const std::string& f : files_) WriteFile(dir + "/" + f, ReadFileToString(base_ + "/pristine/" + f));
     return dir;
   }
 
@@ -151,7 +149,7 @@ class CorruptionSuite : public ::testing::Test {
     const std::string data_file = files_[rng() % 3];
     d.files = {file};
     if (d.kind == "bitflip" || d.kind == "multiflip" || d.kind == "zero-page") {
-      std::string bytes = ReadFile(path);
+      std::string bytes = ReadFileToString(path);
       const std::string before = bytes;
       std::vector<uint64_t> changed;
       if (d.kind == "zero-page") {
@@ -189,12 +187,12 @@ class CorruptionSuite : public ::testing::Test {
       if (entries.size() == 1) d.entry = entries[0];
       if (changed.empty()) d.what += " (no byte changed)";
     } else if (d.kind == "truncate") {
-      const std::string bytes = ReadFile(path);
+      const std::string bytes = ReadFileToString(path);
       const uint64_t len = rng() % 4 == 0 ? 0 : rng() % bytes.size();
       WriteFile(path, bytes.substr(0, len));
       d.what = file + " to " + std::to_string(len) + " of " + std::to_string(bytes.size()) + " bytes";
     } else if (d.kind == "extend") {
-      std::string bytes = ReadFile(path);
+      std::string bytes = ReadFileToString(path);
       const uint64_t extra = 1 + rng() % 8192;
       for (uint64_t i = 0; i < extra; ++i) bytes.push_back(static_cast<char>(rng()));
       WriteFile(path, bytes);
@@ -213,11 +211,11 @@ class CorruptionSuite : public ::testing::Test {
       d.files = {a, b};
       d.what = a + " <-> " + b;
     } else if (d.kind == "foreign-data") {
-      WriteFile(dir + "/" + data_file, ReadFile(base_ + "/other/" + data_file));
+      WriteFile(dir + "/" + data_file, ReadFileToString(base_ + "/other/" + data_file));
       d.files = {data_file};
       d.what = data_file + " from another checkpoint of the same layout";
     } else if (d.kind == "foreign-metadata") {
-      WriteFile(dir + "/metadata.dckpt", ReadFile(base_ + "/other/metadata.dckpt"));
+      WriteFile(dir + "/metadata.dckpt", ReadFileToString(base_ + "/other/metadata.dckpt"));
       // Every file is consistent on its own: the mismatch shows in whichever data file is read first.
       d.files = files_;
       d.what = "metadata.dckpt from another checkpoint of the same layout";

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/reader.h"
 #include "core/storage/storage.h"
 #include "tests/faults/test_state.h"
@@ -38,8 +39,8 @@ namespace {
 
 using launcher::Launch;
 using launcher::LaunchSpec;
-using launcher::MakeTempDir;
 using launcher::RankResult;
+using testing_util::MakeTempDir;
 using testing_util::CheckCheckpoint;
 
 constexpr uint64_t kMiB = 3;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/load.h"
 #include "core/engine/save.h"
 #include "core/engine/save_async.h"
@@ -96,7 +97,7 @@ class SaveFaultTest : public ::testing::TestWithParam<std::tuple<SaveFault, bool
 
 TEST_P(SaveFaultTest, ClearErrorNothingCommittedPreviousIntactNoLeak) {
   const auto& [fault, overwrite, async] = GetParam();
-  const std::string dir = launcher::MakeTempDir("save-fault-");
+  const std::string dir = testing_util::MakeTempDir("save-fault-");
   const std::string earlier = dir + "/step-1", path = overwrite ? earlier : dir + "/step-2";
   ASSERT_TRUE(SaveVariant(earlier, 1, nullptr, false, false).ok());
   const int fds = OpenDescriptors();
@@ -129,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(Faults, SaveFaultTest,
 
 // An overwrite whose atomic swap fails: the old checkpoint stays in place.
 TEST(SaveFaultTest, AFailedSwapLeavesTheOldCheckpointInPlace) {
-  const std::string dir = launcher::MakeTempDir("swap-fault-");
+  const std::string dir = testing_util::MakeTempDir("swap-fault-");
   ASSERT_TRUE(SaveVariant(dir + "/ckpt", 1, nullptr, false, false).ok());
   FaultStorage faulty(DefaultStorage(), *ParseFaultRules("exchange:*:nth=1:EIO"));
   Status st = SaveVariant(dir + "/ckpt", 2, &faulty, /*overwrite=*/true, false);
@@ -157,7 +158,7 @@ class LoadFaultTest : public ::testing::TestWithParam<LoadFault> {};
 
 TEST_P(LoadFaultTest, ClearErrorAndNoLeak) {
   const LoadFault& fault = GetParam();
-  const std::string dir = launcher::MakeTempDir("load-fault-");
+  const std::string dir = testing_util::MakeTempDir("load-fault-");
   ASSERT_TRUE(SaveVariant(dir + "/step-1", 1, nullptr, false, false).ok());
   const int fds = OpenDescriptors();
   {
@@ -187,7 +188,7 @@ std::vector<launcher::RankResult> RunRanks(int world, const std::vector<std::str
   spec.program = Worker();
   spec.world_size = world;
   spec.args = args;
-  spec.log_dir = launcher::MakeTempDir("logs-");
+  spec.log_dir = testing_util::MakeTempDir("logs-");
   spec.timeout = timeout;
   return launcher::Launch(spec);
 }
@@ -219,7 +220,7 @@ class RankFaultTest : public ::testing::TestWithParam<RankFault> {};
 TEST_P(RankFaultTest, EveryRankFailsClearlyAndNobodyHangs) {
   const RankFault& f = GetParam();
   const int world = 3;
-  const std::string dir = launcher::MakeTempDir("rank-fault-");
+  const std::string dir = testing_util::MakeTempDir("rank-fault-");
   const std::string earlier = dir + "/step-1";
   for (const auto& r : RunRanks(world, {"--mode", "save", "--path", earlier, "--variant", "1", "--mb",
                                         std::to_string(kMiB)},

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/save.h"
 #include "core/engine/save_async.h"
 #include "core/storage/storage.h"
@@ -84,9 +85,7 @@ void Scenarios(const std::string& dir) {
 }
 
 TEST(FullDiskTest, NoSpaceIsAClearErrorAndCommitsNothing) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/small-disk";
-  ::mkdir(dir.c_str(), 0755);
+  const std::string dir = testing_util::MakeTempDir("small-disk-");
   int why[2];
   ASSERT_EQ(::pipe(why), 0);
   std::fflush(nullptr);

@@ -4,10 +4,11 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/format/checksum.h"
@@ -41,9 +42,7 @@ std::string GoldenDir(const Golden& g) {
 // Bazel's runfiles are a tree of symbolic links, and a reader never follows a link inside a checkpoint: the test
 // reads a real copy of the golden, in its scratch directory.
 std::string RealCopyOf(const Golden& g) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string copy = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + g.dir;
-  ::mkdir(copy.c_str(), 0755);
+  const std::string copy = testing_util::MakeTempDir(std::string(g.dir) + "-");
   for (const char* name : {"metadata.dckpt", "data-00000.bin"}) {
     std::ifstream in(GoldenDir(g) + "/" + name, std::ios::binary);
     std::ofstream out(copy + "/" + name, std::ios::binary | std::ios::trunc);
@@ -53,8 +52,7 @@ std::string RealCopyOf(const Golden& g) {
 }
 
 uint64_t FileDigest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = testing_util::ReadFileToString(path);
   EXPECT_FALSE(bytes.empty()) << path;
   return Xxh3(bytes.data(), bytes.size());
 }

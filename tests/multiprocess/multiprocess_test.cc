@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "tools/launcher/launcher.h"
 
 namespace distckpt {
@@ -17,8 +18,8 @@ namespace {
 
 using launcher::Launch;
 using launcher::LaunchSpec;
-using launcher::MakeTempDir;
 using launcher::RankResult;
+using testing_util::MakeTempDir;
 
 std::string Worker() { return launcher::Runfile("tests/multiprocess/reshard_worker"); }
 

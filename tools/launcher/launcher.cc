@@ -14,20 +14,10 @@
 #include <sstream>
 #include <thread>
 
+#include "core/base/testing/temp_dir.h"
+
 namespace distckpt {
 namespace launcher {
-
-std::string MakeTempDir(const std::string& prefix) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string tmpl = std::string(base ? base : "/tmp") + "/" + prefix + "XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  return buf.data();
-}
 
 std::string Runfile(const std::string& rel) {
   const char* src = std::getenv("TEST_SRCDIR");
@@ -42,7 +32,7 @@ uint64_t EnvOr(const char* name, uint64_t fallback) {
 
 std::vector<RankResult> Launch(const LaunchSpec& spec) {
   const int n = spec.world_size;
-  std::string rendezvous = spec.rendezvous_dir.empty() ? MakeTempDir("rdzv-") : spec.rendezvous_dir;
+  std::string rendezvous = spec.rendezvous_dir.empty() ? testing_util::MakeTempDir("rdzv-") : spec.rendezvous_dir;
   std::vector<pid_t> pids(n, -1);
   std::vector<RankResult> results(n);
   const auto start = std::chrono::steady_clock::now();

@@ -46,9 +46,6 @@ struct RankResult {
 /// Launches every local rank, waits for all of them (or the timeout) and returns one result per local rank.
 std::vector<RankResult> Launch(const LaunchSpec& spec);
 
-/// A fresh, empty directory under $TEST_TMPDIR (or /tmp) whose name starts with `prefix`.
-std::string MakeTempDir(const std::string& prefix);
-
 /// The path of a Bazel runfile of this workspace, e.g. Runfile("tests/faults/fault_worker").
 std::string Runfile(const std::string& rel);
 

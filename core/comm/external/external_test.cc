@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/comm/comm_conformance.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
@@ -73,7 +74,7 @@ ExternalCallbacks HostCallbacks(Host* host, bool with_barrier) {
 // Runs `body` on `n` ranks, each with an external communicator over its own Gloo group.
 std::vector<comm_testing::RankOutcome> RunExternal(int n, bool with_barrier,
                                                    const std::function<Status(Communicator*, Host*)>& body) {
-  const std::string store = "file://" + comm_testing::MakeTempDir("external-");
+  const std::string store = "file://" + testing_util::MakeTempDir("external-");
   return RunRanks(n, std::chrono::seconds(60), [&](int rank) {
     auto group = NewGlooCommunicator(gloo_testing::Loopback(rank, n, store));
     if (!group.ok()) return comm_testing::ReportInChild(rank, group.status());

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/comm/comm_conformance.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
@@ -26,7 +27,7 @@ void RunSuite(int n, const std::string& rendezvous, const std::string& prefix) {
 class GlooFileStoreConformance : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooFileStoreConformance, Passes) {
-  RunSuite(GetParam(), "file://" + comm_testing::MakeTempDir("gloo-file-"), "");
+  RunSuite(GetParam(), "file://" + testing_util::MakeTempDir("gloo-file-"), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooFileStoreConformance, ::testing::Values(1, 2, 3, 4),

@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/comm/comm_conformance.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
@@ -51,7 +52,7 @@ int ExpectFailure(int rank, const Status& st, std::vector<StatusCode> codes, int
   return ok ? 0 : 1;
 }
 
-std::string FreshStore() { return "file://" + comm_testing::MakeTempDir("gloo-fail-"); }
+std::string FreshStore() { return "file://" + testing_util::MakeTempDir("gloo-fail-"); }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Dead and stalled ranks.
@@ -328,7 +329,7 @@ TEST(GlooRendezvous, NamesTheRanksThatNeverArrive) {
 }
 
 TEST(GlooRendezvous, APrefixInUseIsRefusedAndAFinishedOneIsReusable) {
-  const std::string dir = comm_testing::MakeTempDir("gloo-prefix-");
+  const std::string dir = testing_util::MakeTempDir("gloo-prefix-");
   const std::string store = "file://" + dir;
   // Two groups in a row with the same prefix: the first removes its keys once connected.
   for (int round = 0; round < 2; ++round) {

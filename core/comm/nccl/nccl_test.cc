@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/comm/comm_conformance.h"
 #ifdef DCKPT_NCCL_TEST_GLOO
 #include "core/comm/gloo/gloo.h"
@@ -36,13 +38,6 @@ using comm_testing::Describe;
 using comm_testing::RunRanks;
 
 constexpr int kSkip = 77;  // a child's exit code for "this machine cannot run the check"
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -79,7 +74,7 @@ class FileBootstrap final : public Communicator {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
-      (*all)[r] = ReadFile(path);
+      (*all)[r] = testing_util::ReadFileToString(path);
     }
     return OkStatus();
   }
@@ -120,7 +115,7 @@ struct Gpus {
 };
 
 Gpus UsableGpus() {
-  const std::string file = comm_testing::MakeTempDir("nccl-probe-") + "/gpus";
+  const std::string file = testing_util::MakeTempDir("nccl-probe-") + "/gpus";
   auto outcomes = RunRanks(1, std::chrono::seconds(60), [&](int) {
     auto n = nccl::LoadNcclLibrary();
     if (!n.ok()) {
@@ -142,7 +137,7 @@ Gpus UsableGpus() {
     out.why_not = "the probe failed: " + Describe(outcomes);
     return out;
   }
-  std::istringstream in(ReadFile(file));
+  std::istringstream in(testing_util::ReadFileToString(file));
   in >> out.count;
   std::getline(in >> std::ws, out.why_not);
   return out;
@@ -484,7 +479,7 @@ TEST(Nccl, BadArgumentsAreRejectedBeforeLoadingAnything) {
 // Two ranks; rank 0 cannot load NCCL (its library does not exist). Rank 1 fails too, at once, not after
 // the timeout: with kPeer naming rank 0 where it could run NCCL itself, else with its own kUnsupported.
 TEST(Nccl, EveryRankFailsPromptlyWhenOneCannotLoadNccl) {
-  const std::string store = comm_testing::MakeTempDir("nccl-missing-");
+  const std::string store = testing_util::MakeTempDir("nccl-missing-");
   auto outcomes = RunRanks(2, std::chrono::seconds(60), [&](int rank) {
     if (rank == 0) setenv("DCKPT_NCCL_LIBRARY", "/nonexistent/dir/rank0/libnccl.so.2", 1);
     auto bootstrap = NewBootstrap(rank, 2, store);
@@ -551,7 +546,7 @@ TEST(Nccl, OneRankPerGpuPassesConformance) {
   Gpus gpus = UsableGpus();
   const int n = std::min(gpus.count, 4);
   if (n < 2) GTEST_SKIP() << "needs 2 or more usable GPUs, found " << n << (n == 0 ? " (" + gpus.why_not + ")" : "");
-  const std::string store = comm_testing::MakeTempDir("nccl-");
+  const std::string store = testing_util::MakeTempDir("nccl-");
   auto outcomes = RunRanks(n, std::chrono::seconds(120), [&](int rank) {
     auto bootstrap = NewBootstrap(rank, n, store);
     if (!bootstrap.ok()) return comm_testing::ReportInChild(rank, bootstrap.status());

@@ -19,25 +19,18 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/storage/storage.h"
 #include "core/storage/storage_conformance.h"
 
 namespace distckpt {
 namespace {
 
-// A fresh directory under Bazel's per-test scratch space (removed by Bazel afterwards).
-std::string MakeTempDir() {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/storage-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) return "";
-  return buf.data();
-}
+using testing_util::MakeTempDir;
 
 INSTANTIATE_TEST_SUITE_P(Posix, StorageConformanceTest,
                          ::testing::Values(StorageConformanceParams{"posix", NewPosixStorage,
-                                                                    [](Storage*) { return MakeTempDir(); }}),
+                                                                    [](Storage*) { return MakeTempDir("storage-"); }}),
                          StorageConformanceTestName);
 
 // Runs `body` in a forked child, for tests that change process-wide state (rlimits, credentials). Returns the
@@ -73,7 +66,7 @@ TEST(PosixStorageTest, DevFullReportsNoSpaceAndNamesThePath) {
 TEST(PosixStorageTest, AShortWriteIsResumedAndTheFileSizeLimitThenReported) {
   // RLIMIT_FSIZE makes the first pwrite come back short (at the limit) and the next one fail with EFBIG: the
   // resumption is visible in the offset the error names.
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   const std::string path = dir + "/limited";
   constexpr rlim_t kLimit = 10000;
@@ -97,7 +90,7 @@ TEST(PosixStorageTest, AShortWriteIsResumedAndTheFileSizeLimitThenReported) {
 
 TEST(PosixStorageTest, PermissionDeniedIsAnIoErrorNamingThePath) {
   // Root bypasses permission checks, so as root the checks run in a child that drops to uid/gid 65534 (nobody).
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   const bool as_root = ::geteuid() == 0;
   if (as_root) {
@@ -137,7 +130,7 @@ TEST(PosixStorageTest, PermissionDeniedIsAnIoErrorNamingThePath) {
 }
 
 TEST(PosixStorageTest, RemoveAllDeletesSymlinksNotTheirTargets) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   DCKPT_ASSERT_OK(storage->CreateDir(dir + "/outside"));
@@ -160,7 +153,7 @@ TEST(PosixStorageTest, RemoveAllRefusesAnEmptyPath) {
 }
 
 TEST(PosixStorageTest, ADanglingSymlinkExistsAndIsNeverReplaced) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   ASSERT_EQ(::symlink("nowhere", (dir + "/dangling").c_str()), 0);
@@ -172,7 +165,7 @@ TEST(PosixStorageTest, ADanglingSymlinkExistsAndIsNeverReplaced) {
 
 TEST(PosixStorageTest, RenameFallbackNeverReplacesFilesOrDirectories) {
   using internal_storage::PosixRenameNoReplaceFallback;
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/a", "A"));
@@ -200,7 +193,7 @@ TEST(PosixStorageTest, RenameFallbackNeverReplacesFilesOrDirectories) {
 // a reopened handle stays on the file it was opened from even after another file is renamed over its path.
 TEST(PosixStorageTest, MappedAndReopenedHandlesReadTheSameInode) {
   auto storage = NewPosixStorage();
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   const std::string path = dir + "/data.bin";
   std::string data(3 * 4096 + 100, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
@@ -233,7 +226,7 @@ TEST(PosixStorageTest, MappedAndReopenedHandlesReadTheSameInode) {
 }
 
 TEST(PosixStorageTest, OpeningADirectorySaysSo) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   EXPECT_TRUE(StatusIs(NewPosixStorage()->OpenFile(dir).status(), StatusCode::kIo, {dir, "Is a directory"}));
 }
@@ -241,7 +234,7 @@ TEST(PosixStorageTest, OpeningADirectorySaysSo) {
 // A checkpoint path that is a file or a FIFO is "not found" as a directory, and the message says what it is (it said
 // "No such file or directory"); opening never blocks on the FIFO.
 TEST(PosixStorageTest, OpeningAFileOrFifoAsADirectorySaysItIsNotOne) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/file", "x"));
@@ -268,7 +261,7 @@ TEST(PosixStorageTest, ReadFileReadsToEndOfFileNotToTheStatSize) {
 // from aligned and unaligned (bounced) buffers; small or unaligned-offset writes take the page cache only. Whatever
 // the path, the file holds exactly what was written, next to neighbours written the other way.
 TEST(PosixStorageTest, LargeAlignedWritesMixDirectAndBufferedIo) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   const size_t big = (3 << 20) + 1234;  // body through O_DIRECT, a 1234-byte tail through the page cache
@@ -299,7 +292,7 @@ TEST(PosixStorageTest, LargeAlignedWritesMixDirectAndBufferedIo) {
 // (a FIFO would block the reader forever; a device could be anything). The directory itself may be reached through a
 // link ("latest" -> "step-100").
 TEST(PosixStorageTest, ADirectoryHandleRefusesLinksFifosAndDevicesWithoutOpeningThem) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/outside", "secret outside the checkpoint"));
@@ -332,7 +325,7 @@ TEST(PosixStorageTest, ADirectoryHandleRefusesLinksFifosAndDevicesWithoutOpening
 }
 
 TEST(PosixStorageTest, WritesNeverGoThroughALinkPlantedAtTheTarget) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   DCKPT_ASSERT_OK(storage->WriteFileDurably(dir + "/victim", "do not touch"));
@@ -349,7 +342,7 @@ TEST(PosixStorageTest, WritesNeverGoThroughALinkPlantedAtTheTarget) {
 // An overwrite of "latest" -> "step-100" replaces the link with the new checkpoint and never touches the link's target;
 // an overwrite of a link to a directory that is not a checkpoint is refused like the directory itself.
 TEST(PosixStorageTest, AnOverwriteOfALinkReplacesTheLinkNeverItsTarget) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   DCKPT_ASSERT_OK(storage->CreateDir(dir + "/step-100"));
@@ -380,7 +373,7 @@ TEST(PosixStorageTest, AnOverwriteOfALinkReplacesTheLinkNeverItsTarget) {
 
 // The commit lock holds across processes (flock), and a process that dies holding it releases it.
 TEST(PosixStorageTest, TheCommitLockHoldsAcrossProcessesAndDiesWithItsHolder) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   std::unique_ptr<Storage> storage = NewPosixStorage();
   int ready[2];
@@ -410,7 +403,7 @@ TEST(PosixStorageTest, TheCommitLockHoldsAcrossProcessesAndDiesWithItsHolder) {
 // A reader pins every data file of a checkpoint with a descriptor; a soft limit too low for that is lifted to the
 // hard limit instead of failing the open.
 TEST(PosixStorageTest, OpeningPastTheSoftDescriptorLimitLiftsIt) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   DCKPT_ASSERT_OK(NewPosixStorage()->WriteFileDurably(dir + "/f", "x"));
   const int rc = RunInChild([&] {
@@ -455,7 +448,7 @@ std::pair<long, long> DescriptorTable() {
 // left behind, and the opens that follow grow nothing. Where the hard limit is too low the hint does nothing, and
 // the opens fail as they would have, naming the file.
 TEST(PosixStorageTest, ExpectingManyOpenFilesGrowsTheDescriptorTableOnce) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());
   DCKPT_ASSERT_OK(NewPosixStorage()->WriteFileDurably(dir + "/f", "x"));
   EXPECT_EQ(RunInChild([&] {

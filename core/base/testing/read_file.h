@@ -1,0 +1,17 @@
+// Whole-file reads for tests that look at the bytes a checkpoint left on disk.
+#ifndef DISTCKPT_CORE_BASE_TESTING_READ_FILE_H_
+#define DISTCKPT_CORE_BASE_TESTING_READ_FILE_H_
+
+#include <string>
+
+namespace distckpt {
+namespace testing_util {
+
+/// Every byte of the file at `path`; empty if it cannot be opened (tests compare sizes or contents, so a missing
+/// file shows up as a failed comparison naming the path).
+std::string ReadFileToString(const std::string& path);
+
+}  // namespace testing_util
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_BASE_TESTING_READ_FILE_H_
