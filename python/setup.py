@@ -11,7 +11,7 @@
 2. **Against an installed core, without Bazel** (pygit2 against a system libgit2 is the model), for Pythons and
    platforms that have no wheel: ``DISTCKPT_PREBUILT=<install tree> pip install ./python``, where the tree is what
    ``scripts/build_lib.sh`` lays out (``include/distckpt/distckpt.h``, ``lib/libdistckpt.so``, ``lib/distckpt.libs/``).
-   Only the pybind11 extension (``bindings/distckpt_module.cc``, which calls nothing but the C ABI) is compiled, with
+   Only the pybind11 extension (the ``bindings/*.cc`` files, which call nothing but the C ABI) is compiled, with
    the C++ compiler setuptools finds and the pybind11 headers of the ``pybind11`` package (``pip install pybind11``)
    or of the system (Debian's ``pybind11-dev``). The library and its vendored dependencies are copied into the
    package, and the extension finds them through ``$ORIGIN``: the installed package does not depend on the tree.
@@ -70,10 +70,11 @@ class BazelBuildExt(build_ext):
 
     def _prebuilt(self, ext: BazelExtension, where: str) -> None:
         """Turns `ext` into an ordinary C++ extension over an installed core (module docstring, way 2)."""
-        source = ROOT / "bindings" / "distckpt_module.cc"
+        # Every .cc file in bindings/ is a part of the one module (bindings/BUILD.bazel lists the same files).
+        sources = sorted((ROOT / "bindings").glob("*.cc"))
         version_script = ROOT / "bindings" / "_distckpt.lds"
-        if not source.is_file():
-            raise RuntimeError(f"DISTCKPT_PREBUILT: the binding's source {source} is missing")
+        if not (ROOT / "bindings" / "module.cc").is_file():
+            raise RuntimeError(f"DISTCKPT_PREBUILT: the binding's sources in {ROOT / 'bindings'} are missing")
         if where == "pkg-config":
             flags = shlex.split(subprocess.check_output(["pkg-config", "--cflags", "--libs", "distckpt"], text=True))
             include_dirs = [f[2:] for f in flags if f.startswith("-I")]
@@ -100,9 +101,10 @@ class BazelBuildExt(build_ext):
             if vendored.is_dir():
                 shutil.copytree(vendored, package_dir / vendored.name)
             link_args = ["-Wl,-rpath,$ORIGIN"]
-        ext.sources = [str(source)]
+        ext.sources = [str(source) for source in sources]
         ext.language = "c++"
-        ext.include_dirs = include_dirs + _pybind11_includes()
+        # ROOT: the parts include one another as "bindings/....h".
+        ext.include_dirs = [str(ROOT)] + include_dirs + _pybind11_includes()
         ext.library_dirs = library_dirs
         ext.libraries = ["distckpt"]
         ext.extra_compile_args = ["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-missing-field-initializers"]

@@ -141,7 +141,7 @@ log="$out/logs/build.log"
 run "build binding" "$log" env DISTCKPT_PREBUILT="$kit" "$py" -m pip install --no-build-isolation --no-deps \
   --no-index --disable-pip-version-check --target "$site" "$kit/python"
 if [[ $RC -ne 0 ]]; then
-  # pip or setuptools missing: compile the one source directly, as setup.py would.
+  # pip or setuptools missing: compile the binding's sources (every bindings/*.cc) directly, as setup.py would.
   echo "-- pip failed (exit $RC); compiling directly" >> "$log"
   mkdir -p "$site"
   cp -R "$kit/python/distckpt" "$site/"
@@ -150,8 +150,8 @@ if [[ $RC -ne 0 ]]; then
   suffix=$("$py" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
   pyb=$("$py" -c "import pybind11; print(pybind11.get_include())" 2>/dev/null || echo /usr/include)
   t=$(date +%s)
-  ${CXX:-c++} -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -I"$kit/include" -I"$inc" -I"$pyb" \
-    "$kit/bindings/distckpt_module.cc" -L"$kit/lib" -ldistckpt -Wl,-rpath,'$ORIGIN' \
+  ${CXX:-c++} -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -I"$kit" -I"$kit/include" -I"$inc" -I"$pyb" \
+    "$kit"/bindings/*.cc -L"$kit/lib" -ldistckpt -Wl,-rpath,'$ORIGIN' \
     -Wl,--version-script="$kit/bindings/_distckpt.lds" -o "$site/distckpt/_distckpt$suffix" >> "$log" 2>&1
   RC=$?
   SECS=$((SECS + $(date +%s) - t))

@@ -1,4 +1,4 @@
-"""Type stubs of the extension module (bindings/distckpt_module.cc): a thin binding of the C ABI, distckpt.h.
+"""Type stubs of the extension module (bindings/*.cc, one file per part): a thin binding of the C ABI, distckpt.h.
 
 Buffers are any C-contiguous objects with the buffer protocol; for loads they must be writable. Timeouts are in
 milliseconds, 0 meaning the library default. Callbacks run on distckpt threads with the GIL held.
