@@ -26,10 +26,10 @@ std::string Payload(int rank, int round, size_t size) {
 
 std::string Summary(const std::string& s) {
   return std::to_string(s.size()) + " bytes" + (s.empty() ? "" : " starting 0x" + [&] {
-    char buf[3];
-    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(s[0]));
-    return std::string(buf);
-  }());
+           char buf[3];
+           std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned char>(s[0]));
+           return std::string(buf);
+         }());
 }
 
 class Checker {
@@ -93,8 +93,8 @@ class Checker {
     }
     for (int r = 0; r < n_; ++r) {
       if (all[r] != Payload(r, round, SizeOf(r, variant))) {
-        return Fail(check, "contribution of rank " + std::to_string(r) + " is wrong: " + Summary(all[r]) +
-                               ", want " + Summary(Payload(r, round, SizeOf(r, variant))));
+        return Fail(check, "contribution of rank " + std::to_string(r) + " is wrong: " + Summary(all[r]) + ", want " +
+                               Summary(Payload(r, round, SizeOf(r, variant))));
       }
     }
     return OkStatus();

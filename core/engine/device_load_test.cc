@@ -96,8 +96,8 @@ TEST(BatchRunsTest, EquallySpacedRunsBecomeOneStridedCopy) {
   runs.push_back(DeviceRun{1004, dst + 1004, 8});
   copies = BatchRuns(runs);
   ASSERT_EQ(copies.size(), 3u);
-  EXPECT_EQ(copies[1].rows, 2u);   // 800 and 1000: spaced 200 / 680
-  EXPECT_EQ(copies[2].rows, 1u);   // 1004 overlaps the row at 1000
+  EXPECT_EQ(copies[1].rows, 2u);  // 800 and 1000: spaced 200 / 680
+  EXPECT_EQ(copies[2].rows, 1u);  // 1004 overlaps the row at 1000
   EXPECT_TRUE(BatchRuns({}).empty());
 }
 
@@ -199,8 +199,7 @@ TEST(DeviceLoadTest, ACopyFailureMidPipelineFailsTheLoadNamingTheEntryAndReturns
   const std::string path = SaveMatrix();
   HostCopyEngine engine;
   engine.set_before_copy([](uint64_t index) {
-    return index == 2 ? Status(StatusCode::kUnknown, "injected: an illegal memory access was encountered")
-                      : OkStatus();
+    return index == 2 ? Status(StatusCode::kUnknown, "injected: an illegal memory access was encountered") : OkStatus();
   });
   std::vector<float> all(kRows * kCols);
   State s;

@@ -193,8 +193,7 @@ TEST(DeviceSaveTest, SlowWritesApplyBackPressure) {
 TEST(DeviceSaveTest, ACopyFailureMidPipelineNamesTheCheckpointAndEntryAndLeavesNothing) {
   HostCopyEngine engine;
   engine.set_before_copy([](uint64_t index) {
-    return index == 3 ? Status(StatusCode::kUnknown, "injected: an illegal memory access was encountered")
-                      : OkStatus();
+    return index == 3 ? Status(StatusCode::kUnknown, "injected: an illegal memory access was encountered") : OkStatus();
   });
   Fixture f;
   const std::string dir = MakeTempDir();
@@ -439,9 +438,8 @@ TEST(DeviceSaveTest, AsyncSavesPastTheStagingCapWaitForEarlierOnes) {
 
 TEST(DeviceSaveTest, AsyncSaveReportsAFailedCopy) {
   HostCopyEngine engine;
-  engine.set_before_copy([](uint64_t index) {
-    return index == 1 ? Status(StatusCode::kUnknown, "injected copy failure") : OkStatus();
-  });
+  engine.set_before_copy(
+      [](uint64_t index) { return index == 1 ? Status(StatusCode::kUnknown, "injected copy failure") : OkStatus(); });
   Fixture f;
   const std::string dir = MakeTempDir();
   auto fut = SaveAsync(dir + "/ckpt", f.state, nullptr, DeviceOptions(&engine));

@@ -102,8 +102,8 @@ std::vector<uint8_t> FillBox(const TestTensor& t, const Box& box) {
 }
 
 std::vector<TestTensor> MakeTensors(std::mt19937_64& rng, int count) {
-  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kI64, DType::kU8, DType::kC128, DType::kF8E4M3FN,
-                          DType::kBool, DType::kF64, DType::kI16};
+  const DType dtypes[] = {DType::kF32,      DType::kBF16, DType::kI64, DType::kU8, DType::kC128,
+                          DType::kF8E4M3FN, DType::kBool, DType::kF64, DType::kI16};
   std::vector<TestTensor> out;
   for (int i = 0; i < count; ++i) {
     TestTensor t;
@@ -483,8 +483,9 @@ TEST(EngineAsyncTest, CallerMayMutateRightAfterReturn) {
   EXPECT_TRUE((*f)->done());
   std::vector<float> back(w.size());
   auto reader = Reader::Open(dir + "/async", nullptr, ReadOptions{}).value();
-  ASSERT_TRUE(reader->ReadRegion("w", Box::Whole(std::vector<uint64_t>{3, 1 << 20}).value(), back.data(),
-                                 back.size() * 4).ok());
+  ASSERT_TRUE(
+      reader->ReadRegion("w", Box::Whole(std::vector<uint64_t>{3, 1 << 20}).value(), back.data(), back.size() * 4)
+          .ok());
   for (size_t i = 0; i < back.size(); i += 4099) ASSERT_EQ(back[i], static_cast<float>(i));
   std::string meta(16, '\0');
   EXPECT_EQ(reader->ReadBytes("meta", meta.data(), meta.size()).value(), 6u);

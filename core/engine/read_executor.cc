@@ -224,9 +224,8 @@ class ReadExecutor::Impl {
         work.push_back(Work{job, Range{lo, std::min(r.hi, lo + seg)}, loc.file, loc.offset + lo});
       }
     }
-    std::sort(work.begin(), work.end(), [](const Work& a, const Work& b) {
-      return a.file != b.file ? a.file < b.file : a.offset < b.offset;
-    });
+    std::sort(work.begin(), work.end(),
+              [](const Work& a, const Work& b) { return a.file != b.file ? a.file < b.file : a.offset < b.offset; });
     sink_ = sink;
     Status st = RunWork(work);
     sink_ = nullptr;
@@ -275,8 +274,8 @@ class ReadExecutor::Impl {
   bool verify(const Job& job) const { return job.verify_only || r_->options_.verify; }
   struct Work {
     const Job* job;
-    Range seg;        // within the chunk
-    uint32_t file;    // where the segment starts in the data files
+    Range seg;      // within the chunk
+    uint32_t file;  // where the segment starts in the data files
     uint64_t offset;
   };
 
@@ -339,7 +338,6 @@ class ReadExecutor::Impl {
     return st;
   }
 
-
   // Splits every job into segments, once, sorted by their place in the data files: progress then reports a fixed
   // total, VerifiedRanges sees what Run does, and Run can cut the list into sequential streams.
   Status Prepare() {
@@ -355,9 +353,8 @@ class ReadExecutor::Impl {
         work_.push_back(Work{&job, seg, loc.file, loc.offset + seg.lo});
       }
     }
-    std::sort(work_.begin(), work_.end(), [](const Work& a, const Work& b) {
-      return a.file != b.file ? a.file < b.file : a.offset < b.offset;
-    });
+    std::sort(work_.begin(), work_.end(),
+              [](const Work& a, const Work& b) { return a.file != b.file ? a.file < b.file : a.offset < b.offset; });
     prepared_ = true;
     return OkStatus();
   }
@@ -436,8 +433,8 @@ class ReadExecutor::Impl {
                           const ReadableFile* file) {
     const char* map = file->Map();
     if (map == nullptr) {
-      return r_->EntryError(job.entry, Status(StatusCode::kUnsupported, "data file '" + file->path() +
-                                                                            "' cannot be mapped by this storage"));
+      return r_->EntryError(job.entry, Status(StatusCode::kUnsupported,
+                                              "data file '" + file->path() + "' cannot be mapped by this storage"));
     }
     const uint64_t len = seg.hi - seg.lo;
     Status st = file->Populate(loc.offset + seg.lo, len);
@@ -518,7 +515,7 @@ class ReadExecutor::Impl {
     auto acquired = staging_->Acquire();  // a copy failure of this pass (already named), or out of pinned memory
     if (!acquired.ok()) {
       return acquired.status().code() == StatusCode::kNoMemory ? r_->EntryError(job.entry, acquired.status())
-                                                                 : acquired.status();
+                                                               : acquired.status();
     }
     char* staged = *acquired;
     Status st = from->ReadAt(loc.offset + seg.lo, staged, len);
@@ -534,8 +531,8 @@ class ReadExecutor::Impl {
   // Verifies the segment's bytes at `buf` (read or mapped) and copies the needed runs into the destinations: host
   // ones now, device ones through the staging when `staged` (the pinned buffer `buf` is, which this call hands back
   // or over whatever happens).
-  Status Deliver(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf,
-                 bool mapped, char* staged = nullptr) {
+  Status Deliver(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf, bool mapped,
+                 char* staged = nullptr) {
     const uint64_t len = seg.hi - seg.lo;
     // One checksum block (at least 256 KiB) at a time: hashed, then its host runs copied while it is still in cache
     // (a segment is 8 MiB, more than a core's cache: hashing it whole and then scattering read it twice from memory;
@@ -600,7 +597,8 @@ class ReadExecutor::Impl {
       return Corrupt("checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' chunk #" +
                      std::to_string(job.chunk) + ": checksum mismatch in data file '" +
                      std::string(r_->meta_.file_name(loc.file)) + "' bytes " + std::to_string(loc.offset + lo) + ".." +
-                     std::to_string(loc.offset + hi) + " (" + hex + "); the data is corrupt: restore the file or re-save");
+                     std::to_string(loc.offset + hi) + " (" + hex +
+                     "); the data is corrupt: restore the file or re-save");
     };
     if (nblocks == 1) {
       if (!mine(0)) return OkStatus();

@@ -47,7 +47,8 @@ Result<std::unique_ptr<ReadableFile>> OpenMetadataFile(Directory* dir, const std
   if (file.status().code() != StatusCode::kNotFound) return file.status();
   auto staging = dir->Exists(kStagingMarkerName);
   if (staging.ok() && *staging) {
-    return NotFound("'" + path + "' is an incomplete checkpoint (a staging directory that was never committed); "
+    return NotFound("'" + path +
+                    "' is an incomplete checkpoint (a staging directory that was never committed); "
                     "it can be removed");
   }
   return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName);

@@ -60,8 +60,8 @@ TEST(SaveAsyncOverNccl, IsRefusedSayingWhatToPassInsteadAndSyncSaveWorks) {
   ASSERT_FALSE(f.ok()) << "an asynchronous save over the NCCL communicator was accepted";
   const Status& st = f.status();
   EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.ToString();
-  for (const char* says : {"asynchronous save of '" , "NCCL", "background thread", "deadlock", "Gloo",
-                           "save synchronously"}) {
+  for (const char* says :
+       {"asynchronous save of '", "NCCL", "background thread", "deadlock", "Gloo", "save synchronously"}) {
     EXPECT_NE(st.message().find(says), std::string::npos) << "no '" << says << "' in: " << st.message();
   }
   EXPECT_EQ(collectives(), before) << "the refused save ran collectives";
@@ -74,8 +74,10 @@ TEST(SaveAsyncOverNccl, IsRefusedSayingWhatToPassInsteadAndSyncSaveWorks) {
   auto reader = Reader::Open(dir + "/sync", nullptr, ReadOptions{});
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   std::vector<float> back(w.size());
-  ASSERT_TRUE((*reader)->ReadRegion("w", Box::Whole(std::vector<uint64_t>{1000}).value(), back.data(),
-                                    back.size() * sizeof(float)).ok());
+  ASSERT_TRUE(
+      (*reader)
+          ->ReadRegion("w", Box::Whole(std::vector<uint64_t>{1000}).value(), back.data(), back.size() * sizeof(float))
+          .ok());
   EXPECT_EQ(back, w);
 }
 

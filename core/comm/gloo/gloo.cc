@@ -36,10 +36,10 @@ namespace distckpt {
 namespace internal_gloo {
 namespace {
 
+using gloo::transport::UnboundBuffer;
 using internal_comm::Call;
 using internal_comm::Op;
 using internal_comm::OpName;
-using gloo::transport::UnboundBuffer;
 
 // ---------------------------------------------------------------------------------------------------------------
 // SIGPIPE. Gloo writes to sockets with writev(2), which raises SIGPIPE when the peer has died, and SIGPIPE kills the
@@ -366,10 +366,10 @@ class Exchange {
     if (!lost_.empty()) {
       const int first = lost_.front().peer;
       std::string note = peers_[first].note.empty() ? "" : " (" + peers_[first].note + ")";
-      return Status(StatusCode::kPeer, "gloo: " + call_.Describe() + " failed" + where + " (timeout " + timeout +
-                                           "): the connection to " + LostRanks() + note +
-                                           " closed; it exited, crashed or gave up on the group: " +
-                                           lost_.front().detail);
+      return Status(StatusCode::kPeer,
+                    "gloo: " + call_.Describe() + " failed" + where + " (timeout " + timeout + "): the connection to " +
+                        LostRanks() + note +
+                        " closed; it exited, crashed or gave up on the group: " + lost_.front().detail);
     }
     return OkStatus();
   }
@@ -552,7 +552,8 @@ class GlooCommunicator final : public Communicator {
     std::vector<int> children;
     for (long long m = 1; m < lowbit && vr + m < n; m <<= 1) children.push_back(static_cast<int>((vr + m + root) % n));
     std::reverse(children.begin(), children.end());  // Largest subtree first: the longest path starts earliest.
-    int levels = 0;  // Depth of the whole tree.
+    // Depth of the whole tree.
+    int levels = 0;
     while ((1LL << levels) < n) ++levels;
     // A relay stops waiting for its parent a little before its own deadline, `height` steps of `step`, so that the
     // error it forwards reaches its subtree before those ranks time out and blame the relay.

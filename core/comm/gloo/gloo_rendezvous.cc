@@ -167,8 +167,8 @@ bool DecodePublished(const std::string& bytes, Published* p) {
   WireReader r(bytes);
   uint32_t magic;
   uint64_t version, world, rank, pid;
-  if (!r.U32(&magic) || magic != kAddressMagic || !r.Var(&version) || version != 1 || !r.Var(&world) ||
-      !r.Var(&rank) || !r.Str(&p->host) || !r.Var(&pid) || world == 0 || world > (1u << 24) || rank >= world) {
+  if (!r.U32(&magic) || magic != kAddressMagic || !r.Var(&version) || version != 1 || !r.Var(&world) || !r.Var(&rank) ||
+      !r.Str(&p->host) || !r.Var(&pid) || world == 0 || world > (1u << 24) || rank >= world) {
     return false;
   }
   p->world_size = static_cast<int>(world);
@@ -332,8 +332,8 @@ Status Rendezvous::AwaitAndFetch(std::vector<Published>* peers) {
     if (p == o_.rank) continue;
     std::string blob;
     if (!CatchGloo([&] { blob = store_->Get(Key(p)); }, &error)) {
-      return IoError("gloo: " + who_ + " cannot read rank " + std::to_string(p) + "'s address from " + where_ +
-                     ": " + error);
+      return IoError("gloo: " + who_ + " cannot read rank " + std::to_string(p) + "'s address from " + where_ + ": " +
+                     error);
     }
     Published& peer = (*peers)[p];
     if (!DecodePublished(blob, &peer) || peer.rank != p) {
@@ -341,9 +341,9 @@ Status Rendezvous::AwaitAndFetch(std::vector<Published>* peers) {
                      " is not a distckpt address record (another program using the same store and prefix?)");
     }
     if (peer.world_size != o_.world_size) {
-      return InvalidArgument("gloo: rank " + std::to_string(p) + " (" + peer.Describe() +
-                             ") joined with world size " + std::to_string(peer.world_size) + " but " + who_ +
-                             " with " + std::to_string(o_.world_size) + " (rendezvous " + where_ + ")");
+      return InvalidArgument("gloo: rank " + std::to_string(p) + " (" + peer.Describe() + ") joined with world size " +
+                             std::to_string(peer.world_size) + " but " + who_ + " with " +
+                             std::to_string(o_.world_size) + " (rendezvous " + where_ + ")");
     }
   }
   return OkStatus();
@@ -357,9 +357,9 @@ Status Rendezvous::MissingRanks(int first) {
     CatchGloo([&] { present = store_->Has(Key(p)); }, &error);
     if (!present) missing.push_back(p);
   }
-  return TimeoutError("gloo: rendezvous through " + where_ + " timed out after " +
-                      std::to_string(CountMs(o_.timeout)) + " ms on " + who_ + ": " + RankWord(missing) + " " +
-                      JoinRanks(missing) + " never published " + (missing.size() == 1 ? "its" : "their") +
+  return TimeoutError("gloo: rendezvous through " + where_ + " timed out after " + std::to_string(CountMs(o_.timeout)) +
+                      " ms on " + who_ + ": " + RankWord(missing) + " " + JoinRanks(missing) + " never published " +
+                      (missing.size() == 1 ? "its" : "their") +
                       " address (not started, crashed, or using a different rendezvous, prefix or world size)");
 }
 
@@ -407,8 +407,9 @@ Result<GlooOptions> GlooOptionsFromEnv(GlooOptions o) {
   if (o.rank < 0) {
     const char* v = FirstSet({"DCKPT_RANK", "RANK"}, &var);
     if (v == nullptr) {
-      return InvalidArgument("gloo: the rank is not set: set GlooOptions::rank or the environment variable "
-                             "DCKPT_RANK (or RANK)");
+      return InvalidArgument(
+          "gloo: the rank is not set: set GlooOptions::rank or the environment variable "
+          "DCKPT_RANK (or RANK)");
     }
     DCKPT_ASSIGN_OR_RETURN(long long r, ParseEnvInt(var, v, 0, INT_MAX - 1));
     o.rank = static_cast<int>(r);
@@ -416,8 +417,9 @@ Result<GlooOptions> GlooOptionsFromEnv(GlooOptions o) {
   if (o.world_size < 0) {
     const char* v = FirstSet({"DCKPT_WORLD_SIZE", "WORLD_SIZE"}, &var);
     if (v == nullptr) {
-      return InvalidArgument("gloo: the world size is not set: set GlooOptions::world_size or the environment "
-                             "variable DCKPT_WORLD_SIZE (or WORLD_SIZE)");
+      return InvalidArgument(
+          "gloo: the world size is not set: set GlooOptions::world_size or the environment "
+          "variable DCKPT_WORLD_SIZE (or WORLD_SIZE)");
     }
     DCKPT_ASSIGN_OR_RETURN(long long n, ParseEnvInt(var, v, 1, INT_MAX));
     o.world_size = static_cast<int>(n);
@@ -425,8 +427,9 @@ Result<GlooOptions> GlooOptionsFromEnv(GlooOptions o) {
   if (o.rendezvous.empty()) {
     const char* v = FirstSet({"DCKPT_RENDEZVOUS"}, &var);
     if (v == nullptr) {
-      return InvalidArgument("gloo: no rendezvous: set GlooOptions::rendezvous or the environment variable "
-                             "DCKPT_RENDEZVOUS (file:///shared/dir or redis://host:port)");
+      return InvalidArgument(
+          "gloo: no rendezvous: set GlooOptions::rendezvous or the environment variable "
+          "DCKPT_RENDEZVOUS (file:///shared/dir or redis://host:port)");
     }
     o.rendezvous = v;
   }

@@ -272,7 +272,9 @@ struct StandIns {
   void* nccl = nullptr;
   void* cuda = nullptr;
   template <typename F>
-  F* Nccl(const char* name) const { return reinterpret_cast<F*>(::dlsym(nccl, name)); }
+  F* Nccl(const char* name) const {
+    return reinterpret_cast<F*>(::dlsym(nccl, name));
+  }
   long NcclCount(const char* what) const { return Nccl<long(const char*)>("fake_nccl_count")(what); }
   long CudaCount(const char* what) const {
     return reinterpret_cast<long (*)(const char*)>(::dlsym(cuda, "fake_cuda_count"))(what);
@@ -306,15 +308,16 @@ std::vector<comm_testing::RankOutcome> WithStandIns(
     return body(fakes, *comm);
   });
 }
-#define DCKPT_NEEDS_STAND_INS()                                                                  \
+#define DCKPT_NEEDS_STAND_INS()                                                               \
   if (FakeNccl("libfake_nccl.so").empty() || Runfile("core/cuda", "libfake_cuda.so").empty()) \
   GTEST_SKIP() << "no runfiles: the stand-in NCCL and driver are not here"
 
 // Memory and stream handling every teardown must get right: the stream waited for (cuStreamSynchronize) before the
 // staging it uses is freed and before it is destroyed, so no queued copy or kernel still uses freed memory.
 int CheckStreamSynchronizedBeforeFreeing(const StandIns& fakes) {
-  std::fprintf(stderr, "cuStreamSynchronize %ld, freed while queued %ld, destroyed while queued %ld, "
-                       "cuMemFree %ld, cuMemFreeHost %ld, cuStreamDestroy %ld\n",
+  std::fprintf(stderr,
+               "cuStreamSynchronize %ld, freed while queued %ld, destroyed while queued %ld, "
+               "cuMemFree %ld, cuMemFreeHost %ld, cuStreamDestroy %ld\n",
                fakes.CudaCount("cuStreamSynchronize"), fakes.CudaCount("freed_while_queued"),
                fakes.CudaCount("destroyed_while_queued"), fakes.CudaCount("cuMemFree"),
                fakes.CudaCount("cuMemFreeHost"), fakes.CudaCount("cuStreamDestroy"));

@@ -204,9 +204,9 @@ TEST(PosixStorageTest, MappedAndReopenedHandlesReadTheSameInode) {
   ASSERT_NE(map, nullptr);
   EXPECT_EQ((*file)->Map(), map);  // one mapping per handle
   EXPECT_EQ(std::string(map, data.size()), data);
-  EXPECT_TRUE((*file)->Resident(0, data.size()));  // just written through the page cache
+  EXPECT_TRUE((*file)->Resident(0, data.size()));   // just written through the page cache
   EXPECT_FALSE((*file)->Resident(1, data.size()));  // past the end
-  (*file)->ReleaseMapped(100, 2 * 4096);  // drops the mapping of page 1 only; the bytes stay readable
+  (*file)->ReleaseMapped(100, 2 * 4096);            // drops the mapping of page 1 only; the bytes stay readable
   EXPECT_EQ(std::string(map, data.size()), data);
   EXPECT_FALSE((*file)->CacheIdentity().empty());
 
