@@ -16,6 +16,7 @@ PACKAGES=(
   bindgen libclang-dev                                # distckpt-sys: regenerating bindings, and the staleness test
   patchelf                                            # the portable install tree (scripts/build_lib.sh) and the wheel
   clang-14 libclang-rt-14-dev                         # scripts/fuzz.sh: libFuzzer, ASan and UBSan
+  clang-format                                        # scripts/format_check.sh (.clang-format), in scripts/test.sh
 )
 
 missing=()

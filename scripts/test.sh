@@ -45,6 +45,19 @@ bazel_suite() {
   failed=$((failed + f))
 }
 
+# The code's formatting, in check mode (nothing is rewritten): C++ here, rustfmt and the Python linter in their
+# language runners below.
+echo "== scripts/format_check.sh"
+if bash scripts/format_check.sh >"$log" 2>&1; then
+  tail -1 "$log"
+  echo "format check: 1 passed, 0 failed"
+  passed=$((passed + 1))
+else
+  cat "$log"
+  echo "format check: 0 passed, 1 failed"
+  failed=$((failed + 1))
+fi
+
 bazel_suite bazel //...
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer (.bazelrc; its outputs sit
 # beside the normal build's). ThreadSanitizer and the manual crash suite under both: scripts/sanitize.sh.

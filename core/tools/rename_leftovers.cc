@@ -116,10 +116,10 @@ void Decide(RenameLeftover* l, double grace) {
     case RenameLeftover::Kind::kReplaced:
     case RenameLeftover::Kind::kDeleting:
       l->garbage = idle_enough;
-      l->reason = idle_enough ? std::string("leftover of an interrupted ") +
-                                    (l->kind == RenameLeftover::Kind::kReplaced ? "overwrite" : "prune") + ", idle " +
-                                    idle
-                              : "leftover, but active " + idle + " ago, " + within;
+      l->reason = idle_enough
+                      ? std::string("leftover of an interrupted ") +
+                            (l->kind == RenameLeftover::Kind::kReplaced ? "overwrite" : "prune") + ", idle " + idle
+                      : "leftover, but active " + idle + " ago, " + within;
       return;
   }
 }
@@ -187,7 +187,8 @@ Status Same(int dirfd, const std::string& name, const RenameLeftover& l) {
   }
   if (!S_ISDIR(st.st_mode) || static_cast<uint64_t>(st.st_dev) != l.device ||
       static_cast<uint64_t>(st.st_ino) != l.inode) {
-    return Status(StatusCode::kState, "'" + l.path + "' changed while it was being removed (another directory or a "
+    return Status(StatusCode::kState, "'" + l.path +
+                                          "' changed while it was being removed (another directory or a "
                                           "link took its place): not removed");
   }
   return OkStatus();

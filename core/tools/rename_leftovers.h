@@ -1,8 +1,9 @@
 // What unfinished saves, overwrites and prunes leave beside checkpoints on a file system (the rename layout, FORMAT.md
 // section 6.1), and removing it safely: "<name>.dckpt-staging-<nonce>" (a save in progress, abandoned, or complete but
-// never renamed), "<name>.dckpt-old-<nonce>" (a checkpoint an overwrite moved aside) and "<name>.dckpt-deleting-<nonce>"
-// (one a prune moved aside). One judge for every client: the C ABI's dckpt_scan_leftovers / dckpt_remove_leftover,
-// dckpt_storage_stat and dckpt_storage_remove_leftovers on a POSIX path, Python, Rust and Go's store.Prune.
+// never renamed), "<name>.dckpt-old-<nonce>" (a checkpoint an overwrite moved aside) and
+// "<name>.dckpt-deleting-<nonce>" (one a prune moved aside). One judge for every client: the C ABI's
+// dckpt_scan_leftovers / dckpt_remove_leftover, dckpt_storage_stat and dckpt_storage_remove_leftovers on a POSIX path,
+// Python, Rust and Go's store.Prune.
 //
 // Safety: only directories with those names are ever looked at or removed; symbolic links are never followed (a link
 // named like a leftover is not one); a directory is removed only after it has been moved to a "deleting" name and
@@ -33,13 +34,13 @@ struct RenameLeftover {
   std::string name;        ///< the directory's own name
   std::string final_name;  ///< the checkpoint name it belongs to
   Kind kind = Kind::kStaging;
-  uint64_t bytes = 0;         ///< regular files below it (not following links)
-  double idle_seconds = 0;    ///< since the newest change of the directory or an entry directly in it
-  bool has_marker = false;    ///< a STAGING marker was read (kStaging)
-  StagingMarker marker;       ///< what it says
+  uint64_t bytes = 0;       ///< regular files below it (not following links)
+  double idle_seconds = 0;  ///< since the newest change of the directory or an entry directly in it
+  bool has_marker = false;  ///< a STAGING marker was read (kStaging)
+  StagingMarker marker;     ///< what it says
   WriterState writer = WriterState::kUnknown;
-  bool garbage = false;       ///< safe to remove under the grace period it was judged with
-  std::string reason;         ///< why, in words: "abandoned: writer pid 12 on this host has exited; idle 2h01m"
+  bool garbage = false;            ///< safe to remove under the grace period it was judged with
+  std::string reason;              ///< why, in words: "abandoned: writer pid 12 on this host has exited; idle 2h01m"
   uint64_t device = 0, inode = 0;  ///< its identity when judged
 };
 

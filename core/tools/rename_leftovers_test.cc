@@ -2,8 +2,8 @@
 // that links and foreign names are never looked into or removed, and that removal takes only what was judged.
 #include "core/tools/rename_leftovers.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>

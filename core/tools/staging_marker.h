@@ -12,7 +12,7 @@ namespace distckpt {
 
 struct StagingMarker {
   std::string host;
-  long pid = -1;  ///< -1: none, or not a number
+  long pid = -1;            ///< -1: none, or not a number
   std::string started_utc;  ///< as written ("2026-11-26T18:04:31Z"), or empty
   std::string final_path;
 };
