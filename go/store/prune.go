@@ -36,7 +36,10 @@ type PrunePolicy struct {
 	Grace time.Duration
 	// DryRun plans and reports, but deletes nothing.
 	DryRun bool
-	// Now is the time idleness is measured against; zero means time.Now().
+	// Now is ignored.
+	//
+	// Deprecated: idleness is measured by the library, which judges the leftovers, against the real clock; nothing
+	// else in a prune depends on the time. To test the grace period, age the files (os.Chtimes) instead.
 	Now time.Time
 }
 
@@ -106,11 +109,14 @@ func (e *PruneError) Unwrap() error { return e.Failed[0].Err }
 // Prune deletes the committed checkpoints of the store dir that the policy does not keep, and the garbage that has
 // been idle for longer than the grace period: staging directories of crashed writers (complete-unrenamed ones too:
 // their save died before its rename and never reported success), "<name>.dckpt-old-<nonce>" directories of overwrites
-// and "<name>.dckpt-deleting-<nonce>" directories of an interrupted prune.
+// and "<name>.dckpt-deleting-<nonce>" directories of an interrupted prune. Which directories are garbage, and why, is
+// the library's judgement (distckpt.ScanLeftovers, with the policy's grace period).
 //
 // A committed checkpoint is first renamed to "<name>.dckpt-deleting-<nonce>", so it disappears from its name at once
 // and is never seen half-deleted, then removed; a directory that is no longer the one listed (swapped for a link or
-// another directory meanwhile) is put back and not deleted.
+// another directory meanwhile) is put back and not deleted. A leftover is removed by distckpt.RemoveLeftover, which
+// judges it anew and, likewise, moves it aside and checks it is the directory it judged before removing it; one that
+// is no longer garbage, or no longer a leftover directory, is reported as a failed deletion.
 //
 // Never deleted, whatever the policy: symbolic links and what they point to (never followed); a checkpoint a symbolic
 // link in dir points to; a checkpoint with a staging directory of the same name next to it that is kept (an overwrite
@@ -134,15 +140,11 @@ func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 		return res, &distckpt.Error{Code: distckpt.CodeInvalid, Message: fmt.Sprintf("'%s' is a checkpoint; prune "+
 			"takes the directory that holds checkpoints", dir)}
 	}
-	entries, err := scan(dir)
+	entries, err := scan(dir, res.Grace)
 	if err != nil {
 		return res, err
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
-	res.Actions, res.Order = plan(entries, p, res.Grace, now)
+	res.Actions, res.Order = plan(entries, p)
 
 	var failed []PruneAction
 	for i := range res.Actions {
@@ -158,7 +160,7 @@ func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 		if a.Checkpoint.Status == Committed {
 			err = deleteCheckpoint(&a.Checkpoint)
 		} else {
-			err = deleteLeftover(&a.Checkpoint)
+			err = deleteLeftover(&a.Checkpoint, res.Grace)
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			err = nil // someone else removed it first
@@ -177,8 +179,9 @@ func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 	return res, nil
 }
 
-// plan decides what happens to every directory of the store. It touches nothing.
-func plan(entries []*Checkpoint, p PrunePolicy, grace time.Duration, now time.Time) ([]PruneAction, Order) {
+// plan decides what happens to every directory of the store: the library's judgement for the leftovers, the policy for
+// the committed checkpoints. It touches nothing.
+func plan(entries []*Checkpoint, p PrunePolicy) ([]PruneAction, Order) {
 	var actions []PruneAction
 	keep := func(c *Checkpoint, reason string) {
 		actions = append(actions, PruneAction{Checkpoint: *c, Action: Keep, Reason: reason})
@@ -210,48 +213,18 @@ func plan(entries []*Checkpoint, p PrunePolicy, grace time.Duration, now time.Ti
 			keep(c, "symbolic link (not followed)")
 			continue
 		}
-		idle := now.Sub(c.LastActive)
-		switch c.Status {
-		case Incomplete:
-			w := c.Writer
-			switch {
-			case w != nil && w.State == WriterRunning:
-				keep(c, fmt.Sprintf("being written: writer pid %d on this host is running", w.PID))
-			case idle <= grace:
-				keep(c, fmt.Sprintf("active %s ago, within the %s grace period", HumanDuration(idle), grace))
-			case w != nil && w.State == WriterExited:
-				del(c, fmt.Sprintf("abandoned: writer pid %d on this host has exited; idle %s", w.PID,
-					HumanDuration(idle)))
-			case w != nil:
-				del(c, fmt.Sprintf("abandoned: idle %s (writer pid %d on host %s)", HumanDuration(idle), w.PID, w.Host))
-			default:
-				del(c, fmt.Sprintf("abandoned: idle %s, no STAGING marker", HumanDuration(idle)))
+		if l := c.leftover; l != nil {
+			if l.Garbage && c.Status.Leftover() {
+				del(c, l.Reason)
+				continue
 			}
-			if last := actions[len(actions)-1]; last.Action == Keep && c.FinalName != "" {
+			keep(c, l.Reason)
+			if c.Status != Replaced && c.Status != Deleting && c.FinalName != "" {
 				pinned[c.FinalName] = "a staging directory next to it may be committing over it"
 			}
-		case CompleteUnrenamed:
-			// Every rank had finished, but the save died before its rename: it never reported success, so it is
-			// garbage once nothing has touched it for the grace period (FORMAT.md section 6).
-			if idle <= grace {
-				keep(c, fmt.Sprintf("complete but not renamed, active %s ago: a commit may be in progress",
-					HumanDuration(idle)))
-				if c.FinalName != "" {
-					pinned[c.FinalName] = "a staging directory next to it may be committing over it"
-				}
-			} else {
-				del(c, fmt.Sprintf("a save that died before its rename (it never reported success); idle %s",
-					HumanDuration(idle)))
-			}
-		case Replaced, Deleting:
-			if idle <= grace {
-				keep(c, fmt.Sprintf("leftover, but active %s ago, within the %s grace period", HumanDuration(idle),
-					grace))
-			} else {
-				what := map[Status]string{Replaced: "overwrite", Deleting: "prune"}[c.Status]
-				del(c, fmt.Sprintf("leftover of an interrupted %s, idle %s", what, HumanDuration(idle)))
-			}
-		case Corrupt, Unreadable:
+			continue
+		}
+		if c.Status == Corrupt || c.Status == Unreadable {
 			keep(c, "metadata cannot be read: not touched (check it with ls/inspect)")
 		}
 		// NotACheckpoint: not ours, never mentioned. Committed: below.
@@ -331,12 +304,18 @@ func deleteCheckpoint(c *Checkpoint) error {
 	return testhooks.RemoveAll(aside)
 }
 
-// deleteLeftover removes a leftover directory after checking it is still the one listed.
-func deleteLeftover(c *Checkpoint) error {
-	if err := sameDirectory(c.Path, c.fi); err != nil {
-		return err
+// deleteLeftover has the library judge the leftover anew and remove it if it is still garbage: moved to a deleting
+// name, found there to be the directory it judged, then removed without following links.
+func deleteLeftover(c *Checkpoint, grace time.Duration) error {
+	err := testhooks.RemoveLeftover(c.Path, grace)
+	if errors.Is(err, distckpt.ErrNotFound) {
+		if _, lerr := os.Lstat(c.Path); lerr == nil {
+			// Something else is there now (a link, a file): not what was listed.
+			return &distckpt.Error{Code: distckpt.CodeState, Message: fmt.Sprintf("'%s' changed since the store "+
+				"was listed (it is no longer a leftover directory): not deleted", c.Path)}
+		}
 	}
-	return testhooks.RemoveAll(c.Path)
+	return err
 }
 
 // syncDir makes a rename in dir durable; failures are ignored (the removal goes on either way).

@@ -112,11 +112,16 @@ func TestPruneGraceDefaultsToAnHour(t *testing.T) {
 	if a := actionOf(t, res, filepath.Base(live)); a.Action != Keep || !strings.Contains(a.Reason, "running") {
 		t.Fatalf("NoGrace touched the staging directory of a running writer: %+v", a)
 	}
-	// Measured against PrunePolicy.Now.
-	fixtures.Staging(t, dir, "step-4", "04", "elsewhere.example", 12, 0)
-	res, _ = Prune(dir, PrunePolicy{KeepLast: 1, DryRun: true, Now: time.Now().Add(2 * time.Hour)})
-	if a := actionOf(t, res, "step-4.dckpt-staging-04"); a.Action != Delete {
-		t.Fatalf("Now: %+v", a)
+	// Idle since the newest time of the directory and of its files: aged two hours, it is garbage under the default.
+	fresh := fixtures.Staging(t, dir, "step-4", "04", "elsewhere.example", 12, 0)
+	res, _ = Prune(dir, PrunePolicy{KeepLast: 1, DryRun: true})
+	if a := actionOf(t, res, "step-4.dckpt-staging-04"); a.Action != Keep {
+		t.Fatalf("fresh: %+v", a)
+	}
+	fixtures.Age(t, fresh, 2*time.Hour)
+	res, _ = Prune(dir, PrunePolicy{KeepLast: 1, DryRun: true})
+	if a := actionOf(t, res, "step-4.dckpt-staging-04"); a.Action != Delete || !strings.Contains(a.Reason, "idle 2h") {
+		t.Fatalf("aged: %+v", a)
 	}
 }
 
@@ -203,8 +208,8 @@ func TestPruneRenamesBeforeRemovingAndReportsFailures(t *testing.T) {
 	}
 }
 
-// A checkpoint swapped for a symbolic link (or another directory) after the store was listed is not deleted: not the
-// link, not what it points to. Before this check, prune renamed and removed the link.
+// A checkpoint or a leftover swapped for a symbolic link (or another directory) after the store was listed is not
+// deleted: not the link, not what it points to. Before this check, prune renamed and removed the link.
 func TestPruneDoesNotDeleteWhatChangedSinceTheListing(t *testing.T) {
 	base := t.TempDir()
 	outside := filepath.Join(base, "outside")
@@ -217,20 +222,29 @@ func TestPruneDoesNotDeleteWhatChangedSinceTheListing(t *testing.T) {
 		fixtures.Write(t, filepath.Join(dir, "step-"+string(rune('0'+s))), fixtures.Options{Step: s})
 	}
 	staging := fixtures.Staging(t, dir, "step-9", "09", fixtures.Hostname(t), fixtures.DeadPID(t), 3*time.Hour)
+	swapForLink := func(victim string) {
+		if err := os.RemoveAll(victim); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, victim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The staging directory becomes a link just before the library is asked to remove it.
+	defer func(f func(string, time.Duration) error) { testhooks.RemoveLeftover = f }(testhooks.RemoveLeftover)
+	askedFor := ""
+	testhooks.RemoveLeftover = func(path string, grace time.Duration) error {
+		askedFor = path
+		swapForLink(path)
+		return distckpt.RemoveLeftover(path, grace)
+	}
+	// step-2 becomes a link, and step-3 another directory, once the first committed checkpoint is being removed.
 	defer func(f func(string) error) { testhooks.RemoveAll = f }(testhooks.RemoveAll)
 	swapped := false
 	testhooks.RemoveAll = func(path string) error {
 		if !swapped {
 			swapped = true
-			for _, victim := range []string{filepath.Join(dir, "step-2"), staging} {
-				if err := os.RemoveAll(victim); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Symlink(outside, victim); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// step-3 is replaced by another directory of the same name.
+			swapForLink(filepath.Join(dir, "step-2"))
 			if err := os.Rename(filepath.Join(dir, "step-3"), filepath.Join(base, "moved")); err != nil {
 				t.Fatal(err)
 			}
@@ -241,22 +255,24 @@ func TestPruneDoesNotDeleteWhatChangedSinceTheListing(t *testing.T) {
 	before := snapshot(t, outside)
 	res, err := Prune(dir, PrunePolicy{KeepLast: 1, Grace: NoGrace})
 	var perr *PruneError
-	if !errors.As(err, &perr) || len(perr.Failed) != 2 {
-		t.Fatalf("want 2 refused deletions, got %v\n%+v", err, res.Actions)
+	if !errors.As(err, &perr) || len(perr.Failed) != 3 {
+		t.Fatalf("want 3 refused deletions, got %v\n%+v", err, res.Actions)
 	}
-	if !swapped {
-		t.Fatal("nothing was deleted")
+	if !swapped || askedFor != staging {
+		t.Fatalf("nothing was deleted (asked to remove %q)", askedFor)
 	}
-	if got := left(t, dir); got != "step-2 step-3 step-4" {
+	if got := left(t, dir); got != "step-2 step-3 step-4 "+filepath.Base(staging) {
 		t.Fatalf("left %s", got)
 	}
-	for _, name := range []string{"step-2", "step-3"} {
+	for _, name := range []string{"step-2", "step-3", filepath.Base(staging)} {
 		if a := actionOf(t, res, name); a.Deleted || a.Err == nil || !strings.Contains(a.Err.Error(), "changed") {
 			t.Errorf("%s: %+v", name, a)
 		}
 	}
-	if target, err := os.Readlink(filepath.Join(dir, "step-2")); err != nil || target != outside {
-		t.Errorf("the link that replaced step-2 was not left alone: %q %v", target, err)
+	for _, link := range []string{filepath.Join(dir, "step-2"), staging} {
+		if target, err := os.Readlink(link); err != nil || target != outside {
+			t.Errorf("the link that replaced %s was not left alone: %q %v", link, target, err)
+		}
 	}
 	if after := snapshot(t, outside); !reflect.DeepEqual(before, after) {
 		t.Fatalf("prune changed what a link points to")

@@ -13,12 +13,16 @@
 // checkpoints an overwrite moved aside, and "<name>.dckpt-deleting-<nonce>" checkpoints a prune was removing.
 // Verification of the data itself is distckpt.Reader.Verify.
 //
+// The leftovers are judged by the library, the same for every language (distckpt.ScanLeftovers and
+// distckpt.RemoveLeftover): which directories are leftovers (those names only, never a symbolic link), whether their
+// writer is alive, how long they have been idle, whether they are garbage, and why. This package adds the listing
+// order and the policy of which committed checkpoints to keep.
+//
 // Nothing in this package follows a symbolic link to delete anything, and nothing deletes a directory that is not a
 // checkpoint or the leftover of one.
 package store
 
 import (
-	"bufio"
 	"errors"
 	"io/fs"
 	"os"
@@ -48,7 +52,8 @@ const (
 	// deletes it.
 	Unreadable Status = "unreadable"
 	// Incomplete: "<name>.dckpt-staging-<nonce>" with a STAGING marker (or without one and without metadata): a
-	// checkpoint being written now, or abandoned by a crashed writer. Checkpoint.Writer says which, where it can.
+	// checkpoint being written now, or abandoned by a crashed writer. Checkpoint.Writer says which, where it can. A
+	// directory with a marker but without such a name is not a leftover (NotACheckpoint), and never deleted.
 	Incomplete Status = "incomplete"
 	// CompleteUnrenamed: "<name>.dckpt-staging-<nonce>" without a marker but with metadata: every rank finished, but
 	// the save has not (yet) renamed it into place, so it never reported success.
@@ -67,7 +72,8 @@ func (s Status) Leftover() bool {
 	return s == Incomplete || s == CompleteUnrenamed || s == Replaced || s == Deleting
 }
 
-// Names the library gives to the files and directories of a store (FORMAT.md sections 1 and 6).
+// Names the library gives to the files and directories of a store (FORMAT.md sections 1 and 6). The leftovers are
+// recognised by the library (distckpt.ScanLeftovers), not by these constants, which are here for reference.
 const (
 	MetadataFile  = "metadata.dckpt"   // a checkpoint's metadata; its presence (without a marker) marks a commit
 	StagingMarker = "STAGING"          // the marker file a writer keeps in its staging directory until the commit
@@ -91,7 +97,7 @@ type Writer struct {
 	Host      string
 	PID       int       // -1 if the marker does not say
 	Started   time.Time // zero if the marker does not say
-	FinalPath string    // where the checkpoint will be committed
+	FinalPath string    // where the checkpoint will be committed: beside the staging directory, under its FinalName
 	State     WriterState
 }
 
@@ -120,16 +126,19 @@ type Checkpoint struct {
 	Date time.Time
 	// ModTime is the directory's own modification time; LastActive the newest modification time of the directory and
 	// of the entries directly in it (a writer's data files show its activity). Prune's grace period counts from
-	// LastActive.
+	// LastActive: for a leftover, the library measures it (the time of the listing less the idle time it found).
 	ModTime    time.Time
 	LastActive time.Time
-	// Writer is what the STAGING marker of an Incomplete directory says (nil if there is no readable marker).
+	// Writer is what the STAGING marker of an Incomplete directory says (nil if there is no readable marker, or it
+	// names no host, pid or start time).
 	Writer *Writer
 	// Err is why the metadata of a Corrupt or Unreadable checkpoint could not be read (a *distckpt.Error).
 	Err error
 
 	// fi is what Lstat said about Path when the store was listed: Prune deletes only that very directory.
 	fi os.FileInfo
+	// leftover is the library's judgement of a leftover (nil for any other directory): Prune acts on it.
+	leftover *distckpt.Leftover
 }
 
 // ListOptions configures List. The zero value (or nil) means the defaults.
@@ -155,7 +164,7 @@ func List(dir string, opts *ListOptions) ([]Checkpoint, error) {
 		}
 		return []Checkpoint{*c}, nil
 	}
-	all, err := scan(dir)
+	all, err := scan(dir, DefaultGrace)
 	if err != nil {
 		return nil, err
 	}
@@ -172,91 +181,143 @@ func List(dir string, opts *ListOptions) ([]Checkpoint, error) {
 // system's when path does not exist or is not a directory.
 func Stat(path string) (*Checkpoint, error) {
 	path = filepath.Clean(path)
-	fi, err := os.Lstat(path)
+	fi, symlink, err := lookAt(path)
 	if err != nil {
 		return nil, err
 	}
-	symlink := ""
+	leftovers, scanned, err := leftoversIn(filepath.Dir(path), DefaultGrace)
+	if err != nil {
+		return nil, err
+	}
+	return describe(path, fi, symlink, leftovers[filepath.Base(path)], scanned), nil
+}
+
+// lookAt finds what path is: its Lstat, and the link's target when it is a symbolic link. The error is the file
+// system's when it is missing or does not lead to a directory.
+func lookAt(path string) (fi os.FileInfo, symlink string, err error) {
+	if fi, err = os.Lstat(path); err != nil {
+		return nil, "", err
+	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		if symlink, err = os.Readlink(path); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if !st.IsDir() {
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: syscall.ENOTDIR}
+		return nil, "", &fs.PathError{Op: "stat", Path: path, Err: syscall.ENOTDIR}
 	}
-	c := classify(path)
-	c.Symlink, c.fi = symlink, fi
-	return c, nil
+	return fi, symlink, nil
 }
 
-// scan classifies every directory directly under dir, sorted by name.
-func scan(dir string) ([]*Checkpoint, error) {
+// scan classifies every directory directly under dir, sorted by name; the core judges the leftovers among them with
+// the grace period given (only Prune acts on that judgement).
+func scan(dir string, grace time.Duration) ([]*Checkpoint, error) {
 	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	// After the listing, so that every leftover listed and still there is judged.
+	leftovers, scanned, err := leftoversIn(dir, grace)
 	if err != nil {
 		return nil, err
 	}
 	var out []*Checkpoint
 	for _, de := range ents {
 		path := filepath.Join(dir, de.Name())
-		fi, err := os.Lstat(path)
+		fi, symlink, err := lookAt(path)
 		if err != nil {
-			continue // gone meanwhile
+			continue // gone meanwhile, or not a directory
 		}
-		symlink := ""
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if symlink, err = os.Readlink(path); err != nil {
-				continue
-			}
-		}
-		st, err := os.Stat(path)
-		if err != nil || !st.IsDir() {
-			continue
-		}
-		c := classify(path)
-		c.Symlink, c.fi = symlink, fi
-		out = append(out, c)
+		out = append(out, describe(path, fi, symlink, leftovers[de.Name()], scanned))
 	}
 	sort.Slice(out, func(i, j int) bool { return naturalLess(out[i].Name, out[j].Name) })
 	return out, nil
 }
 
-// classify looks at one directory.
+// leftoversIn has the core judge the leftovers directly in dir (distckpt.ScanLeftovers), by name, and says when.
+func leftoversIn(dir string, grace time.Duration) (map[string]*distckpt.Leftover, time.Time, error) {
+	found, err := distckpt.ScanLeftovers(dir, "", grace)
+	scanned := time.Now()
+	if err != nil {
+		return nil, scanned, err
+	}
+	byName := make(map[string]*distckpt.Leftover, len(found))
+	for i := range found {
+		byName[found[i].Name] = &found[i]
+	}
+	return byName, scanned, nil
+}
+
+// describe makes the Checkpoint of the directory at path: fi is its Lstat, symlink the link's target ("" if it is
+// none), l the core's judgement when it is a leftover (the core never judges a link: a link named like a leftover is
+// described by what it leads to, and Prune keeps it), scanned when l was made.
+func describe(path string, fi os.FileInfo, symlink string, l *distckpt.Leftover, scanned time.Time) *Checkpoint {
+	var c *Checkpoint
+	if l != nil && symlink == "" {
+		c = fromLeftover(path, fi, l, scanned)
+	} else {
+		c = classify(path)
+	}
+	c.Symlink, c.fi = symlink, fi
+	return c
+}
+
+// leftoverStatus is the Status of each kind of leftover.
+var leftoverStatus = map[distckpt.LeftoverKind]Status{
+	distckpt.LeftoverStaging:           Incomplete,
+	distckpt.LeftoverCompleteUnrenamed: CompleteUnrenamed,
+	distckpt.LeftoverReplaced:          Replaced,
+	distckpt.LeftoverDeleting:          Deleting,
+}
+
+// writerStates maps the core's writer states to the store's.
+var writerStates = map[distckpt.WriterState]WriterState{
+	distckpt.WriterRunning: WriterRunning,
+	distckpt.WriterExited:  WriterExited,
+	distckpt.WriterUnknown: WriterUnknown,
+}
+
+// fromLeftover describes a leftover directory (fi: its Lstat) from the core's judgement.
+func fromLeftover(path string, fi os.FileInfo, l *distckpt.Leftover, scanned time.Time) *Checkpoint {
+	c := &Checkpoint{Name: l.Name, Path: path, FinalName: l.FinalName, DiskBytes: l.Bytes, ModTime: fi.ModTime(),
+		LastActive: scanned.Add(-l.Idle), leftover: l}
+	status, known := leftoverStatus[l.Kind]
+	if !known {
+		status = Status(l.Kind.String()) // a kind of a newer library: not committed, left alone
+	}
+	c.Status = status
+	switch status {
+	case Incomplete:
+		if l.WriterPID > 0 || l.WriterHost != "" || !l.WriterStarted.IsZero() {
+			state, known := writerStates[l.Writer]
+			if !known {
+				state = WriterUnknown
+			}
+			c.Writer = &Writer{Host: l.WriterHost, PID: int(l.WriterPID), Started: l.WriterStarted,
+				FinalPath: filepath.Join(filepath.Dir(path), l.FinalName), State: state}
+		}
+		c.Date = c.ModTime
+		if c.Writer != nil && !c.Writer.Started.IsZero() {
+			c.Date = c.Writer.Started
+		}
+	case CompleteUnrenamed:
+		c.Date = c.ModTime
+	}
+	return c
+}
+
+// classify looks at a directory that is not a leftover.
 func classify(path string) *Checkpoint {
 	c := &Checkpoint{Name: filepath.Base(path), Path: path}
 	c.DiskBytes, c.ModTime, c.LastActive = dirUsage(path)
-	hasMarker := exists(filepath.Join(path, StagingMarker))
-	if final, ok := splitSuffixedName(c.Name, DeletingInfix); ok {
-		c.Status, c.FinalName = Deleting, final
-		return c
-	}
-	if final, ok := splitSuffixedName(c.Name, ReplacedInfix); ok {
-		c.Status, c.FinalName = Replaced, final
-		return c
-	}
-	if final, ok := splitSuffixedName(c.Name, StagingInfix); ok || hasMarker {
-		c.FinalName = final
-		if !hasMarker && exists(filepath.Join(path, MetadataFile)) {
-			// Committed data whose final rename has not happened: a commit in progress, or one that was interrupted.
-			c.Status = CompleteUnrenamed
-			c.Date = c.ModTime
-			return c
-		}
-		// With a marker, or without one and without metadata (a writer that has only just created the directory).
-		c.Status = Incomplete
-		if hasMarker {
-			c.Writer = readMarker(filepath.Join(path, StagingMarker))
-		}
-		if c.Writer != nil {
-			c.Date = c.Writer.Started
-		}
-		if c.Date.IsZero() {
-			c.Date = c.ModTime
-		}
+	if exists(filepath.Join(path, StagingMarker)) {
+		// A writer's marker in a directory without a staging directory's name: not committed, and not a leftover
+		// the library knows how to judge, so it is left alone.
+		c.Status = NotACheckpoint
 		return c
 	}
 	mst, err := os.Stat(filepath.Join(path, MetadataFile))
@@ -293,7 +354,7 @@ func classify(path string) *Checkpoint {
 }
 
 // dirUsage sums the sizes of the files under path and finds its own mtime and the newest mtime of it and the
-// entries directly in it.
+// entries directly in it (for the directories that are not leftovers: the core measures those).
 func dirUsage(path string) (bytes uint64, mtime, active time.Time) {
 	if st, err := os.Stat(path); err == nil {
 		mtime, active = st.ModTime(), st.ModTime()
@@ -317,74 +378,9 @@ func dirUsage(path string) (bytes uint64, mtime, active time.Time) {
 	return bytes, mtime, active
 }
 
-// readMarker parses a STAGING marker ("host: h", "pid: 123", "started_utc: ...", "final_path: ..." lines; see
-// core/storage/storage.cc). nil if it cannot be read.
-func readMarker(path string) *Writer {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	w := &Writer{PID: -1}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		switch strings.TrimSpace(k) {
-		case "host":
-			w.Host = v
-		case "pid":
-			if p, err := strconv.Atoi(v); err == nil {
-				w.PID = p
-			}
-		case "started_utc":
-			if t, err := time.Parse("2006-01-02T15:04:05Z", v); err == nil {
-				w.Started = t
-			}
-		case "final_path":
-			w.FinalPath = v
-		}
-	}
-	w.State = writerState(w.Host, w.PID)
-	return w
-}
-
-// writerState says whether the writer named by a marker is alive. Only a process on this host can be checked.
-func writerState(host string, pid int) WriterState {
-	me, err := os.Hostname()
-	if err != nil || host == "" || host != me || pid <= 0 {
-		return WriterUnknown
-	}
-	if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
-		return WriterRunning
-	}
-	return WriterExited
-}
-
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
-}
-
-// splitSuffixedName parses "<final><infix><lower-hex nonce>" as the library does (storage.cc ParseSuffixedName).
-func splitSuffixedName(name, infix string) (string, bool) {
-	pos := strings.LastIndex(name, infix)
-	if pos <= 0 {
-		return "", false
-	}
-	nonce := name[pos+len(infix):]
-	if nonce == "" {
-		return "", false
-	}
-	for _, c := range nonce {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return "", false
-		}
-	}
-	return name[:pos], true
 }
 
 // naturalLess orders names with their digit runs compared as numbers: step-99 < step-100.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	distckpt "distckpt.dev/go"
 	"distckpt.dev/go/internal/fixtures"
@@ -170,14 +171,45 @@ func TestNaturalOrder(t *testing.T) {
 	}
 }
 
-func TestSplitSuffixedName(t *testing.T) {
-	for name, want := range map[string]string{
-		"step-1.dckpt-staging-0123456789abcdef": "step-1", "a.b.dckpt-staging-ff": "a.b",
-		".dckpt-staging-00": "", "x.dckpt-staging-": "", "x.dckpt-staging-ABCD": "", "x.dckpt-staging-12g4": "",
-	} {
-		got, ok := splitSuffixedName(name, StagingInfix)
-		if got != want || ok != (want != "") {
-			t.Errorf("%q: %q %v, want %q", name, got, ok, want)
+// Only the names the library gives leftovers make a directory one: a STAGING marker in a directory named otherwise
+// (or with a nonce that is not lower-case hex) is not a leftover, nor a committed checkpoint even with metadata, and
+// Prune never deletes it, however old.
+func TestOnlyLeftoverNamesAreLeftovers(t *testing.T) {
+	dir := newStore(t, 1)
+	fixtures.Write(t, filepath.Join(dir, "half-written"), fixtures.Options{Step: 0})
+	odd := []string{"half-written", "step-2.dckpt-staging-ABCD", "step-3.dckpt-staging-", "x.dckpt-old-1g"}
+	for _, name := range odd {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			t.Fatal(err)
 		}
+		if err := os.WriteFile(filepath.Join(path, StagingMarker), []byte("pid: 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fixtures.Age(t, path, 100*time.Hour)
+	}
+	aged := fixtures.Staging(t, dir, "step-4", "04", "elsewhere.example", 12, 100*time.Hour)
+	all, err := List(dir, &ListOptions{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range odd {
+		if c := byName(t, all, name); c.Status != NotACheckpoint || c.Writer != nil {
+			t.Errorf("%s: %+v", name, c)
+		}
+	}
+	if c := byName(t, all, filepath.Base(aged)); c.Status != Incomplete {
+		t.Errorf("a staging directory: %+v", c)
+	}
+	if cks, err := List(filepath.Join(dir, "half-written"), nil); err != nil || len(cks) != 1 ||
+		cks[0].Status != NotACheckpoint {
+		t.Errorf("List of a marked directory that is not a leftover: %+v %v", cks, err)
+	}
+	if _, err := Prune(dir, PrunePolicy{KeepLast: 1, Grace: NoGrace}); err != nil {
+		t.Fatal(err)
+	}
+	want := "half-written step-1 step-2.dckpt-staging-ABCD step-3.dckpt-staging- x.dckpt-old-1g"
+	if got := left(t, dir); got != want {
+		t.Fatalf("left %s, want %s", got, want)
 	}
 }

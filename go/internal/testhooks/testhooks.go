@@ -2,8 +2,15 @@
 // operations fail or race at chosen moments. Production code only ever calls through them.
 package testhooks
 
-import "os"
+import (
+	"os"
+
+	distckpt "distckpt.dev/go"
+)
 
 // RemoveAll removes a directory tree that Prune has decided to delete (os.RemoveAll, which never follows symbolic
 // links inside the tree).
 var RemoveAll = os.RemoveAll
+
+// RemoveLeftover has the library judge a leftover directory anew and remove it (distckpt.RemoveLeftover).
+var RemoveLeftover = distckpt.RemoveLeftover
