@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,5 +143,80 @@ func TestLsOfACheckpointAndOfNothing(t *testing.T) {
 	var e struct{ Error *jsonError }
 	if code := cliJSON(t, &e, "ls", filepath.Join(dir, "missing")); code != exitNotFound || e.Error == nil {
 		t.Fatalf("missing directory: %d %+v", code, e)
+	}
+}
+
+// Issue 27: a checkpoint directory the user may not look inside is listed as unreadable (with and without --all),
+// never left out or called not-a-checkpoint. As root, whom chmod does not stop, the binary runs as nobody.
+func TestLsShowsADirectoryItCannotReadAsUnreadable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	base, err := os.MkdirTemp("", "distckpt-ls-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(filepath.Join(base, "store", "step-2"), 0o755); os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildCLI(t, base)
+	dir := filepath.Join(base, "store")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fixtures.Write(t, filepath.Join(dir, "step-1"), fixtures.Options{Step: 1})
+	fixtures.Write(t, filepath.Join(dir, "step-2"), fixtures.Options{Step: 2})
+	if err := os.Mkdir(filepath.Join(dir, "notes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "step-1")} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "step-2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	uid := os.Geteuid()
+	if uid == 0 {
+		uid = nobody
+		if _, errOut, code := runAs(t, bin, uid, "version"); code != exitOK {
+			t.Skipf("the binary cannot run as uid %d here (needed to deny reads to root): %s", nobody, errOut)
+		}
+	}
+	for _, args := range [][]string{{"ls", dir}, {"ls", "--all", dir}} {
+		stdout, stderr, code := runAs(t, bin, uid, append(args, "--json")...)
+		wantCode(t, code, exitOK, stdout, stderr)
+		var o lsOut
+		if err := json.Unmarshal([]byte(stdout), &o); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stdout)
+		}
+		c := o.Checkpoints[o.byName(t, "step-2")]
+		if c.Status != statusError || c.Error == nil || c.Error.Code != "permission denied" ||
+			!strings.Contains(c.Error.Message, filepath.Join(dir, "step-2")) {
+			t.Errorf("%v: step-2 %+v (error %+v), want unreadable with a permission error naming it", args, c, c.Error)
+		}
+		if c := o.Checkpoints[o.byName(t, "step-1")]; c.Status != statusCommitted {
+			t.Errorf("%v: step-1 %+v", args, c)
+		}
+		if len(args) == 3 && o.Checkpoints[o.byName(t, "notes")].Status != statusOther {
+			t.Errorf("--all: notes is not %s", statusOther)
+		}
+		if len(args) == 2 && len(o.Checkpoints) != 2 {
+			t.Errorf("ls without --all: %+v", o.Checkpoints)
+		}
+		stdout, stderr, code = runAs(t, bin, uid, args...)
+		wantCode(t, code, exitOK, stdout, stderr)
+		var line string
+		for _, l := range strings.Split(stdout, "\n") {
+			if strings.HasPrefix(l, "step-2 ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, statusError) || !strings.Contains(line, "permission denied") ||
+			strings.Contains(stdout, "step-2  not-a-checkpoint") {
+			t.Errorf("%v: table line for step-2 %q:\n%s", args, line, stdout)
+		}
 	}
 }
