@@ -11,12 +11,17 @@ import (
 
 var diffCommand = &command{
 	name:    "diff",
-	args:    "[--no-data] [--json] A B",
+	args:    "[--data | --no-data] [--json] A B",
 	summary: "entries added, removed and changed (dtype, shape, data) between two checkpoints, and user metadata changes",
 	help: `
-Data are compared by chunk checksum when both checkpoints store the entry in the same chunks (metadata only, no
-data read). When the layouts differ (saved with another sharding or checksum block size), the data are read from
-both and compared chunk by chunk, unless --no-data is given: then such entries are listed as "uncompared".
+Data are compared by their recorded chunk checksums when both checkpoints store the entry in the same chunks
+(metadata only, no data read): an entry reported unchanged that way has the same recorded checksums, and a copy whose
+data bytes were damaged or altered behind the library's back still has them (the output says how many entries were
+judged so: "by_checksum"). --data reads the bytes of every entry from both checkpoints through the reader, verifying
+their checksums, one chunk (in slabs of at most 64 MiB per side) at a time, and compares them: a chunk whose data
+fail their checksum (or whose data file is missing) makes its entry differ, with "bad" saying on which side and why.
+When the layouts differ (saved with another sharding or checksum block size), the data are read from both and
+compared chunk by chunk, unless --no-data is given: then such entries are listed as "uncompared".
 Exit status: 0 the same (every compared entry and the user metadata), 1 they differ (or a chunk read to compare them
 is bad); a checkpoint that cannot be opened gives the status of its failure (4 not found, 5 corrupt metadata, ...:
 see "distckpt help").
@@ -24,8 +29,10 @@ see "distckpt help").
 JSON: {"schema_version": 1, "a": str, "b": str, "same": bool,
   "added": [ENTRY], "removed": [ENTRY],
   "changed": [{"name": str, "changes": ["kind"|"dtype"|"shape"|"data"], "a": ENTRY, "b": ENTRY,
-               "compared": "checksum"|"data"|null, "differing_chunks": int|null}],
-  "uncompared": [str], "unchanged": int,
+               "compared": "checksum"|"data"|null, "differing_chunks": int|null,
+               "bad": null | {"side": "a"|"b", "error": {"code": str, "message": str}}}],
+  "uncompared": [str], "unchanged": int, "data_read": bool (--data), "by_checksum": int (unchanged entries judged by
+  their recorded checksums only),
   "metadata": {"added": {str: str}, "removed": {str: str}, "changed": {str: {"a": str, "b": str}}}}
 ENTRY is {"name", "kind", "dtype", "shape", "bytes", "chunks"} as in inspect.`,
 	run: runDiff,
@@ -38,6 +45,7 @@ type changeJSON struct {
 	B               entryJSON `json:"b"`
 	Compared        *string   `json:"compared"`
 	DifferingChunks *int      `json:"differing_chunks"`
+	Bad             *badData  `json:"bad"`
 }
 
 type valueChange struct {
@@ -54,6 +62,8 @@ type diffJSON struct {
 	Changed    []changeJSON `json:"changed"`
 	Uncompared []string     `json:"uncompared"`
 	Unchanged  int          `json:"unchanged"`
+	DataRead   bool         `json:"data_read"`
+	ByChecksum int          `json:"by_checksum"`
 	Metadata   struct {
 		Added   map[string]string      `json:"added"`
 		Removed map[string]string      `json:"removed"`
@@ -61,66 +71,154 @@ type diffJSON struct {
 	} `json:"metadata"`
 }
 
-// compareData tells whether entry ea of a and eb of b (same kind, dtype and shape) hold the same bytes. It uses the
-// chunk checksums when both are comparable, else reads the data chunk by chunk unless readData is false.
-// method is "checksum", "data" or "" (not compared).
-func compareData(a, b *distckpt.Reader, ea, eb distckpt.Entry, readData bool) (method string, differing int, err error) {
+// How compareData compares the data of two entries of the same kind, dtype and shape.
+type dataMode int
+
+const (
+	checksumsFirst dataMode = iota // recorded checksums where comparable, else read the data
+	checksumsOnly                  // --no-data: never read; entries stored in different layouts stay uncompared
+	readAlways                     // --data: read and compare the bytes of every entry, verifying their checksums
+)
+
+// regionLimit bounds the bytes diff --data holds per side: a chunk larger than this is read in slabs.
+var regionLimit uint64 = 64 << 20
+
+// badData is a chunk whose data could not be trusted while reading it (checksum mismatch, missing or truncated data
+// file): the entry's data then count as differing, and the error says on which side and why.
+type badData struct {
+	Side  string     `json:"side"` // "a" or "b"
+	Error *jsonError `json:"error"`
+}
+
+// compareData tells whether entry ea of a and eb of b (same kind, dtype and shape) hold the same bytes. By default it
+// uses the recorded chunk checksums when both are comparable, else reads the data chunk by chunk (see dataMode).
+// method is "checksum", "data" or "" (not compared). bad is the first chunk of either side whose data failed to
+// read as damaged (only when reading); other read failures are returned as err.
+func compareData(a, b *distckpt.Reader, ea, eb distckpt.Entry, mode dataMode) (method string, differing int,
+	bad *badData, err error) {
 	ca, err := a.Chunks(ea.Index)
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
 	cb, err := b.Chunks(eb.Index)
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
 	ia, err := a.Info()
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
 	ib, err := b.Info()
 	if err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
-	if checksumsComparable(ca, cb, ia.ChecksumBlockSize, ib.ChecksumBlockSize) {
+	if mode != readAlways && checksumsComparable(ca, cb, ia.ChecksumBlockSize, ib.ChecksumBlockSize) {
 		for i := range ca {
 			if ca[i].Checksum != cb[i].Checksum {
 				differing++
 			}
 		}
-		return "checksum", differing, nil
+		return "checksum", differing, nil, nil
 	}
-	if !readData {
-		return "", 0, nil
+	if mode == checksumsOnly {
+		return "", 0, nil, nil
+	}
+	// damaged records a read failure that means bad data (dataExitStatus) and reports whether it was one.
+	damaged := func(side string, err error) bool {
+		if dataExitStatus(err) != exitFound {
+			return false
+		}
+		if bad == nil {
+			bad = &badData{Side: side, Error: errorJSON(err)}
+		}
+		return true
 	}
 	if ea.Kind == distckpt.BytesEntry {
-		da, err := a.Read(ea.Name)
-		if err != nil {
-			return "", 0, err
+		da, errA := a.Read(ea.Name)
+		db, errB := b.Read(eb.Name)
+		for _, r := range []struct {
+			side string
+			err  error
+		}{{"a", errA}, {"b", errB}} {
+			if r.err != nil && !damaged(r.side, r.err) {
+				return "", 0, nil, r.err
+			}
 		}
-		db, err := b.Read(eb.Name)
-		if err != nil {
-			return "", 0, err
-		}
-		if !bytes.Equal(da, db) {
+		if bad != nil || !bytes.Equal(da, db) {
 			differing = 1
 		}
-		return "data", differing, nil
+		return "data", differing, bad, nil
 	}
-	// One of A's chunks at a time: memory stays bounded by the largest chunk.
+	// One of A's chunks at a time, in slabs of at most regionLimit bytes, into two reused buffers: memory stays
+	// bounded whatever the chunk sizes.
+	var bufA, bufB []byte
 	for _, ch := range ca {
-		da, err := a.ReadRegion(ea.Name, ch.Offsets, ch.Lengths)
-		if err != nil {
-			return "", 0, err
+		chunkDiffers := false
+		for _, box := range slabs(ch.Offsets, ch.Lengths, uint64(ea.DType.Size()), regionLimit) {
+			n := uint64(ea.DType.Size())
+			for _, l := range box.lengths {
+				n *= l
+			}
+			if uint64(cap(bufA)) < n {
+				bufA, bufB = make([]byte, n), make([]byte, n)
+			}
+			da, db := bufA[:n], bufB[:n]
+			errA := a.ReadInto(ea.Name, box.offsets, box.lengths, da)
+			errB := b.ReadInto(eb.Name, box.offsets, box.lengths, db)
+			badA := errA != nil && damaged("a", errA)
+			badB := errB != nil && damaged("b", errB)
+			if (errA != nil && !badA) || (errB != nil && !badB) {
+				if errA != nil && !badA {
+					return "", 0, nil, errA
+				}
+				return "", 0, nil, errB
+			}
+			if badA || badB || !bytes.Equal(da, db) {
+				chunkDiffers = true
+				break
+			}
 		}
-		db, err := b.ReadRegion(eb.Name, ch.Offsets, ch.Lengths)
-		if err != nil {
-			return "", 0, err
-		}
-		if !bytes.Equal(da, db) {
+		if chunkDiffers {
 			differing++
 		}
 	}
-	return "data", differing, nil
+	return "data", differing, bad, nil
+}
+
+type region struct{ offsets, lengths []uint64 }
+
+// slabs splits the box [offsets, offsets+lengths) into row-major slabs of at most limit bytes each (a single element
+// is never split, so a slab holds at least one).
+func slabs(offsets, lengths []uint64, elem, limit uint64) []region {
+	size := elem
+	for _, l := range lengths {
+		size *= l
+	}
+	if size <= limit || len(lengths) == 0 {
+		return []region{{offsets, lengths}}
+	}
+	row := size / lengths[0] // the bytes of one step along the first dimension (size > 0: no length is 0)
+	var out []region
+	if row <= limit {
+		step := limit / row
+		for i := uint64(0); i < lengths[0]; i += step {
+			n := step
+			if lengths[0]-i < n {
+				n = lengths[0] - i
+			}
+			o := append([]uint64{offsets[0] + i}, offsets[1:]...)
+			l := append([]uint64{n}, lengths[1:]...)
+			out = append(out, region{o, l})
+		}
+		return out
+	}
+	for i := uint64(0); i < lengths[0]; i++ {
+		for _, sub := range slabs(offsets[1:], lengths[1:], elem, limit) {
+			out = append(out, region{append([]uint64{offsets[0] + i}, sub.offsets...),
+				append([]uint64{1}, sub.lengths...)})
+		}
+	}
+	return out
 }
 
 // checksumsComparable: the same chunk boxes and lengths, and each chunk hashed the same way (one block in both, or
@@ -166,9 +264,20 @@ func openForDiff(path string) (*distckpt.Reader, map[string]distckpt.Entry, []di
 func runDiff(c *ctx, args []string) int {
 	fs := c.flags()
 	noData := fs.Bool("no-data", false, "never read data; entries stored in different layouts are left uncompared")
+	readData := fs.Bool("data", false, "read and compare the bytes of every entry (verifying their checksums), "+
+		"not only the recorded checksums")
 	pos, st := c.parse(fs, args, 2, 2)
 	if st >= 0 {
 		return st
+	}
+	mode := checksumsFirst
+	switch {
+	case *noData && *readData:
+		return c.usageError("--data and --no-data exclude each other")
+	case *noData:
+		mode = checksumsOnly
+	case *readData:
+		mode = readAlways
 	}
 	ra, mapA, listA, userA, err := openForDiff(pos[0])
 	if err != nil {
@@ -181,7 +290,7 @@ func runDiff(c *ctx, args []string) int {
 	}
 	defer rb.Close()
 
-	out := diffJSON{A: pos[0], B: pos[1], Added: []entryJSON{}, Removed: []entryJSON{}, Changed: []changeJSON{},
+	out := diffJSON{A: pos[0], B: pos[1], DataRead: mode == readAlways, Added: []entryJSON{}, Removed: []entryJSON{}, Changed: []changeJSON{},
 		Uncompared: []string{}}
 	out.Metadata.Added, out.Metadata.Removed = map[string]string{}, map[string]string{}
 	out.Metadata.Changed = map[string]valueChange{}
@@ -204,7 +313,7 @@ func runDiff(c *ctx, args []string) int {
 		}
 		ch := changeJSON{Name: ea.Name, A: toEntryJSON(ea), B: toEntryJSON(eb)}
 		if len(changes) == 0 {
-			method, differing, err := compareData(ra, rb, ea, eb, !*noData)
+			method, differing, bad, err := compareData(ra, rb, ea, eb, mode)
 			if err != nil {
 				return c.failWith(dataExitStatus(err), err, pos[0], pos[1])
 			}
@@ -214,10 +323,13 @@ func runDiff(c *ctx, args []string) int {
 			}
 			if differing == 0 {
 				out.Unchanged++
+				if method == "checksum" {
+					out.ByChecksum++
+				}
 				continue
 			}
 			changes = append(changes, "data")
-			ch.Compared, ch.DifferingChunks = &method, &differing
+			ch.Compared, ch.DifferingChunks, ch.Bad = &method, &differing, bad
 		}
 		ch.Changes = changes
 		out.Changed = append(out.Changed, ch)
@@ -271,6 +383,9 @@ func runDiff(c *ctx, args []string) int {
 			case "data":
 				what = append(what, fmt.Sprintf("data differs (%d of %d chunks, by %s)", *ch.DifferingChunks,
 					ch.A.Chunks, *ch.Compared))
+				if ch.Bad != nil {
+					what = append(what, fmt.Sprintf("%s's data are damaged: %s", ch.Bad.Side, ch.Bad.Error.Message))
+				}
 			}
 		}
 		fmt.Fprintf(tw, "~ %s\t%s\t%s\n", ch.Name, entrySummary(ch.B), strings.Join(what, "; "))
@@ -301,6 +416,11 @@ func runDiff(c *ctx, args []string) int {
 	fmt.Fprintf(c.stdout, "%s: %d added, %d removed, %d changed, %d unchanged, %d uncompared; %s changed\n",
 		verdict, len(out.Added), len(out.Removed), len(out.Changed), out.Unchanged, len(out.Uncompared),
 		plural(metaChanges, "metadata key", "metadata keys"))
+	if out.ByChecksum > 0 {
+		// A copy whose data files were damaged, or changed behind the library's back, keeps its recorded checksums.
+		fmt.Fprintf(c.stdout, "%s: same recorded checksums; data not read — use --data to compare the bytes\n",
+			plural(out.ByChecksum, "unchanged entry", "unchanged entries"))
+	}
 	return status
 }
 

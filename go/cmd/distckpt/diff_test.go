@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -123,5 +124,161 @@ func TestDiffUnreadable(t *testing.T) {
 	a := write(t, dir, "a", fixtures.Options{Step: 1})
 	if _, _, code := cli(t, "diff", a, filepath.Join(dir, "missing")); code != exitNotFound {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// copyCheckpoint copies the files of checkpoint src into a new directory dst.
+func copyCheckpoint(t *testing.T, src, dst string) {
+	t.Helper()
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// flipDataByte flips the first data byte of the first chunk of entry name in checkpoint dir.
+func flipDataByte(t *testing.T, dir, name string) {
+	t.Helper()
+	r, err := distckpt.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := r.Entry(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks, err := r.Chunks(e.Index)
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, chunks[0].File), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, int64(chunks[0].FileOffset)); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, int64(chunks[0].FileOffset)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 27: a copy whose data bytes differ keeps its recorded checksums. diff says that it compared only those, and
+// diff --data reads the bytes (verifying them), names the entry that differs and exits 1.
+func TestDiffDataReadsTheBytes(t *testing.T) {
+	for _, limit := range []uint64{regionLimit, 96} { // 96 bytes: every chunk is read in several slabs
+		old := regionLimit
+		regionLimit = limit
+		dir := t.TempDir()
+		a := write(t, dir, "a", fixtures.Options{Step: 1})
+		b := filepath.Join(dir, "b")
+		copyCheckpoint(t, a, b)
+		var o diffOut
+		if code := cliJSON(t, &o, "diff", "--data", a, b); code != exitOK || !o.Same {
+			t.Fatalf("limit %d: diff --data of an exact copy: %d %+v", limit, code, o)
+		}
+		const victim = "model.layers.0.w"
+		flipDataByte(t, b, victim)
+
+		out, errOut, code := cli(t, "diff", a, b)
+		wantCode(t, code, exitOK, out, errOut)
+		if !strings.Contains(out, "same: 0 added, 0 removed, 0 changed") ||
+			!strings.Contains(out, "same recorded checksums; data not read — use --data to compare the bytes") {
+			t.Errorf("diff without --data does not give the caveat:\n%s", out)
+		}
+		var j struct {
+			Same       bool
+			DataRead   bool `json:"data_read"`
+			ByChecksum int  `json:"by_checksum"`
+		}
+		if code := cliJSON(t, &j, "diff", a, b); code != exitOK || !j.Same || j.DataRead ||
+			j.ByChecksum != len(fixtures.Standard)+1 {
+			t.Errorf("diff --json without --data: %d %+v", code, j)
+		}
+
+		out, errOut, code = cli(t, "diff", "--data", a, b)
+		if code != exitFound || !strings.Contains(out, "~ "+victim) || !strings.Contains(out, "by data") ||
+			!strings.Contains(out, "b's data are damaged") || strings.Contains(out, "data not read") {
+			t.Errorf("limit %d: diff --data: exit %d\n%s%s", limit, code, out, errOut)
+		}
+		var d struct {
+			Same     bool
+			DataRead bool `json:"data_read"`
+			Changed  []struct {
+				Name            string
+				Changes         []string
+				Compared        *string
+				DifferingChunks *int `json:"differing_chunks"`
+				Bad             *badData
+			}
+			Unchanged int
+		}
+		if code := cliJSON(t, &d, "diff", "--data", a, b); code != exitFound || d.Same || !d.DataRead ||
+			len(d.Changed) != 1 || d.Unchanged != len(fixtures.Standard) {
+			t.Fatalf("limit %d: diff --data --json: %d %+v", limit, code, d)
+		}
+		ch := d.Changed[0]
+		if ch.Name != victim || strings.Join(ch.Changes, ",") != "data" || ch.Compared == nil || *ch.Compared != "data" ||
+			ch.DifferingChunks == nil || *ch.DifferingChunks != 1 || ch.Bad == nil || ch.Bad.Side != "b" ||
+			ch.Bad.Error == nil || ch.Bad.Error.Code != "corrupt" {
+			t.Errorf("limit %d: changed %+v bad %+v", limit, ch, ch.Bad)
+		}
+		if _, errOut, code := cli(t, "diff", "--data", "--no-data", a, b); code != exitUsage ||
+			!strings.Contains(errOut, "exclude") {
+			t.Errorf("--data --no-data: exit %d %s", code, errOut)
+		}
+		regionLimit = old
+	}
+}
+
+// slabs covers a box exactly, in row-major order, with pieces of at most the limit (one element at least).
+func TestSlabsCoverTheBox(t *testing.T) {
+	offsets, lengths := []uint64{2, 3, 1}, []uint64{5, 3, 7}
+	for _, limit := range []uint64{1, 4, 8, 27, 28, 84, 85, 1000} {
+		seen := map[[3]uint64]int{}
+		var order [][3]uint64
+		for _, s := range slabs(offsets, lengths, 4, limit) {
+			size := uint64(4)
+			for _, l := range s.lengths {
+				size *= l
+			}
+			if size > limit && size != 4 {
+				t.Errorf("limit %d: slab %+v of %d bytes", limit, s, size)
+			}
+			for i := s.offsets[0]; i < s.offsets[0]+s.lengths[0]; i++ {
+				for j := s.offsets[1]; j < s.offsets[1]+s.lengths[1]; j++ {
+					for k := s.offsets[2]; k < s.offsets[2]+s.lengths[2]; k++ {
+						seen[[3]uint64{i, j, k}]++
+						order = append(order, [3]uint64{i, j, k})
+					}
+				}
+			}
+		}
+		if len(seen) != 5*3*7 || len(order) != 5*3*7 {
+			t.Errorf("limit %d: covered %d elements (%d distinct), want %d", limit, len(order), len(seen), 5*3*7)
+		}
+		for i := 1; i < len(order); i++ {
+			p, q := order[i-1], order[i]
+			if !(p[0] < q[0] || p[0] == q[0] && (p[1] < q[1] || p[1] == q[1] && p[2] < q[2])) {
+				t.Errorf("limit %d: not row-major at %v then %v", limit, p, q)
+				break
+			}
+		}
 	}
 }
