@@ -11,8 +11,9 @@ import (
 )
 
 var consolidateCommand = &command{
-	name:    "consolidate",
-	args:    "[--overwrite] [--no-verify] [--progress auto|bar|log|none] [--json] CKPT OUT.safetensors",
+	name: "consolidate",
+	args: "[--format safetensors] [--overwrite] [--no-verify] [--progress auto|bar|log|none] [--json] " +
+		"CKPT OUT.safetensors",
 	summary: "write the whole checkpoint's tensors as ONE safetensors file (via the C++ core's exporter)",
 	help: `
 Writes every tensor of CKPT, however many ranks saved it, into the single file OUT (which must end in .safetensors),
@@ -20,11 +21,12 @@ for tools that load one file. It is the exporter of export-safetensors with no s
 through the core's fixed buffer, so memory stays bounded whatever the checkpoint's size. The file is written into a
 temporary directory beside OUT and renamed onto OUT only when complete; an existing OUT is replaced only with
 --overwrite. Bytes entries (values that are not tensors) have no place in safetensors and are left out (listed in
-"skipped"). User metadata goes into the file's __metadata__. A torch.save file: "python -m distckpt consolidate".
+"skipped"). User metadata goes into the file's __metadata__. A torch.save file: "python -m distckpt consolidate"
+(--format torch is a usage error here); --format safetensors, as there, also lets OUT have another suffix.
 Exit status as in export-safetensors.
 
-JSON: {"schema_version": 1, "checkpoint": str, "out": str, "tensors": int, "skipped": [str], "bytes": int,
-  "seconds": float}`,
+JSON: {"schema_version": 1, "checkpoint": str, "out": str, "format": "safetensors", "tensors": int,
+  "skipped": [str], "bytes": int (OUT's size), "seconds": float}`,
 	run: runConsolidate,
 }
 
@@ -33,9 +35,10 @@ const singleShard = uint64(1) << 62
 
 func runConsolidate(c *ctx, args []string) int {
 	fs := c.flags()
+	format := fs.String("format", "", "`safetensors` (the only format here; default: from OUT's suffix)")
 	overwrite := fs.Bool("overwrite", false, "replace an existing OUT")
 	noVerify := fs.Bool("no-verify", false, "do not check checksums while reading")
-	progress := progressFlags(fs)
+	progress := c.progressFlags(fs)
 	pos, st := c.parse(fs, args, 2, 2)
 	if st >= 0 {
 		return st
@@ -45,7 +48,14 @@ func runConsolidate(c *ctx, args []string) int {
 		return c.usageError("%v", err)
 	}
 	ckpt, out := pos[0], pos[1]
-	if !strings.HasSuffix(strings.ToLower(out), ".safetensors") {
+	switch *format {
+	case "", "safetensors":
+	case "torch":
+		return c.usageError("--format torch: this CLI writes safetensors only; use python -m distckpt consolidate")
+	default:
+		return c.usageError("--format must be safetensors (or, in python -m distckpt, torch), not %q", *format)
+	}
+	if *format == "" && !strings.HasSuffix(strings.ToLower(out), ".safetensors") {
 		return c.usageError("OUT %q must end in .safetensors (for a torch.save file use python -m distckpt consolidate)", out)
 	}
 	// Opened first, so that a failure of the metadata (exit status 4 to 7) is told from bad data met while exporting.
@@ -107,11 +117,12 @@ func runConsolidate(c *ctx, args []string) int {
 		c.writeJSON(struct {
 			Checkpoint string   `json:"checkpoint"`
 			Out        string   `json:"out"`
+			Format     string   `json:"format"`
 			Tensors    int      `json:"tensors"`
 			Skipped    []string `json:"skipped"`
 			Bytes      int64    `json:"bytes"`
 			Seconds    float64  `json:"seconds"`
-		}{ckpt, out, tensors, skipped, info.Size(), seconds})
+		}{ckpt, out, "safetensors", tensors, skipped, info.Size(), seconds})
 		return exitOK
 	}
 	fmt.Fprintf(c.stdout, "%s  %s\nconsolidated %d tensors into one file in %.2fs\n", out,

@@ -290,8 +290,8 @@ func runDiff(c *ctx, args []string) int {
 	}
 	defer rb.Close()
 
-	out := diffJSON{A: pos[0], B: pos[1], DataRead: mode == readAlways, Added: []entryJSON{}, Removed: []entryJSON{}, Changed: []changeJSON{},
-		Uncompared: []string{}}
+	out := diffJSON{A: pos[0], B: pos[1], DataRead: mode == readAlways, Added: []entryJSON{}, Removed: []entryJSON{},
+		Changed: []changeJSON{}, Uncompared: []string{}}
 	out.Metadata.Added, out.Metadata.Removed = map[string]string{}, map[string]string{}
 	out.Metadata.Changed = map[string]valueChange{}
 	for _, ea := range listA {

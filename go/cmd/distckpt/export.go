@@ -32,7 +32,7 @@ func runExport(c *ctx, args []string) int {
 	maxShard := fs.String("max-shard-size", "5GB", "largest .safetensors file, `SIZE`")
 	prefix := fs.String("prefix", "model", "file name prefix `P`")
 	noVerify := fs.Bool("no-verify", false, "do not check checksums while reading")
-	progress := progressFlags(fs)
+	progress := c.progressFlags(fs)
 	pos, st := c.parse(fs, args, 2, 2)
 	if st >= 0 {
 		return st

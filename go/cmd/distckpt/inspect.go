@@ -9,11 +9,14 @@ import (
 
 var inspectCommand = &command{
 	name:    "inspect",
+	aliases: []string{"info"}, // python -m distckpt's name
 	args:    "[--layout NAME] [--json] CKPT",
 	summary: "show a checkpoint's entries (dtype, shape, bytes, chunks) and user metadata",
 	help: `
 --layout NAME also shows which chunk of entry NAME covers which box of the tensor ([start:end) per dimension) and
 where it is stored (data file, offset, length, checksum).
+
+"info" is another name for inspect (python -m distckpt's); both CLIs print the same JSON (docs/cli.md).
 
 JSON: {"schema_version": 1, "path": str, "format_major": int, "format_minor": int, "writer": str, "num_entries": int,
   "num_files": int, "total_bytes": int, "metadata_bytes": int, "checksum_block_size": int,

@@ -86,6 +86,7 @@ func dataExitStatus(err error) int {
 
 type command struct {
 	name    string
+	aliases []string // other names it answers to (the other CLI's spelling: docs/cli.md)
 	args    string
 	summary string
 	help    string // flags and JSON fields
@@ -96,6 +97,7 @@ type command struct {
 type ctx struct {
 	stdout, stderr io.Writer
 	json           bool
+	quiet          bool // a leading -q/--quiet (python -m distckpt's spelling): no progress report
 	cmd            *command
 }
 
@@ -114,6 +116,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return exitOK
+	}
+	quiet := false
+	if (args[0] == "-q" || args[0] == "--quiet") && len(args) > 1 {
+		quiet, args = true, args[1:]
 	}
 	name := args[0]
 	if name == "--version" || name == "-version" || name == "-V" {
@@ -135,7 +141,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitUsage
 	}
-	return c.run(&ctx{stdout: stdout, stderr: stderr, cmd: c}, args[1:])
+	return c.run(&ctx{stdout: stdout, stderr: stderr, quiet: quiet, cmd: c}, args[1:])
 }
 
 func findCommand(name string) *command {
@@ -143,20 +149,31 @@ func findCommand(name string) *command {
 		if c.name == name {
 			return c
 		}
+		for _, a := range c.aliases {
+			if a == name {
+				return c
+			}
+		}
 	}
 	return nil
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: distckpt COMMAND [flags] ARGS...\n\ncommands:\n")
+	fmt.Fprintf(w, "usage: distckpt [-q] COMMAND [flags] ARGS...\n\ncommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-19s %s\n", c.name, c.summary)
+		also := ""
+		if len(c.aliases) > 0 {
+			also = " (also: " + strings.Join(c.aliases, ", ") + ")"
+		}
+		fmt.Fprintf(w, "  %-19s %s%s\n", c.name, c.summary, also)
 	}
 	fmt.Fprint(w, `
 Every command takes --json: one JSON document on stdout, with the fields listed by "distckpt help COMMAND" and a
 top-level "schema_version" (now 1; bumped only when a field is removed, renamed or changes meaning). Fatal errors in
 JSON mode print {"schema_version": 1, "error": {"code": CODE, "message": TEXT}} and are repeated on stderr.
-"distckpt --version" (or -V) is "distckpt version".
+"distckpt --version" (or -V) is "distckpt version". -q (or --quiet) before COMMAND is --progress=none.
+"python -m distckpt" shares inspect (its "info"), export-safetensors and consolidate with the same names, flags,
+exit statuses and JSON: see docs/cli.md.
 
 exit status (the same for a given failure in every command):
   0  success (verify: intact; diff: same)

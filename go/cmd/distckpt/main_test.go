@@ -138,3 +138,54 @@ func TestBinaryExitStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Issue 27: python -m distckpt's spellings work here too: "info" for inspect, a leading -q, --quiet, and
+// consolidate --format safetensors (--format torch is Python's: a usage error naming it).
+func TestPythonSpellings(t *testing.T) {
+	dir := newStore(t, 1)
+	ckpt := filepath.Join(dir, "step-1")
+	want, _, code := cli(t, "inspect", "--json", ckpt)
+	got, errOut, code2 := cli(t, "info", "--json", ckpt)
+	if code != exitOK || code2 != exitOK || got != want {
+		t.Errorf("info: exit %d, %s%s\nwant (inspect, exit %d) %s", code2, got, errOut, code, want)
+	}
+	if _, _, code := cli(t, "info", filepath.Join(dir, "missing")); code != exitNotFound {
+		t.Errorf("info of a missing checkpoint: exit %d", code)
+	}
+	_, errOut, _ = cli(t)
+	if !strings.Contains(errOut, "(also: info)") {
+		t.Errorf("usage does not name the alias:\n%s", errOut)
+	}
+	if out, errOut, code := cli(t, "-q", "inspect", ckpt); code != exitOK || !strings.Contains(out, "checkpoint") {
+		t.Errorf("-q inspect: exit %d %s%s", code, out, errOut)
+	}
+	out := t.TempDir()
+	for _, args := range [][]string{
+		{"-q", "export-safetensors", "--progress", "bar", ckpt, out},
+		{"export-safetensors", "--quiet", "--progress", "bar", ckpt, out},
+	} {
+		if stdout, errOut, code := cli(t, args...); code != exitOK || errOut != "" {
+			t.Errorf("%v: exit %d, stderr %q (want no progress)\n%s", args, code, errOut, stdout)
+		}
+	}
+	if _, errOut, code := cli(t, "export-safetensors", "--progress", "bar", ckpt, out); code != exitOK || errOut == "" {
+		t.Errorf("--progress bar draws nothing: exit %d", code)
+	}
+	single := filepath.Join(out, "one.st")
+	var j struct {
+		Format  string
+		Tensors int
+	}
+	if code := cliJSON(t, &j, "consolidate", "--format", "safetensors", ckpt, single); code != exitOK ||
+		j.Format != "safetensors" || j.Tensors != len(fixtures.Standard) {
+		t.Errorf("consolidate --format safetensors: exit %d %+v", code, j)
+	}
+	pt := filepath.Join(out, "x.pt")
+	if _, errOut, code := cli(t, "consolidate", "--format", "torch", ckpt, pt); code != exitUsage ||
+		!strings.Contains(errOut, "python -m distckpt consolidate") {
+		t.Errorf("consolidate --format torch: exit %d %s", code, errOut)
+	}
+	if _, _, code := cli(t, "consolidate", ckpt, pt); code != exitUsage {
+		t.Errorf("consolidate to .pt without --format: exit %d", code)
+	}
+}

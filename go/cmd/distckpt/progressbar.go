@@ -22,12 +22,14 @@ const (
 	progressNone  progressMode = "none"
 )
 
-// progressFlags adds --progress and its older spelling --no-progress (= --progress=none) to a command's flags; the
-// returned function gives the mode after parsing, or an error for an unknown one.
-func progressFlags(fs *flag.FlagSet) func() (progressMode, error) {
+// progressFlags adds --progress and its other spellings --no-progress and --quiet (= --progress=none; --quiet is
+// python -m distckpt's) to a command's flags; the returned function gives the mode after parsing, or an error for an
+// unknown one. A leading -q (c.quiet) means none as well.
+func (c *ctx) progressFlags(fs *flag.FlagSet) func() (progressMode, error) {
 	mode := fs.String("progress", string(progressAuto), "progress on stderr: `auto|bar|log|none` (auto: a bar on a "+
 		"terminal, nothing otherwise; log: a plain line every 10% or 5s, for CI logs)")
 	none := fs.Bool("no-progress", false, "same as --progress=none")
+	quiet := fs.Bool("quiet", false, "same as --progress=none")
 	return func() (progressMode, error) {
 		m := progressMode(*mode)
 		switch m {
@@ -35,7 +37,7 @@ func progressFlags(fs *flag.FlagSet) func() (progressMode, error) {
 		default:
 			return "", fmt.Errorf("--progress must be auto, bar, log or none, not %q", *mode)
 		}
-		if *none {
+		if *none || *quiet || c.quiet {
 			m = progressNone
 		}
 		return m, nil

@@ -51,7 +51,7 @@ type verifyJSON struct {
 func runVerify(c *ctx, args []string) int {
 	fs := c.flags()
 	workers := fs.Int("workers", 0, "check `N` chunks at once (0: max(4, CPUs))")
-	progress := progressFlags(fs)
+	progress := c.progressFlags(fs)
 	pos, st := c.parse(fs, args, 1, 1)
 	if st >= 0 {
 		return st
