@@ -186,7 +186,7 @@ def _with_progress(label: str, args: argparse.Namespace,
         bar.close()
 
 
-def _open_first(args: argparse.Namespace, path: str) -> None:
+def _open_first(path: str) -> None:
     """Opens the checkpoint's metadata before a conversion, so that its failure (4 to 7) is told from bad data met
     while reading (1), as in the Go CLI."""
     try:
@@ -204,7 +204,7 @@ def _reading(path: str, run: Callable[[], Any]) -> Any:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    _open_first(args, args.checkpoint)
+    _open_first(args.checkpoint)
     start = time.monotonic()
     files = _reading(args.checkpoint, lambda: _with_progress(
         "export", args,
@@ -246,7 +246,7 @@ def _cmd_import_dcp(args: argparse.Namespace) -> int:
 
 
 def _cmd_consolidate(args: argparse.Namespace) -> int:
-    _open_first(args, args.checkpoint)
+    _open_first(args.checkpoint)
     summary = _reading(args.checkpoint, lambda: _with_progress(
         "consolidate", args,
         lambda p: consolidate(args.checkpoint, args.out, format=args.format, max_memory=args.max_memory,
