@@ -304,7 +304,7 @@ namespace {
 // A destination outside the tensor: the error names the checkpoint once and the entry once (it read "entry 'b': entry
 // 'b': destination #0 ..." before).
 TEST(ReaderTest, AnOutOfRangeDestinationNamesTheCheckpointAndTheEntryOnce) {
-  const std::string path = TempDir() + "/ckpt";
+  const std::string path = MakeTempDir() + "/ckpt";
   SaveVersion(path, 1, false);
   std::vector<float> out(100);
   auto r = Reader::Open(path, nullptr, ReadOptions{});

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/temp_dir.h"
 #include "core/storage/storage.h"
 #include "core/tools/leftovers.h"
 
@@ -23,11 +24,7 @@ using std::chrono::seconds;
 
 class RenameLeftoversTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/dckpt-leftovers-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
+  void SetUp() override { dir_ = testing_util::MakeTempDir("leftovers-"); }
   void TearDown() override { (void)DefaultStorage()->RemoveAll(dir_); }
 
   std::string MakeDir(const std::string& name) {
