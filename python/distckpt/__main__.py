@@ -11,11 +11,10 @@ The Go CLI ``distckpt`` looks after stores (ls, verify, diff, du, prune) and sha
 consolidate with this one: the same names, flags, JSON documents and exit statuses, all defined in docs/cli.md.
 
 Progress goes to stderr (``--progress auto|bar|log|none``; auto: a bar only on a terminal; ``-q``, ``--quiet`` and
-``--no-progress`` mean none). Exit status (docs/cli.md): 0 success, 2 usage error; a failure gives 1 in every command
-but ``inspect``, as before the statuses were shared with the Go CLI, unless ``--detailed-exit-status`` is given
-before the command. ``inspect``, and every command with ``--detailed-exit-status``, use the Go CLI's table: 1 bad data
-(a chunk failed its checksum, a data file is missing), 3 another failure, 4 not found, 5 corrupt metadata, 6
-unsupported format version, 7 permission denied.
+``--no-progress`` mean none). Exit status (docs/cli.md), the Go CLI's table in every command: 0 success, 1 bad data
+(a chunk failed its checksum, a data file is missing), 2 usage error, 3 another failure, 4 not found, 5 corrupt
+metadata, 6 unsupported format version, 7 permission denied. (Before the statuses were shared every failure gave 1;
+``--detailed-exit-status`` is still accepted and changes nothing.)
 """
 
 from __future__ import annotations
@@ -43,9 +42,6 @@ EXIT_NOT_FOUND = 4
 EXIT_CORRUPT = 5  # corrupt metadata
 EXIT_VERSION = 6
 EXIT_PERMISSION = 7
-#: What every failure gave before the statuses were shared, and still gives without --detailed-exit-status in the
-#: commands that existed then (scripts test for it).
-EXIT_LEGACY_FAILURE = 1
 
 #: The "schema_version" of every --json document (docs/cli.md says what bumps it).
 JSON_SCHEMA_VERSION = 1
@@ -342,7 +338,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "need Python; the Go CLI distckpt looks after stores (docs/cli.md)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress report (--progress none)")
     p.add_argument("--detailed-exit-status", action="store_true",
-                   help="exit with the Go CLI's status for a failure (docs/cli.md) in every command, not 1")
+                   help="accepted for scripts written when failures exited 1 unless it was given; the Go CLI's statuses "
+                        "(docs/cli.md) are now the default")
 
     # Flags the commands share with the Go CLI (docs/cli.md).
     progress = argparse.ArgumentParser(add_help=False)
@@ -400,14 +397,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-mmap", action="store_true", help="read the file into memory instead of mapping it")
     t.set_defaults(run=_cmd_import_torch)
 
-    # inspect is the Go CLI's name and exit statuses; info is the older name, which keeps exit status 1 for every
-    # failure unless --detailed-exit-status.
-    for name, shared, text in (("inspect", True, "list a checkpoint's entries and user metadata (also: info)"),
-                               ("info", False, "the same as inspect (older name)")):  # fmt: skip
+    # inspect is the Go CLI's name; info is the older one.
+    for name, text in (("inspect", "list a checkpoint's entries and user metadata (also: info)"),
+                       ("info", "the same as inspect (older name)")):  # fmt: skip
         n = sub.add_parser(name, parents=[as_json], help=text)
         n.add_argument("checkpoint")
         n.add_argument("--layout", metavar="NAME", help="also show the chunk layout of entry NAME")
-        n.set_defaults(run=_cmd_inspect, shared_table=shared)
+        n.set_defaults(run=_cmd_inspect)
     return p
 
 
@@ -444,9 +440,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"distckpt: error: {msg}", file=sys.stderr)
     if getattr(args, "json", False):
         write_json({"error": je})
-    if args.detailed_exit_status or getattr(args, "shared_table", False):
-        return status
-    return EXIT_LEGACY_FAILURE
+    return status
 
 
 if __name__ == "__main__":

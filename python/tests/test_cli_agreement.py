@@ -130,11 +130,10 @@ def test_inspect_exit_statuses_agree(go_cli, ckpts):
         py = run_py("inspect", *args)
         assert (go.returncode, py.returncode) == (status, status), f"inspect, {what}: go {go.returncode}, python " \
             f"{py.returncode}, want {status}\ngo: {go.stderr}\npython: {py.stderr}"  # fmt: skip
-        # info: the Go alias agrees; Python's older name keeps 1 for a failure unless --detailed-exit-status.
+        # info, the older name, agrees in both (and the old --detailed-exit-status flag changes nothing).
         assert run_go(go_cli, "info", *args).returncode == status, f"go info, {what}"
+        assert run_py("info", *args).returncode == status, f"python info, {what}"
         assert run_py("--detailed-exit-status", "info", *args).returncode == status, f"python info, {what}"
-        legacy = run_py("info", *args).returncode
-        assert legacy == (status if status in (OK, USAGE) else 1), f"python info, {what}: {legacy}"
         if status not in (OK, USAGE):
             # The error in JSON mode: the same code, a message naming the checkpoint, on both sides.
             go_err = json.loads(run_go(go_cli, "inspect", "--json", *args).stdout)["error"]
@@ -180,7 +179,7 @@ def test_export_safetensors_agrees(go_cli, ckpts, tmp_path):
         ("missing argument", [good], USAGE),
     ]:
         go = run_go(go_cli, "export-safetensors", *args)
-        py = run_py("--detailed-exit-status", "export-safetensors", *args)
+        py = run_py("export-safetensors", *args)
         assert (go.returncode, py.returncode) == (status, status), f"export-safetensors, {what}: go " \
             f"{go.returncode}, python {py.returncode}, want {status}\n{go.stderr}\n{py.stderr}"  # fmt: skip
 
@@ -196,7 +195,7 @@ def test_export_reads_bad_data_with_the_same_status(go_cli, ckpts, tmp_path):
         f.seek(chunk.file_offset)
         f.write(bytes([byte[0] ^ 0xFF]))
     go = run_go(go_cli, "export-safetensors", bad, tmp_path / "go")
-    py = run_py("--detailed-exit-status", "export-safetensors", bad, tmp_path / "py")
+    py = run_py("export-safetensors", bad, tmp_path / "py")
     assert go.returncode == py.returncode == BAD_DATA, go.stderr + py.stderr
     assert run_py("export-safetensors", bad, tmp_path / "py2").returncode == 1
 
@@ -224,7 +223,7 @@ def test_consolidate_agrees(go_cli, ckpts, tmp_path):
         ("missing argument", [good], USAGE),
     ]:
         go = run_go(go_cli, "consolidate", *args)
-        py = run_py("--detailed-exit-status", "consolidate", *args)
+        py = run_py("consolidate", *args)
         assert (go.returncode, py.returncode) == (status, status), f"consolidate, {what}: go {go.returncode}, " \
             f"python {py.returncode}, want {status}\n{go.stderr}\n{py.stderr}"  # fmt: skip
     p = run_go(go_cli, "consolidate", "--overwrite", good, tmp_path / "go.safetensors")

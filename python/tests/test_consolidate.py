@@ -335,7 +335,7 @@ def test_cli_consolidate_and_import_torch(tmp_path):
     assert p.returncode == 0 and "m.pt: torch, 1 tensors" in p.stdout, p.stderr
     assert_same(torch.load(tmp_path / "m.pt", weights_only=True), _expected_torch(state))
     p = _cli("consolidate", tmp_path / "ckpt", tmp_path / "m.pt")
-    assert p.returncode == 1 and "already exists" in p.stderr
+    assert p.returncode == 3 and "already exists" in p.stderr  # docs/cli.md: a failure
     p = _cli("consolidate", "--format", "safetensors", tmp_path / "ckpt", tmp_path / "m.bin")
     assert p.returncode == 0 and "left out 1 values" in p.stderr and "step" in p.stderr, p.stderr
     from safetensors.numpy import load_file
@@ -347,7 +347,7 @@ def test_cli_consolidate_and_import_torch(tmp_path):
     np.testing.assert_array_equal(back["model"]["w"], state["model"]["w"])
     assert back["step"] == 5
     p = _cli("consolidate", tmp_path / "nope", tmp_path / "x.pt")
-    assert p.returncode == 1 and "nope" in p.stderr
+    assert p.returncode == 4 and "nope" in p.stderr  # docs/cli.md: not found
     p = _cli("consolidate", tmp_path / "ckpt", tmp_path / "x.pt", "--format", "onnx")
     assert p.returncode == 2
 
