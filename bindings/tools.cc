@@ -1,9 +1,10 @@
-// distckpt._distckpt.export_safetensors: the offline tools of the C ABI.
+// distckpt._distckpt.export_safetensors, scan_leftovers, remove_leftover: the offline tools of the C ABI.
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bindings/binding_util.h"
 #include "bindings/calls.h"
@@ -42,9 +43,68 @@ void ExportSafetensors(const std::string& ckpt_path, const std::string& out_dir,
   throw NativeError(rc, std::move(message), std::move(cause));
 }
 
+// One dckpt_leftover_info, copied: its strings are valid during the callback only.
+struct Leftover {
+  std::string path, name, final_name, writer_host, writer_started_utc, reason;
+  int kind, writer, garbage;
+  uint64_t bytes;
+  double idle_seconds;
+  int64_t writer_pid;
+};
+
+int CollectLeftover(const dckpt_leftover_info* l, void* user) {  // runs without the GIL: no Python objects here
+  static_cast<std::vector<Leftover>*>(user)->push_back(Leftover{l->path, l->name, l->final_name, l->writer_host,
+                                                                l->writer_started_utc, l->reason, l->kind, l->writer,
+                                                                l->garbage, l->bytes, l->idle_seconds, l->writer_pid});
+  return 0;
+}
+
+/// The leftovers of the rename layout directly in `dir` (of `final_name` only, if given): one dict each.
+py::list ScanLeftovers(const std::string& dir, std::optional<std::string> final_name, double grace_seconds) {
+  std::vector<Leftover> found;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_scan_leftovers(dir.c_str(), final_name ? final_name->c_str() : nullptr, grace_seconds, &CollectLeftover,
+                              &found);
+  }
+  Check(rc);
+  static const char* const kinds[] = {"unknown", "staging", "complete-unrenamed", "replaced", "deleting"};
+  static const char* const writers[] = {"unknown", "running", "exited"};
+  py::list out;
+  for (const Leftover& l : found) {
+    py::dict d;
+    d["path"] = l.path;
+    d["name"] = l.name;
+    d["final_name"] = l.final_name;
+    d["kind"] = l.kind >= 1 && l.kind <= 4 ? kinds[l.kind] : kinds[0];
+    d["bytes"] = l.bytes;
+    d["idle_seconds"] = l.idle_seconds;
+    d["writer"] = l.writer >= 0 && l.writer <= 2 ? writers[l.writer] : writers[0];
+    d["writer_pid"] = l.writer_pid > 0 ? py::object(py::int_(l.writer_pid)) : py::object(py::none());
+    d["writer_host"] = l.writer_host;
+    d["writer_started_utc"] = l.writer_started_utc;
+    d["garbage"] = l.garbage != 0;
+    d["reason"] = l.reason;
+    out.append(d);
+  }
+  return out;
+}
+
+void RemoveLeftover(const std::string& path, double grace_seconds) {
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_remove_leftover(path.c_str(), grace_seconds);
+  }
+  Check(rc);
+}
+
 }  // namespace
 
 void RegisterTools(py::module_& m) {
+  m.def("scan_leftovers", &ScanLeftovers, py::arg("dir"), py::arg("final_name").none(true), py::arg("grace_seconds"));
+  m.def("remove_leftover", &RemoveLeftover, py::arg("path"), py::arg("grace_seconds"));
   m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"), py::arg("max_shard_bytes"),
         py::arg("prefix"), py::arg("verify"), py::arg("progress"), py::arg("storage").none(true) = nullptr,
         py::arg("out_storage").none(true) = nullptr);

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from . import comm, errors, storage
 from ._checkpoint import AsyncSave, SaveSummary, async_save, load, save
+from ._leftovers import Leftover, prune, scan_leftovers
 from ._native import version_string as _version_string
 from .errors import (
     AlreadyExistsError,
@@ -86,6 +87,9 @@ __all__ = [
     "PathInfo",
     "storage_stat",
     "remove_leftovers",
+    "scan_leftovers",
+    "prune",
+    "Leftover",
     "remove_checkpoint",
     "Error",
     "InvalidArgumentError",

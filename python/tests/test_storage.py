@@ -318,3 +318,54 @@ def test_fsspec_reads_through_blocks_of_any_size(mem_url, block):
         np.testing.assert_array_equal(r["w"][123_456:200_000], ex["w"][123_456:200_000])
         r.verify()
     assert len(st.impl._blocks) == 0 or block == 0 or len(st.impl._blocks) <= st.impl._MAX_BLOCKS
+
+
+def test_leftovers_beside_checkpoints_are_judged_and_pruned_by_the_core(tmp_path):
+    """A staging directory of a live writer (this process) stays whatever its age; one whose writer exited, a
+    directory an overwrite moved aside and one a prune moved aside go once idle; a link named like a leftover is never
+    followed or removed; storage_stat / remove_leftovers on the checkpoint path see the same (issue 27)."""
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+
+    def staging(name: str, pid: int) -> str:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "STAGING").write_text(f"host: {socket.gethostname()}\npid: {pid}\nstarted_utc: 2026-01-01T00:00:00Z\n")
+        (d / "data-00000.bin").write_bytes(b"x" * 100)
+        return str(d)
+
+    live = staging("ckpt.dckpt-staging-0000000000000001", os.getpid())
+    exited = staging("ckpt.dckpt-staging-0000000000000002", dead_pid)
+    old = tmp_path / "ckpt.dckpt-old-0000000000000003"
+    old.mkdir()
+    deleting = tmp_path / "other.dckpt-deleting-0000000000000004"
+    deleting.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    os.symlink(outside, tmp_path / "x.dckpt-old-0000000000000005")
+
+    within = distckpt.scan_leftovers(tmp_path, grace_seconds=3600)
+    assert [l.name for l in within] == [os.path.basename(live), os.path.basename(exited), old.name, deleting.name]
+    assert not any(l.garbage for l in within), [l.reason for l in within]
+    by_name = {l.name: l for l in distckpt.scan_leftovers(tmp_path, grace_seconds=0)}
+    assert by_name[os.path.basename(live)].writer == "running" and not by_name[os.path.basename(live)].garbage
+    assert by_name[os.path.basename(exited)].writer == "exited" and by_name[os.path.basename(exited)].garbage
+    assert "has exited" in by_name[os.path.basename(exited)].reason
+    assert by_name[os.path.basename(exited)].bytes > 100
+    assert by_name[old.name].kind == "replaced" and by_name[deleting.name].kind == "deleting"
+    info = distckpt.storage_stat(tmp_path / "ckpt", grace_seconds=0)
+    assert info.kind == "incomplete" and info.saves_in_progress == 1 and info.leftover_files == 2, info
+
+    assert {l.name for l in distckpt.prune(tmp_path, grace_seconds=0, dry_run=True)} == {
+        os.path.basename(exited), old.name, deleting.name}
+    assert os.path.isdir(exited)
+    pruned = distckpt.prune(tmp_path, grace_seconds=0)
+    assert {l.name for l in pruned} == {os.path.basename(exited), old.name, deleting.name}
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(live), "outside", "x.dckpt-old-0000000000000005"])
+    assert (outside / "precious").read_text() == "keep"
+    assert distckpt.prune(tmp_path, grace_seconds=0) == []  # the live writer's directory stays
