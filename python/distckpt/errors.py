@@ -169,12 +169,33 @@ STATUS_TO_ERROR: Dict[int, Type[Error]] = {
     -16: InternalError,  # DCKPT_EINTERNAL
 }
 
+# The names dckpt_status_name() gives each code (what Error.status holds). Kept here, as data, so that this module
+# needs nothing else of distckpt (it is the bottom of the package's import graph, below the extension module);
+# tests/test_errors.py checks every entry against the C library's.
+_STATUS_NAMES: Dict[int, str] = {
+    -1: "unknown",
+    -2: "invalid argument",
+    -3: "not found",
+    -4: "corrupt",
+    -5: "unsupported version",
+    -6: "I/O error",
+    -7: "timeout",
+    -8: "aborted by callback",
+    -9: "out of memory",
+    -10: "unsupported",
+    -11: "already exists",
+    -12: "buffer too small",
+    -13: "peer rank failed",
+    -14: "no space left",
+    -15: "bad state",
+    -16: "internal error",
+}
+
 
 def error_from_status(code: int, message: str) -> Error:
-    """Builds the exception for a failed native call: the class from STATUS_TO_ERROR, the C message as text."""
-    # The extension itself, not _native: _native imports this module (to install this function), never the reverse.
-    from . import _distckpt  # type: ignore[attr-defined]
+    """Builds the exception for a failed native call: the class from STATUS_TO_ERROR, the C message as text.
 
-    name = _distckpt.status_name(code)
+    The extension module calls it for every failed C call (``distckpt._native`` installs it there)."""
+    name = _STATUS_NAMES.get(code, "unknown")
     cls = STATUS_TO_ERROR.get(code, InternalError)
     return cls(message or name, code=code, status=name)
