@@ -185,7 +185,7 @@ def torch_dtype(code: int) -> Any:
     raise UnsupportedError(f"dtype {_dtypes.name(code)} has no torch dtype")
 
 
-def _torch_raw_numpy(t: Any) -> np.ndarray:
+def torch_raw_numpy(t: Any) -> np.ndarray:
     """A numpy view of a contiguous CPU tensor's bytes, for any dtype (bf16/fp8 included): shares its memory."""
     torch = _torch()
     raw = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
@@ -239,7 +239,7 @@ def _torch_source(t: Any, what: str) -> Tuple[int, np.ndarray]:
         t = t.resolve_neg()
     if not t.is_contiguous():
         t = t.contiguous()
-    return code, _torch_raw_numpy(t)
+    return code, torch_raw_numpy(t)
 
 
 def _torch_target(t: Any, code: int, offsets: Shape, name: str) -> TargetTensor:
@@ -262,7 +262,7 @@ def _torch_target(t: Any, code: int, offsets: Shape, name: str) -> TargetTensor:
 
         return TargetTensor([Piece(offsets, lengths, _torch_cuda_buffer(dev_tmp))], finish_device)
     if plain.device.type == "cpu" and same_layout:
-        return TargetTensor([Piece(offsets, lengths, _torch_raw_numpy(plain))])
+        return TargetTensor([Piece(offsets, lengths, torch_raw_numpy(plain))])
     tmp = torch.empty(lengths, dtype=torch_dtype(code))
 
     def finish() -> Any:
@@ -270,7 +270,7 @@ def _torch_target(t: Any, code: int, offsets: Shape, name: str) -> TargetTensor:
             plain.copy_(tmp)
         return SAME
 
-    return TargetTensor([Piece(offsets, lengths, _torch_raw_numpy(tmp))], finish)
+    return TargetTensor([Piece(offsets, lengths, torch_raw_numpy(tmp))], finish)
 
 
 # ---- numpy, DLPack and the buffer protocol -------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""save, async_save and load: the torch.distributed.checkpoint-style entry points."""
+"""save, async_save and load: the torch.distributed.checkpoint-style entry points.
+
+``__all__`` is what the package re-exports. The other names without an underscore (``add_leaf``, ``save_state``,
+``abort_on_local_error``) are the package-internal API the DCP writer (``_dcp_storage``) shares with ``save``.
+"""
 
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ class SaveSummary:
     seconds: float  #: wall time on this rank
 
 
-def _add_leaf(state: "_native.State", name: str, value: Any, is_array: bool, allow_pickle: bool) -> Optional[str]:
+def add_leaf(state: "_native.State", name: str, value: Any, is_array: bool, allow_pickle: bool) -> Optional[str]:
     """Adds one leaf to a native State for saving: an array's pieces, or an object encoded (returns its encoding)."""
     if is_array:
         src = _arrays.source_tensor(value, name)
@@ -56,7 +60,7 @@ def _build_save_state(
     flat = _tree.flatten(state_dict, _arrays.is_array)
     state = _native.State()
     for leaf in flat.leaves:
-        encoding = _add_leaf(state, leaf.name, leaf.value, leaf.is_array, allow_pickle)
+        encoding = add_leaf(state, leaf.name, leaf.value, leaf.is_array, allow_pickle)
         if encoding is not None:
             leaf.node["encoding"] = encoding
     state.set_structure(_tree.dump_structure(flat.root))
@@ -123,12 +127,12 @@ def save(
     Returns:
         The checkpoint's summary. The GIL is released while writing.
     """
-    with _abort_on_local_error(comm):
+    with abort_on_local_error(comm):
         state = _build_save_state(state_dict, allow_pickle, user_metadata)
-    return _save_state(state, path, comm, overwrite, sync, io_threads, checksum_block_size, timeout, progress, storage)
+    return save_state(state, path, comm, overwrite, sync, io_threads, checksum_block_size, timeout, progress, storage)
 
 
-def _save_state(
+def save_state(
     state: "_native.State", path: PathLike, comm: Optional[Communicator], overwrite: bool, sync: bool,
     io_threads: int, checksum_block_size: int, timeout: Optional[float], progress: Optional[ProgressFn],
     storage: Optional["_storage.Storage"],
@@ -144,7 +148,7 @@ def _save_state(
 
 
 @contextlib.contextmanager
-def _abort_on_local_error(comm: Optional[Communicator]) -> Iterator[None]:
+def abort_on_local_error(comm: Optional[Communicator]) -> Iterator[None]:
     """A rank that fails before its first collective tells the others at once, instead of leaving them to wait out
     their timeouts."""
     try:
@@ -322,7 +326,7 @@ def async_save(
     # Never the training's own torch process group (comm.for_background); before anything can fail, so that a rank
     # that fails below tells the others on the communicator their saves use.
     comm = for_background(comm)
-    with _abort_on_local_error(comm):
+    with abort_on_local_error(comm):
         state = _build_save_state(state_dict, allow_pickle, user_metadata)
     future = _native.save_async(
         native_path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
@@ -437,7 +441,7 @@ def load(
     try:
         # A failure on this rank before the load's collectives (a missing entry, a refused pickle) aborts the group,
         # so the other ranks fail at once instead of waiting out their timeouts.
-        with _abort_on_local_error(comm):
+        with abort_on_local_error(comm):
             ckpt = _Opened(reader, path)
             if state_dict is None:
                 if rename is not None:

@@ -41,12 +41,11 @@ from torch.distributed.checkpoint.storage import StorageReader as _DcpStorageRea
 from torch.distributed.checkpoint.storage import StorageWriter as _DcpStorageWriter
 from torch.distributed.checkpoint.storage import WriteResult
 
-from . import _arrays, _checkpoint, _native, _tree
+from . import _arrays, _checkpoint, _dtypes, _native, _tree
 from . import storage as _storage
 from .comm import Communicator, from_torch
 from .errors import InvalidArgumentError
 from .reader import Reader
-from .reader import open as _open
 from .sharding import Shard
 
 __all__ = ["StorageWriter", "StorageReader"]
@@ -144,7 +143,7 @@ class StorageWriter(_DcpStorageWriter):
         results: List[WriteResult] = []
         tensors: Dict[str, List[Shard]] = {}
         objects: Dict[str, Any] = {}
-        with _checkpoint._abort_on_local_error(comm):
+        with _checkpoint.abort_on_local_error(comm):
             for item in plan.items:
                 fqn = item.index.fqn
                 data = planner.resolve_data(item)
@@ -168,9 +167,9 @@ class StorageWriter(_DcpStorageWriter):
             state = _native.State()
             encodings: Dict[str, str] = {}
             for fqn, shards in tensors.items():
-                _checkpoint._add_leaf(state, fqn, shards, True, self.allow_pickle)
+                _checkpoint.add_leaf(state, fqn, shards, True, self.allow_pickle)
             for fqn, value in objects.items():
-                encodings[fqn] = _checkpoint._add_leaf(state, fqn, value, False, self.allow_pickle) or "json"
+                encodings[fqn] = _checkpoint.add_leaf(state, fqn, value, False, self.allow_pickle) or "json"
         mapping = plan.planner_data if isinstance(plan.planner_data, dict) else None
         paths: Dict[str, ObjPath] = {}
         if mapping and all(isinstance(v, tuple) for v in mapping.values()):
@@ -191,7 +190,7 @@ class StorageWriter(_DcpStorageWriter):
         for fqn in list(tensors) + list(encodings):
             paths.setdefault(fqn, (fqn,))
         state.set_structure(_tree.dump_structure(_structure(paths, encodings)))
-        self.summary = _checkpoint._save_state(
+        self.summary = _checkpoint.save_state(
             state, self.path, comm, self.overwrite, self.sync, self.io_threads, self.checksum_block_size,
             self.timeout, None, self.storage,
         )  # fmt: skip
@@ -225,6 +224,7 @@ class StorageReader(_DcpStorageReader):
         self.verify = verify
         self.storage = storage
         self._reader: Optional[Reader] = None
+        self._native: Optional[_native.Reader] = None  # the reader's native handle: read_data loads through it
 
     def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
         self.close()
@@ -236,12 +236,21 @@ class StorageReader(_DcpStorageReader):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+            self._native = None
 
     def _open(self) -> Reader:
         if self._reader is None:
             if self.path is None:
                 raise InvalidArgumentError("distckpt.torch.StorageReader: no path (pass one, or checkpoint_id)")
-            self._reader = _open(self.path, verify=self.verify, allow_pickle=self.allow_pickle, storage=self.storage)
+            # Opened as distckpt.open does, keeping the native handle: read_data puts a plan's regions into one load.
+            native_path, native_storage, _ = _storage.resolve(self.path, self.storage)
+            native = _native.Reader.open(native_path, None, self.verify, 0, 0, storage=native_storage)
+            try:
+                self._reader = Reader(native, self.path, self.allow_pickle)
+            except BaseException:
+                native.close()
+                raise
+            self._native = native
         return self._reader
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
@@ -253,11 +262,12 @@ class StorageReader(_DcpStorageReader):
                 continue
             shape = torch.Size(entry.shape)
             chunk = ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)), sizes=shape)
-            props = TensorProperties(dtype=_arrays.torch_dtype(entry._code))
+            props = TensorProperties(dtype=_arrays.torch_dtype(_dtypes.code_of_name(entry.dtype)))
             entries[name] = TensorStorageMetadata(properties=props, size=shape, chunks=[chunk])
         planner_data: Dict[str, ObjPath] = {name: (name,) for name in entries}
-        if reader._root is not None:
-            planner_data.update(_object_paths(reader._root))
+        root = reader.structure
+        if root is not None:
+            planner_data.update(_object_paths(root))
         return Metadata(state_dict_metadata=entries, planner_data=planner_data)
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -281,7 +291,7 @@ class StorageReader(_DcpStorageReader):
             name = item.storage_index.fqn
             if item.type == LoadItemType.BYTE_IO:
                 buf = io.BytesIO()
-                torch.save(reader._object(name), buf)  # decoded by distckpt's rules, re-serialised for the planner
+                torch.save(reader.read(name), buf)  # decoded by distckpt's rules, re-serialised for the planner
                 buf.seek(0)
                 planner.load_bytes(item, buf)
                 continue
@@ -291,20 +301,22 @@ class StorageReader(_DcpStorageReader):
             lengths = tuple(int(n) for n in item.lengths)
             target = planner.resolve_tensor(item).detach()
             entry = reader.metadata[name]
-            stored = _arrays.torch_dtype(entry._code)
+            code = _dtypes.code_of_name(entry.dtype)
+            stored = _arrays.torch_dtype(code)
             direct = target.dtype == stored and target.is_contiguous()
             if direct and target.device.type == "cuda" and torch.version.hip is None:
                 device.append((item, target, offsets, lengths))  # straight into device memory, below
                 continue
             if name not in declared:
-                state.add_tensor(name, entry._code, list(entry.shape))
+                state.add_tensor(name, code, list(entry.shape))
                 declared.add(name)
             buf = target if direct and target.device.type == "cpu" else torch.empty(lengths, dtype=stored)
-            state.add_piece(name, list(offsets), list(lengths), _arrays.bytes_view(_arrays._torch_raw_numpy(buf)),
+            state.add_piece(name, list(offsets), list(lengths), _arrays.bytes_view(_arrays.torch_raw_numpy(buf)),
                             True)  # fmt: skip
             after.append((item, target, None if buf is target else buf))
         if declared:
-            reader._native.load(state, None, None)
+            assert self._native is not None
+            self._native.load(state, None, None)
         for item, target, tmp in after:
             if tmp is not None:
                 target.copy_(tmp)

@@ -53,6 +53,16 @@ def name(code: int) -> str:
     return n
 
 
+def code_of_name(dtype_name: str) -> int:
+    """The code of a canonical name (``EntryMetadata.dtype``: "F32", "BF16", "F8_E4M3") or a C enum name."""
+    code = CODES.get(dtype_name)
+    if code is None:
+        code = next((c for c in CODES.values() if name(c) == dtype_name), None)
+    if code is None:
+        raise UnsupportedError(f"unknown dtype {dtype_name!r}")
+    return code
+
+
 def itemsize(code: int) -> int:
     return int(_native.dtype_size(code))
 

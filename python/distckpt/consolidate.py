@@ -293,14 +293,15 @@ def _torch_state(r: "_reader.Reader", allow_pickle: bool) -> Tuple[Any, List[_Te
     """The state dict to pickle (tensors as placeholders), its tensors in storage-key order, and its value count."""
     tensors: List[_Tensor] = []
     values: Dict[str, Any] = {}
-    pickled = [n for n, enc in r._encodings.items() if enc == "pickle"]
+    root = r.structure
+    pickled = [n["object"] for n in (_tree.iter_nodes(root) if root is not None else ()) if n.get("encoding") == "pickle"]
     if pickled and not allow_pickle:
         raise _tree.pickle_refused(pickled, r.path)
     for name, entry in r.metadata.items():
         if entry.kind != "tensor":
             values[name] = r.read(name)
             continue
-        code_name = _CODE_NAMES.get(entry._code)
+        code_name = _CODE_NAMES.get(_dtypes.code_of_name(entry.dtype))
         if code_name is None or (code_name not in _LEGACY_STORAGE and code_name not in _TORCH_DTYPE):
             raise UnsupportedError(f"checkpoint '{r.path}': tensor '{name}' has dtype {entry.dtype}, which torch lacks")
         numel = int(np.prod(entry.shape, dtype=np.int64))
@@ -309,7 +310,7 @@ def _torch_state(r: "_reader.Reader", allow_pickle: bool) -> Tuple[Any, List[_Te
         tensors.append(t)
         values[name] = t
     num_values = len(values) - len(tensors)
-    if r._root is None:  # no structure (another binding wrote it): a flat dict of entry names
+    if root is None:  # no structure (another binding wrote it): a flat dict of entry names
         return values, tensors, num_values
     used = set()
     as_numbers = set()
@@ -323,7 +324,7 @@ def _torch_state(r: "_reader.Reader", allow_pickle: bool) -> Tuple[Any, List[_Te
             return r.read(name).item()
         return value
 
-    tree = _build(r._root, get)
+    tree = _build(root, get)
     for name, value in values.items():  # entries the structure does not describe (as Reader.to_dict does)
         if name not in used:
             tree.setdefault(name, value)
@@ -460,7 +461,7 @@ def _write_storages(r: "_reader.Reader", z: _ZipWriter, tensors: List[_Tensor], 
                 offsets, lengths = box
                 nbytes = int(np.prod(lengths, dtype=np.int64)) * size
                 view = bufs[slot][:nbytes]
-                r._read_into(name, offsets, lengths, view)
+                r.readinto(name, view, offsets, lengths)
                 return memoryview(view)
 
             first = done

@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Union
 import jax
 import numpy as np
 
-from . import _arrays, _dtypes
+from . import _arrays
 from ._checkpoint import load
 from .comm import Communicator
 from .reader import Reader
@@ -63,7 +63,7 @@ def load_array(
     try:
         view = reader[name]
         shape = view.shape
-        stored = _dtypes.numpy_dtype(view.metadata._code, entry=name)
+        stored = view.dtype
         target = np.dtype(dtype) if dtype is not None else stored
 
         def read(index: Any) -> np.ndarray:

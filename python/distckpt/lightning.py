@@ -44,7 +44,7 @@ from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.fabric.strategies import DDPStrategy as _FabricDDPStrategy
 from lightning.pytorch.strategies import DDPStrategy as _TrainerDDPStrategy
 
-from . import _arrays, _tree
+from . import _arrays, _dtypes, _tree
 from ._checkpoint import AsyncSave, SaveSummary, async_save, load, save
 from .comm import Communicator, from_torch
 from .errors import InvalidArgumentError, NotFoundError, StateError
@@ -149,7 +149,7 @@ class DistckptCheckpointIO(CheckpointIO):
         allow_pickle = self.allow_pickle if weights_only is None else not weights_only
         device = _device_of(map_location)
         with _open(path, allow_pickle=allow_pickle, storage=self.storage) as reader:
-            root = reader._root
+            root = reader.structure
             if root is None:
                 raise InvalidArgumentError(
                     f"checkpoint '{path}' was not written by distckpt's Python API (it has no nested structure); "
@@ -163,7 +163,7 @@ class DistckptCheckpointIO(CheckpointIO):
                 entry = meta[node["array"]]
                 if node.get("scalar"):
                     return None  # a numpy scalar: comes back as a 0-d array, made a scalar below
-                return torch.empty(entry.shape, dtype=_arrays.torch_dtype(entry._code))
+                return torch.empty(entry.shape, dtype=_arrays.torch_dtype(_dtypes.code_of_name(entry.dtype)))
 
             tree = _tree.build(root, target)
         load(tree, path, allow_pickle=allow_pickle, timeout=self.timeout, storage=self.storage, **self.load_options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -289,6 +290,14 @@ class Reader(Mapping[str, Any]):
     def user_metadata(self) -> Dict[str, str]:
         return self._metadata.user
 
+    @property
+    def structure(self) -> Optional[Dict[str, Any]]:
+        """The nested layout the checkpoint was saved with: the root ``NODE`` of its structure document (README, "The
+        structure document"; e.g. ``{"dict": [["model", {"dict": [["w", {"array": "model.w"}]]}], ...]}``), already
+        validated against the entries; None when the checkpoint has none (written by another binding, or flat).
+        A copy: changing it changes nothing here. Framework plug-ins rebuild their own nested targets from it."""
+        return copy.deepcopy(self._root)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._metadata)
 
@@ -331,6 +340,37 @@ class Reader(Mapping[str, Any]):
         if encoding is None:
             return data
         return _tree.decode_object(data, encoding, name, self._path, self._allow_pickle)
+
+    def readinto(self, name: str, buffer: Any, offsets: Optional[Sequence[int]] = None,
+                 lengths: Optional[Sequence[int]] = None) -> int:  # fmt: skip
+        """Reads the box ``[offsets, offsets + lengths)`` of tensor ``name`` (default: all of it) into ``buffer`` as
+        the stored bytes (little-endian, row-major, no dtype check) and returns how many bytes that is.
+
+        ``buffer`` is any writable C-contiguous buffer of exactly that size: a numpy array of any dtype, a bytearray,
+        a memoryview. It is the untyped form of :meth:`ArrayView.read`: for element types numpy lacks (BF16 and FP8
+        without ml_dtypes) or a framework's own (a CPU torch tensor's bytes), and for reusing one buffer."""
+        entry = self._entry(name)
+        if entry.kind != "tensor":
+            raise InvalidArgumentError(f"checkpoint '{self._path}': '{name}' is a bytes entry, not a tensor")
+        offsets = tuple(int(o) for o in offsets) if offsets is not None else (0,) * len(entry.shape)
+        if lengths is None:
+            lengths = tuple(s - o for s, o in zip(entry.shape, offsets))
+        lengths = tuple(int(n) for n in lengths)
+        nbytes = int(np.prod(lengths, dtype=np.int64)) * _dtypes.itemsize(entry._code)
+        if isinstance(buffer, np.ndarray):
+            ok = buffer.flags.c_contiguous and buffer.flags.writeable and buffer.nbytes == nbytes
+            out = buffer.reshape(-1).view(np.uint8) if ok else None
+        else:
+            view = memoryview(buffer)
+            ok = not view.readonly and view.c_contiguous and view.nbytes == nbytes
+            out = np.frombuffer(view.cast("B"), dtype=np.uint8) if ok else None
+        if out is None:
+            raise InvalidArgumentError(
+                f"checkpoint '{self._path}': readinto('{name}', lengths={lengths}) needs a writable C-contiguous "
+                f"buffer of {nbytes} bytes"
+            )
+        self._read_into(name, offsets, lengths, out)
+        return nbytes
 
     def _read_into(self, name: str, offsets: Shape, lengths: Shape, out: np.ndarray) -> None:
         self._native.read(name, list(offsets), list(lengths), out.reshape(-1).view(np.uint8))

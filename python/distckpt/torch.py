@@ -14,8 +14,9 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from . import _arrays
+from . import _arrays, _dtypes
 from ._torch_shards import DTensor, ShardedTensor, is_sharded, to_shards  # noqa: F401 (public here)
+from .errors import NotFoundError
 from .reader import Reader
 from .reader import open as _open
 from ._dcp_storage import StorageReader, StorageWriter  # noqa: E402 - after torch
@@ -38,8 +39,10 @@ def load_dtensor(
 
     reader = source if isinstance(source, Reader) else _open(source)
     try:
-        entry = reader._entry(name)
-        code = entry._code
+        entry = reader.metadata.get(name)
+        if entry is None:
+            raise NotFoundError(f"checkpoint '{reader.path}' has no entry '{name}'")
+        code = _dtypes.code_of_name(entry.dtype)
         shape = entry.shape
         local_shape, offsets = compute_local_shape_and_global_offset(shape, device_mesh, placements)
         if device_mesh.device_type == "cuda" and torch.version.hip is None:  # straight to the device (read_ex)
@@ -48,7 +51,7 @@ def load_dtensor(
             reader[name].read(tuple(offsets), tuple(local_shape), out=local)
         else:
             local = torch.empty(tuple(local_shape), dtype=_arrays.torch_dtype(code))
-            reader._read_into(name, tuple(offsets), tuple(local_shape), _arrays._torch_raw_numpy(local))
+            reader.readinto(name, _arrays.torch_raw_numpy(local), tuple(offsets), tuple(local_shape))
     finally:
         if reader is not source:
             reader.close()

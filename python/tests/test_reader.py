@@ -113,6 +113,39 @@ def test_full_read_and_out_buffer(matrix_ckpt):
         assert r.io_stats.bytes_read + r.io_stats.bytes_mapped >= a.nbytes
 
 
+def test_readinto_fills_any_buffer_with_the_stored_bytes(matrix_ckpt):
+    path, a = matrix_ckpt
+    with distckpt.open(path) as r:
+        raw = bytearray(a[2:4, 8:12].nbytes)
+        assert r.readinto("a", raw, (2, 8), (2, 4)) == len(raw)
+        np.testing.assert_array_equal(np.frombuffer(raw, np.float32).reshape(2, 4), a[2:4, 8:12])
+        whole = np.empty(a.shape, np.uint32)  # any dtype: the bytes are copied as stored
+        r.readinto("a", whole)
+        np.testing.assert_array_equal(whole.view(np.float32), a)
+        with pytest.raises(distckpt.InvalidArgumentError, match=r"checkpoint '.*': readinto\('a'.*needs .* 32 bytes"):
+            r.readinto("a", bytearray(31), (0, 0), (2, 4))
+        with pytest.raises(distckpt.InvalidArgumentError, match="writable"):
+            r.readinto("a", bytes(32), (0, 0), (2, 4))
+        with pytest.raises(distckpt.InvalidArgumentError, match="'step' is a bytes entry"):
+            r.readinto("step", bytearray(8))
+        with pytest.raises(distckpt.NotFoundError, match="no entry 'nope'"):
+            r.readinto("nope", bytearray(8))
+
+
+def test_structure_is_the_saved_nesting(tmp_path):
+    distckpt.save({"model": {"w": np.ones(3), "layers": [np.zeros(2)]}, "step": 7}, tmp_path / "c")
+    with distckpt.open(tmp_path / "c") as r:
+        root = r.structure
+        assert root == {
+            "dict": [
+                ["model", {"dict": [["w", {"array": "model.w"}], ["layers", {"list": [{"array": "model.layers.0"}]}]]}],
+                ["step", {"object": "step", "encoding": "json"}],
+            ]
+        }
+        root["dict"].clear()  # a copy: the reader is unchanged
+        assert r.structure["dict"] and r.to_dict()["step"] == 7
+
+
 def test_concurrent_reads_from_threads(matrix_ckpt):
     path, a = matrix_ckpt
     errors = []
