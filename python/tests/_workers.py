@@ -223,7 +223,8 @@ def slow_s3_save_rank(rank, world, rendezvous, url, endpoint):
     import s3fs
 
     import distckpt
-    from distckpt.storage import FsspecStorage, _FsspecFiles
+    from distckpt._fsspec_storage import _FsspecFiles
+    from distckpt.storage import FsspecStorage
 
     class StuckUploads(_FsspecFiles):
         def close(self, f, size, discard):
