@@ -634,29 +634,30 @@ def _shard_pieces(shards: Sequence[Shard], code: Optional[int], what: str) -> Tu
     return code, pieces
 
 
-def target_tensor(x: Any, code: int, shape: Shape, name: str) -> TargetTensor:
-    """Describes a load target (an array, shard(s), or a jax.ShapeDtypeStruct) for the stored tensor ``name``."""
+def target_tensor(x: Any, code: int, shape: Shape, name: str, checkpoint: str) -> TargetTensor:
+    """Describes a load target (an array, shard(s), or a jax.ShapeDtypeStruct) for the stored tensor ``name`` of the
+    checkpoint at ``checkpoint`` (named by errors)."""
     if is_jax_array(x) or is_jax_shape_dtype(x):
-        _check_shape(name, tuple(int(d) for d in x.shape), shape)
+        _check_shape(checkpoint, name, tuple(int(d) for d in x.shape), shape)
         return _jax_target(x, code, shape, name)
     torch_shards = _torch_sharded(x)
     if torch_shards is not None:
-        _check_shape(name, tuple(int(d) for d in x.shape), shape)
+        _check_shape(checkpoint, name, tuple(int(d) for d in x.shape), shape)
         return _merge(_local_target(s.data, code, s.offsets, name) for s in torch_shards)
     if isinstance(x, Shard) or is_shard_list(x):
         shards = [x] if isinstance(x, Shard) else list(x)
         for s in shards:
-            _check_shape(name, s.global_shape, shape)
+            _check_shape(checkpoint, name, s.global_shape, shape)
         return _merge(_local_target(s.data, code, s.offsets, name) for s in shards)
     if isinstance(x, np.generic):
-        _check_shape(name, (), shape)
+        _check_shape(checkpoint, name, (), shape)
         return _scalar_target(x, code, name)
     cai = _cuda_array_interface(x)
     if cai is not None:
         lengths = tuple(int(d) for d in cai["shape"])
     else:
         lengths = tuple(int(d) for d in getattr(x, "shape", np.shape(x)))
-    _check_shape(name, lengths, shape)
+    _check_shape(checkpoint, name, lengths, shape)
     return _local_target(x, code, (0,) * len(shape), name)
 
 
@@ -719,8 +720,9 @@ def _merge(targets: Any) -> TargetTensor:
     return TargetTensor(pieces, finish if finishers else None)
 
 
-def _check_shape(name: str, target: Shape, stored: Shape) -> None:
+def _check_shape(checkpoint: str, name: str, target: Shape, stored: Shape) -> None:
     if tuple(target) != tuple(stored):
         raise InvalidArgumentError(
-            f"'{name}': the target's global shape {tuple(target)} differs from the checkpoint's {tuple(stored)}"
+            f"checkpoint '{checkpoint}', entry '{name}': the target's global shape {tuple(target)} differs from the "
+            f"stored tensor's {tuple(stored)}; load into an array (or shards of one) of shape {tuple(stored)}"
         )

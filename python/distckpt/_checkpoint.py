@@ -485,7 +485,7 @@ def _load_into(
                 raise InvalidArgumentError(
                     f"checkpoint '{ckpt.path}': '{leaf.name}' is stored as a bytes entry, but the target is an array"
                 )
-            target = _arrays.target_tensor(leaf.value, code, shape, leaf.name)
+            target = _arrays.target_tensor(leaf.value, code, shape, leaf.name, ckpt.path)
             state.add_tensor(leaf.name, code, list(shape))
             for p in target.pieces:
                 _arrays.add_piece(state, leaf.name, p, writable=True)

@@ -34,6 +34,20 @@ def test_messages_come_from_the_c_library(tmp_path):
         distckpt.save({"a": np.zeros((1,) * 9)}, tmp_path / "c")
 
 
+def test_a_wrong_shape_names_the_checkpoint_the_entry_and_both_shapes(tmp_path):
+    """Regression: the message named the entry and the shapes, not the checkpoint."""
+    path = tmp_path / "c"
+    distckpt.save({"model": {"w": np.zeros((2, 3), np.float32)}}, path)
+    with pytest.raises(distckpt.InvalidArgumentError) as info:
+        distckpt.load({"model": {"w": np.zeros((3, 2), np.float32)}}, path)
+    message = str(info.value)
+    assert f"checkpoint '{path}'" in message and "entry 'model.w'" in message
+    assert "(3, 2)" in message and "(2, 3)" in message
+    shard = distckpt.Shard(np.zeros((1, 3), np.float32), (4, 3), (0, 0))  # a piece of a tensor of the wrong shape
+    with pytest.raises(distckpt.InvalidArgumentError, match=r"checkpoint '.*', entry 'model.w': .*\(4, 3\).*\(2, 3\)"):
+        distckpt.load({"model": {"w": shard}}, path)
+
+
 def _data_file(path):
     (name,) = [n for n in os.listdir(path) if n.startswith("data-")]
     return os.path.join(path, name)
