@@ -200,7 +200,7 @@ def test_large_files_stream_as_multipart_uploads(s3, server):
     np.testing.assert_array_equal(distckpt.load(None, url, storage=storage)["w"], state["w"])
     assert _multipart_uploads(fs, bucket) == []
 
-    from distckpt.storage import _FsspecFiles
+    from distckpt._fsspec_storage import _FsspecFiles
 
     class FailingFiles(_FsspecFiles):  # the fifth write fails: distckpt discards the files it was writing
         writes = 0
