@@ -87,8 +87,10 @@ class BazelBuildExt(build_ext):
             library = tree / "lib" / "libdistckpt.so"
             for needed in (header, library):
                 if not needed.is_file():
-                    raise RuntimeError(f"DISTCKPT_PREBUILT={where}: {needed} is missing (lay the tree out with "
-                                       "scripts/build_lib.sh, or point DISTCKPT_PREBUILT at an install prefix)")
+                    raise RuntimeError(
+                        f"DISTCKPT_PREBUILT={where}: {needed} is missing (lay the tree out with "
+                        "scripts/build_lib.sh, or point DISTCKPT_PREBUILT at an install prefix)"
+                    )
             include_dirs = [str(tree / "include")]
             library_dirs = [str(tree / "lib")]
             # The library and what it vendors go into the package; the extension finds them beside itself.
@@ -115,7 +117,9 @@ class BazelBuildExt(build_ext):
             raise RuntimeError(f"distckpt's extension is built from a source checkout; {ROOT}/WORKSPACE is missing")
         bazel = os.environ.get("DISTCKPT_BAZEL") or shutil.which("bazel")
         if not bazel:
-            raise RuntimeError("bazel not found: run scripts/install_deps.sh (Debian's bazel-bootstrap) or set DISTCKPT_BAZEL")
+            raise RuntimeError(
+                "bazel not found: run scripts/install_deps.sh (Debian's bazel-bootstrap) or set DISTCKPT_BAZEL"
+            )
         startup = []
         if os.environ.get("DISTCKPT_BAZEL_OUTPUT_BASE"):
             startup.append("--output_base=" + os.environ["DISTCKPT_BAZEL_OUTPUT_BASE"])
@@ -138,12 +142,13 @@ class BazelBuildExt(build_ext):
 
 def _pybind11_includes() -> list:
     try:
-        import pybind11  # the PyPI package, when the build environment has it
+        import pybind11  # noqa: PLC0415 - the PyPI package, when the build environment has it
     except ImportError:
         if Path("/usr/include/pybind11/pybind11.h").is_file():
             return []  # Debian's pybind11-dev, on the default include path
-        raise RuntimeError("DISTCKPT_PREBUILT: the pybind11 headers are missing (pip install pybind11, or the "
-                           "system's pybind11-dev)") from None
+        raise RuntimeError(
+            "DISTCKPT_PREBUILT: the pybind11 headers are missing (pip install pybind11, or the system's pybind11-dev)"
+        ) from None
     return [pybind11.get_include()]
 
 

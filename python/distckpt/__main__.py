@@ -392,8 +392,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("file", help="a torch.save file")
     t.add_argument("checkpoint", help="the checkpoint directory to create")
     t.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
-    t.add_argument("--unsafe-pickle", action="store_true",
-                   help="torch.load(weights_only=False) and pickle what JSON cannot hold (a file you trust)")
+    t.add_argument(
+        "--unsafe-pickle",
+        action="store_true",
+        help="torch.load(weights_only=False) and pickle what JSON cannot hold (a file you trust)",
+    )
     t.add_argument("--no-mmap", action="store_true", help="read the file into memory instead of mapping it")
     t.set_defaults(run=_cmd_import_torch)
 

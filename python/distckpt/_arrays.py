@@ -506,7 +506,6 @@ def _jax_cuda_buffer(a: Any) -> Optional[DeviceBuffer]:
     return DeviceBuffer(ptr, nbytes, ordinal, 0, a)
 
 
-
 def _jax_source(x: Any, what: str) -> SourceTensor:
     code = _dtypes.code_of(np.dtype(x.dtype))
     if code is None:
@@ -611,7 +610,9 @@ def source_tensor(x: Any, name: str) -> SourceTensor:
         shards = [x] if isinstance(x, Shard) else list(x)
         shape = shards[0].global_shape
         if any(s.global_shape != shape for s in shards):
-            raise InvalidArgumentError(f"{what}: shards disagree on the global shape: {[s.global_shape for s in shards]}")
+            raise InvalidArgumentError(
+                f"{what}: shards disagree on the global shape: {[s.global_shape for s in shards]}"
+            )
         code, pieces = _shard_pieces(shards, None, what)
         return SourceTensor(code, shape, pieces)
     code, shape, data = _source_of(x, what)

@@ -162,7 +162,7 @@ def abort_on_local_error(comm: Optional[Communicator]) -> Iterator[None]:
         raise
 
 
-# ---- Asynchronous save ------------------------------------------------------------------------------------------------
+# ---- Asynchronous save -----------------------------------------------------------------------------------------------
 
 _pending: Set["AsyncSave"] = set()
 _pending_lock = threading.Lock()
@@ -335,7 +335,7 @@ def async_save(
     return AsyncSave(future, path)
 
 
-# ---- Load -------------------------------------------------------------------------------------------------------------
+# ---- Load ------------------------------------------------------------------------------------------------------------
 
 _TENSOR = 0
 _BYTES = 1
@@ -397,10 +397,10 @@ def load(
     ``jax.ShapeDtypeStruct``) says which part of the stored tensor this rank wants; each rank reads only the bytes
     its pieces need. numpy arrays, CPU and CUDA torch tensors and writable CUDA arrays (``__cuda_array_interface__``)
     are filled in place, CUDA ones on their device (other layouts and dtypes through one temporary copy on the same
-    device; README "GPU arrays"); JAX arrays, which are immutable, are replaced in their container by new arrays with the same
-    sharding. Other leaves (numbers, strings, None, ...) are replaced by the stored values. Stateful objects get
-    ``load_state_dict`` with their filled state dict. Entries of the checkpoint that ``state_dict`` does not name are
-    not read.
+    device; README "GPU arrays"); JAX arrays, which are immutable, are replaced in their container by new arrays with
+    the same sharding. Other leaves (numbers, strings, None, ...) are replaced by the stored values. Stateful objects
+    get ``load_state_dict`` with their filled state dict. Entries of the checkpoint that ``state_dict`` does not name
+    are not read.
 
     With ``state_dict=None`` the whole checkpoint is returned as a new nested dict of numpy arrays and values (the
     single-process case; BF16/FP8 need ``ml_dtypes``).
@@ -436,8 +436,18 @@ def load(
     pin_files = native_comm is None
     if fanout not in _FANOUT_MODES:
         raise InvalidArgumentError(f"fanout={fanout!r}: expected one of {', '.join(map(repr, _FANOUT_MODES))}")
-    reader = _native.Reader.open(native_path, native_comm, verify, io_threads, ms, map_files, share_verification,
-                                 pin_files, _FANOUT_MODES[fanout], native_storage)
+    reader = _native.Reader.open(
+        native_path,
+        native_comm,
+        verify,
+        io_threads,
+        ms,
+        map_files,
+        share_verification,
+        pin_files,
+        _FANOUT_MODES[fanout],
+        native_storage,
+    )
     try:
         # A failure on this rank before the load's collectives (a missing entry, a refused pickle) aborts the group,
         # so the other ranks fail at once instead of waiting out their timeouts.

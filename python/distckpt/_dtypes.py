@@ -41,8 +41,13 @@ _ML_DTYPES: Dict[int, str] = {
 _CODE_OF_NUMPY: Dict[np.dtype, int] = {dt: code for code, dt in _NUMPY.items()}
 _CODE_OF_ML_NAME: Dict[str, int] = {name: code for code, name in _ML_DTYPES.items()}
 # Unsigned integers of each width, to move bytes whose type numpy does not know.
-_RAW: Dict[int, np.dtype] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
-                             8: np.dtype(np.uint64), 16: np.dtype("V16")}
+_RAW: Dict[int, np.dtype] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+    16: np.dtype("V16"),
+}
 
 
 def name(code: int) -> str:

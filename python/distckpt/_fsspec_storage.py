@@ -131,7 +131,7 @@ class _FsspecFiles:
 
     def _s3(self, method: str, **kwargs: Any) -> Any:
         """One S3 call through s3fs's client, from any thread (it runs on the filesystem's event loop)."""
-        import fsspec.asyn
+        import fsspec.asyn  # noqa: PLC0415 - fsspec is optional; only FsspecStorage needs it
 
         return fsspec.asyn.sync(self.fs.loop, self.fs._call_s3, method, **kwargs)
 
@@ -156,7 +156,7 @@ class _FsspecFiles:
     def _send(self, f: _Upload, part: int, body: bytearray) -> Any:
         """Starts the upload of one part (``body``: a copy, since botocore takes bytes or bytearray, not a view) on
         the filesystem's event loop; returns its future."""
-        import asyncio
+        import asyncio  # noqa: PLC0415 - only streamed S3 uploads need it
 
         return asyncio.run_coroutine_threadsafe(self._upload_part(f, part, body), self.fs.loop)
 
@@ -207,7 +207,6 @@ class _FsspecFiles:
                 raise
             del buf[size:]
             self.fs.pipe_file(f.path, buf)
-
 
     def size(self, path: str) -> int:
         self._fresh(path)

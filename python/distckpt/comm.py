@@ -48,7 +48,7 @@ class Communicator:
 
     @property
     def kind(self) -> str:
-        """"gloo", "torch", "mpi4py" or "external"."""
+        """ "gloo", "torch", "mpi4py" or "external"."""
         return self._kind
 
     def barrier(self, timeout: Optional[float] = None) -> None:

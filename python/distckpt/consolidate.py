@@ -294,7 +294,9 @@ def _torch_state(r: "_reader.Reader", allow_pickle: bool) -> Tuple[Any, List[_Te
     tensors: List[_Tensor] = []
     values: Dict[str, Any] = {}
     root = r.structure
-    pickled = [n["object"] for n in (_tree.iter_nodes(root) if root is not None else ()) if n.get("encoding") == "pickle"]
+    pickled = [
+        n["object"] for n in (_tree.iter_nodes(root) if root is not None else ()) if n.get("encoding") == "pickle"
+    ]
     if pickled and not allow_pickle:
         raise _tree.pickle_refused(pickled, r.path)
     for name, entry in r.metadata.items():

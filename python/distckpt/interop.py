@@ -34,8 +34,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 ProgressFn = Callable[[int, int], Any]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}  # fmt: skip
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K": 10**3, "M": 10**6, "G": 10**9,
+          "T": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
 
 
 def parse_size(size: Union[int, str]) -> int:
@@ -82,8 +82,16 @@ def export_safetensors(
     native_out, native_out_storage, out = _storage.resolve(out_dir, out_storage)
     if native_out_storage is None:
         os.makedirs(native_out, exist_ok=True)
-    _native.export_safetensors(native_ckpt, native_out, parse_size(max_shard_size), prefix, verify, progress,
-                               native_storage, native_out_storage)
+    _native.export_safetensors(
+        native_ckpt,
+        native_out,
+        parse_size(max_shard_size),
+        prefix,
+        verify,
+        progress,
+        native_storage,
+        native_out_storage,
+    )
     index_name = f"{prefix}.safetensors.index.json"
     index = json.loads(_storage.read_file(native_out.rstrip("/") + "/" + index_name, out))
     files = sorted(set(index["weight_map"].values())) or [f"{prefix}-00001-of-00001.safetensors"]

@@ -210,6 +210,7 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
     @staticmethod
     def _wait_for_directory() -> None:
         """Waits for the directory-creation signals Orbax contracted for this operation (none: returns at once)."""
+
         async def nothing() -> None:
             return None
 
@@ -249,7 +250,9 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
             return _checkpoint.load(None, path, **kwargs)
         paths, templates, treedef = _paths(args.item)
         targets = [_load_target(t) for t in templates]
-        shape = _tree.nest(paths, targets)  # load replaces leaves in the nest it is given: keep the target's shape apart
+        shape = _tree.nest(
+            paths, targets
+        )  # load replaces leaves in the nest it is given: keep the target's shape apart
         loaded = _checkpoint.load(_tree.nest(paths, targets), path, **kwargs)
         values = [
             _as_target_type(_lookup(shape, loaded, p, f"checkpoint '{path}'"), t) for p, t in zip(paths, templates)

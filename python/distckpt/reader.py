@@ -445,8 +445,9 @@ def open(  # noqa: A001 - distckpt.open mirrors h5py.File / safetensors.safe_ope
     """
     path = os.fspath(path)
     native_path, native_storage, _ = _storage.resolve(path, storage)
-    native = _native.Reader.open(native_path, native_of(comm), verify, io_threads, _native.timeout_ms(timeout),
-                                 map_files, storage=native_storage)
+    native = _native.Reader.open(
+        native_path, native_of(comm), verify, io_threads, _native.timeout_ms(timeout), map_files, storage=native_storage
+    )
     try:
         return Reader(native, path, allow_pickle)
     except BaseException:

@@ -31,6 +31,7 @@ added to the ``distckpt.Error`` the call raises, and the exception becomes its `
 - ``commit(path, data, replace)`` (optional): write ``data`` at ``path`` in one atomic step; with ``replace`` False,
   raise ``FileExistsError`` if something is there (S3: a PUT with ``If-None-Match: *``).
 """
+
 from __future__ import annotations
 
 import os
@@ -61,7 +62,7 @@ for _cls in (Storage, PosixStorage, MemoryStorage, CallbackStorage, FsspecStorag
 del _cls
 
 
-# ---- Choosing a storage -----------------------------------------------------------------------------------------------
+# ---- Choosing a storage ----------------------------------------------------------------------------------------------
 
 
 def _protocol(path: str) -> Optional[str]:
@@ -79,7 +80,7 @@ def storage_for(url_or_path: PathLike, **storage_options: Any) -> Storage:
     if protocol is None or protocol in ("file", "local"):
         return PosixStorage()
     try:
-        import fsspec.core
+        import fsspec.core  # noqa: PLC0415 - fsspec is optional; only URLs need it
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise InvalidArgumentError(
             f"'{path}' is a URL: storage behind URLs needs fsspec (pip install 'distckpt[fsspec]', plus s3fs, "
@@ -106,7 +107,7 @@ def resolve(path: PathLike, storage: Optional[Storage]) -> Tuple[str, Optional["
     return storage.path_of(text), storage.native, storage
 
 
-# ---- Prune ------------------------------------------------------------------------------------------------------------
+# ---- Prune -----------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

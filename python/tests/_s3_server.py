@@ -44,7 +44,7 @@ class MotoServer:
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError("the moto server did not start")
+                    raise RuntimeError("the moto server did not start") from None
                 time.sleep(0.1)
 
     def env(self) -> dict:

@@ -50,8 +50,10 @@ def save_rank(rank, world, rendezvous, path, async_path):
                 "w": distckpt.Shard(ex["w"][r0:r1], GLOBAL_W, (r0, 0)),
                 "emb": distckpt.Shard(ex["emb"][:, c0:c1], GLOBAL_EMB, (0, c0)),
                 "bias": ex["bias"],  # replicated on every rank: written once
-                "f16": [distckpt.Shard(ex["f16"][h0:mid], (5, 6), (h0, 0)),
-                        distckpt.Shard(ex["f16"][mid:h1], (5, 6), (mid, 0))],
+                "f16": [
+                    distckpt.Shard(ex["f16"][h0:mid], (5, 6), (h0, 0)),
+                    distckpt.Shard(ex["f16"][mid:h1], (5, 6), (mid, 0)),
+                ],
             },
             "step": 1000,
             "world": world,

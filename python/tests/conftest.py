@@ -15,7 +15,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np
 import pytest
 
-import distckpt
+import distckpt  # noqa: F401 - loaded before any test, so a broken build fails the collection
 
 try:
     import ml_dtypes
@@ -25,8 +25,22 @@ except ImportError:  # pragma: no cover - ml_dtypes is a test dependency
 
 def all_numpy_dtypes():
     """Every dtype distckpt stores, as numpy dtypes (bf16/fp8 through ml_dtypes)."""
-    out = [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64, np.float16,
-           np.float32, np.float64, np.complex64, np.complex128]
+    out = [
+        np.bool_,
+        np.uint8,
+        np.int8,
+        np.uint16,
+        np.int16,
+        np.uint32,
+        np.int32,
+        np.uint64,
+        np.int64,
+        np.float16,
+        np.float32,
+        np.float64,
+        np.complex64,
+        np.complex128,
+    ]
     if ml_dtypes is not None:
         out += [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2]
     return [np.dtype(d) for d in out]
@@ -49,7 +63,11 @@ def sample(shape, dtype, seed=0):
 
 def same_bytes(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+    )
 
 
 def assert_same(got, want, where="root"):

@@ -176,8 +176,14 @@ def test_checkpoint_saved_by_three_ranks(tmp_path):
     ex = _workers.expected()
     consolidate(path, tmp_path / "full.pt", max_memory=8192)
     got = torch.load(tmp_path / "full.pt", weights_only=True)
-    assert_same(got, {"model": {k: _to_torch(ex[n]) for k, n in [("w", "w"), ("emb", "emb"), ("bias", "bias"),
-                                                                  ("f16", "f16")]}, "step": 1000, "world": 3})
+    assert_same(
+        got,
+        {
+            "model": {k: _to_torch(ex[n]) for k, n in [("w", "w"), ("emb", "emb"), ("bias", "bias"), ("f16", "f16")]},
+            "step": 1000,
+            "world": 3,
+        },
+    )
     consolidate(path, tmp_path / "full.safetensors")
     from safetensors.numpy import load_file
 

@@ -141,8 +141,14 @@ def test_cpp_written_checkpoint_runs_in_torch_through_dcp_and_in_jax():
         "kernel": jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, P("x", None))),
         "bias": jax.ShapeDtypeStruct(shape[:1], jnp.float32, sharding=NamedSharding(mesh, P()))}
         for i, shape in ((0, (64, 32)), (1, (10, 64)))}}  # fmt: skip
-    rename = rename_rules([(r"params\.Dense_0\.kernel", "fc1.weight"), (r"params\.Dense_0\.bias", "fc1.bias"),
-                           (r"params\.Dense_1\.kernel", "fc2.weight"), (r"params\.Dense_1\.bias", "fc2.bias")])
+    rename = rename_rules(
+        [
+            (r"params\.Dense_0\.kernel", "fc1.weight"),
+            (r"params\.Dense_0\.bias", "fc1.bias"),
+            (r"params\.Dense_1\.kernel", "fc2.weight"),
+            (r"params\.Dense_1\.bias", "fc2.bias"),
+        ]
+    )
     out = distckpt.jax.restore(FIXTURE, target, rename=rename)
     p = out["params"]
     h = jnp.maximum(jnp.asarray(x) @ p["Dense_0"]["kernel"].T + p["Dense_0"]["bias"], 0)

@@ -165,7 +165,8 @@ def test_load_into_read_only_or_strided_device_arrays_is_refused(tmp_path):
             distckpt.load({{"w": FakeCudaArray(np.zeros((4, 4), np.float32), readonly=True)}}, {str(tmp_path / "c")!r})
         # a (4, 4) view with a row pitch of 8 elements: the interface's strides say so
         with pytest.raises(distckpt.UnsupportedError, match="strided"):
-            distckpt.load({{"w": FakeCudaArray(np.zeros((4, 4), np.float32), strides=(32, 4))}}, {str(tmp_path / "c")!r})
+            distckpt.load({{"w": FakeCudaArray(np.zeros((4, 4), np.float32), strides=(32, 4))}},
+                          {str(tmp_path / "c")!r})
         with pytest.raises(distckpt.UnsupportedError, match="C-contiguous F32"):
             distckpt.load({{"w": FakeCudaArray(np.zeros((4, 4), np.float64))}}, {str(tmp_path / "c")!r})
         with pytest.raises(distckpt.UnsupportedError, match="not C-contiguous"):

@@ -98,7 +98,7 @@ def test_a_failing_collective_fails_every_rank_and_keeps_the_cause(tmp_path):
     err = results[1][1]
     assert isinstance(err, distckpt.CallbackError) and isinstance(err.__cause__, RuntimeError)
     assert "simulated network failure" in str(err.__cause__)
-    for kind, e in results:
+    for _kind, e in results:
         assert isinstance(e, distckpt.Error)
     with pytest.raises(distckpt.NotFoundError):
         distckpt.open(tmp_path / "c")

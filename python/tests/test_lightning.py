@@ -51,8 +51,14 @@ class TinyModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         # Values JSON cannot hold as they are: a tuple, NaN, bytes, an int key, and a Path (pickled).
-        checkpoint["extras"] = {"pair": (1, 2.5), "nan": float("nan"), "raw": b"\x00\x01", 7: "int key",
-                                "where": pathlib.PurePosixPath("/data/run"), "bf16": torch.arange(3).bfloat16()}
+        checkpoint["extras"] = {
+            "pair": (1, 2.5),
+            "nan": float("nan"),
+            "raw": b"\x00\x01",
+            7: "int key",
+            "where": pathlib.PurePosixPath("/data/run"),
+            "bf16": torch.arange(3).bfloat16(),
+        }
         if self.hparams.reference_dir and self.trainer.is_global_zero:
             torch.save(checkpoint, os.path.join(self.hparams.reference_dir, f"step-{self.trainer.global_step}.pt"))
 

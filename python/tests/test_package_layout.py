@@ -186,8 +186,14 @@ def _private_attributes(tree: ast.Module) -> Set[str]:
                 elif isinstance(item, (ast.Assign, ast.AnnAssign)):
                     targets = item.targets if isinstance(item, ast.Assign) else [item.target]
                     for t in targets:
-                        if isinstance(t, ast.Name) and t.id == "__slots__" and isinstance(item.value, (ast.Tuple, ast.List)):
-                            names |= {e.value for e in item.value.elts if isinstance(e, ast.Constant) and _private(e.value)}
+                        if (
+                            isinstance(t, ast.Name)
+                            and t.id == "__slots__"
+                            and isinstance(item.value, (ast.Tuple, ast.List))
+                        ):
+                            names |= {
+                                e.value for e in item.value.elts if isinstance(e, ast.Constant) and _private(e.value)
+                            }
                         elif isinstance(t, ast.Name) and _private(t.id):
                             names.add(t.id)
         elif (

@@ -37,8 +37,10 @@ def test_nested_state_is_rebuilt_with_dotted_names(ckpt):
     w = sample((4, 3), np.float32)
     state = {
         "model": {"layers": [{"w": w, "b": np.arange(3.0)}, {"w": w * 2, "b": np.zeros(3)}], "scale": np.float32(2)},
-        "optim": {"state": {0: {"exp_avg": np.ones(3)}, 1: {"exp_avg": np.full(3, 2.0)}},
-                  "param_groups": [{"lr": 0.01, "betas": (0.9, 0.999), "params": [0, 1]}]},
+        "optim": {
+            "state": {0: {"exp_avg": np.ones(3)}, 1: {"exp_avg": np.full(3, 2.0)}},
+            "param_groups": [{"lr": 0.01, "betas": (0.9, 0.999), "params": [0, 1]}],
+        },
         "step": 1000,
         "name": "run-7",
         "done": False,
@@ -48,11 +50,24 @@ def test_nested_state_is_rebuilt_with_dotted_names(ckpt):
     }
     distckpt.save(state, ckpt)
     with distckpt.open(ckpt) as r:
-        assert sorted(r.keys()) == sorted([
-            "done", "model.layers.0.b", "model.layers.0.w", "model.layers.1.b", "model.layers.1.w", "model.scale",
-            "name", "nothing", "optim.param_groups", "optim.state.0.exp_avg", "optim.state.1.exp_avg", "pair.0",
-            "pair.1", "step",
-        ])
+        assert sorted(r.keys()) == sorted(
+            [
+                "done",
+                "model.layers.0.b",
+                "model.layers.0.w",
+                "model.layers.1.b",
+                "model.layers.1.w",
+                "model.scale",
+                "name",
+                "nothing",
+                "optim.param_groups",
+                "optim.state.0.exp_avg",
+                "optim.state.1.exp_avg",
+                "pair.0",
+                "pair.1",
+                "step",
+            ]
+        )
     out = distckpt.load(None, ckpt)
     assert out["step"] == 1000 and out["name"] == "run-7" and out["done"] is False and out["nothing"] is None
     assert out["empty"] == {}
@@ -156,8 +171,12 @@ def test_overwrite_and_existing_checkpoints(ckpt):
 
 def test_user_metadata_and_progress(ckpt):
     seen = []
-    distckpt.save({"a": np.ones(1 << 16)}, ckpt, user_metadata={"step": "7", "framework": "numpy"},
-                  progress=lambda done, total: seen.append((done, total)))
+    distckpt.save(
+        {"a": np.ones(1 << 16)},
+        ckpt,
+        user_metadata={"step": "7", "framework": "numpy"},
+        progress=lambda done, total: seen.append((done, total)),
+    )
     assert seen and seen[-1][0] == seen[-1][1] == 8 << 16
     with distckpt.open(ckpt) as r:
         assert r.user_metadata == {"step": "7", "framework": "numpy"}

@@ -126,9 +126,10 @@ def test_a_save_killed_midway_leaves_no_checkpoint_and_prune_removes_it(s3, serv
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=_workers.run,
-                    args=(_workers.slow_s3_save_rank, rank, (world, f"file://{tmp_path}/rdv", url, server.endpoint),
-                          results))  # fmt: skip
+        ctx.Process(
+            target=_workers.run,
+            args=(_workers.slow_s3_save_rank, rank, (world, f"file://{tmp_path}/rdv", url, server.endpoint), results),
+        )  # fmt: skip
         for rank in range(world)
     ]
     for p in procs:

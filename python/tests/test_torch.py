@@ -17,8 +17,22 @@ import distckpt  # noqa: E402
 import distckpt.torch  # noqa: E402
 from test_multiprocess import run_ranks  # noqa: E402
 
-DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-          torch.float32, torch.float64, torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2]
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+]
 DTYPES += [d for d in (getattr(torch, "uint16", None), getattr(torch, "uint32", None), getattr(torch, "uint64", None))
            if d is not None]  # fmt: skip
 
