@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Python suite: a virtualenv at <repo>/.venv (made once), the test dependencies, `pip install ./python` (which
-# builds the extension with Bazel through setup.py), then pytest on python/tests. Quiet when everything is already
-# set up; exits with pytest's status. Extra arguments go to pytest (e.g. -k reader, -x).
+# The Python suite: a virtualenv at <repo>/.venv (made once), the test dependencies, `ruff check` and
+# `ruff format --check` on python/ (a failure stops the suite), `pip install ./python` (which builds the extension with
+# Bazel through setup.py), then pytest on python/tests. Quiet when everything is already set up; exits with pytest's
+# status. Extra arguments go to pytest (e.g. -k reader, -x).
 #
 # Environment: DISTCKPT_PYTHON (interpreter for the venv; default python3), DISTCKPT_BAZEL_OUTPUT_BASE (a Bazel
 # --output_base for the build, see python/setup.py), DISTCKPT_NO_FRAMEWORKS=1 (do not install torch, lightning, JAX
@@ -28,6 +29,15 @@ if [[ -z ${DISTCKPT_NO_FRAMEWORKS:-} ]] && ! "$py" -c "import torch, lightning, 
     echo "python/run_tests.sh: installing torch, lightning, jax, orbax-checkpoint failed: their tests will skip" >&2
   fi
 fi
+# ruff, pinned (its formatter's style changes between releases): lint and format checks of python/ with the settings
+# in python/pyproject.toml ([tool.ruff]), in check mode, before anything is built. `ruff format python` fixes the
+# formatting; `ruff check --fix python` what it can of the rest.
+ruff_version=0.17.6
+if [[ $("$py" -m ruff --version 2>/dev/null) != "ruff $ruff_version" ]]; then
+  "$py" "${pip_q[@]}" "ruff==$ruff_version"
+fi
+"$py" -m ruff check --quiet python
+"$py" -m ruff format --check --quiet python
 # No build isolation: setuptools and wheel are in the venv, so reinstalling needs no network and Bazel's cache
 # keeps the rebuild incremental. pip's own output is dropped unless it fails.
 if ! out=$("$py" "${pip_q[@]}" --no-build-isolation --force-reinstall --no-deps ./python 2>&1); then
