@@ -103,7 +103,7 @@ void RemoveLeftover(const std::string& path, double grace_seconds) {
 }  // namespace
 
 void RegisterTools(py::module_& m) {
-  m.def("scan_leftovers", &ScanLeftovers, py::arg("dir"), py::arg("final_name").none(true), py::arg("grace_seconds"));
+  m.def("scan_leftovers", &ScanLeftovers, py::arg("root"), py::arg("final_name").none(true), py::arg("grace_seconds"));
   m.def("remove_leftover", &RemoveLeftover, py::arg("path"), py::arg("grace_seconds"));
   m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"), py::arg("max_shard_bytes"),
         py::arg("prefix"), py::arg("verify"), py::arg("progress"), py::arg("storage").none(true) = nullptr,

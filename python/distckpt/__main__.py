@@ -174,8 +174,9 @@ def _progress_mode(args: argparse.Namespace) -> str:
 def _with_progress(label: str, args: argparse.Namespace,
                    run: Callable[[Optional[Callable[[int, int], None]]], Any]) -> Any:  # fmt: skip
     mode = _progress_mode(args)
-    bar: Any = ProgressLog(label) if mode == "log" else ProgressBar(label, enabled={"none": False,
-                                                                                    "bar": True}.get(mode))
+    bar: Any = (
+        ProgressLog(label) if mode == "log" else ProgressBar(label, enabled={"none": False, "bar": True}.get(mode))
+    )
     try:
         return run(bar if bar.enabled else None)
     finally:
@@ -337,9 +338,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m distckpt", description="distckpt checkpoint tools: conversions that "
                                 "need Python; the Go CLI distckpt looks after stores (docs/cli.md)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress report (--progress none)")
-    p.add_argument("--detailed-exit-status", action="store_true",
-                   help="accepted for scripts written when failures exited 1 unless it was given; the Go CLI's statuses "
-                        "(docs/cli.md) are now the default")
+    p.add_argument(
+        "--detailed-exit-status",
+        action="store_true",
+        help="accepted and ignored: the Go CLI's exit statuses (docs/cli.md) are the default now",
+    )
 
     # Flags the commands share with the Go CLI (docs/cli.md).
     progress = argparse.ArgumentParser(add_help=False)
@@ -353,8 +356,11 @@ def _parser() -> argparse.ArgumentParser:
 
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    e = sub.add_parser("export-safetensors", parents=[progress, as_json],
-                       help="write a checkpoint's tensors as safetensors files + index")
+    e = sub.add_parser(
+        "export-safetensors",
+        parents=[progress, as_json],
+        help="write a checkpoint's tensors as safetensors files + index",
+    )
     e.add_argument("checkpoint")
     e.add_argument("out_dir")
     e.add_argument("--max-shard-size", default="5GB", help="largest file, e.g. 5GB (default), 500MB, 4GiB")
@@ -368,16 +374,18 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
     i.set_defaults(run=_cmd_import_safetensors)
 
-    d = sub.add_parser("import-dcp", parents=[progress],
-                       help="convert a torch.distributed.checkpoint directory (needs torch)")
+    d = sub.add_parser(
+        "import-dcp", parents=[progress], help="convert a torch.distributed.checkpoint directory (needs torch)"
+    )
     d.add_argument("dcp_dir")
     d.add_argument("checkpoint")
     d.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")
     d.add_argument("--allow-pickle", action="store_true", help="pickle values JSON cannot represent")
     d.set_defaults(run=_cmd_import_dcp)
 
-    c = sub.add_parser("consolidate", parents=[progress, as_json],
-                       help="write a checkpoint as one torch.save or safetensors file")
+    c = sub.add_parser(
+        "consolidate", parents=[progress, as_json], help="write a checkpoint as one torch.save or safetensors file"
+    )
     c.add_argument("checkpoint")
     c.add_argument("out", help="the file to write (.pt, .pth, .bin: torch.save; .safetensors)")
     c.add_argument("--format", choices=("torch", "safetensors"), help="default: from OUT's suffix")
@@ -387,8 +395,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--no-verify", action="store_true", help="skip checksum verification while reading")
     c.set_defaults(run=_cmd_consolidate)
 
-    t = sub.add_parser("import-torch", parents=[progress],
-                       help="convert a torch.save file (a state dict) into a checkpoint")
+    t = sub.add_parser(
+        "import-torch", parents=[progress], help="convert a torch.save file (a state dict) into a checkpoint"
+    )
     t.add_argument("file", help="a torch.save file")
     t.add_argument("checkpoint", help="the checkpoint directory to create")
     t.add_argument("--overwrite", action="store_true", help="replace an existing checkpoint")

@@ -38,26 +38,26 @@ class Leftover:
     reason: str  #: why, in words
 
 
-def scan_leftovers(dir: PathLike, *, grace_seconds: float = 3600, checkpoint: Optional[str] = None) -> List[Leftover]:
-    """The leftovers directly in ``dir`` (only those of the checkpoint named ``checkpoint``, if given), by name. A
-    missing ``dir`` has none."""
-    found = _native.scan_leftovers(os.fspath(dir), checkpoint, float(grace_seconds))
+def scan_leftovers(root: PathLike, *, grace_seconds: float = 3600, checkpoint: Optional[str] = None) -> List[Leftover]:
+    """The leftovers directly in ``root`` (only those of the checkpoint named ``checkpoint``, if given), by name. A
+    missing ``root`` has none."""
+    found = _native.scan_leftovers(os.fspath(root), checkpoint, float(grace_seconds))
     return [Leftover(**d) for d in found]
 
 
-def prune(dir: PathLike, *, grace_seconds: float = 3600, dry_run: bool = False) -> List[Leftover]:
-    """Removes the garbage leftovers directly in ``dir`` (see the module's description) and returns them; with
+def prune(root: PathLike, *, grace_seconds: float = 3600, dry_run: bool = False) -> List[Leftover]:
+    """Removes the garbage leftovers directly in ``root`` (see the module's description) and returns them; with
     ``dry_run``, removes nothing and returns what would go. Committed checkpoints are never touched (keeping the last N
     of them is the Go CLI's ``distckpt prune --keep-last``). A leftover that stopped being garbage since the scan (its
     writer came back) is skipped."""
-    garbage = [l for l in scan_leftovers(dir, grace_seconds=grace_seconds) if l.garbage]
+    garbage = [x for x in scan_leftovers(root, grace_seconds=grace_seconds) if x.garbage]
     if dry_run:
         return garbage
     removed = []
-    for l in garbage:
+    for leftover in garbage:
         try:
-            _native.remove_leftover(l.path, float(grace_seconds))
+            _native.remove_leftover(leftover.path, float(grace_seconds))
         except (NotFoundError, StateError):
             continue  # gone, or no longer garbage: judged again at removal
-        removed.append(l)
+        removed.append(leftover)
     return removed

@@ -362,7 +362,7 @@ def build(node: Node, get: Callable[[Node], Any]) -> Any:
     return get(node)
 
 
-# ---- Object leaves ----------------------------------------------------------------------------------------------------
+# ---- Object leaves ---------------------------------------------------------------------------------------------------
 
 
 class _NotJson(Exception):
@@ -459,7 +459,7 @@ def _from_json(v: Any, depth: int = 0) -> Any:
             out_list.append(_from_json(x, depth + 1))
         return out_list
     if len(v) == 1:
-        (tag, body), = v.items()
+        ((tag, body),) = v.items()
         if tag == "$tuple":
             items = []
             for x in _body_list(body, tag, depth):

@@ -350,9 +350,11 @@ def test_leftovers_beside_checkpoints_are_judged_and_pruned_by_the_core(tmp_path
     os.symlink(outside, tmp_path / "x.dckpt-old-0000000000000005")
 
     within = distckpt.scan_leftovers(tmp_path, grace_seconds=3600)
-    assert [l.name for l in within] == [os.path.basename(live), os.path.basename(exited), old.name, deleting.name]
-    assert not any(l.garbage for l in within), [l.reason for l in within]
-    by_name = {l.name: l for l in distckpt.scan_leftovers(tmp_path, grace_seconds=0)}
+    assert [x.name for x in within] == sorted(
+        [os.path.basename(live), os.path.basename(exited), old.name, deleting.name]
+    )
+    assert not any(x.garbage for x in within), [x.reason for x in within]
+    by_name = {x.name: x for x in distckpt.scan_leftovers(tmp_path, grace_seconds=0)}
     assert by_name[os.path.basename(live)].writer == "running" and not by_name[os.path.basename(live)].garbage
     assert by_name[os.path.basename(exited)].writer == "exited" and by_name[os.path.basename(exited)].garbage
     assert "has exited" in by_name[os.path.basename(exited)].reason
@@ -361,11 +363,14 @@ def test_leftovers_beside_checkpoints_are_judged_and_pruned_by_the_core(tmp_path
     info = distckpt.storage_stat(tmp_path / "ckpt", grace_seconds=0)
     assert info.kind == "incomplete" and info.saves_in_progress == 1 and info.leftover_files == 2, info
 
-    assert {l.name for l in distckpt.prune(tmp_path, grace_seconds=0, dry_run=True)} == {
-        os.path.basename(exited), old.name, deleting.name}
+    assert {x.name for x in distckpt.prune(tmp_path, grace_seconds=0, dry_run=True)} == {
+        os.path.basename(exited),
+        old.name,
+        deleting.name,
+    }
     assert os.path.isdir(exited)
     pruned = distckpt.prune(tmp_path, grace_seconds=0)
-    assert {l.name for l in pruned} == {os.path.basename(exited), old.name, deleting.name}
+    assert {x.name for x in pruned} == {os.path.basename(exited), old.name, deleting.name}
     assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(live), "outside", "x.dckpt-old-0000000000000005"])
     assert (outside / "precious").read_text() == "keep"
     assert distckpt.prune(tmp_path, grace_seconds=0) == []  # the live writer's directory stays

@@ -34,8 +34,11 @@ def cases(kind: str) -> List[Tuple[str, str, Dict[str, Any]]]:
                 ext = ".pickle" if side.get("encoding") == "pickle" else ".json"
                 inputs.add(name + ext)
                 out.append((name, os.path.join(folder, name + ext), side))
-    stray = sorted(set(os.listdir(folder)) - inputs - {f for f in os.listdir(folder) if f.endswith((".expected.json",
-                                                                                                    ".invalid.json"))})
+    stray = sorted(
+        set(os.listdir(folder))
+        - inputs
+        - {f for f in os.listdir(folder) if f.endswith((".expected.json", ".invalid.json"))}
+    )
     assert not stray, f"inputs without an .expected.json or .invalid.json: {stray}"
     return out
 
