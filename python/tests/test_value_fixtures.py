@@ -5,8 +5,8 @@ files, so the three agree on FORMAT.md appendix A."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import math
 import os
 from typing import Any, Dict, List, Tuple
 
@@ -43,46 +43,21 @@ def cases(kind: str) -> List[Tuple[str, str, Dict[str, Any]]]:
     return out
 
 
-def fstr(x: float) -> str:
-    return "nan" if math.isnan(x) else repr(x)
+def _generator() -> Any:
+    """tests/fixtures/values/generate.py, whose typed forms the expected files hold (one definition for both)."""
+    spec = importlib.util.spec_from_file_location("_value_fixtures_generate", os.path.join(FIXTURES, "generate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_GEN = _generator()
+typed_node = _GEN.typed_node
 
 
 def typed(v: Any) -> Any:
-    """The README's typed form of a decoded Python value."""
-    t = type(v)
-    if v is None:
-        return {"none": None}
-    if t is bool:
-        return {"bool": v}
-    if t is int:
-        return {"int": str(v)}
-    if t is float:
-        return {"float": fstr(v)}
-    if t is str:
-        return {"str": v}
-    if t is bytes:
-        return {"bytes": v.hex()}
-    if t is complex:
-        return {"complex": [fstr(v.real), fstr(v.imag)]}
-    if t is list:
-        return {"list": [typed(x) for x in v]}
-    if t is tuple:
-        return {"tuple": [typed(x) for x in v]}
-    if t is dict:
-        return {"dict": [[typed(k), typed(x)] for k, x in v.items()]}
-    raise AssertionError(f"the decoder gave a {t.__name__}")
-
-
-def typed_node(node: Dict[str, Any]) -> Any:
-    if "dict" in node:
-        return {"dict": [[{"int": str(k)} if type(k) is int else {"str": k}, typed_node(c)] for k, c in node["dict"]]}
-    if "list" in node:
-        return {"list": [typed_node(c) for c in node["list"]]}
-    if "tuple" in node:
-        return {"tuple": [typed_node(c) for c in node["tuple"]]}
-    if "array" in node:
-        return {"array": node["array"], "scalar": bool(node.get("scalar", False))}
-    return {"object": node["object"], "encoding": node["encoding"]}
+    """The typed form of a decoded value (strict: the decoder must give bytes, never bytearray)."""
+    return _GEN.typed(v, strict=True)
 
 
 VALUE_CASES = cases("value")
