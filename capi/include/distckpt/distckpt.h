@@ -152,7 +152,14 @@ DCKPT_API int dckpt_nccl_options_init(dckpt_nccl_options *opts, unsigned version
 DCKPT_API int dckpt_comm_new_nccl(dckpt_comm **out, dckpt_comm *bootstrap, const dckpt_nccl_options *opts);
 
 /* Collectives supplied by the host application (torch.distributed, mpi4py, a JAX client...). Each returns 0 on
- * success; non-zero aborts the operation with DCKPT_EUSER. */
+ * success; non-zero aborts the operation with DCKPT_EUSER. The fields of dckpt_comm_callbacks say what each must do. */
+/* dckpt_comm_callbacks.allgather */
+typedef int (*dckpt_comm_allgather_fn)(const void *send, size_t send_size, void *recv, uint64_t timeout_ms,
+                                       void *user_data);
+/* dckpt_comm_callbacks.broadcast */
+typedef int (*dckpt_comm_broadcast_fn)(void *buf, size_t size, int root, uint64_t timeout_ms, void *user_data);
+/* dckpt_comm_callbacks.barrier */
+typedef int (*dckpt_comm_barrier_fn)(uint64_t timeout_ms, void *user_data);
 #define DCKPT_COMM_CALLBACKS_VERSION 1
 typedef struct dckpt_comm_callbacks {
   unsigned version;
@@ -160,11 +167,11 @@ typedef struct dckpt_comm_callbacks {
   int size;
   /* Every rank passes send_size bytes (the same on all ranks for one call); recv has room for size * send_size
    * bytes and receives every rank's bytes in rank order. */
-  int (*allgather)(const void *send, size_t send_size, void *recv, uint64_t timeout_ms, void *user_data);
+  dckpt_comm_allgather_fn allgather;
   /* buf holds size bytes: root's are sent, every other rank's are overwritten. */
-  int (*broadcast)(void *buf, size_t size, int root, uint64_t timeout_ms, void *user_data);
+  dckpt_comm_broadcast_fn broadcast;
   /* Optional (NULL: an allgather of one byte). */
-  int (*barrier)(uint64_t timeout_ms, void *user_data);
+  dckpt_comm_barrier_fn barrier;
   void *user_data;
 } dckpt_comm_callbacks;
 #define DCKPT_COMM_CALLBACKS_INIT {DCKPT_COMM_CALLBACKS_VERSION, 0, 1, NULL, NULL, NULL, NULL}
@@ -201,36 +208,49 @@ typedef void dckpt_storage_file;
  * a missing path, DCKPT_ENOSPC, DCKPT_EIO...); any other non-zero value is DCKPT_EUSER. Callbacks are called from
  * several threads at once (at most `max_in_flight` write/read calls together), so they must be thread-safe; a
  * callback may set no distckpt error (dckpt_error_last is distckpt's, it names the path and the operation). */
+/* The callback types of dckpt_storage_callbacks, one per field (its comment there says what the callback must do). */
+typedef int (*dckpt_storage_create_fn)(dckpt_storage_file **file, const char *path, uint64_t size_hint,
+                                       void *user_data);
+typedef int (*dckpt_storage_write_fn)(dckpt_storage_file *file, uint64_t offset, const void *data, size_t size,
+                                      void *user_data);
+typedef int (*dckpt_storage_sync_fn)(dckpt_storage_file *file, void *user_data);
+typedef int (*dckpt_storage_close_fn)(dckpt_storage_file *file, uint64_t size, int discard, void *user_data);
+typedef int (*dckpt_storage_size_fn)(uint64_t *size, const char *path, void *user_data);
+typedef int (*dckpt_storage_read_fn)(size_t *got, const char *path, uint64_t offset, void *data, size_t size,
+                                     void *user_data);
+typedef int (*dckpt_storage_list_fn)(dckpt_storage_list *out, const char *dir, void *user_data);
+typedef int (*dckpt_storage_remove_fn)(const char *path, void *user_data);
+typedef int (*dckpt_storage_commit_fn)(const char *path, const void *data, size_t size, int replace, void *user_data);
 #define DCKPT_STORAGE_CALLBACKS_VERSION 1
 typedef struct dckpt_storage_callbacks {
   unsigned version;
   /* Starts writing `path`, replacing what is there when the file is closed. `size_hint` is the final size when known
    * (0: unknown). Nothing is visible at `path` before `close` returns 0 with discard == 0. */
-  int (*create)(dckpt_storage_file **file, const char *path, uint64_t size_hint, void *user_data);
+  dckpt_storage_create_fn create;
   /* Writes `size` bytes at `offset`. Calls for one file may come from several threads at once, for disjoint ranges,
    * in any order; bytes never written read as zeros. */
-  int (*write)(dckpt_storage_file *file, uint64_t offset, const void *data, size_t size, void *user_data);
+  dckpt_storage_write_fn write;
   /* Optional (NULL: nothing to do): makes what was written so far durable. */
-  int (*sync)(dckpt_storage_file *file, void *user_data);
+  dckpt_storage_sync_fn sync;
   /* Finishes the file: discard == 0 publishes it at its path, durably, of size `size` (the largest offset + size
    * written, or more: the rest is zeros); discard != 0 abandons it (nothing appears). Called exactly once per file. */
-  int (*close)(dckpt_storage_file *file, uint64_t size, int discard, void *user_data);
+  dckpt_storage_close_fn close;
   /* The size of the file at `path`; DCKPT_ENOTFOUND when there is none. */
-  int (*size)(uint64_t *size, const char *path, void *user_data);
+  dckpt_storage_size_fn size;
   /* Reads `size` bytes at `offset` of `path` into `data`; `*got` is how many it read (fewer only at the end of the
    * file). Calls may come from several threads at once. */
-  int (*read)(size_t *got, const char *path, uint64_t offset, void *data, size_t size, void *user_data);
+  dckpt_storage_read_fn read;
   /* Reports, through dckpt_storage_list_add, the names directly below `dir` (files, and the first component of
    * longer paths: "a/b/c" is reported as "b" when listing "a"), each once, in any order. A `dir` with nothing below
    * it is not an error (report nothing). */
-  int (*list)(dckpt_storage_list *out, const char *dir, void *user_data);
+  dckpt_storage_list_fn list;
   /* Removes the file at `path`; 0 when there is none. */
-  int (*remove)(const char *path, void *user_data);
+  dckpt_storage_remove_fn remove;
   /* Optional: the commit. Writes the `size` bytes at `data` to `path` (a checkpoint's metadata) as one atomic, durable
    * step: readers see the old content (or nothing) or all of the new. With `replace` == 0 it must fail with
    * DCKPT_EEXISTS when something is already at `path` (S3: a conditional PUT with If-None-Match: *). NULL: distckpt
    * uses create/write/close after checking that nothing is there when replace == 0 (a check another writer can race). */
-  int (*commit)(const char *path, const void *data, size_t size, int replace, void *user_data);
+  dckpt_storage_commit_fn commit;
   void *user_data;
   unsigned max_in_flight; /* most write and read callbacks running at once; 0: default (16) */
 } dckpt_storage_callbacks;
@@ -270,13 +290,15 @@ typedef struct dckpt_path_info {
  * storage from dckpt_storage_new_callbacks or _new_memory). Saves whose marker is younger than `grace_seconds` count
  * as in progress. */
 DCKPT_API int dckpt_storage_stat(dckpt_path_info *out, dckpt_storage *storage, const char *path, double grace_seconds);
+/* Told each path dckpt_storage_remove_leftovers removes (or, with dry_run, would remove); non-zero stops the removal
+ * with DCKPT_EUSER. */
+typedef int (*dckpt_removed_fn)(const char *path, void *user_data);
 /* Removes the leftovers at `path` (files of unfinished saves whose marker is older than `grace_seconds`, and files no
  * committed checkpoint refers to), never the committed checkpoint nor a file distckpt did not write. `removed` (may be
  * NULL) is called with each path removed; a non-zero return stops with DCKPT_EUSER. With dry_run != 0 nothing is
  * removed but `removed` still reports what would be. */
 DCKPT_API int dckpt_storage_remove_leftovers(dckpt_storage *storage, const char *path, double grace_seconds,
-                                             int dry_run, int (*removed)(const char *path, void *user_data),
-                                             void *user_data);
+                                             int dry_run, dckpt_removed_fn removed, void *user_data);
 /* Removes the checkpoint at `path` and its leftovers: the metadata first (so it stops existing in one step), then its
  * data files. DCKPT_ENOTFOUND when nothing distckpt wrote is there. */
 DCKPT_API int dckpt_storage_remove_checkpoint(dckpt_storage *storage, const char *path);

@@ -367,36 +367,39 @@ extern "C" {
         opts: *const dckpt_nccl_options,
     ) -> ::std::os::raw::c_int;
 }
+pub type dckpt_comm_allgather_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        send: *const ::std::os::raw::c_void,
+        send_size: usize,
+        recv: *mut ::std::os::raw::c_void,
+        timeout_ms: u64,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_comm_broadcast_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        buf: *mut ::std::os::raw::c_void,
+        size: usize,
+        root: ::std::os::raw::c_int,
+        timeout_ms: u64,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_comm_barrier_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        timeout_ms: u64,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dckpt_comm_callbacks {
     pub version: ::std::os::raw::c_uint,
     pub rank: ::std::os::raw::c_int,
     pub size: ::std::os::raw::c_int,
-    pub allgather: ::std::option::Option<
-        unsafe extern "C" fn(
-            send: *const ::std::os::raw::c_void,
-            send_size: usize,
-            recv: *mut ::std::os::raw::c_void,
-            timeout_ms: u64,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub broadcast: ::std::option::Option<
-        unsafe extern "C" fn(
-            buf: *mut ::std::os::raw::c_void,
-            size: usize,
-            root: ::std::os::raw::c_int,
-            timeout_ms: u64,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub barrier: ::std::option::Option<
-        unsafe extern "C" fn(
-            timeout_ms: u64,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
+    pub allgather: dckpt_comm_allgather_fn,
+    pub broadcast: dckpt_comm_broadcast_fn,
+    pub barrier: dckpt_comm_barrier_fn,
     pub user_data: *mut ::std::os::raw::c_void,
 }
 #[test]
@@ -578,80 +581,89 @@ pub struct dckpt_storage_list {
     _unused: [u8; 0],
 }
 pub type dckpt_storage_file = ::std::os::raw::c_void;
+pub type dckpt_storage_create_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        file: *mut *mut dckpt_storage_file,
+        path: *const ::std::os::raw::c_char,
+        size_hint: u64,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_write_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        file: *mut dckpt_storage_file,
+        offset: u64,
+        data: *const ::std::os::raw::c_void,
+        size: usize,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_sync_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        file: *mut dckpt_storage_file,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_close_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        file: *mut dckpt_storage_file,
+        size: u64,
+        discard: ::std::os::raw::c_int,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_size_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        size: *mut u64,
+        path: *const ::std::os::raw::c_char,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_read_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        got: *mut usize,
+        path: *const ::std::os::raw::c_char,
+        offset: u64,
+        data: *mut ::std::os::raw::c_void,
+        size: usize,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_list_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        out: *mut dckpt_storage_list,
+        dir: *const ::std::os::raw::c_char,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_remove_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        path: *const ::std::os::raw::c_char,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_commit_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        path: *const ::std::os::raw::c_char,
+        data: *const ::std::os::raw::c_void,
+        size: usize,
+        replace: ::std::os::raw::c_int,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dckpt_storage_callbacks {
     pub version: ::std::os::raw::c_uint,
-    pub create: ::std::option::Option<
-        unsafe extern "C" fn(
-            file: *mut *mut dckpt_storage_file,
-            path: *const ::std::os::raw::c_char,
-            size_hint: u64,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub write: ::std::option::Option<
-        unsafe extern "C" fn(
-            file: *mut dckpt_storage_file,
-            offset: u64,
-            data: *const ::std::os::raw::c_void,
-            size: usize,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub sync: ::std::option::Option<
-        unsafe extern "C" fn(
-            file: *mut dckpt_storage_file,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub close: ::std::option::Option<
-        unsafe extern "C" fn(
-            file: *mut dckpt_storage_file,
-            size: u64,
-            discard: ::std::os::raw::c_int,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub size: ::std::option::Option<
-        unsafe extern "C" fn(
-            size: *mut u64,
-            path: *const ::std::os::raw::c_char,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub read: ::std::option::Option<
-        unsafe extern "C" fn(
-            got: *mut usize,
-            path: *const ::std::os::raw::c_char,
-            offset: u64,
-            data: *mut ::std::os::raw::c_void,
-            size: usize,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub list: ::std::option::Option<
-        unsafe extern "C" fn(
-            out: *mut dckpt_storage_list,
-            dir: *const ::std::os::raw::c_char,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub remove: ::std::option::Option<
-        unsafe extern "C" fn(
-            path: *const ::std::os::raw::c_char,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
-    pub commit: ::std::option::Option<
-        unsafe extern "C" fn(
-            path: *const ::std::os::raw::c_char,
-            data: *const ::std::os::raw::c_void,
-            size: usize,
-            replace: ::std::os::raw::c_int,
-            user_data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int,
-    >,
+    pub create: dckpt_storage_create_fn,
+    pub write: dckpt_storage_write_fn,
+    pub sync: dckpt_storage_sync_fn,
+    pub close: dckpt_storage_close_fn,
+    pub size: dckpt_storage_size_fn,
+    pub read: dckpt_storage_read_fn,
+    pub list: dckpt_storage_list_fn,
+    pub remove: dckpt_storage_remove_fn,
+    pub commit: dckpt_storage_commit_fn,
     pub user_data: *mut ::std::os::raw::c_void,
     pub max_in_flight: ::std::os::raw::c_uint,
 }
@@ -1054,18 +1066,19 @@ extern "C" {
         grace_seconds: f64,
     ) -> ::std::os::raw::c_int;
 }
+pub type dckpt_removed_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        path: *const ::std::os::raw::c_char,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
 extern "C" {
     pub fn dckpt_storage_remove_leftovers(
         storage: *mut dckpt_storage,
         path: *const ::std::os::raw::c_char,
         grace_seconds: f64,
         dry_run: ::std::os::raw::c_int,
-        removed: ::std::option::Option<
-            unsafe extern "C" fn(
-                path: *const ::std::os::raw::c_char,
-                user_data: *mut ::std::os::raw::c_void,
-            ) -> ::std::os::raw::c_int,
-        >,
+        removed: dckpt_removed_fn,
         user_data: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
