@@ -39,7 +39,9 @@ extern "C" {
 
 /* MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. */
 DCKPT_API unsigned dckpt_version(void);
+/* The loaded library's version as "MAJOR.MINOR.PATCH" (static; never freed). */
 DCKPT_API const char *dckpt_version_string(void);
+/* The loaded library's DCKPT_ABI_VERSION; a binding refuses a library whose value differs from its header's. */
 DCKPT_API unsigned dckpt_abi_version(void);
 
 /* ---- Status codes and errors ---------------------------------------------------------------------------------- */
@@ -129,6 +131,9 @@ typedef struct dckpt_gloo_options {
   uint64_t timeout_ms;    /* rendezvous and default collective timeout; 0: DCKPT_TIMEOUT_MS, else 10 minutes */
 } dckpt_gloo_options;
 #define DCKPT_GLOO_OPTIONS_INIT {DCKPT_GLOO_OPTIONS_VERSION, -1, -1, NULL, NULL, NULL, NULL, 0}
+/* Sets `*opts` to DCKPT_GLOO_OPTIONS_INIT with `version` (DCKPT_GLOO_OPTIONS_VERSION, or an older one: then only
+ * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_gloo_options_init(dckpt_gloo_options *opts, unsigned version);
 /* Connects this rank to the others through Gloo over TCP (collective: every rank calls it). NULL options: everything
  * comes from the environment. */
@@ -145,6 +150,9 @@ typedef struct dckpt_nccl_options {
   uint64_t timeout_ms; /* creating the communicator, and the default for its collectives; 0: 10 minutes */
 } dckpt_nccl_options;
 #define DCKPT_NCCL_OPTIONS_INIT {DCKPT_NCCL_OPTIONS_VERSION, -1, 0}
+/* Sets `*opts` to DCKPT_NCCL_OPTIONS_INIT with `version` (DCKPT_NCCL_OPTIONS_VERSION, or an older one: then only
+ * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_nccl_options_init(dckpt_nccl_options *opts, unsigned version);
 /* Creates an NCCL communicator over the ranks of `bootstrap` (collective over `bootstrap`, e.g. a Gloo group, which is
  * used only during this call, to broadcast rank 0's NCCL unique id; it may be freed afterwards). NULL opts: the
@@ -175,11 +183,17 @@ typedef struct dckpt_comm_callbacks {
   void *user_data;
 } dckpt_comm_callbacks;
 #define DCKPT_COMM_CALLBACKS_INIT {DCKPT_COMM_CALLBACKS_VERSION, 0, 1, NULL, NULL, NULL, NULL}
+/* Sets `*callbacks` to DCKPT_COMM_CALLBACKS_INIT with `version` (DCKPT_COMM_CALLBACKS_VERSION, or an older one: then
+ * only that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_comm_callbacks_init(dckpt_comm_callbacks *callbacks, unsigned version);
 /* Wraps the host's collectives; the callbacks and user_data must stay valid until dckpt_comm_free. */
 DCKPT_API int dckpt_comm_new_external(dckpt_comm **out, const dckpt_comm_callbacks *callbacks);
+/* Releases `comm` (NULL is fine). No call or unfinished dckpt_save_async may still be using it. */
 DCKPT_API void dckpt_comm_free(dckpt_comm *comm);
+/* This process's rank in the group, 0..size-1. */
 DCKPT_API int dckpt_comm_rank(int *out, const dckpt_comm *comm);
+/* The number of ranks in the group. */
 DCKPT_API int dckpt_comm_size(int *out, const dckpt_comm *comm);
 /* Waits until every rank arrives; DCKPT_ETIMEOUT naming a missing rank after timeout_ms (0: the default). */
 DCKPT_API int dckpt_comm_barrier(dckpt_comm *comm, uint64_t timeout_ms);
@@ -256,6 +270,9 @@ typedef struct dckpt_storage_callbacks {
 } dckpt_storage_callbacks;
 #define DCKPT_STORAGE_CALLBACKS_INIT \
   {DCKPT_STORAGE_CALLBACKS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+/* Sets `*callbacks` to DCKPT_STORAGE_CALLBACKS_INIT with `version` (DCKPT_STORAGE_CALLBACKS_VERSION, or an older
+ * one: then only that version's fields are written); DCKPT_EVERSION for a version newer than the library. For
+ * bindings, which cannot expand the macro. */
 DCKPT_API int dckpt_storage_callbacks_init(dckpt_storage_callbacks *callbacks, unsigned version);
 /* Storage through the host's callbacks (create, write, close, size, read, list and remove are required). The callbacks
  * and user_data must stay valid until the storage and everything that uses it are freed. Checkpoints on it are
@@ -265,6 +282,8 @@ DCKPT_API int dckpt_storage_new_callbacks(dckpt_storage **out, const dckpt_stora
 DCKPT_API int dckpt_storage_new_posix(dckpt_storage **out);
 /* An in-process store of files (lost when freed), committed like callback storage: for tests and examples. */
 DCKPT_API int dckpt_storage_new_memory(dckpt_storage **out);
+/* Drops the caller's reference (NULL is fine); readers and async saves using the storage keep it alive until they
+ * are freed or finish. */
 DCKPT_API void dckpt_storage_free(dckpt_storage *storage);
 /* For a list callback: adds one name (a plain name, no '/'). */
 DCKPT_API int dckpt_storage_list_add(dckpt_storage_list *list, const char *name);
@@ -345,10 +364,9 @@ typedef int (*dckpt_leftover_fn)(const dckpt_leftover_info *info, void *user_dat
  * A missing `dir` has none. */
 DCKPT_API int dckpt_scan_leftovers(const char *dir, const char *final_name, double grace_seconds,
                                    dckpt_leftover_fn each, void *user_data);
-/* Judges the leftover directory at `path` anew and removes it if it is garbage now: it is first moved to a
- * "<name>.dckpt-deleting-<nonce>" name, checked there to be the same directory (device and inode), then removed
- * without following links. DCKPT_ENOTFOUND if `path` is not a leftover directory; DCKPT_ESTATE, saying why, if it is
- * not garbage (a live writer, within the grace period) or changed while being removed. */
+/* Judges the leftover directory at `path` anew and removes it if it is garbage now, never following a symbolic link
+ * (how: capi/API.md, "Storage"). DCKPT_ENOTFOUND if `path` is not a leftover directory; DCKPT_ESTATE, saying why, if it
+ * is not garbage (a live writer, within the grace period) or changed while being removed. */
 DCKPT_API int dckpt_remove_leftover(const char *path, double grace_seconds);
 
 /* ---- State: what a rank saves, or where it loads to ------------------------------------------------------------ */
@@ -357,7 +375,9 @@ DCKPT_API int dckpt_remove_leftover(const char *path, double grace_seconds);
  * stay valid until the save/load that uses them returns. Not thread-safe. */
 typedef struct dckpt_state dckpt_state;
 
+/* Creates an empty state. */
 DCKPT_API int dckpt_state_new(dckpt_state **out);
+/* Frees `state` (NULL is fine); the buffers it borrowed stay the caller's. */
 DCKPT_API void dckpt_state_free(dckpt_state *state);
 /* Declares a tensor of `ndim` dimensions (0 for a scalar) with its global shape. */
 DCKPT_API int dckpt_state_add_tensor(dckpt_state *state, const char *name, int dtype, size_t ndim,
@@ -394,16 +414,15 @@ typedef struct dckpt_piece_options {
  * producer says no synchronisation is needed). Unlike NULL, the legacy default stream, which waits for all of the
  * device's legacy-stream work. */
 #define DCKPT_STREAM_READY ((void *)(intptr_t)-1)
+/* Sets `*opts` to DCKPT_PIECE_OPTIONS_INIT with `version` (DCKPT_PIECE_OPTIONS_VERSION, or an older one: then only
+ * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_piece_options_init(dckpt_piece_options *opts, unsigned version);
 /* As dckpt_state_add_piece, with the buffer's location: host memory (NULL opts: the same as dckpt_state_add_piece) or
  * CUDA device memory. The CUDA driver (libcuda.so.1) is loaded on the first DCKPT_MEMORY_CUDA piece; without it the
  * call fails with DCKPT_EUNSUPPORTED naming what is missing. A device buffer is checked to be memory of `device`
- * (DCKPT_EINVAL otherwise). Device pieces are saved by dckpt_save through a bounded pool of pinned staging buffers;
- * dckpt_save_async copies them with one device-to-host copy each into one page-locked buffer the size of the device
- * data (kept for the next asynchronous save; the bounded pool where the host cannot page-lock that much). They are
- * loaded (dckpt_load) through the bounded pool: read into pinned buffers, verified on the host, then
- * copied to the device after the work queued on `stream`, overlapped with the next reads; a load returns once its
- * device copies have completed. */
+ * (DCKPT_EINVAL otherwise). A save or load copies after the work queued on `stream`; a load returns once its device
+ * copies have completed. How device pieces are staged: capi/API.md, "Device memory". */
 DCKPT_API int dckpt_state_add_piece_ex(dckpt_state *state, const char *name, const uint64_t *offsets,
                                        const uint64_t *lengths, void *data, const dckpt_piece_options *opts);
 /* Adds a bytes entry. Save: `size` bytes of `data`. Load: `data` receives up to `size` bytes (the capacity); see
@@ -455,6 +474,9 @@ typedef struct dckpt_save_options {
                            * async one too) holds a reference until it finishes */
 } dckpt_save_options;
 #define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0, NULL}
+/* Sets `*opts` to DCKPT_SAVE_OPTIONS_INIT with `version` (DCKPT_SAVE_OPTIONS_VERSION, or an older one: then only
+ * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
 
 #define DCKPT_SAVE_INFO_VERSION 1
@@ -496,12 +518,13 @@ DCKPT_API int dckpt_save_future_wait(dckpt_save_info *info, dckpt_save_future *f
 DCKPT_API int dckpt_save_future_test(int *done, const dckpt_save_future *future);
 /* Seconds the caller was blocked copying the state, and the bytes copied. */
 DCKPT_API int dckpt_save_future_staging(double *seconds, uint64_t *bytes, const dckpt_save_future *future);
-/* Waits for the save to finish if it is still running (it cannot be cancelled midway), then frees the future. */
 /* What device_snapshot did: `snapshot_bytes` of device pieces were snapshotted in device memory, `fallback_bytes` were
  * staged in host memory instead (their device had not that much free beyond the headroom left for training, 1/16 of
  * it and at least 512 MiB, or ran out). Either out pointer may be NULL. */
 DCKPT_API int dckpt_save_future_snapshot(uint64_t *snapshot_bytes, uint64_t *fallback_bytes,
                                          const dckpt_save_future *future);
+/* Waits for the save to finish if it is still running (it cannot be cancelled midway), then frees the future (NULL
+ * is fine). */
 DCKPT_API void dckpt_save_future_free(dckpt_save_future *future);
 
 /* ---- Load and read ------------------------------------------------------------------------------------------- */
@@ -553,6 +576,9 @@ typedef struct dckpt_read_options {
 } dckpt_read_options;
 #define DCKPT_READ_OPTIONS_INIT \
   {DCKPT_READ_OPTIONS_VERSION, 1, 0, 0, NULL, NULL, 1, 1, 1, DCKPT_FANOUT_AUTO, 0, 0, 0, NULL}
+/* Sets `*opts` to DCKPT_READ_OPTIONS_INIT with `version` (DCKPT_READ_OPTIONS_VERSION, or an older one: then only
+ * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
 #define DCKPT_IO_STATS_VERSION 3
@@ -588,6 +614,8 @@ typedef struct dckpt_reader dckpt_reader;
  * collective (rank 0 reads the metadata and broadcasts it). */
 DCKPT_API int dckpt_reader_open(dckpt_reader **out, const char *path, dckpt_comm *comm,
                                 const dckpt_read_options *opts);
+/* Closes the reader (NULL is fine). What it lent (info strings, mapped chunks) is invalid afterwards; must not race
+ * with other calls on it. */
 DCKPT_API void dckpt_reader_free(dckpt_reader *reader);
 /* Loads `state` as dckpt_load does, from the checkpoint `reader` opened and with the reader's options, without reading
  * its metadata again: a binding that reads the structure or bytes entries through a reader loads the tensors this way,
@@ -610,6 +638,7 @@ typedef struct dckpt_checkpoint_info {
   uint64_t checksum_block_size;
 } dckpt_checkpoint_info;
 #define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0}
+/* The checkpoint's summary (set out->version first, e.g. with DCKPT_CHECKPOINT_INFO_INIT); `writer` is borrowed. */
 DCKPT_API int dckpt_reader_info(dckpt_checkpoint_info *out, const dckpt_reader *reader);
 
 #define DCKPT_ENTRY_INFO_VERSION 1
@@ -641,6 +670,8 @@ typedef struct dckpt_chunk_info {
   uint64_t checksum;        /* see FORMAT.md */
 } dckpt_chunk_info;
 #define DCKPT_CHUNK_INFO_INIT {DCKPT_CHUNK_INFO_VERSION, 0, NULL, NULL, NULL, 0, 0, 0}
+/* Chunk `chunk` (0..num_chunks-1) of entry `entry` (as in dckpt_reader_entry); set out->version first. The pointers
+ * are borrowed from the reader. */
 DCKPT_API int dckpt_reader_chunk(dckpt_chunk_info *out, const dckpt_reader *reader, size_t entry, size_t chunk);
 
 /* Zero-copy access to chunk `chunk` of entry `entry` (indices as in dckpt_reader_chunk): *data points at its *size
@@ -658,10 +689,9 @@ DCKPT_API int dckpt_reader_map_chunk(const void **data, uint64_t *size, dckpt_re
  * volume * dtype size. Only the needed bytes are read (rounded out to checksum blocks when verifying). */
 DCKPT_API int dckpt_reader_read(dckpt_reader *reader, const char *name, size_t ndim, const uint64_t *offsets,
                                 const uint64_t *lengths, void *dst, uint64_t dst_size);
-/* As dckpt_reader_read, into memory `dst_opts` describes (NULL: host memory). For DCKPT_MEMORY_CUDA, the bytes are read
- * into pinned staging buffers, verified on the host, and copied to the device (strided copies for a box that is not
- * contiguous in a chunk) after the work queued on dst_opts->stream; the copies have completed when the call returns.
- * Without the CUDA driver: DCKPT_EUNSUPPORTED. */
+/* As dckpt_reader_read, into memory `dst_opts` describes (NULL: host memory). For DCKPT_MEMORY_CUDA, the bytes are
+ * verified before they reach the device, the copies start after the work queued on dst_opts->stream, and they have
+ * completed when the call returns (capi/API.md, "Device memory"). Without the CUDA driver: DCKPT_EUNSUPPORTED. */
 DCKPT_API int dckpt_reader_read_ex(dckpt_reader *reader, const char *name, size_t ndim, const uint64_t *offsets,
                                    const uint64_t *lengths, void *dst, uint64_t dst_size,
                                    const dckpt_piece_options *dst_opts);
@@ -670,6 +700,7 @@ DCKPT_API int dckpt_reader_read_ex(dckpt_reader *reader, const char *name, size_
 DCKPT_API int dckpt_reader_read_bytes(uint64_t *size, dckpt_reader *reader, const char *name, void *dst,
                                       uint64_t capacity);
 
+/* The number of user metadata key/values (dckpt_state_set_user). */
 DCKPT_API int dckpt_reader_num_user(size_t *out, const dckpt_reader *reader);
 /* Key/value `index` of the user metadata (sorted by key); both borrowed, never NULL (a value the file leaves out is
  * ""). */
@@ -703,19 +734,21 @@ typedef struct dckpt_map_all_options {
   void *progress_user_data;
 } dckpt_map_all_options;
 #define DCKPT_MAP_ALL_OPTIONS_INIT {DCKPT_MAP_ALL_OPTIONS_VERSION, NULL, 0, NULL, NULL}
+/* Sets `*opts` to DCKPT_MAP_ALL_OPTIONS_INIT with `version` (DCKPT_MAP_ALL_OPTIONS_VERSION, or an older one: then
+ * only that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_map_all_options_init(dckpt_map_all_options *opts, unsigned version);
 
 /* Loads every chunk of the entries `opts` lists (all of them with opts NULL) for zero-copy use: each is read into the
  * page cache, mapped into this process and, when the reader verifies (dckpt_read_options.verify, the default), its
- * checksums are checked in place. The work is spread over the reader's I/O threads, one sequential stream of the data
- * files each, every stream asking the kernel for its next segment while it hashes the current one, so that reading
- * and verification overlap; no byte is copied. On DCKPT_OK, dckpt_reader_map_chunk of these chunks returns the
- * verified bytes, already resident and mapped (no page fault on first touch), until dckpt_reader_free. A checksum
- * mismatch is DCKPT_ECORRUPT naming the checkpoint, entry, chunk, file and byte range; an I/O error while paging in is
- * DCKPT_EIO naming the file (never SIGBUS). DCKPT_EUNSUPPORTED where nothing can be mapped (map_files = 0, storage
- * without mappings): read into buffers with dckpt_reader_load or dckpt_reader_read instead. The resident set grows by
- * the bytes loaded. For loads into caller buffers (host or device), use dckpt_reader_load with a dckpt_state that
- * holds one piece per tensor: the same parallel read-and-verify pipeline, reporting progress the same way. */
+ * checksums are checked in place; no byte is copied (how: capi/API.md, "How data is read"). On DCKPT_OK,
+ * dckpt_reader_map_chunk of these chunks returns the verified bytes, already resident and mapped (no page fault on
+ * first touch), until dckpt_reader_free. A checksum mismatch is DCKPT_ECORRUPT naming the checkpoint, entry, chunk,
+ * file and byte range; an I/O error while paging in is DCKPT_EIO naming the file (never SIGBUS). DCKPT_EUNSUPPORTED
+ * where nothing can be mapped (map_files = 0, storage without mappings): read into buffers with dckpt_reader_load or
+ * dckpt_reader_read instead. The resident set grows by the bytes loaded. For loads into caller buffers (host or
+ * device), use dckpt_reader_load with a dckpt_state that holds one piece per tensor: the same parallel read-and-verify
+ * pipeline, reporting progress the same way. */
 DCKPT_API int dckpt_reader_map_all(dckpt_reader *reader, const dckpt_map_all_options *opts);
 
 /* ---- Tools ---------------------------------------------------------------------------------------------------- */
@@ -733,6 +766,9 @@ typedef struct dckpt_export_options {
   dckpt_storage *out_storage; /* where the safetensors files are written; NULL: the POSIX file system (default) */
 } dckpt_export_options;
 #define DCKPT_EXPORT_OPTIONS_INIT {DCKPT_EXPORT_OPTIONS_VERSION, 0, NULL, 1, NULL, NULL, NULL, NULL}
+/* Sets `*opts` to DCKPT_EXPORT_OPTIONS_INIT with `version` (DCKPT_EXPORT_OPTIONS_VERSION, or an older one: then only
+ * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
+ * cannot expand the macro. */
 DCKPT_API int dckpt_export_options_init(dckpt_export_options *opts, unsigned version);
 
 /* Writes every tensor of the checkpoint at `ckpt_path` into `out_dir` as safetensors files
