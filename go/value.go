@@ -3,6 +3,7 @@ package distckpt
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -40,12 +41,19 @@ type Dict []DictItem
 // An entry Python pickled (saved with allow_pickle=True) gives ErrUnsupported: Go does not unpickle, and unpickling
 // runs code. An entry that does not hold JSON gives ErrCorrupt when the checkpoint's structure says it is JSON, else
 // ErrInvalid; a tensor entry gives ErrInvalid, a missing one ErrNotFound. Every error names the checkpoint and entry.
+//
+// A 0-d tensor of a bool, integer or float dtype is a value too: Python saves a numpy scalar ({"step": np.int64(5)})
+// that way, so Value gives what the same number saved as JSON gives (json.Number; a bool; float64 for NaN and the
+// infinities, as {"$float": ...} does). Rust's Checkpoint::value agrees. Complex and FP8 0-d tensors give ErrInvalid.
 func (r *Reader) Value(name string) (any, error) {
 	e, err := r.Entry(name)
 	if err != nil {
 		return nil, err
 	}
 	if e.Kind != BytesEntry {
+		if len(e.Shape) == 0 {
+			return r.scalarValue(e)
+		}
 		return nil, errorf(CodeInvalid, "checkpoint '%s': entry '%s' is a %s tensor, not a value; read it with Read",
 			r.path, name, e.DType)
 	}
@@ -79,6 +87,81 @@ func (r *Reader) Value(name string) (any, error) {
 	}
 	return nil, errorf(CodeInvalid, "checkpoint '%s': entry '%s' does not hold a JSON value (%v); read its bytes with "+
 		"Read", r.path, name, err)
+}
+
+// scalarValue reads a 0-d tensor entry as the number it holds (see Value).
+func (r *Reader) scalarValue(e Entry) (any, error) {
+	switch e.DType {
+	case Bool, U8, I8, U16, I16, U32, I32, U64, I64, F16, BF16, F32, F64:
+	default:
+		return nil, errorf(CodeInvalid, "checkpoint '%s': entry '%s' is a 0-d %s tensor, which has no plain number "+
+			"for a value; read it with Read", r.path, e.Name, e.DType)
+	}
+	data, err := r.Read(e.Name)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) != e.DType.Size() {
+		return nil, errorf(CodeCorrupt, "checkpoint '%s': 0-d entry '%s' holds %d bytes, not one %s", r.path, e.Name,
+			len(data), e.DType)
+	}
+	le := binary.LittleEndian
+	var f float64
+	switch e.DType {
+	case Bool:
+		return data[0] != 0, nil
+	case U8:
+		return json.Number(strconv.FormatUint(uint64(data[0]), 10)), nil
+	case I8:
+		return json.Number(strconv.FormatInt(int64(int8(data[0])), 10)), nil
+	case U16:
+		return json.Number(strconv.FormatUint(uint64(le.Uint16(data)), 10)), nil
+	case I16:
+		return json.Number(strconv.FormatInt(int64(int16(le.Uint16(data))), 10)), nil
+	case U32:
+		return json.Number(strconv.FormatUint(uint64(le.Uint32(data)), 10)), nil
+	case I32:
+		return json.Number(strconv.FormatInt(int64(int32(le.Uint32(data))), 10)), nil
+	case U64:
+		return json.Number(strconv.FormatUint(le.Uint64(data), 10)), nil
+	case I64:
+		return json.Number(strconv.FormatInt(int64(le.Uint64(data)), 10)), nil
+	case F16:
+		f = halfToFloat64(le.Uint16(data))
+	case BF16:
+		f = float64(math.Float32frombits(uint32(le.Uint16(data)) << 16))
+	case F32:
+		f = float64(math.Float32frombits(le.Uint32(data)))
+	case F64:
+		f = math.Float64frombits(le.Uint64(data))
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return f, nil // what {"$float": "nan" | "inf" | "-inf"} decodes to
+	}
+	text := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.ContainsAny(text, ".e") {
+		text += ".0" // a float stays a float, as Python's JSON writes it (1.0, not 1)
+	}
+	return json.Number(text), nil
+}
+
+// halfToFloat64 widens an IEEE binary16 value exactly.
+func halfToFloat64(h uint16) float64 {
+	sign := 1.0
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	exp, frac := int(h>>10&0x1f), float64(h&0x3ff)
+	switch exp {
+	case 0:
+		return sign * math.Ldexp(frac, -24)
+	case 0x1f:
+		if frac != 0 {
+			return math.NaN()
+		}
+		return sign * math.Inf(1)
+	}
+	return sign * math.Ldexp(1+frac/1024, exp-15)
 }
 
 // DecodeValue decodes the JSON of a Python object leaf as Value does (for bytes read by other means), following

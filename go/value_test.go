@@ -212,3 +212,51 @@ func fmtAny(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// Issue 27: a numpy scalar ({"step": np.int64(5)}) is saved by Python as a 0-d tensor, not as JSON; Value reads a 0-d
+// tensor of a bool, integer or float dtype as the number JSON would have given (../tests/fixtures/python_scalars,
+// written by tests/fixtures/make_python_scalars.py; Rust's Checkpoint::value agrees, rust/distckpt/tests/values.rs).
+func TestValueOfZeroDTensorsFromPython(t *testing.T) {
+	const path = "../tests/fixtures/python_scalars"
+	r := open(t, path)
+	if e, err := r.Entry("step"); err != nil || e.Kind == distckpt.BytesEntry || len(e.Shape) != 0 || e.DType != distckpt.I64 {
+		t.Fatalf("step is not a 0-d I64 tensor: %+v %v", e, err)
+	}
+	for name, want := range map[string]any{
+		"step": json.Number("5"), "epoch": json.Number("-3"), "seen": json.Number("18446744073709551615"),
+		"lr": json.Number("0.5"), "loss": json.Number("0.125"), "half": json.Number("1.5"), "done": true,
+		"zero_d": json.Number("7"), // a 0-d array, not only a numpy scalar
+	} {
+		if v, err := r.Value(name); err != nil || !reflect.DeepEqual(v, want) {
+			t.Errorf("Value(%s) = %#v, %v; want %#v", name, v, err, want)
+		}
+	}
+	if v, err := r.Value("bad"); err != nil || !math.IsNaN(v.(float64)) {
+		t.Errorf("Value(bad) = %#v, %v; want NaN", v, err)
+	}
+	if n, err := func() (int64, error) { v, _ := r.Value("step"); return v.(json.Number).Int64() }(); n != 5 || err != nil {
+		t.Errorf("step.Int64() = %d, %v", n, err)
+	}
+	if user, err := r.UserMetadata(); err != nil || user["step"] != "5" {
+		t.Errorf("user metadata step: %q %v", user["step"], err)
+	}
+	// No plain number for a complex scalar; a tensor of more dimensions is still not a value.
+	for _, name := range []string{"z", "model.w"} {
+		_, err := r.Value(name)
+		if !errors.Is(err, distckpt.ErrInvalid) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "'"+name+"'") {
+			t.Errorf("Value(%s): %v, want ErrInvalid naming the checkpoint and the entry", name, err)
+		}
+	}
+	// A 0-d tensor that C wrote (no structure), and a float with an integral value stays a float.
+	st := distckpt.NewState()
+	if err := st.AddTensorData("whole", distckpt.F64, nil, []byte{0, 0, 0, 0, 0, 0, 0x59, 0x40}); err != nil { // 100.0
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "c")
+	if _, err := distckpt.Save(out, st, &distckpt.SaveOptions{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := open(t, out).Value("whole"); err != nil || v != json.Number("100.0") {
+		t.Errorf("Value(whole) = %#v, %v; want json.Number(\"100.0\")", v, err)
+	}
+}

@@ -2,8 +2,17 @@
 //! that is not an array) and the structure document, read as [`json::Value`]s.
 
 use crate::checkpoint::{Checkpoint, EntryKind};
+use crate::dtype::Dtype;
 use crate::error::{Error, ErrorCode, Result};
+use crate::float;
 use crate::json;
+
+/// The dtypes whose 0-d tensors [`Checkpoint::value`] reads as a number: bool, the integers and the IEEE-like floats
+/// (not complex, whose JSON form is a tagged pair, nor FP8, which no numpy scalar is).
+fn scalar_dtype(dtype: Dtype) -> bool {
+    use Dtype::*;
+    matches!(dtype, Bool | U8 | I8 | U16 | I16 | U32 | I32 | U64 | I64 | F16 | BF16 | F32 | F64)
+}
 
 /// The first byte of a pickle of protocol 2 or later (the PROTO opcode): never the first byte of UTF-8 text.
 const PICKLE_PROTO: u8 = 0x80;
@@ -19,8 +28,17 @@ impl Checkpoint {
     /// or for bytes that are not JSON (a blob saved from C, C++ or Rust, for [`read_bytes`](Self::read_bytes));
     /// `Unsupported` for a value Python pickled (`allow_pickle=True`), which nothing but Python can load; `Corrupt` for
     /// an entry the checkpoint's structure says is JSON but is not.
+    ///
+    /// A 0-d tensor of a bool, integer or float dtype is a value too: Python saves a numpy scalar
+    /// (`{"step": np.int64(5)}`) that way, so `value` gives what the same number saved as JSON gives (a
+    /// [`json::Number`], F16/BF16 widened exactly; a bool; `{"$float": "nan" | "inf" | "-inf"}`, which
+    /// [`json::Value::as_f64`] reads). Go's `Reader.Value` agrees. Complex and FP8 0-d tensors stay
+    /// `InvalidArgument`.
     pub fn value(&self, name: &str) -> Result<json::Value> {
         let entry = self.entry(name)?;
+        if entry.kind() != EntryKind::Bytes && entry.shape().is_empty() && scalar_dtype(entry.dtype()) {
+            return self.scalar_value(name, entry.dtype());
+        }
         if entry.kind() != EntryKind::Bytes {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
@@ -67,6 +85,55 @@ impl Checkpoint {
                 ),
             ),
         })
+    }
+
+    /// A 0-d tensor of a [`scalar_dtype`] read as the number it holds (see [`Checkpoint::value`]).
+    fn scalar_value(&self, name: &str, dtype: Dtype) -> Result<json::Value> {
+        let raw = self.read_raw(name)?;
+        let bytes = |n: usize| -> Result<&[u8]> {
+            raw.get(..n).filter(|_| raw.len() == n).ok_or_else(|| {
+                Error::new(
+                    ErrorCode::Corrupt,
+                    format!("{} is a 0-d {dtype} tensor of {} bytes, not {n}", self.describe(name), raw.len()),
+                )
+            })
+        };
+        let int = |i: i64| Ok(json::Value::Number(json::Number::Int(i)));
+        let f = match dtype {
+            Dtype::Bool => return Ok(json::Value::Bool(bytes(1)?[0] != 0)),
+            Dtype::U8 => return int(bytes(1)?[0] as i64),
+            Dtype::I8 => return int(bytes(1)?[0] as i8 as i64),
+            Dtype::U16 => return int(u16::from_le_bytes(bytes(2)?.try_into().unwrap()) as i64),
+            Dtype::I16 => return int(i16::from_le_bytes(bytes(2)?.try_into().unwrap()) as i64),
+            Dtype::U32 => return int(u32::from_le_bytes(bytes(4)?.try_into().unwrap()) as i64),
+            Dtype::I32 => return int(i32::from_le_bytes(bytes(4)?.try_into().unwrap()) as i64),
+            Dtype::I64 => return int(i64::from_le_bytes(bytes(8)?.try_into().unwrap())),
+            Dtype::U64 => {
+                let u = u64::from_le_bytes(bytes(8)?.try_into().unwrap());
+                // As the JSON parser does: Int up to i64::MAX, UInt above.
+                return Ok(json::Value::Number(match i64::try_from(u) {
+                    Ok(i) => json::Number::Int(i),
+                    Err(_) => json::Number::UInt(u),
+                }));
+            }
+            Dtype::F16 => float::f16_to_f32(u16::from_le_bytes(bytes(2)?.try_into().unwrap())) as f64,
+            Dtype::BF16 => float::bf16_to_f32(u16::from_le_bytes(bytes(2)?.try_into().unwrap())) as f64,
+            Dtype::F32 => f32::from_le_bytes(bytes(4)?.try_into().unwrap()) as f64,
+            Dtype::F64 => f64::from_le_bytes(bytes(8)?.try_into().unwrap()),
+            _ => unreachable!("scalar_dtype admits only the dtypes above"),
+        };
+        if f.is_finite() {
+            return Ok(json::Value::Number(json::Number::Float(f)));
+        }
+        // JSON numbers are finite: the tagged form Python writes for these floats.
+        let text = if f.is_nan() {
+            "nan"
+        } else if f > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        };
+        Ok(json::Value::Object(vec![("$float".to_string(), json::Value::String(text.to_string()))]))
     }
 
     /// The structure document parsed as JSON, or None if the checkpoint has none or it is not JSON (the format keeps

@@ -210,3 +210,34 @@ fn blobs_structures_and_hostile_values_written_here() {
     assert!(ckpt.structure_json().is_none());
     assert_eq!(ckpt.value("x").unwrap(), json::parse(b"[1]").unwrap());
 }
+
+/// Issue 27: a numpy scalar (`{"step": np.int64(5)}`) is saved by Python as a 0-d tensor, not as JSON; value() reads
+/// a 0-d tensor of a bool, integer or float dtype as the number (tests/fixtures/python_scalars, written by
+/// tests/fixtures/make_python_scalars.py; Go's Reader.Value gives the same, go/value_test.go).
+#[test]
+fn zero_d_numeric_tensors_from_python_are_values() {
+    let ckpt = Checkpoint::open(fixture("python_scalars")).unwrap();
+    assert!(ckpt.entry("step").unwrap().is_tensor(), "np.int64 is stored as a 0-d tensor");
+    assert!(ckpt.entry("step").unwrap().shape().is_empty());
+    assert_eq!(ckpt.value("step").unwrap(), Value::Number(Number::Int(5)));
+    assert_eq!(ckpt.value("step").unwrap().as_i64(), Some(5));
+    assert_eq!(ckpt.user("step"), Some("5"), "Python copies it into the user metadata too");
+    assert_eq!(ckpt.value("epoch").unwrap().as_i64(), Some(-3));
+    assert_eq!(ckpt.value("seen").unwrap(), Value::Number(Number::UInt(u64::MAX)));
+    assert_eq!(ckpt.value("lr").unwrap(), Value::Number(Number::Float(0.5)));
+    assert_eq!(ckpt.value("loss").unwrap().as_f64(), Some(0.125));
+    assert_eq!(ckpt.value("half").unwrap().as_f64(), Some(1.5));
+    assert!(ckpt.value("bad").unwrap().as_f64().unwrap().is_nan());
+    assert_eq!(ckpt.value("bad").unwrap().to_string(), r#"{"$float":"nan"}"#);
+    assert_eq!(ckpt.value("done").unwrap(), Value::Bool(true));
+    assert_eq!(ckpt.value("zero_d").unwrap().as_i64(), Some(7), "a 0-d array, not only a numpy scalar");
+    // No plain number for a complex scalar, and a tensor of more dimensions is still not a value.
+    for name in ["z", "model.w"] {
+        let err = ckpt.value(name).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{name}: {err}");
+        assert!(err.to_string().contains("is a tensor") && err.to_string().contains(name), "{err}");
+    }
+    // The numpy scalar of tests/data/python_values, and a 0-d tensor C wrote (no structure at all).
+    assert_eq!(python().value("scale").unwrap().as_f64(), Some(0.5));
+    assert_eq!(Checkpoint::open(fixture("dtypes")).unwrap().value("scalar.f32").unwrap().as_f64(), Some(3.5));
+}
