@@ -39,7 +39,7 @@ var docFiles = []string{"../README.md", "README.md", "../docs/*.md", "../docs/*/
 var snippetTags []string
 
 type docSnippet struct {
-	file        string // relative to go/
+	file        string // relative to the repository
 	line        int    // of the opening fence
 	lang        string // after the fence: go, python, c
 	code        string // indentation of the fence removed
@@ -85,7 +85,8 @@ func docSnippets(t *testing.T, lang string) []docSnippet {
 					t.Fatalf("%s:%d: a code block that is never closed", file, start+1)
 				}
 				if m[2] == lang {
-					s := docSnippet{file: file, line: start + 1, lang: m[2], code: strings.Join(body, "\n") + "\n"}
+					where := filepath.ToSlash(filepath.Join("go", file)) // as the repository names it
+					s := docSnippet{file: where, line: start + 1, lang: m[2], code: strings.Join(body, "\n") + "\n"}
 					if mm := marker.FindStringSubmatch(prev); mm != nil {
 						s.compileOnly = strings.Trim(strings.TrimSpace(mm[1]), "()")
 						if s.compileOnly == "" {
