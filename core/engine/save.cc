@@ -130,6 +130,13 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   const std::string file_path = staged.StagingFile(staged.FileName(DataFileName(assignment.rank)));
   DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, storage->CreateFile(file_path));
   DCKPT_RETURN_IF_ERROR(file->Preallocate(file_size));
+  {
+    // The padding between chunks is never written: storage that uploads in parts must not wait for it.
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    ranges.reserve(assignment.tasks.size());
+    for (const WriteTask& t : assignment.tasks) ranges.emplace_back(t.offset, t.length);
+    file->ExpectWrites(ranges);
+  }
 
   const uint64_t block = options.checksum_block_size;
   const uint64_t segment = std::max<uint64_t>(block, kWriteSegmentBytes / block * block);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/status.h"
@@ -28,6 +29,10 @@ class WritableFile {
   /// Closes; further calls fail. Destruction closes too (errors then are lost: call Close to see them).
   virtual Status Close() = 0;
   virtual const std::string& path() const = 0;
+  /// A hint, given before the first write: the byte ranges {offset, length} that will be written (every other byte
+  /// stays zero). A backend that uploads in parts sends a part once the bytes expected in it are in, rather than
+  /// waiting for bytes that never come. The default ignores it.
+  virtual void ExpectWrites(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {}
 };
 
 /// A file opened for reading. ReadAt is thread-safe.

@@ -83,7 +83,15 @@ class GateHold {
 struct Shared {
   std::shared_ptr<ObjectClient> client;
   Gate gate;
-  Shared(std::shared_ptr<ObjectClient> c, unsigned n) : client(std::move(c)), gate(n) {}
+  uint64_t part_size;
+  unsigned max_part_buffers;
+  std::shared_ptr<PartMemory> part_memory;
+  Shared(std::shared_ptr<ObjectClient> c, const ObjectStorageOptions& o)
+      : client(std::move(c)),
+        gate(o.max_in_flight ? o.max_in_flight : 16),
+        part_size(o.part_size),
+        max_part_buffers(o.max_part_buffers ? o.max_part_buffers : 4),
+        part_memory(o.part_memory) {}
 };
 
 // The object is started on the first write (or Preallocate, whose size becomes the client's size hint) and published
@@ -165,6 +173,300 @@ class ObjectWritableFile final : public WritableFile {
   bool closed_ = false;
 };
 
+// ---- Files assembled into parts (a client with multipart uploads) --------------------------------------------------
+
+constexpr uint64_t kDefaultPartSize = uint64_t{8} << 20;
+constexpr uint64_t kMaxParts = 10000;  // S3's limit: the part size grows with the size hint to stay below it
+
+// A file written to a client with parts: writes are copied into part buffers, and each part goes up (UploadPart,
+// through the storage's in-flight gate) as soon as the bytes expected in it are in and the parts before it have gone,
+// so a file is streamed with at most `max_part_buffers` parts held while its writes arrive in order. A write further
+// ahead waits for the window to move while other writes or uploads of the file are running (they move it), and
+// otherwise takes more buffers (a writer that jumps around still finishes, holding more memory). The upload begins
+// with the first part sent; a file that never fills one part goes up through Create/Write/Close on close. A failure
+// or a discard aborts the upload, so no part is left behind.
+class PartedWritableFile final : public WritableFile {
+ public:
+  PartedWritableFile(std::shared_ptr<Shared> shared, std::string path)
+      : shared_(std::move(shared)), path_(std::move(path)), limit_(shared_->max_part_buffers) {}
+  ~PartedWritableFile() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    cv_.wait(lock, [&] { return active_ == 0 && sending_ == 0; });
+    if (upload_ != nullptr) (void)upload_->Abort();
+    FreeAll();
+  }
+
+  Status WriteAt(uint64_t offset, const void* data, size_t size) override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
+    std::unique_lock<std::mutex> lock(mu_);
+    DCKPT_RETURN_IF_ERROR(Usable("writing to"));
+    Start();
+    if (size == 0) {
+      end_ = std::max(end_, offset);
+      return OkStatus();
+    }
+    const uint64_t first = offset / part_size_, last = (offset + size - 1) / part_size_;
+    if (first < next_send_) {
+      return InvalidArgument("writing " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                             " of " + Quoted(path_) + ": part " + std::to_string(first + 1) +
+                             " was already uploaded (the bytes expected in it were all written)");
+    }
+    // Wait for the window to reach `last`, while something running can move it.
+    while (last >= Base() + limit_) {
+      if (active_ == 0 && sending_ == 0) {
+        limit_ = static_cast<unsigned>(last - Base() + 1);
+        break;
+      }
+      cv_.wait(lock);
+      DCKPT_RETURN_IF_ERROR(Usable("writing to"));
+    }
+    std::vector<std::pair<char*, uint64_t>> targets;  // {where, how many} for each part touched
+    for (uint64_t k = first; k <= last; ++k) {
+      Part& part = Buffer(k);
+      const uint64_t lo = std::max(offset, k * part_size_), hi = std::min(offset + size, (k + 1) * part_size_);
+      targets.emplace_back(part.data.get() + (lo - k * part_size_), hi - lo);
+    }
+    ++active_;
+    lock.unlock();
+    // Disjoint ranges: no other write touches these bytes, and a part is not sent before they are counted.
+    const char* src = static_cast<const char*>(data);
+    for (const auto& [dst, n] : targets) {
+      std::memcpy(dst, src, n);
+      src += n;
+    }
+    lock.lock();
+    --active_;
+    for (uint64_t k = first; k <= last; ++k) {
+      const uint64_t lo = std::max(offset, k * part_size_), hi = std::min(offset + size, (k + 1) * part_size_);
+      parts_[k].written += hi - lo;
+    }
+    end_ = std::max(end_, offset + size);
+    cv_.notify_all();
+    return SendReady(lock);
+  }
+
+  Status Preallocate(uint64_t size) override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
+    std::lock_guard<std::mutex> lock(mu_);
+    DCKPT_RETURN_IF_ERROR(Usable("preallocating"));
+    if (part_size_ == 0) size_hint_ = std::max(size_hint_, size);
+    return OkStatus();
+  }
+
+  void ExpectWrites(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (part_size_ != 0 || closed_) return;  // only before the first write
+    expected_ = ranges;
+    std::sort(expected_.begin(), expected_.end());
+    has_expected_ = true;
+  }
+
+  Status Truncate(uint64_t size) override {
+    DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
+    std::lock_guard<std::mutex> lock(mu_);
+    DCKPT_RETURN_IF_ERROR(Usable("truncating"));
+    if (size < end_) {
+      return Unsupported("truncating " + Quoted(path_) + " to " + std::to_string(size) + " bytes below the " +
+                         std::to_string(end_) + " already written: an object store cannot shrink an upload");
+    }
+    end_ = size;
+    return OkStatus();
+  }
+
+  // The object is durable once Close publishes it; there is nothing to flush before.
+  Status Sync() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Usable("syncing");
+  }
+
+  Status Close() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closed_ || closing_) return ClosedFileError(path_, "closing");  // a failed upload goes on: it is aborted
+    Start();
+    closing_ = true;
+    cv_.wait(lock, [&] { return active_ == 0 && sending_ == 0; });
+    closed_ = true;
+    Status st = failed_.ok() ? Finish(lock) : failed_;
+    if (!st.ok() && upload_ != nullptr) (void)upload_->Abort();
+    upload_.reset();
+    FreeAll();
+    return st.ok() ? st : st.WithContext("writing " + Quoted(path_));
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  struct Part {
+    std::unique_ptr<char[]> data;  // part_size_ bytes, zeroed
+    uint64_t written = 0;          // bytes written into it
+    uint64_t expected = 0;         // bytes that will be written into it
+    bool sending = false;
+  };
+
+  Status Usable(const char* operation) {
+    if (closed_ || closing_) return ClosedFileError(path_, operation);
+    return failed_;
+  }
+
+  // Fixes the part size (at the first write or close; the size hint is known by then).
+  void Start() {
+    if (part_size_ != 0) return;
+    uint64_t size = shared_->part_size ? shared_->part_size : shared_->client->min_part_size();
+    if (size == 0) size = kDefaultPartSize;
+    size = std::max(size, shared_->client->min_part_size());
+    const uint64_t mib = uint64_t{1} << 20;
+    const uint64_t needed = (size_hint_ + kMaxParts - 1) / kMaxParts;
+    if (needed > size) size = (needed + mib - 1) / mib * mib;
+    part_size_ = size;
+  }
+
+  // The lowest part whose buffer may still be held.
+  uint64_t Base() const { return parts_.empty() ? next_send_ : std::min(parts_.begin()->first, next_send_); }
+
+  Part& Buffer(uint64_t k) {
+    Part& part = parts_[k];
+    if (part.data == nullptr) {
+      part.data.reset(new char[part_size_]());
+      part.expected = Expected(k);
+      if (shared_->part_memory != nullptr) {
+        const uint64_t now = shared_->part_memory->now.fetch_add(part_size_) + part_size_;
+        uint64_t peak = shared_->part_memory->peak.load();
+        while (now > peak && !shared_->part_memory->peak.compare_exchange_weak(peak, now)) {
+        }
+      }
+    }
+    return part;
+  }
+
+  void Free(uint64_t k) {
+    auto it = parts_.find(k);
+    if (it == parts_.end()) return;
+    if (shared_->part_memory != nullptr) shared_->part_memory->now.fetch_sub(part_size_);
+    parts_.erase(it);
+  }
+
+  void FreeAll() {
+    while (!parts_.empty()) Free(parts_.begin()->first);
+  }
+
+  // The bytes of part k that will be written: all of it, or what the ranges given to ExpectWrites put in it.
+  uint64_t Expected(uint64_t k) const {
+    if (!has_expected_) return part_size_;
+    const uint64_t lo = k * part_size_, hi = lo + part_size_;
+    // The ranges are sorted by offset and disjoint: start at the last one beginning at or before lo.
+    auto it = std::upper_bound(expected_.begin(), expected_.end(), std::make_pair(lo, UINT64_MAX));
+    if (it != expected_.begin()) --it;
+    uint64_t n = 0;
+    for (; it != expected_.end() && it->first < hi; ++it) {
+      const uint64_t a = std::max(lo, it->first), b = std::min(hi, it->first + it->second);
+      if (b > a) n += b - a;
+    }
+    return n;
+  }
+
+  // Sends, in order, every part whose expected bytes are in and whose end has been written past (so that it is a
+  // full part: the file cannot end inside it).
+  Status SendReady(std::unique_lock<std::mutex>& lock) {
+    while (failed_.ok() && !closing_) {
+      const uint64_t k = next_send_;
+      if (end_ < (k + 1) * part_size_) break;
+      auto held = parts_.find(k);
+      if (held == parts_.end() ? Expected(k) > 0 : held->second.written < held->second.expected) break;
+      Part& part = Buffer(k);  // a part nothing is written into goes up as zeros
+      if (upload_ == nullptr) {
+        auto begun = shared_->client->BeginParts(path_, size_hint_);
+        if (!begun.ok()) return Fail(begun.status().WithContext("starting the upload of " + Quoted(path_)));
+        upload_ = std::move(begun).value();
+      }
+      part.sending = true;
+      ++next_send_;
+      ++sending_;
+      ObjectPartUpload* upload = upload_.get();
+      const char* data = part.data.get();
+      lock.unlock();
+      Status st;
+      {
+        GateHold hold(&shared_->gate);
+        st = upload->UploadPart(static_cast<unsigned>(k + 1), data, part_size_);
+      }
+      lock.lock();
+      --sending_;
+      Free(k);
+      cv_.notify_all();
+      if (!st.ok()) {
+        return Fail(st.WithContext("uploading part " + std::to_string(k + 1) + " (" + std::to_string(part_size_) +
+                                   " bytes) of " + Quoted(path_)));
+      }
+    }
+    return failed_;
+  }
+
+  Status Fail(Status st) {
+    if (failed_.ok()) failed_ = std::move(st);
+    cv_.notify_all();
+    return failed_;
+  }
+
+  // On close, with nothing running: what is left goes up (a file of at most one part not begun: in one piece).
+  Status Finish(std::unique_lock<std::mutex>& lock) {
+    const uint64_t size = end_;
+    if (upload_ == nullptr && size <= part_size_) {
+      DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ObjectUpload> whole, shared_->client->Create(path_, size));
+      if (size > 0) {
+        Part& part = Buffer(0);
+        GateHold hold(&shared_->gate);
+        Status st = whole->Write(0, part.data.get(), static_cast<size_t>(size));
+        if (!st.ok()) {
+          (void)whole->Close(0, /*discard=*/true);
+          return st;
+        }
+      }
+      return whole->Close(size, /*discard=*/false);
+    }
+    if (upload_ == nullptr) {
+      auto begun = shared_->client->BeginParts(path_, size_hint_ ? size_hint_ : size);
+      if (!begun.ok()) return begun.status().WithContext("starting the upload");
+      upload_ = std::move(begun).value();
+    }
+    const uint64_t parts = (size + part_size_ - 1) / part_size_;
+    for (uint64_t k = next_send_; k < parts; ++k) {
+      const char* data = Buffer(k).data.get();
+      const uint64_t n = std::min(part_size_, size - k * part_size_);
+      {
+        GateHold hold(&shared_->gate);
+        DCKPT_RETURN_IF_ERROR(upload_->UploadPart(static_cast<unsigned>(k + 1), data, static_cast<size_t>(n))
+                                  .WithContext("uploading part " + std::to_string(k + 1)));
+      }
+      Free(k);
+      next_send_ = k + 1;
+    }
+    // Complete is the last call on the upload, failed or not (no Abort after it).
+    Status st = upload_->Complete().WithContext("completing the upload of " + std::to_string(parts) + " parts");
+    upload_.reset();
+    return st;
+  }
+
+  const std::shared_ptr<Shared> shared_;
+  const std::string path_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t part_size_ = 0;  // 0: not started
+  uint64_t size_hint_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> expected_;
+  bool has_expected_ = false;
+  std::map<uint64_t, Part> parts_;  // the part buffers held, by part index
+  uint64_t next_send_ = 0;          // parts below it were handed to UploadPart
+  unsigned limit_;                  // the window: parts at Base() + limit_ and beyond wait
+  unsigned active_ = 0;             // writes copying into part buffers
+  unsigned sending_ = 0;            // UploadPart calls running
+  uint64_t end_ = 0;
+  std::unique_ptr<ObjectPartUpload> upload_;
+  Status failed_;
+  bool closing_ = false, closed_ = false;
+};
+
 class ObjectReadableFile final : public ReadableFile {
  public:
   ObjectReadableFile(std::shared_ptr<Shared> shared, std::string path, uint64_t size)
@@ -220,8 +522,8 @@ class ObjectDirectory final : public Directory {
 
 class ObjectStorage final : public Storage {
  public:
-  ObjectStorage(std::shared_ptr<ObjectClient> client, unsigned max_in_flight)
-      : shared_(std::make_shared<Shared>(std::move(client), max_in_flight ? max_in_flight : 16)) {}
+  ObjectStorage(std::shared_ptr<ObjectClient> client, const ObjectStorageOptions& options)
+      : shared_(std::make_shared<Shared>(std::move(client), options)) {}
 
   std::string name() const override { return shared_->client->name(); }
   CommitProtocol commit_protocol() const override { return CommitProtocol::kMetadataLast; }
@@ -239,6 +541,7 @@ class ObjectStorage final : public Storage {
   Result<std::unique_ptr<WritableFile>> CreateFile(const std::string& path) override {
     const std::string p = Normalize(path);
     if (p.empty() || p == "/") return InvalidArgument("cannot create a file at " + Quoted(path));
+    if (shared_->client->has_parts()) return std::unique_ptr<WritableFile>(new PartedWritableFile(shared_, p));
     return std::unique_ptr<WritableFile>(new ObjectWritableFile(shared_, p));
   }
 
@@ -452,7 +755,7 @@ Status MemoryUpload::Close(uint64_t size, bool discard) {
 }  // namespace
 
 std::unique_ptr<Storage> NewObjectStorage(std::shared_ptr<ObjectClient> client, ObjectStorageOptions options) {
-  return std::unique_ptr<Storage>(new ObjectStorage(std::move(client), options.max_in_flight));
+  return std::unique_ptr<Storage>(new ObjectStorage(std::move(client), options));
 }
 
 std::shared_ptr<ObjectClient> NewMemoryObjectClient() { return std::make_shared<MemoryObjects>(); }

@@ -5,6 +5,7 @@
 #ifndef DISTCKPT_CORE_STORAGE_OBJECT_OBJECT_STORAGE_H_
 #define DISTCKPT_CORE_STORAGE_OBJECT_OBJECT_STORAGE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,19 @@ class ObjectUpload {
   virtual Status Close(uint64_t size, bool discard) = 0;
 };
 
+/// A multipart upload the client started (ObjectClient::BeginParts). UploadPart may run on several threads at once for
+/// different parts; Complete or Abort is called exactly once, after every UploadPart returned.
+class ObjectPartUpload {
+ public:
+  virtual ~ObjectPartUpload() = default;
+  /// Sends part `number` (from 1). Every part but the last has the same size, at least the client's min_part_size.
+  virtual Status UploadPart(unsigned number, const void* data, size_t size) = 0;
+  /// Publishes the object made of the parts sent.
+  virtual Status Complete() = 0;
+  /// Abandons the upload and its parts: nothing appears.
+  virtual Status Abort() = 0;
+};
+
 /// What an object store offers. Thread-safe. Errors: kNotFound for a missing path; messages need not name the path
 /// (ObjectStorage adds it).
 class ObjectClient {
@@ -45,11 +59,33 @@ class ObjectClient {
   /// An atomic write of a whole small object; without `replace`, kExists if something is there. kUnsupported: the
   /// client has none (ObjectStorage then checks and writes).
   virtual Status Commit(const std::string& path, const std::string& data, bool replace) = 0;
+  /// True when the client takes multipart uploads (BeginParts): ObjectStorage then assembles files into parts.
+  virtual bool has_parts() const { return false; }
+  /// The smallest size of a part but the last (0: none).
+  virtual uint64_t min_part_size() const { return 0; }
+  /// Starts a multipart upload of `path`.
+  virtual Result<std::unique_ptr<ObjectPartUpload>> BeginParts(const std::string& path, uint64_t size_hint) {
+    return Unsupported("multipart uploads");
+  }
+};
+
+/// The bytes the part buffers of one storage's files hold (ObjectStorageOptions::part_memory), now and at most.
+struct PartMemory {
+  std::atomic<uint64_t> now{0};
+  std::atomic<uint64_t> peak{0};
 };
 
 struct ObjectStorageOptions {
   /// The most Write and Read calls running at once (the engine's I/O threads wait beyond it). 0: 16.
   unsigned max_in_flight = 0;
+  /// For a client with parts: the part size (0: the client's min_part_size, or 8 MiB without one); grown so that a
+  /// file of its size hint needs at most 10000 parts.
+  uint64_t part_size = 0;
+  /// For a client with parts: the part buffers one file holds at most while its writes arrive in order (a file whose
+  /// writes run further ahead of its oldest unsent part than this gets more rather than stall). 0: 4.
+  unsigned max_part_buffers = 0;
+  /// Where to count the bytes held in part buffers (tests, diagnostics); nullptr: not counted.
+  std::shared_ptr<PartMemory> part_memory;
 };
 
 /// A Storage over `client`: paths are normalised ("//a/./b/" -> "a/b"; a leading '/' is kept as written so that a
