@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,10 +52,47 @@ class CallbackUpload final : public ObjectUpload {
   bool closed_ = false;
 };
 
+// A multipart upload through upload_part/upload_complete/upload_abort (version 2).
+class CallbackPartUpload final : public ObjectPartUpload {
+ public:
+  CallbackPartUpload(const dckpt_storage_callbacks& cb, dckpt_upload* upload) : cb_(cb), upload_(upload) {}
+  ~CallbackPartUpload() override {
+    if (!finished_) (void)cb_.upload_abort(upload_, cb_.user_data);
+  }
+  Status UploadPart(unsigned number, const void* data, size_t size) override {
+    return FromCallback(cb_.upload_part(upload_, number, data, size, cb_.user_data), "upload_part");
+  }
+  Status Complete() override {
+    finished_ = true;
+    return FromCallback(cb_.upload_complete(upload_, cb_.user_data), "upload_complete");
+  }
+  Status Abort() override {
+    finished_ = true;
+    return FromCallback(cb_.upload_abort(upload_, cb_.user_data), "upload_abort");
+  }
+
+ private:
+  const dckpt_storage_callbacks& cb_;
+  dckpt_upload* const upload_;
+  bool finished_ = false;
+};
+
 class CallbackClient final : public ObjectClient {
  public:
   explicit CallbackClient(const dckpt_storage_callbacks& cb) : cb_(cb) {}
+  // Everything that used the storage holds this client: the host may let go of user_data now.
+  ~CallbackClient() override {
+    if (cb_.release != nullptr) cb_.release(cb_.user_data);
+  }
   std::string name() const override { return "callback"; }
+  bool has_parts() const override { return cb_.upload_begin != nullptr; }
+  uint64_t min_part_size() const override { return cb_.min_part_size; }
+  Result<std::unique_ptr<ObjectPartUpload>> BeginParts(const std::string& path, uint64_t size_hint) override {
+    dckpt_upload* upload = nullptr;
+    DCKPT_RETURN_IF_ERROR(
+        FromCallback(cb_.upload_begin(&upload, path.c_str(), size_hint, cb_.user_data), "upload_begin"));
+    return std::unique_ptr<ObjectPartUpload>(new CallbackPartUpload(cb_, upload));
+  }
   Result<std::unique_ptr<ObjectUpload>> Create(const std::string& path, uint64_t size_hint) override {
     dckpt_storage_file* file = nullptr;
     DCKPT_RETURN_IF_ERROR(FromCallback(cb_.create(&file, path.c_str(), size_hint, cb_.user_data), "create"));
@@ -87,6 +125,11 @@ class CallbackClient final : public ObjectClient {
   const dckpt_storage_callbacks cb_;
 };
 
+// The bytes of a dckpt_storage_callbacks of `version` (a caller built against an older header has a shorter struct).
+size_t CallbacksSize(unsigned version) {
+  return version >= 2 ? sizeof(dckpt_storage_callbacks) : offsetof(dckpt_storage_callbacks, upload_begin);
+}
+
 Result<std::chrono::seconds> Grace(double seconds) {
   if (!(seconds >= 0) || seconds > 1e12) {
     return InvalidArgument("grace_seconds = " + std::to_string(seconds) + " must be a number >= 0");
@@ -108,9 +151,9 @@ using distckpt::capi::Report;
 extern "C" {
 
 int dckpt_storage_callbacks_init(dckpt_storage_callbacks* callbacks, unsigned version) {
-  return distckpt::capi::InitVersioned<dckpt_storage_callbacks>(callbacks, "callbacks", DCKPT_STORAGE_CALLBACKS_INIT,
-                                                                version, DCKPT_STORAGE_CALLBACKS_VERSION,
-                                                                "dckpt_storage_callbacks");
+  return distckpt::capi::InitVersioned<dckpt_storage_callbacks>(
+      callbacks, "callbacks", DCKPT_STORAGE_CALLBACKS_INIT, version, DCKPT_STORAGE_CALLBACKS_VERSION,
+      "dckpt_storage_callbacks", distckpt::capi::CallbacksSize(version));
 }
 
 int dckpt_storage_new_callbacks(dckpt_storage** out, const dckpt_storage_callbacks* callbacks) {
@@ -129,10 +172,20 @@ int dckpt_storage_new_callbacks(dckpt_storage** out, const dckpt_storage_callbac
         {reinterpret_cast<const void*>(callbacks->list), "callbacks->list"},
         {reinterpret_cast<const void*>(callbacks->remove), "callbacks->remove"}};
     for (const auto& [fn, what] : required) DCKPT_RETURN_IF_FAILED(NotNull(fn, what));
+    // Only the fields the caller's version has; the later ones keep their defaults.
+    dckpt_storage_callbacks cb = DCKPT_STORAGE_CALLBACKS_INIT;
+    std::memcpy(&cb, callbacks, distckpt::capi::CallbacksSize(callbacks->version));
+    const bool any_upload = cb.upload_begin || cb.upload_part || cb.upload_complete || cb.upload_abort;
+    const bool all_upload = cb.upload_begin && cb.upload_part && cb.upload_complete && cb.upload_abort;
+    if (any_upload && !all_upload) {
+      return Report(distckpt::InvalidArgument(
+          "dckpt_storage_callbacks: upload_begin, upload_part, upload_complete and upload_abort go together (set all "
+          "four for multipart uploads, or none)"));
+    }
     distckpt::ObjectStorageOptions o;
-    o.max_in_flight = callbacks->max_in_flight;
-    *out = new dckpt_storage{distckpt::NewObjectStorage(
-        std::make_shared<distckpt::capi::CallbackClient>(*callbacks), o)};
+    o.max_in_flight = cb.max_in_flight;
+    *out = new dckpt_storage{
+        distckpt::NewObjectStorage(std::make_shared<distckpt::capi::CallbackClient>(cb), o)};
     return DCKPT_OK;
   })
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -397,6 +398,190 @@ TEST(CallbackStorageTest, MissingCallbacksAndHostErrorsAreReported) {
   EXPECT_EQ(dckpt_reader_open(&reader, "bkt/e", nullptr, &ro), DCKPT_EUSER);
   EXPECT_NE(std::string(dckpt_error_last()).find("bkt/e/metadata.dckpt"), std::string::npos) << dckpt_error_last();
   dckpt_storage_free(s);
+}
+
+// ---- Version 2: multipart uploads assembled by distckpt --------------------------------------------------------
+
+struct HostUploads {
+  HostStore* store;
+  std::mutex mu;
+  std::atomic<int> begun{0}, completed{0}, aborted{0}, open{0}, released{0};
+  std::atomic<int> fail_part{0};  // > 0: that part number fails with DCKPT_EIO
+  std::vector<std::pair<unsigned, size_t>> parts;  // every part sent: (number, size)
+};
+
+struct HostUpload {
+  std::string path;
+  std::mutex mu;
+  std::map<unsigned, std::string> parts;
+};
+
+HostUploads* UploadsOf(void* user_data) { return static_cast<HostUploads*>(user_data); }
+
+dckpt_storage_callbacks MultipartCallbacks(HostUploads* uploads, uint64_t min_part) {
+  dckpt_storage_callbacks cb = Callbacks(uploads->store, 0);
+  // The v1 callbacks take the HostStore; route them through HostUploads (its first member).
+  cb.user_data = uploads;
+  cb.create = [](dckpt_storage_file** f, const char* p, uint64_t h, void* u) {
+    return Create(f, p, h, UploadsOf(u)->store);
+  };
+  cb.write = [](dckpt_storage_file* f, uint64_t o, const void* d, size_t n, void* u) {
+    return Write(f, o, d, n, UploadsOf(u)->store);
+  };
+  cb.close = [](dckpt_storage_file* f, uint64_t n, int discard, void* u) {
+    return Close(f, n, discard, UploadsOf(u)->store);
+  };
+  cb.size = [](uint64_t* n, const char* p, void* u) { return Size(n, p, UploadsOf(u)->store); };
+  cb.read = [](size_t* g, const char* p, uint64_t o, void* d, size_t n, void* u) {
+    return Read(g, p, o, d, n, UploadsOf(u)->store);
+  };
+  cb.list = [](dckpt_storage_list* l, const char* d, void* u) { return List(l, d, UploadsOf(u)->store); };
+  cb.remove = [](const char* p, void* u) { return Remove(p, UploadsOf(u)->store); };
+  cb.commit = [](const char* p, const void* d, size_t n, int r, void* u) {
+    return Commit(p, d, n, r, UploadsOf(u)->store);
+  };
+  cb.upload_begin = [](dckpt_upload** up, const char* path, uint64_t, void* u) {
+    ++UploadsOf(u)->begun;
+    ++UploadsOf(u)->open;
+    *up = new HostUpload{path, {}, {}};
+    return 0;
+  };
+  cb.upload_part = [](dckpt_upload* up, unsigned number, const void* data, size_t size, void* u) -> int {
+    HostUploads* h = UploadsOf(u);
+    {
+      std::lock_guard<std::mutex> lock(h->mu);
+      h->parts.emplace_back(number, size);
+    }
+    if (h->fail_part.load() == static_cast<int>(number)) return DCKPT_EIO;
+    auto* f = static_cast<HostUpload*>(up);
+    std::lock_guard<std::mutex> lock(f->mu);
+    f->parts[number] = std::string(static_cast<const char*>(data), size);
+    return 0;
+  };
+  cb.upload_complete = [](dckpt_upload* up, void* u) -> int {
+    std::unique_ptr<HostUpload> f(static_cast<HostUpload*>(up));
+    HostUploads* h = UploadsOf(u);
+    std::string object;
+    unsigned next = 1;
+    for (const auto& kv : f->parts) {
+      if (kv.first != next++) return DCKPT_EINVAL;
+      object += kv.second;
+    }
+    ++h->completed;
+    --h->open;
+    std::lock_guard<std::mutex> lock(h->store->mu);
+    h->store->objects[f->path] = std::move(object);
+    return 0;
+  };
+  cb.upload_abort = [](dckpt_upload* up, void* u) {
+    delete static_cast<HostUpload*>(up);
+    ++UploadsOf(u)->aborted;
+    --UploadsOf(u)->open;
+    return 0;
+  };
+  cb.min_part_size = min_part;
+  cb.release = [](void* u) { ++UploadsOf(u)->released; };
+  return cb;
+}
+
+TEST(CallbackStorageTest, MultipartUploadsAreAssembledByDistckpt) {
+  auto store = std::make_shared<HostStore>();
+  HostUploads uploads;
+  uploads.store = store.get();
+  const uint64_t part = 1 << 20;
+  const dckpt_storage_callbacks cb = MultipartCallbacks(&uploads, part);
+  dckpt_storage* s = nullptr;
+  ASSERT_EQ(dckpt_storage_new_callbacks(&s, &cb), 0) << dckpt_error_last();
+  const std::vector<float> w = Values();
+  ASSERT_EQ(SaveTo("bkt/mp", s, w), 0) << dckpt_error_last();
+  // The one data file (16 MiB and a little) went up in parts of 1 MiB, numbered from 1; the metadata did not.
+  EXPECT_EQ(uploads.begun.load(), 1);
+  EXPECT_EQ(uploads.completed.load(), 1);
+  EXPECT_EQ(uploads.open.load(), 0);
+  size_t data_size = 0;
+  for (const std::string& name : Names(store.get())) {
+    if (name.find("/data-") != std::string::npos) data_size = store->objects[name].size();
+  }
+  ASSERT_GE(data_size, w.size() * sizeof(float));
+  {
+    std::lock_guard<std::mutex> lock(uploads.mu);
+    const size_t n = (data_size + part - 1) / part;
+    ASSERT_EQ(uploads.parts.size(), n);
+    std::vector<unsigned> numbers;
+    for (const auto& [number, size] : uploads.parts) {
+      numbers.push_back(number);
+      EXPECT_EQ(size, number < n ? part : data_size - (n - 1) * part);
+    }
+    std::sort(numbers.begin(), numbers.end());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(numbers[i], i + 1);
+  }
+  // It loads and verifies like any checkpoint.
+  dckpt_read_options ro = ReadOpts(s);
+  dckpt_reader* reader = nullptr;
+  ASSERT_EQ(dckpt_reader_open(&reader, "bkt/mp", nullptr, &ro), 0) << dckpt_error_last();
+  EXPECT_EQ(dckpt_reader_verify(reader, nullptr, nullptr), 0) << dckpt_error_last();
+  std::vector<float> back(w.size());
+  dckpt_state* state = nullptr;
+  ASSERT_EQ(dckpt_state_new(&state), 0);
+  const uint64_t shape[2] = {kRows, kCols}, off[2] = {0, 0};
+  ASSERT_EQ(dckpt_state_add_tensor(state, "w", DCKPT_DTYPE_F32, 2, shape), 0);
+  ASSERT_EQ(dckpt_state_add_piece(state, "w", off, shape, back.data()), 0);
+  ASSERT_EQ(dckpt_load(nullptr, "bkt/mp", state, nullptr, &ro), 0) << dckpt_error_last();
+  dckpt_state_free(state);
+  EXPECT_TRUE(back == w);
+
+  // A part that fails fails the save, aborts the upload and leaves no data file.
+  uploads.fail_part = 3;
+  EXPECT_EQ(SaveTo("bkt/mp-failed", s, w), DCKPT_EIO);
+  EXPECT_NE(std::string(dckpt_error_last()).find("upload_part"), std::string::npos) << dckpt_error_last();
+  EXPECT_EQ(uploads.aborted.load(), 1);
+  EXPECT_EQ(uploads.open.load(), 0);
+  for (const std::string& name : Names(store.get())) EXPECT_EQ(name.find("bkt/mp-failed"), std::string::npos) << name;
+
+  // release runs once, when the caller's handle and the reader using the storage are both gone.
+  dckpt_storage_free(s);
+  EXPECT_EQ(uploads.released.load(), 0);
+  dckpt_reader_free(reader);
+  EXPECT_EQ(uploads.released.load(), 1);
+}
+
+TEST(CallbackStorageTest, Version1CallbacksAreReadAsVersion1) {
+  // A caller built against version 1 has the shorter struct: init writes only its fields, and new reads only them
+  // (the bytes after it, poison here, are not the upload callbacks).
+  const size_t v1 = offsetof(dckpt_storage_callbacks, upload_begin);
+  std::vector<unsigned char> raw(sizeof(dckpt_storage_callbacks) + 16, 0xA5);
+  auto* cb = reinterpret_cast<dckpt_storage_callbacks*>(raw.data());
+  ASSERT_EQ(dckpt_storage_callbacks_init(cb, 1), 0);
+  for (size_t i = v1; i < raw.size(); ++i) ASSERT_EQ(raw[i], 0xA5) << "byte " << i << " written by init(1)";
+  EXPECT_EQ(cb->version, 1u);
+  auto store = std::make_shared<HostStore>();
+  const dckpt_storage_callbacks full = Callbacks(store.get(), 0);
+  std::memcpy(raw.data() + sizeof(unsigned), reinterpret_cast<const unsigned char*>(&full) + sizeof(unsigned),
+              v1 - sizeof(unsigned));
+  dckpt_storage* s = nullptr;
+  ASSERT_EQ(dckpt_storage_new_callbacks(&s, cb), 0) << dckpt_error_last();
+  const int creates = store->creates.load();
+  ASSERT_EQ(SaveTo("bkt/v1", s, Values()), 0) << dckpt_error_last();
+  EXPECT_GE(store->creates.load(), creates + 1);  // the data file through create/write/close, as before
+  dckpt_storage_free(s);
+  // The version-2 defaults: no upload callbacks, no release.
+  dckpt_storage_callbacks v2;
+  ASSERT_EQ(dckpt_storage_callbacks_init(&v2, 2), 0);
+  EXPECT_EQ(v2.upload_begin, nullptr);
+  EXPECT_EQ(v2.min_part_size, 0u);
+  EXPECT_EQ(v2.release, nullptr);
+}
+
+TEST(CallbackStorageTest, UploadCallbacksGoTogether) {
+  auto store = std::make_shared<HostStore>();
+  HostUploads uploads;
+  uploads.store = store.get();
+  dckpt_storage_callbacks cb = MultipartCallbacks(&uploads, 0);
+  cb.upload_abort = nullptr;
+  dckpt_storage* s = nullptr;
+  EXPECT_EQ(dckpt_storage_new_callbacks(&s, &cb), DCKPT_EINVAL);
+  EXPECT_NE(std::string(dckpt_error_last()).find("upload_abort"), std::string::npos) << dckpt_error_last();
+  EXPECT_EQ(uploads.released.load(), 0);  // not on failure
 }
 
 }  // namespace

@@ -214,6 +214,8 @@ typedef struct dckpt_storage dckpt_storage;
 typedef struct dckpt_storage_list dckpt_storage_list;
 /* A file a write callback writes into: the host's own handle, returned by `create`. */
 typedef void dckpt_storage_file;
+/* A multipart upload: the host's own handle, returned by `upload_begin` (version 2). */
+typedef void dckpt_upload;
 
 /* Storage supplied by the host. Paths are '/'-separated strings exactly as the caller passed them to dckpt_save /
  * dckpt_reader_open, joined with plain file names ("<checkpoint>/metadata.dckpt"); the host decides what they mean (an
@@ -235,7 +237,13 @@ typedef int (*dckpt_storage_read_fn)(size_t *got, const char *path, uint64_t off
 typedef int (*dckpt_storage_list_fn)(dckpt_storage_list *out, const char *dir, void *user_data);
 typedef int (*dckpt_storage_remove_fn)(const char *path, void *user_data);
 typedef int (*dckpt_storage_commit_fn)(const char *path, const void *data, size_t size, int replace, void *user_data);
-#define DCKPT_STORAGE_CALLBACKS_VERSION 1
+typedef int (*dckpt_storage_upload_begin_fn)(dckpt_upload **upload, const char *path, uint64_t size_hint,
+                                             void *user_data);
+typedef int (*dckpt_storage_upload_part_fn)(dckpt_upload *upload, unsigned part_number, const void *data, size_t size,
+                                            void *user_data);
+typedef int (*dckpt_storage_upload_end_fn)(dckpt_upload *upload, void *user_data); /* upload_complete, upload_abort */
+typedef void (*dckpt_storage_release_fn)(void *user_data);
+#define DCKPT_STORAGE_CALLBACKS_VERSION 2
 typedef struct dckpt_storage_callbacks {
   unsigned version;
   /* Starts writing `path`, replacing what is there when the file is closed. `size_hint` is the final size when known
@@ -266,17 +274,43 @@ typedef struct dckpt_storage_callbacks {
    * uses create/write/close after checking that nothing is there when replace == 0 (a check another writer can race). */
   dckpt_storage_commit_fn commit;
   void *user_data;
-  unsigned max_in_flight; /* most write and read callbacks running at once; 0: default (16) */
+  unsigned max_in_flight; /* most write, read and upload_part callbacks running at once; 0: default (16) */
+  /* ---- Version 2 ---- */
+  /* Optional multipart uploads (all four, or none). With them, distckpt assembles a written file into parts itself:
+   * it buffers the writes (at most a few parts per file, never the whole file), sends each part as soon as its bytes
+   * are in, completes the upload on close and aborts it when the file is discarded or a call fails. A file of at most
+   * one part goes through create/write/close instead (one write at offset 0, then close), as does the metadata.
+   * upload_begin starts an upload of `path` (`size_hint`: the final size when known, 0: unknown); nothing is visible
+   * at `path` before upload_complete returns 0. */
+  dckpt_storage_upload_begin_fn upload_begin;
+  /* Sends part `part_number` (from 1, consecutive, started in order; several parts of one upload may be in flight at
+   * once from different threads). Every part but the last is the same size, at least min_part_size. `data` is valid
+   * only during the call. */
+  dckpt_storage_upload_part_fn upload_part;
+  /* Publishes the object from all the parts sent (called once, after every upload_part returned 0). The last call on
+   * the upload: after a failure here the host cleans up the upload itself (no upload_abort follows). */
+  dckpt_storage_upload_end_fn upload_complete;
+  /* Abandons the upload and whatever parts went up (called once, instead of upload_complete, after every upload_part
+   * call returned); nothing appears at the path. */
+  dckpt_storage_upload_end_fn upload_abort;
+  /* The size of every part but the last (0: 8 MiB); grown so that a file of size_hint bytes needs at most 10000
+   * parts (S3's limit). */
+  uint64_t min_part_size;
+  /* Optional: called once with user_data when the storage and everything using it have been freed (after the last
+   * callback returned), so that a host need not keep user_data alive by hand. Not called when
+   * dckpt_storage_new_callbacks fails. */
+  dckpt_storage_release_fn release;
 } dckpt_storage_callbacks;
 #define DCKPT_STORAGE_CALLBACKS_INIT \
-  {DCKPT_STORAGE_CALLBACKS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+  {DCKPT_STORAGE_CALLBACKS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, \
+   NULL, NULL, NULL, NULL, 0, NULL}
 /* Sets `*callbacks` to DCKPT_STORAGE_CALLBACKS_INIT with `version` (DCKPT_STORAGE_CALLBACKS_VERSION, or an older
  * one: then only that version's fields are written); DCKPT_EVERSION for a version newer than the library. For
  * bindings, which cannot expand the macro. */
 DCKPT_API int dckpt_storage_callbacks_init(dckpt_storage_callbacks *callbacks, unsigned version);
 /* Storage through the host's callbacks (create, write, close, size, read, list and remove are required). The callbacks
- * and user_data must stay valid until the storage and everything that uses it are freed. Checkpoints on it are
- * committed by writing the metadata last (FORMAT.md), never by renaming. */
+ * and user_data must stay valid until the storage and everything that uses it are freed (`release` says when).
+ * Checkpoints on it are committed by writing the metadata last (FORMAT.md), never by renaming. */
 DCKPT_API int dckpt_storage_new_callbacks(dckpt_storage **out, const dckpt_storage_callbacks *callbacks);
 /* The POSIX file system (what NULL storage means). */
 DCKPT_API int dckpt_storage_new_posix(dckpt_storage **out);

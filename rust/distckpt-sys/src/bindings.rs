@@ -9,7 +9,7 @@ pub const DCKPT_MAX_DIMS: u32 = 8;
 pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_NCCL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
-pub const DCKPT_STORAGE_CALLBACKS_VERSION: u32 = 1;
+pub const DCKPT_STORAGE_CALLBACKS_VERSION: u32 = 2;
 pub const DCKPT_PATH_INFO_VERSION: u32 = 1;
 pub const DCKPT_LEFTOVER_INFO_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
@@ -581,6 +581,7 @@ pub struct dckpt_storage_list {
     _unused: [u8; 0],
 }
 pub type dckpt_storage_file = ::std::os::raw::c_void;
+pub type dckpt_upload = ::std::os::raw::c_void;
 pub type dckpt_storage_create_fn = ::std::option::Option<
     unsafe extern "C" fn(
         file: *mut *mut dckpt_storage_file,
@@ -651,6 +652,31 @@ pub type dckpt_storage_commit_fn = ::std::option::Option<
         user_data: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int,
 >;
+pub type dckpt_storage_upload_begin_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        upload: *mut *mut dckpt_upload,
+        path: *const ::std::os::raw::c_char,
+        size_hint: u64,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_upload_part_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        upload: *mut dckpt_upload,
+        part_number: ::std::os::raw::c_uint,
+        data: *const ::std::os::raw::c_void,
+        size: usize,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_upload_end_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        upload: *mut dckpt_upload,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+pub type dckpt_storage_release_fn =
+    ::std::option::Option<unsafe extern "C" fn(user_data: *mut ::std::os::raw::c_void)>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dckpt_storage_callbacks {
@@ -666,12 +692,18 @@ pub struct dckpt_storage_callbacks {
     pub commit: dckpt_storage_commit_fn,
     pub user_data: *mut ::std::os::raw::c_void,
     pub max_in_flight: ::std::os::raw::c_uint,
+    pub upload_begin: dckpt_storage_upload_begin_fn,
+    pub upload_part: dckpt_storage_upload_part_fn,
+    pub upload_complete: dckpt_storage_upload_end_fn,
+    pub upload_abort: dckpt_storage_upload_end_fn,
+    pub min_part_size: u64,
+    pub release: dckpt_storage_release_fn,
 }
 #[test]
 fn bindgen_test_layout_dckpt_storage_callbacks() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_storage_callbacks>(),
-        96usize,
+        144usize,
         concat!("Size of: ", stringify!(dckpt_storage_callbacks))
     );
     assert_eq!(
@@ -883,6 +915,108 @@ fn bindgen_test_layout_dckpt_storage_callbacks() {
         );
     }
     test_field_max_in_flight();
+    fn test_field_upload_begin() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).upload_begin) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(upload_begin)
+            )
+        );
+    }
+    test_field_upload_begin();
+    fn test_field_upload_part() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).upload_part) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(upload_part)
+            )
+        );
+    }
+    test_field_upload_part();
+    fn test_field_upload_complete() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).upload_complete) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(upload_complete)
+            )
+        );
+    }
+    test_field_upload_complete();
+    fn test_field_upload_abort() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).upload_abort) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(upload_abort)
+            )
+        );
+    }
+    test_field_upload_abort();
+    fn test_field_min_part_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).min_part_size) as usize - ptr as usize
+            },
+            128usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(min_part_size)
+            )
+        );
+    }
+    test_field_min_part_size();
+    fn test_field_release() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_storage_callbacks>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).release) as usize - ptr as usize
+            },
+            136usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_storage_callbacks),
+                "::",
+                stringify!(release)
+            )
+        );
+    }
+    test_field_release();
 }
 extern "C" {
     pub fn dckpt_storage_callbacks_init(
