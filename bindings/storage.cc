@@ -18,6 +18,7 @@ namespace distckpt_python {
 struct PyStorageCallbacks {
   py::object impl;
   py::object create, write, sync, close, size, read, list, remove, commit;  // bound methods (None: absent)
+  py::object upload_begin, upload_part, upload_complete, upload_abort;      // multipart (None: absent)
   std::mutex mu;
   uint64_t failures = 0;  // guarded by mu: exceptions kept so far (a call compares before and after)
   std::string last_text;  // guarded by mu: "TypeName: message" of the last one
@@ -170,6 +171,38 @@ int Commit(const char* path, const void* data, size_t size, int replace, void* u
   });
 }
 
+int UploadBegin(dckpt_upload** upload, const char* path, uint64_t size_hint, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    py::object u = cb->upload_begin(path, size_hint);
+    *upload = u.release().ptr();  // a new reference, dropped by UploadComplete or UploadAbort
+  });
+}
+
+int UploadPart(dckpt_upload* upload, unsigned number, const void* data, size_t size, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    TempView view(data, size, /*writable=*/false);
+    cb->upload_part(py::handle(static_cast<PyObject*>(upload)), number, view.get());
+  });
+}
+
+int UploadComplete(dckpt_upload* upload, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    py::object u = py::reinterpret_steal<py::object>(static_cast<PyObject*>(upload));  // dropped whatever happens
+    cb->upload_complete(u);
+  });
+}
+
+int UploadAbort(dckpt_upload* upload, void* user) {
+  auto* cb = static_cast<PyStorageCallbacks*>(user);
+  return CallPython(cb, [&] {
+    py::object u = py::reinterpret_steal<py::object>(static_cast<PyObject*>(upload));
+    cb->upload_abort(u);
+  });
+}
+
 }  // namespace storage_trampolines
 
 }  // namespace
@@ -206,6 +239,19 @@ std::shared_ptr<Storage> Storage::Callbacks(const py::object& impl, unsigned max
   cb->list = method("list", true);
   cb->remove = method("remove", true);
   cb->commit = method("commit", false);
+  cb->upload_begin = method("upload_begin", false);
+  cb->upload_part = method("upload_part", false);
+  cb->upload_complete = method("upload_complete", false);
+  cb->upload_abort = method("upload_abort", false);
+  const bool parts = !cb->upload_begin.is_none();
+  if (parts && (cb->upload_part.is_none() || cb->upload_complete.is_none() || cb->upload_abort.is_none())) {
+    throw py::type_error("a storage with upload_begin needs upload_part, upload_complete and upload_abort too");
+  }
+  uint64_t min_part_size = 0;
+  if (parts) {
+    py::object m = py::getattr(impl, "min_part_size", py::int_(0));
+    min_part_size = m.is_none() ? 0 : m.cast<uint64_t>();
+  }
   dckpt_storage_callbacks c;
   Check(dckpt_storage_callbacks_init(&c, DCKPT_STORAGE_CALLBACKS_VERSION));
   namespace t = storage_trampolines;
@@ -218,6 +264,13 @@ std::shared_ptr<Storage> Storage::Callbacks(const py::object& impl, unsigned max
   c.list = &t::List;
   c.remove = &t::Remove;
   c.commit = cb->commit.is_none() ? nullptr : &t::Commit;
+  if (parts) {
+    c.upload_begin = &t::UploadBegin;
+    c.upload_part = &t::UploadPart;
+    c.upload_complete = &t::UploadComplete;
+    c.upload_abort = &t::UploadAbort;
+    c.min_part_size = min_part_size;
+  }
   c.user_data = cb.get();
   c.max_in_flight = max_in_flight;
   auto s = std::shared_ptr<Storage>(new Storage("callbacks"));
@@ -316,8 +369,9 @@ void RegisterStorage(py::module_& m) {
       .def_static("posix", &Storage::Posix)
       .def_static("memory", &Storage::Memory)
       .def_static("callbacks", &Storage::Callbacks, py::arg("impl"), py::arg("max_in_flight") = 0,
-                  "Storage through impl's methods create/write/sync/close/size/read/list/remove/commit "
-                  "(distckpt/storage.py describes them); sync and commit may be missing or None.")
+                  "Storage through impl's methods create/write/sync/close/size/read/list/remove/commit and "
+                  "upload_begin/upload_part/upload_complete/upload_abort (distckpt/storage.py describes them); sync, "
+                  "commit and the upload_* methods may be missing or None.")
       .def_property_readonly("kind", &Storage::kind)
       .def_property_readonly("impl", &Storage::impl);
   m.def("storage_stat", &StorageStat, py::arg("storage").none(true), py::arg("path"), py::arg("grace_seconds"));

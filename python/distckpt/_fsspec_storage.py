@@ -1,8 +1,8 @@
 """``FsspecStorage``: distckpt's storage callbacks over any fsspec filesystem (s3fs, gcsfs, adlfs, memory, ...), through
-fsspec's public API only: files assembled in memory and uploaded on close (streamed as an S3 multipart upload where
-s3fs is the filesystem), ranged reads served from blocks, and the metadata committed with an exclusive write.
-Internal: ``distckpt.storage.FsspecStorage`` (and ``distckpt.FsspecStorage``) is the public name. fsspec itself is
-imported by the caller that makes the filesystem, never here at import time.
+fsspec's public API only: files assembled in memory and uploaded on close (or, where s3fs is the filesystem, streamed
+as S3 multipart uploads whose parts distckpt assembles), ranged reads served from blocks, and the metadata committed
+with an exclusive write. Internal: ``distckpt.storage.FsspecStorage`` (and ``distckpt.FsspecStorage``) is the public
+name. fsspec itself is imported by the caller that makes the filesystem, never here at import time.
 """
 
 from __future__ import annotations
@@ -17,22 +17,27 @@ from .errors import InvalidArgumentError
 
 
 class _Upload:
-    """A file being written: its bytes, assembled in memory at the offsets distckpt writes them.
+    """A file of at most one part being written (larger ones go up as multipart uploads that distckpt assembles): its
+    bytes, assembled in memory at the offsets distckpt writes them, published on close with one ``pipe_file``."""
 
-    Published on close with one ``pipe_file``; or, on S3 (s3fs) for a file of at least two parts, streamed: a
-    multipart upload starts at create, every part goes up as soon as distckpt has written all of its bytes (while the
-    rest is still being written), and close sends what is left and completes the upload."""
-
-    __slots__ = ("path", "buf", "lock", "part_size", "written", "parts", "upload_id")
+    __slots__ = ("path", "buf", "lock")
 
     def __init__(self, path: str, size_hint: int) -> None:
         self.path = path
         self.buf: Optional[bytearray] = bytearray(size_hint)
         self.lock = threading.Lock()
-        self.part_size = 0  # streaming: the part size (0: one pipe_file on close)
-        self.written: "dict[int, int]" = {}  # streaming: part number -> bytes written into it so far
-        self.parts: "dict[int, Any]" = {}  # streaming: part number -> future of its upload_part response
-        self.upload_id = ""
+
+
+class _Multipart:
+    """An S3 multipart upload: distckpt sends its parts (numbered, in order, each complete) and completes or aborts
+    it."""
+
+    __slots__ = ("bucket", "key", "upload_id", "etags", "lock")
+
+    def __init__(self, bucket: str, key: str, upload_id: str) -> None:
+        self.bucket, self.key, self.upload_id = bucket, key, upload_id
+        self.etags: "dict[int, str]" = {}
+        self.lock = threading.Lock()
 
 
 class _Block:
@@ -45,14 +50,6 @@ class _Block:
         self.data = b""
         self.error: Optional[BaseException] = None
         self.served = 0
-
-
-class _Discard(Exception):
-    """Internal: a streamed upload closed with discard."""
-
-
-class _Restart(Exception):
-    """Internal: a streamed upload to be redone in one piece."""
 
 
 class _FsspecFiles:
@@ -69,6 +66,10 @@ class _FsspecFiles:
         # get one pipe_file per file.
         s3 = callable(getattr(fs, "_call_s3", None)) and callable(getattr(fs, "split_path", None))
         self.upload_part_size = upload_part_size if s3 and getattr(fs, "loop", None) is not None else 0
+        # distckpt assembles the parts (upload_*); without them it hands every file to create/write/close.
+        self.min_part_size = self.upload_part_size
+        if not self.upload_part_size:
+            self.upload_begin = self.upload_part = self.upload_complete = self.upload_abort = None  # type: ignore
         self._blocks: "dict[Tuple[str, int], _Block]" = {}
         self._blocks_lock = threading.Lock()
         # pipe_file(mode="create") is fsspec's exclusive write: a conditional PUT on S3 (s3fs), a check then a write
@@ -90,13 +91,7 @@ class _FsspecFiles:
             pass
 
     def create(self, path: str, size_hint: int) -> _Upload:
-        f = _Upload(path, size_hint)
-        part = self.upload_part_size
-        if part and size_hint >= 2 * part:
-            bucket, key, _ = self.fs.split_path(path)
-            f.upload_id = self._s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
-            f.part_size = part
-        return f
+        return _Upload(path, size_hint)
 
     def write(self, f: _Upload, offset: int, data: memoryview) -> None:
         end = offset + len(data)
@@ -107,19 +102,12 @@ class _FsspecFiles:
                 if end > len(buf):
                     buf.extend(bytes(end - len(buf)))
         buf[offset:end] = data
-        if f.part_size:
-            self._count(f, offset, end)
 
     sync = None  # close uploads the whole file: once it returns the object is stored
 
     def close(self, f: _Upload, size: int, discard: bool) -> None:
         buf, f.buf = f.buf, None
-        if buf is None:
-            return
-        if f.part_size:
-            self._finish(f, buf, size, discard)
-            return
-        if discard:
+        if buf is None or discard:
             return
         if len(buf) < size:
             buf.extend(bytes(size - len(buf)))
@@ -127,7 +115,7 @@ class _FsspecFiles:
             del buf[size:]
         self.fs.pipe_file(f.path, buf)  # bytes-like: s3fs and botocore take the bytearray itself, no copy
 
-    # -- streaming multipart upload (s3fs) --
+    # -- multipart uploads (s3fs): distckpt assembles the parts --
 
     def _s3(self, method: str, **kwargs: Any) -> Any:
         """One S3 call through s3fs's client, from any thread (it runs on the filesystem's event loop)."""
@@ -135,78 +123,35 @@ class _FsspecFiles:
 
         return fsspec.asyn.sync(self.fs.loop, self.fs._call_s3, method, **kwargs)
 
-    def _count(self, f: _Upload, offset: int, end: int) -> None:
-        """Counts the bytes written into each part [offset, end) touches; starts the upload of every full part whose
-        bytes are all there (distckpt writes each byte once). The last part waits for close (its size is known
-        then)."""
-        ps = f.part_size
-        full_parts = (len(f.buf or b"") // ps) - 1  # parts before the last one of the preallocated size
-        ready = []
-        with f.lock:
-            for part in range(offset // ps, (end - 1) // ps + 1):
-                lo, hi = max(offset, part * ps), min(end, (part + 1) * ps)
-                n = f.written.get(part, 0) + hi - lo
-                f.written[part] = n
-                if n == ps and part < full_parts and part not in f.parts:
-                    ready.append(part)
-                    f.parts[part] = None  # claimed
-        for part in ready:
-            f.parts[part] = self._send(f, part, f.buf[part * ps : (part + 1) * ps])
+    def upload_begin(self, path: str, size_hint: int) -> _Multipart:
+        bucket, key, _ = self.fs.split_path(path)
+        return _Multipart(bucket, key, self._s3("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"])
 
-    def _send(self, f: _Upload, part: int, body: bytearray) -> Any:
-        """Starts the upload of one part (``body``: a copy, since botocore takes bytes or bytearray, not a view) on
-        the filesystem's event loop; returns its future."""
-        import asyncio  # noqa: PLC0415 - only streamed S3 uploads need it
+    def upload_part(self, up: _Multipart, number: int, data: memoryview) -> None:
+        # botocore takes bytes or bytearray, not a view (and the view is distckpt's buffer, valid only now).
+        etag = self._s3(
+            "upload_part", Bucket=up.bucket, Key=up.key, UploadId=up.upload_id, PartNumber=number, Body=bytes(data)
+        )["ETag"]
+        with up.lock:
+            up.etags[number] = etag
 
-        return asyncio.run_coroutine_threadsafe(self._upload_part(f, part, body), self.fs.loop)
-
-    async def _upload_part(self, f: _Upload, part: int, body: bytearray) -> Any:
-        bucket, key, _ = self.fs.split_path(f.path)
-        return await self.fs._call_s3(
-            "upload_part", Bucket=bucket, Key=key, UploadId=f.upload_id, PartNumber=part + 1, Body=body
-        )
-
-    def _finish(self, f: _Upload, buf: bytearray, size: int, discard: bool) -> None:
-        """Waits for the parts in flight, sends the rest and completes the upload (or aborts it on discard or error;
-        a file that ended before a part already sent goes up again in one piece)."""
-        bucket, key, _ = self.fs.split_path(f.path)
-        ps = f.part_size
+    def upload_complete(self, up: _Multipart) -> None:
+        parts = [{"PartNumber": n, "ETag": up.etags[n]} for n in sorted(up.etags)]
         try:
-            etags = {}
-            for part, future in sorted(f.parts.items()):
-                etags[part] = future.result()["ETag"]
-            if discard:
-                raise _Discard()
-            if f.parts and (max(f.parts) + 1) * ps > size:  # shorter than what was streamed: start over
-                raise _Restart()
-            if len(buf) < size:
-                buf.extend(bytes(size - len(buf)))
-            last = max(1, -(-size // ps))  # parts in all (an empty file still needs one, empty)
-            for part in range(last):  # the rest at once, through the same coroutine as the streamed parts
-                if part not in f.parts:
-                    f.parts[part] = self._send(f, part, buf[part * ps : min(size, (part + 1) * ps)])
-            for part in range(last):
-                if part not in etags:
-                    etags[part] = f.parts[part].result()["ETag"]
             self._s3(
-                "complete_multipart_upload", Bucket=bucket, Key=key, UploadId=f.upload_id,
-                MultipartUpload={"Parts": [{"PartNumber": p + 1, "ETag": etags[p]} for p in range(last)]},
+                "complete_multipart_upload", Bucket=up.bucket, Key=up.key, UploadId=up.upload_id,
+                MultipartUpload={"Parts": parts},
             )  # fmt: skip
-            self.fs.invalidate_cache(f.path)
-        except BaseException as e:
-            for future in f.parts.values():
-                if future is not None:
-                    future.cancel()
-            try:
-                self._s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=f.upload_id)
-            except Exception:  # noqa: BLE001 - the store cleans up unfinished uploads; the first error is the news
-                pass
-            if isinstance(e, _Discard):
-                return
-            if not isinstance(e, _Restart):
-                raise
-            del buf[size:]
-            self.fs.pipe_file(f.path, buf)
+        except BaseException:
+            self.upload_abort(up)  # distckpt calls nothing more on a failed upload: leave no parts behind
+            raise
+        self.fs.invalidate_cache(f"{up.bucket}/{up.key}")
+
+    def upload_abort(self, up: _Multipart) -> None:
+        try:
+            self._s3("abort_multipart_upload", Bucket=up.bucket, Key=up.key, UploadId=up.upload_id)
+        except Exception:  # noqa: BLE001 - the store cleans up unfinished uploads; the first error is the news
+            pass
 
     def size(self, path: str) -> int:
         self._fresh(path)
@@ -301,11 +246,11 @@ class FsspecStorage(CallbackStorage):
     """Any fsspec filesystem (s3fs, gcsfs, adlfs, memory, ...), through the fsspec API.
 
     Each file is assembled in memory (preallocated from distckpt's size hint, written at offsets by several threads)
-    and uploaded with ``fs.pipe_file`` when distckpt closes it; on S3 through s3fs, a file of two parts or more is
-    streamed instead: a multipart upload whose parts go up while the rest of the file is still being written. Reads
-    are ranged ``fs.cat_file`` calls; the metadata is committed with ``fs.pipe_file(mode="create")`` (a conditional
-    PUT on S3). Memory: a rank holds the files it is writing (at most ``max_in_flight`` writes at once, but whole
-    files until they are closed).
+    and uploaded with ``fs.pipe_file`` when distckpt closes it; on S3 through s3fs, a file of more than one part is
+    streamed instead: distckpt assembles the parts of a multipart upload itself and sends each as soon as its bytes
+    are written, holding a few parts per file, never the whole file. Reads are ranged ``fs.cat_file`` calls; the
+    metadata is committed with ``fs.pipe_file(mode="create")`` (a conditional PUT on S3). Memory: a rank holds the
+    files it is writing whole on other stores, a few parts of each on S3.
 
     Args:
         fs: an ``fsspec.AbstractFileSystem``. Tune the store there (e.g. ``s3fs.S3FileSystem(max_concurrency=8)``
@@ -315,8 +260,9 @@ class FsspecStorage(CallbackStorage):
         read_block_size: smaller reads of data files are served from blocks of this size, each fetched with one
             ranged read and dropped once all of it was handed out (fewer, larger GETs; at most 64 blocks held);
             0: every read is its own ranged read.
-        upload_part_size: the part size of streamed uploads on S3 (at least 5 MiB, S3's smallest part); 0: no
-            streaming, one ``pipe_file`` per file on close.
+        upload_part_size: the part size of streamed uploads on S3 (at least 5 MiB, S3's smallest part; distckpt
+            grows it for files that would need more than 10000 parts); 0: no streaming, one ``pipe_file`` per file on
+            close.
     """
 
     def __init__(

@@ -30,6 +30,14 @@ added to the ``distckpt.Error`` the call raises, and the exception becomes its `
 - ``remove(path)``: remove a file; nothing to do if it is missing.
 - ``commit(path, data, replace)`` (optional): write ``data`` at ``path`` in one atomic step; with ``replace`` False,
   raise ``FileExistsError`` if something is there (S3: a PUT with ``If-None-Match: *``).
+- Multipart uploads (optional, all four or none, with an attribute ``min_part_size``): distckpt then assembles a
+  file of more than one part itself, buffering a few parts at a time and sending each as soon as its bytes are in
+  (the file is never held whole; smaller files still go through ``create``/``write``/``close``).
+  ``upload_begin(path, size_hint) -> handle`` starts one; ``upload_part(handle, part_number, data)`` sends part
+  ``part_number`` (from 1; ``data`` a memoryview valid only during the call; every part but the last is the same size,
+  at least ``min_part_size``; several parts may be in flight at once); ``upload_complete(handle)`` publishes the
+  object; ``upload_abort(handle)`` drops the upload and its parts (called instead of ``upload_complete`` when the
+  file is discarded or a call failed).
 """
 
 from __future__ import annotations
