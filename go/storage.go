@@ -17,6 +17,10 @@ extern int distckptGoStorageList(void *out, char *dir, uintptr_t h);
 extern int distckptGoStorageRemove(char *path, uintptr_t h);
 extern int distckptGoStorageCommit(char *path, void *data, size_t size, int replace, uintptr_t h);
 extern int distckptGoStorageRemoved(char *path, uintptr_t h);
+extern int distckptGoUploadBegin(uintptr_t *up, char *path, uint64_t size_hint, uintptr_t h);
+extern int distckptGoUploadPart(uintptr_t up, unsigned number, void *data, size_t size, uintptr_t h);
+extern int distckptGoUploadComplete(uintptr_t up, uintptr_t h);
+extern int distckptGoUploadAbort(uintptr_t up, uintptr_t h);
 
 static int dgo_create(dckpt_storage_file **file, const char *path, uint64_t size_hint, void *ud) {
   uintptr_t f = 0;
@@ -46,8 +50,27 @@ static int dgo_commit(const char *path, const void *data, size_t size, int repla
 }
 static int dgo_removed(const char *path, void *ud) { return distckptGoStorageRemoved((char *)path, (uintptr_t)ud); }
 
-static int dgo_storage_new(dckpt_storage **out, uintptr_t h, int with_commit, unsigned max_in_flight) {
+static int dgo_upload_begin(dckpt_upload **up, const char *path, uint64_t size_hint, void *ud) {
+  return distckptGoUploadBegin((uintptr_t *)up, (char *)path, size_hint, (uintptr_t)ud);
+}
+static int dgo_upload_part(dckpt_upload *up, unsigned number, const void *data, size_t size, void *ud) {
+  return distckptGoUploadPart((uintptr_t)up, number, (void *)data, size, (uintptr_t)ud);
+}
+static int dgo_upload_complete(dckpt_upload *up, void *ud) {
+  return distckptGoUploadComplete((uintptr_t)up, (uintptr_t)ud);
+}
+static int dgo_upload_abort(dckpt_upload *up, void *ud) { return distckptGoUploadAbort((uintptr_t)up, (uintptr_t)ud); }
+
+static int dgo_storage_new(dckpt_storage **out, uintptr_t h, int with_commit, unsigned max_in_flight, int with_parts,
+                           uint64_t min_part_size) {
   dckpt_storage_callbacks cb = DCKPT_STORAGE_CALLBACKS_INIT;
+  if (with_parts) {
+    cb.upload_begin = dgo_upload_begin;
+    cb.upload_part = dgo_upload_part;
+    cb.upload_complete = dgo_upload_complete;
+    cb.upload_abort = dgo_upload_abort;
+    cb.min_part_size = min_part_size;
+  }
   cb.create = dgo_create;
   cb.write = dgo_write;
   cb.sync = dgo_sync;
@@ -118,6 +141,30 @@ type Committer interface {
 	Commit(path string, data []byte, replace bool) error
 }
 
+// MultipartStorage is implemented by a Storage that takes multipart uploads (S3's). The library then assembles every
+// file of more than one part itself: it buffers a few parts per file (never the whole file), sends each part as soon
+// as its bytes are written, and completes the upload when the file is closed, or aborts it when the file is discarded
+// or a call failed. Smaller files still go through Create/WriteAt/Close.
+type MultipartStorage interface {
+	// MinPartSize is the size of every part but the last (0: the library's 8 MiB); the library grows it so that a
+	// file of its size hint needs at most 10000 parts.
+	MinPartSize() uint64
+	// BeginUpload starts a multipart upload of path; nothing is visible there before its Complete returns nil.
+	BeginUpload(path string, sizeHint uint64) (Upload, error)
+}
+
+// Upload is a multipart upload the library is sending.
+type Upload interface {
+	// UploadPart sends part number (from 1, started in order; several may run at once from different goroutines).
+	// The library owns p's memory: it is valid only during the call.
+	UploadPart(number int, p []byte) error
+	// Complete publishes the object from the parts sent; the last call on the upload (after a failure here the
+	// Upload cleans up itself).
+	Complete() error
+	// Abort drops the upload and its parts (instead of Complete).
+	Abort() error
+}
+
 // StorageHandle is a storage the library writes to and reads from: the POSIX file system (PosixStorage), an
 // in-process memory store (MemoryStorage), or a Go Storage (NewStorage). Pass it in SaveOptions, ReadOptions and
 // ExportOptions; a nil *StorageHandle means the POSIX file system. Safe for concurrent use. Close releases it; a
@@ -135,13 +182,15 @@ type StorageHandle struct {
 // storageHost is what the callbacks reach through the storage's cgo.Handle.
 type storageHost struct {
 	s         Storage
-	committer Committer // nil when s implements no Committer
+	committer Committer        // nil when s implements no Committer
+	parts     MultipartStorage // nil when s implements no MultipartStorage
 	lastMu    sync.Mutex
 	lastErr   error // the most recent error a callback returned (added to the library's message)
 }
 
-// NewStorage makes a handle for a Go Storage. maxInFlight bounds the WriteAt and ReadAt calls running at once
-// (0: the library's default, 16). If s implements Committer, checkpoints are committed through it.
+// NewStorage makes a handle for a Go Storage. maxInFlight bounds the WriteAt, ReadAt and UploadPart calls running at
+// once (0: the library's default, 16). If s implements Committer, checkpoints are committed through it; if it
+// implements MultipartStorage, files of more than one part go up as multipart uploads the library assembles.
 func NewStorage(s Storage, maxInFlight int) (*StorageHandle, error) {
 	if s == nil {
 		return nil, errorf(CodeInvalid, "NewStorage: nil Storage")
@@ -158,8 +207,14 @@ func NewStorage(s Storage, maxInFlight int) (*StorageHandle, error) {
 	if host.committer != nil {
 		withCommit = 1
 	}
+	withParts, minPart := C.int(0), C.uint64_t(0)
+	if m, ok := s.(MultipartStorage); ok {
+		host.parts = m
+		withParts, minPart = 1, C.uint64_t(m.MinPartSize())
+	}
 	if err := ccall(func() C.int {
-		return C.dgo_storage_new(&h.ptr, C.uintptr_t(h.handle), withCommit, C.unsigned(maxInFlight))
+		return C.dgo_storage_new(&h.ptr, C.uintptr_t(h.handle), withCommit, C.unsigned(maxInFlight), withParts,
+			minPart)
 	}); err != nil {
 		h.handle.Delete()
 		return nil, err

@@ -173,6 +173,57 @@ func distckptGoStorageCommit(cpath *C.char, data unsafe.Pointer, size C.size_t, 
 	return s.status("commit", path, s.committer.Commit(path, unsafe.Slice((*byte)(data), int(size)), replace != 0))
 }
 
+// hostUpload is a multipart upload a Storage is sending; its cgo.Handle is the C upload pointer.
+type hostUpload struct {
+	u    Upload
+	path string
+}
+
+//export distckptGoUploadBegin
+func distckptGoUploadBegin(up *C.uintptr_t, cpath *C.char, sizeHint C.uint64_t, h C.uintptr_t) (rc C.int) {
+	s := hostOf(h)
+	path := C.GoString(cpath)
+	defer s.guard("upload_begin", path, &rc)
+	u, err := s.parts.BeginUpload(path, uint64(sizeHint))
+	if err == nil && u == nil {
+		err = errors.New("BeginUpload returned no upload")
+	}
+	if err != nil {
+		return s.status("upload_begin", path, err)
+	}
+	*up = C.uintptr_t(cgo.NewHandle(&hostUpload{u: u, path: path}))
+	return C.DCKPT_OK
+}
+
+//export distckptGoUploadPart
+func distckptGoUploadPart(up C.uintptr_t, number C.unsigned, data unsafe.Pointer, size C.size_t,
+	h C.uintptr_t) (rc C.int) {
+	s := hostOf(h)
+	hu := cgo.Handle(up).Value().(*hostUpload)
+	defer s.guard("upload_part", hu.path, &rc)
+	return s.status("upload_part", hu.path, hu.u.UploadPart(int(number), unsafe.Slice((*byte)(data), int(size))))
+}
+
+//export distckptGoUploadComplete
+func distckptGoUploadComplete(up C.uintptr_t, h C.uintptr_t) (rc C.int) {
+	s := hostOf(h)
+	uh := cgo.Handle(up)
+	hu := uh.Value().(*hostUpload)
+	defer uh.Delete() // the last call on the upload, whatever it returns
+	defer s.guard("upload_complete", hu.path, &rc)
+	return s.status("upload_complete", hu.path, hu.u.Complete())
+}
+
+//export distckptGoUploadAbort
+func distckptGoUploadAbort(up C.uintptr_t, h C.uintptr_t) (rc C.int) {
+	s := hostOf(h)
+	uh := cgo.Handle(up)
+	hu := uh.Value().(*hostUpload)
+	defer uh.Delete()
+	defer s.guard("upload_abort", hu.path, &rc)
+	return s.status("upload_abort", hu.path, hu.u.Abort())
+}
+
 //export distckptGoStorageRemoved
 func distckptGoStorageRemoved(cpath *C.char, h C.uintptr_t) (rc C.int) {
 	hook := cgo.Handle(h).Value().(*removedHook)

@@ -1,6 +1,6 @@
 // Package s3 is a distckpt.Storage for S3 and S3-compatible object stores (MinIO, Ceph RGW, moto, ...), written on
-// the standard library only: requests are signed with AWS Signature Version 4, objects are written with PUT (a
-// multipart upload above Config.MultipartThreshold), read with ranged GETs, sized with HEAD, listed with
+// the standard library only: requests are signed with AWS Signature Version 4, objects are written with PUT (or a
+// multipart upload the library streams part by part), read with ranged GETs, sized with HEAD, listed with
 // ListObjectsV2 (delimiter "/"), and removed with DELETE. A checkpoint's metadata is committed with one PUT, made
 // conditional ("If-None-Match: *") when it must not replace anything.
 //
@@ -11,8 +11,10 @@
 // it since August 2024) lets a save without overwrite replace a checkpoint another writer committed at the same path
 // at the same moment. The library checks that nothing is there before it commits, so only that race is lost.
 //
-// Files are buffered in memory until they are closed (a data file of a checkpoint is as large as its share of the
-// state).
+// The Client is a distckpt.MultipartStorage: the library assembles every file of more than one part (Config.PartSize)
+// itself and streams it as a multipart upload, part by part while the file is written, so a data file is never held
+// whole in memory. Smaller files (the metadata, small data files) are buffered until they are closed and sent with
+// one PUT.
 package s3
 
 import (
@@ -42,8 +44,9 @@ type Config struct {
 	// Endpoint is the store's URL ("http://127.0.0.1:9000"); requests then use path-style addressing
 	// (ENDPOINT/bucket/key). "": AWS, virtual-hosted style (https://bucket.s3.REGION.amazonaws.com/key).
 	Endpoint string
-	// MultipartThreshold: objects larger than this are uploaded in parts of PartSize (0: 64 MiB and 16 MiB; S3
-	// requires parts of at least 5 MiB but the last).
+	// PartSize is the part size of multipart uploads (S3 requires parts of at least 5 MiB but the last): the library
+	// streams every file larger than one part through BeginUpload. MultipartThreshold applies to objects written
+	// through a StorageFile (Create) directly: those larger are uploaded in parts on Close. 0: 16 MiB and 64 MiB.
 	MultipartThreshold int64
 	PartSize           int64
 	HTTPClient         *http.Client // nil: http.DefaultClient
@@ -480,23 +483,79 @@ func (o *object) Close(size uint64, discard bool) error {
 	return o.c.Commit(o.path, data, true)
 }
 
-// putMultipart uploads data in parts of PartSize, four at a time, and aborts the upload when a part fails.
+// MinPartSize is the part size of the files the library streams through BeginUpload (Config.PartSize).
+func (c *Client) MinPartSize() uint64 { return uint64(c.cfg.PartSize) }
+
+// BeginUpload starts a multipart upload whose parts the library sends while it writes the file (distckpt's
+// MultipartStorage): a data file is streamed, never held whole in memory.
+func (c *Client) BeginUpload(path string, sizeHint uint64) (distckpt.Upload, error) {
+	bucket, key, err := Split(path)
+	if err != nil {
+		return nil, err
+	}
+	id, err := c.startMultipart(bucket, key, path)
+	if err != nil {
+		return nil, err
+	}
+	return &upload{c: c, path: path, bucket: bucket, key: key, id: id, etags: map[int]string{}}, nil
+}
+
+// upload is a multipart upload the library is sending.
+type upload struct {
+	c                     *Client
+	path, bucket, key, id string
+	mu                    sync.Mutex
+	etags                 map[int]string
+}
+
+func (u *upload) UploadPart(number int, p []byte) error {
+	// The library's buffer is valid only during the call, and the HTTP transport may still hold a request body
+	// after the response came back: send a copy.
+	etag, err := u.c.putPart(u.bucket, u.key, u.id, number, append([]byte(nil), p...))
+	if err != nil {
+		return err
+	}
+	u.mu.Lock()
+	u.etags[number] = etag
+	u.mu.Unlock()
+	return nil
+}
+
+func (u *upload) Complete() error {
+	u.mu.Lock()
+	etags := make([]string, len(u.etags))
+	for n, tag := range u.etags {
+		if n < 1 || n > len(etags) {
+			u.mu.Unlock()
+			u.c.abortMultipart(u.bucket, u.key, u.id)
+			return fmt.Errorf("s3: completing the upload of %s: parts are not numbered 1..%d", u.path, len(etags))
+		}
+		etags[n-1] = tag
+	}
+	u.mu.Unlock()
+	if err := u.c.completeMultipart(u.bucket, u.key, u.id, u.path, etags); err != nil {
+		u.c.abortMultipart(u.bucket, u.key, u.id) // nothing more is called on a failed upload: leave no parts
+		return err
+	}
+	return nil
+}
+
+func (u *upload) Abort() error {
+	u.c.abortMultipart(u.bucket, u.key, u.id)
+	return nil
+}
+
+// putMultipart uploads data in parts of PartSize, four at a time, and aborts the upload when a part fails (a file
+// written through the StorageFile interface directly; the library streams its files through BeginUpload instead).
 func (c *Client) putMultipart(path string, data []byte) error {
 	bucket, key, err := Split(path)
 	if err != nil {
 		return err
 	}
-	resp, err := c.do(request{method: "POST", bucket: bucket, key: key, query: map[string]string{"uploads": ""}})
+	id, err := c.startMultipart(bucket, key, path)
 	if err != nil {
 		return err
 	}
-	var started struct{ UploadId string }
-	err = xml.NewDecoder(resp.Body).Decode(&started)
-	drain(resp)
-	if err != nil || started.UploadId == "" {
-		return fmt.Errorf("s3: starting a multipart upload of %s: no upload id (%v)", path, err)
-	}
-	id := started.UploadId
 	parts := int((int64(len(data)) + c.cfg.PartSize - 1) / c.cfg.PartSize)
 	etags := make([]string, parts)
 	errs := make([]error, parts)
@@ -512,39 +571,70 @@ func (c *Client) putMultipart(path string, data []byte) error {
 		sem <- struct{}{}
 		go func(i int, part []byte) {
 			defer func() { <-sem; wg.Done() }()
-			q := map[string]string{"partNumber": strconv.Itoa(i + 1), "uploadId": id}
-			resp, err := c.do(request{method: "PUT", bucket: bucket, key: key, query: q, body: part, retry: true})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			etags[i] = resp.Header.Get("ETag")
-			drain(resp)
+			etags[i], errs[i] = c.putPart(bucket, key, id, i+1, part)
 		}(i, data[lo:hi])
 	}
 	wg.Wait()
-	abort := func(cause error) error {
-		if resp, err := c.do(request{method: "DELETE", bucket: bucket, key: key,
-			query: map[string]string{"uploadId": id}, retry: true}); err == nil {
-			drain(resp)
-		}
-		return cause
-	}
 	for _, err := range errs {
 		if err != nil {
-			return abort(err)
+			c.abortMultipart(bucket, key, id)
+			return err
 		}
 	}
+	if err := c.completeMultipart(bucket, key, id, path, etags); err != nil {
+		c.abortMultipart(bucket, key, id)
+		return err
+	}
+	return nil
+}
+
+// startMultipart starts a multipart upload and returns its id.
+func (c *Client) startMultipart(bucket, key, path string) (string, error) {
+	resp, err := c.do(request{method: "POST", bucket: bucket, key: key, query: map[string]string{"uploads": ""}})
+	if err != nil {
+		return "", err
+	}
+	var started struct{ UploadId string }
+	err = xml.NewDecoder(resp.Body).Decode(&started)
+	drain(resp)
+	if err != nil || started.UploadId == "" {
+		return "", fmt.Errorf("s3: starting a multipart upload of %s: no upload id (%v)", path, err)
+	}
+	return started.UploadId, nil
+}
+
+// putPart sends part number (from 1) of upload id and returns its ETag.
+func (c *Client) putPart(bucket, key, id string, number int, part []byte) (string, error) {
+	q := map[string]string{"partNumber": strconv.Itoa(number), "uploadId": id}
+	resp, err := c.do(request{method: "PUT", bucket: bucket, key: key, query: q, body: part, retry: true})
+	if err != nil {
+		return "", err
+	}
+	etag := resp.Header.Get("ETag")
+	drain(resp)
+	return etag, nil
+}
+
+// abortMultipart drops an upload and its parts (best effort: the store expires unfinished uploads anyway).
+func (c *Client) abortMultipart(bucket, key, id string) {
+	if resp, err := c.do(request{method: "DELETE", bucket: bucket, key: key,
+		query: map[string]string{"uploadId": id}, retry: true}); err == nil {
+		drain(resp)
+	}
+}
+
+// completeMultipart publishes the object made of the parts with these ETags (part i+1 has etags[i]).
+func (c *Client) completeMultipart(bucket, key, id, path string, etags []string) error {
 	var doc strings.Builder
 	doc.WriteString("<CompleteMultipartUpload>")
 	for i, tag := range etags {
 		fmt.Fprintf(&doc, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i+1, xmlEscape(tag))
 	}
 	doc.WriteString("</CompleteMultipartUpload>")
-	resp, err = c.do(request{method: "POST", bucket: bucket, key: key, query: map[string]string{"uploadId": id},
+	resp, err := c.do(request{method: "POST", bucket: bucket, key: key, query: map[string]string{"uploadId": id},
 		body: []byte(doc.String()), retry: true})
 	if err != nil {
-		return abort(err)
+		return err
 	}
 	// S3 may report a failure of the completion inside a 200 response.
 	body, _ := io.ReadAll(resp.Body)
@@ -555,7 +645,7 @@ func (c *Client) putMultipart(path string, data []byte) error {
 		Message string `xml:"Message"`
 	}
 	if xml.Unmarshal(body, &failed) == nil && failed.XMLName.Local == "Error" {
-		return abort(&Error{Op: "POST", Path: path, Status: http.StatusOK, Code: failed.Code, Message: failed.Message})
+		return &Error{Op: "POST", Path: path, Status: http.StatusOK, Code: failed.Code, Message: failed.Message}
 	}
 	return nil
 }

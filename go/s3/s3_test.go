@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	distckpt "distckpt.dev/go"
@@ -184,5 +185,108 @@ func TestCheckpointOnS3(t *testing.T) {
 	}
 	if names, err := c.List(path); err != nil || len(names) != 0 {
 		t.Fatalf("left after RemoveCheckpoint: %v, %v", names, err)
+	}
+}
+
+// partCounter is the Client with its multipart uploads counted (the library streams files through them).
+type partCounter struct {
+	*s3.Client
+	mu      sync.Mutex
+	parts   []int // part numbers in the order they were sent
+	aborted int
+	fail    int // > 0: that part number fails
+}
+
+func (p *partCounter) BeginUpload(path string, sizeHint uint64) (distckpt.Upload, error) {
+	u, err := p.Client.BeginUpload(path, sizeHint)
+	if err != nil {
+		return nil, err
+	}
+	return &countedUpload{Upload: u, p: p}, nil
+}
+
+type countedUpload struct {
+	distckpt.Upload
+	p *partCounter
+}
+
+func (u *countedUpload) UploadPart(number int, data []byte) error {
+	u.p.mu.Lock()
+	u.p.parts = append(u.p.parts, number)
+	fail := u.p.fail == number
+	u.p.mu.Unlock()
+	if fail {
+		return errors.New("connection reset")
+	}
+	return u.Upload.UploadPart(number, data)
+}
+
+func (u *countedUpload) Abort() error {
+	u.p.mu.Lock()
+	u.p.aborted++
+	u.p.mu.Unlock()
+	return u.Upload.Abort()
+}
+
+func TestLargeDataFilesStreamAsMultipartUploads(t *testing.T) {
+	// A 12 MiB tensor in parts of 5 MiB: the library assembles the parts and sends them through BeginUpload while it
+	// writes the data file; the metadata goes up with one PUT.
+	c := client(t, func(cfg *s3.Config) { cfg.PartSize = 5 << 20 })
+	p := &partCounter{Client: c}
+	h, err := distckpt.NewStorage(p, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	data := make([]byte, 12<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	state := distckpt.NewState()
+	if err := state.AddTensorData("w", distckpt.U8, []uint64{uint64(len(data))}, data); err != nil {
+		t.Fatal(err)
+	}
+	path := "s3://bkt/big/step-1"
+	if _, err := distckpt.Save(path, state, &distckpt.SaveOptions{Storage: h}); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	parts := append([]int(nil), p.parts...)
+	p.mu.Unlock()
+	sort.Ints(parts)
+	if fmt.Sprint(parts) != "[1 2 3]" {
+		t.Fatalf("parts sent: %v, want 1..3", parts)
+	}
+	r, err := distckpt.Open(path, &distckpt.ReadOptions{Storage: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Verify(nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Read("w")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back: %d bytes, %v", len(got), err)
+	}
+
+	// A failed part fails the save, aborts the upload, and no data file appears.
+	p.fail = 2
+	failed := "s3://bkt/big/failed"
+	if _, err := distckpt.Save(failed, state, &distckpt.SaveOptions{Storage: h}); err == nil ||
+		!strings.Contains(err.Error(), "connection reset") {
+		t.Fatalf("a save whose part fails: %v", err)
+	}
+	if p.aborted != 1 {
+		t.Fatalf("aborted uploads: %d, want 1", p.aborted)
+	}
+	names, err := c.List(failed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "data-") {
+			t.Fatalf("a data file of the failed save is visible: %v", names)
+		}
 	}
 }
