@@ -78,7 +78,7 @@ pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
 pub use leftovers::{leftovers_of, remove_leftover, scan_leftovers, Leftover, LeftoverKind, WriterState};
 pub use state::{LoadState, SaveFuture, SaveInfo, SaveOptions, SaveState};
-pub use storage::{export_safetensors, ExportOptions, PathInfo, PathKind, Storage, StorageFile, StorageHandle};
+pub use storage::{export_safetensors, ExportOptions, PathInfo, PathKind, Storage, StorageFile, StorageHandle, Upload};
 pub use version::{check_abi, library_version};
 pub use view::{Advice, ChunkView, OwnedChunkView, OwnedTensorView, TensorView};
 pub use whole::LoadedTensor;

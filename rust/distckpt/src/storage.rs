@@ -49,6 +49,18 @@ pub trait StorageFile: Send + Sync {
     fn close(self: Box<Self>, size: u64, discard: bool) -> io::Result<()>;
 }
 
+/// A multipart upload a [`Storage`] is sending (what [`Storage::begin_upload`] returns): distckpt assembles the file
+/// into parts and sends them, then completes or aborts the upload, exactly once.
+pub trait Upload: Send + Sync {
+    /// Sends part `number` (from 1, started in order; several parts may be in flight at once from different threads).
+    /// Every part but the last has the same size, at least [`Storage::min_part_size`]'s.
+    fn upload_part(&self, number: u32, data: &[u8]) -> io::Result<()>;
+    /// Publishes the object from the parts sent. The last call: after an error here the upload cleans up itself.
+    fn complete(self: Box<Self>) -> io::Result<()>;
+    /// Abandons the upload and its parts (instead of `complete`, when the file is discarded or a call failed).
+    fn abort(self: Box<Self>) -> io::Result<()>;
+}
+
 /// Storage written in Rust. Paths are '/'-separated strings exactly as given to the save or open call, joined with
 /// plain file names (`"<checkpoint>/metadata.dckpt"`); there are no directories to create or rename. Every method may
 /// be called from several threads at once (at most `max_in_flight` writes and reads together).
@@ -80,6 +92,25 @@ pub trait Storage: Send + Sync {
     fn commit(&self, path: &str, data: &[u8], replace: bool) -> io::Result<()> {
         let _ = (path, data, replace);
         Err(io::Error::new(io::ErrorKind::Unsupported, "this storage has no atomic commit"))
+    }
+    /// Whether [`begin_upload`](Self::begin_upload) is implemented (default false). With it, distckpt assembles every
+    /// file of more than one part itself: it buffers a few parts per file (never the whole file), sends each as soon
+    /// as its bytes are written, and completes the upload on close or aborts it on discard or failure; smaller files
+    /// still go through [`create`](Self::create). Read once, by [`StorageHandle::from_storage`].
+    fn supports_multipart(&self) -> bool {
+        false
+    }
+    /// The size of every part but the last (0: distckpt's 8 MiB; grown so a file needs at most 10000 parts). Read
+    /// once, by [`StorageHandle::from_storage`].
+    fn min_part_size(&self) -> u64 {
+        0
+    }
+    /// Starts a multipart upload of `path` (`size_hint`: its final size, 0 when unknown); nothing is visible there
+    /// before the upload's `complete` succeeds. Called only when
+    /// [`supports_multipart`](Self::supports_multipart) returns true.
+    fn begin_upload(&self, path: &str, size_hint: u64) -> io::Result<Box<dyn Upload>> {
+        let _ = (path, size_hint);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this storage has no multipart uploads"))
     }
 }
 
@@ -269,6 +300,56 @@ unsafe extern "C" fn t_commit(
     rc
 }
 
+/// The upload handle the C library holds: the Rust upload and its path (for messages).
+struct OpenUpload {
+    upload: Box<dyn Upload>,
+    path: String,
+}
+
+unsafe extern "C" fn t_upload_begin(
+    up: *mut *mut sys::dckpt_upload,
+    path: *const c_char,
+    size_hint: u64,
+    ud: *mut c_void,
+) -> c_int {
+    let b = bridge(ud);
+    let name = lossy_string(path);
+    b.run("upload_begin", &name, || {
+        let p = callback_path(path)?;
+        let u = b.storage.begin_upload(p, size_hint)?;
+        *up = Box::into_raw(Box::new(OpenUpload { upload: u, path: p.to_string() })).cast();
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn t_upload_part(
+    up: *mut sys::dckpt_upload,
+    number: std::os::raw::c_uint,
+    data: *const c_void,
+    size: usize,
+    ud: *mut c_void,
+) -> c_int {
+    let b = bridge(ud);
+    let u = &*(up as *const OpenUpload);
+    b.run("upload_part", &u.path, || {
+        let bytes = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        u.upload.upload_part(number, bytes)
+    })
+}
+
+unsafe extern "C" fn t_upload_complete(up: *mut sys::dckpt_upload, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    // The last call on the upload: the box is taken back here whatever happens.
+    let OpenUpload { upload, path } = *Box::from_raw(up as *mut OpenUpload);
+    b.run("upload_complete", &path, move || upload.complete())
+}
+
+unsafe extern "C" fn t_upload_abort(up: *mut sys::dckpt_upload, ud: *mut c_void) -> c_int {
+    let b = bridge(ud);
+    let OpenUpload { upload, path } = *Box::from_raw(up as *mut OpenUpload);
+    b.run("upload_abort", &path, move || upload.abort())
+}
+
 impl Bridge {
     fn forget(&self, path: &str) {
         lock(&self.errors).retain(|(p, _)| p != path);
@@ -372,11 +453,13 @@ impl StorageHandle {
         Ok(Self::wrap(raw, "memory", None))
     }
 
-    /// Storage written in Rust, behind the C callbacks. `max_in_flight`: the most write and read calls running at
-    /// once (0: the library's default, 16). Checkpoints on it are committed by writing the metadata last.
+    /// Storage written in Rust, behind the C callbacks. `max_in_flight`: the most write, read and part upload calls
+    /// running at once (0: the library's default, 16). Checkpoints on it are committed by writing the metadata last.
     pub fn from_storage(storage: Arc<dyn Storage>, max_in_flight: u32) -> Result<StorageHandle> {
         check_abi()?;
         let has_commit = storage.supports_commit();
+        let multipart = storage.supports_multipart();
+        let min_part_size = if multipart { storage.min_part_size() } else { 0 };
         let bridge = Box::new(Bridge { storage, errors: Mutex::new(Vec::new()) });
         let mut cb: sys::dckpt_storage_callbacks = unsafe { std::mem::zeroed() };
         check(unsafe { sys::dckpt_storage_callbacks_init(&mut cb, sys::DCKPT_STORAGE_CALLBACKS_VERSION) })?;
@@ -389,6 +472,13 @@ impl StorageHandle {
         cb.list = Some(t_list);
         cb.remove = Some(t_remove);
         cb.commit = if has_commit { Some(t_commit) } else { None };
+        if multipart {
+            cb.upload_begin = Some(t_upload_begin);
+            cb.upload_part = Some(t_upload_part);
+            cb.upload_complete = Some(t_upload_complete);
+            cb.upload_abort = Some(t_upload_abort);
+            cb.min_part_size = min_part_size;
+        }
         // The box's address is stable; it lives in `Inner` until after dckpt_storage_free.
         cb.user_data = &*bridge as *const Bridge as *mut c_void;
         cb.max_in_flight = max_in_flight;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use distckpt::{
     export_safetensors, Checkpoint, Dtype, ErrorCode, ExportOptions, LoadState, PathKind, ReadOptions, SaveOptions,
-    SaveState, Storage, StorageFile, StorageHandle,
+    SaveState, Storage, StorageFile, StorageHandle, Upload,
 };
 
 /// What a test makes the store do, on top of storing files.
@@ -629,4 +629,122 @@ fn posix_handle_is_the_file_system_and_memory_outlives_its_handle() {
     let h = ckpt.storage().unwrap().clone();
     drop(ckpt);
     assert_eq!(h.stat("mem/ckpt", Duration::ZERO).unwrap().kind, PathKind::Checkpoint);
+}
+
+/// The memory store with multipart uploads: parts are kept per upload and become the file on complete; every part
+/// sent is logged (number, size), and part `fail_part` fails.
+struct Parted {
+    store: Arc<MemStore>,
+    part: u64,
+    log: Arc<Mutex<Vec<(u32, usize)>>>,
+    aborted: Arc<AtomicUsize>,
+    fail_part: u32,
+}
+
+struct PartedUpload {
+    store: Arc<MemStore>,
+    path: String,
+    parts: Mutex<std::collections::BTreeMap<u32, Vec<u8>>>,
+    log: Arc<Mutex<Vec<(u32, usize)>>>,
+    aborted: Arc<AtomicUsize>,
+    fail_part: u32,
+}
+
+impl Upload for PartedUpload {
+    fn upload_part(&self, number: u32, data: &[u8]) -> io::Result<()> {
+        self.log.lock().unwrap().push((number, data.len()));
+        if number == self.fail_part {
+            return Err(io::Error::new(io::ErrorKind::Other, "connection reset"));
+        }
+        self.parts.lock().unwrap().insert(number, data.to_vec());
+        Ok(())
+    }
+    fn complete(self: Box<Self>) -> io::Result<()> {
+        let parts = self.parts.into_inner().unwrap();
+        let mut object = Vec::new();
+        for (i, (n, bytes)) in parts.into_iter().enumerate() {
+            assert_eq!(n as usize, i + 1, "parts are numbered from 1 without gaps");
+            object.extend_from_slice(&bytes);
+        }
+        self.store.files.lock().unwrap().insert(self.path, object);
+        Ok(())
+    }
+    fn abort(self: Box<Self>) -> io::Result<()> {
+        self.aborted.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Storage for Parted {
+    fn create(&self, path: &str, size_hint: u64) -> io::Result<Box<dyn StorageFile>> {
+        Shared(self.store.clone(), false).create(path, size_hint)
+    }
+    fn size(&self, path: &str) -> io::Result<u64> {
+        Shared(self.store.clone(), false).size(path)
+    }
+    fn read_at(&self, path: &str, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        Shared(self.store.clone(), false).read_at(path, offset, buf)
+    }
+    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        Shared(self.store.clone(), false).list(dir)
+    }
+    fn remove(&self, path: &str) -> io::Result<()> {
+        Shared(self.store.clone(), false).remove(path)
+    }
+    fn supports_multipart(&self) -> bool {
+        true
+    }
+    fn min_part_size(&self) -> u64 {
+        self.part
+    }
+    fn begin_upload(&self, path: &str, _size_hint: u64) -> io::Result<Box<dyn Upload>> {
+        Ok(Box::new(PartedUpload {
+            store: self.store.clone(),
+            path: path.to_string(),
+            parts: Mutex::new(Default::default()),
+            log: self.log.clone(),
+            aborted: self.aborted.clone(),
+            fail_part: self.fail_part,
+        }))
+    }
+}
+
+#[test]
+fn multipart_uploads_are_assembled_by_distckpt() {
+    for fail_part in [0, 2] {
+        let store = MemStore::new();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let aborted = Arc::new(AtomicUsize::new(0));
+        let part = 1u64 << 20;
+        let parted = Parted { store: store.clone(), part, log: log.clone(), aborted: aborted.clone(), fail_part };
+        let h = StorageHandle::from_storage(Arc::new(parted), 4).unwrap();
+        let w = iota(1000, 1100); // 4.2 MiB: 5 parts of 1 MiB, the last short
+        let mut s = SaveState::new().unwrap();
+        s.add_tensor("w", &[1000, 1100], &w).unwrap();
+        let path = format!("bucket/parts{fail_part}");
+        let saved = s.save(&path, &save_opts(&h));
+        if fail_part != 0 {
+            let err = saved.unwrap_err();
+            assert!(err.to_string().contains("connection reset"), "{err}");
+            assert_eq!(aborted.load(Ordering::SeqCst), 1);
+            assert!(store.paths_under(&path).iter().all(|f| !f.contains("/data-")), "{:?}", store.paths_under(&path));
+            continue;
+        }
+        saved.unwrap();
+        let data = store.paths_under(&path).into_iter().find(|f| f.contains("/data-")).unwrap();
+        let size = store.files.lock().unwrap()[&data].len() as u64;
+        let mut sent = log.lock().unwrap().clone();
+        sent.sort();
+        let n = ((size + part - 1) / part) as u32;
+        assert_eq!(sent.len() as u32, n, "{sent:?}");
+        for (i, (number, len)) in sent.iter().enumerate() {
+            assert_eq!(*number as usize, i + 1);
+            let want = if *number < n { part } else { size - (n as u64 - 1) * part };
+            assert_eq!(*len as u64, want, "part {number}");
+        }
+        assert_eq!(aborted.load(Ordering::SeqCst), 0);
+        let ckpt = Checkpoint::open_with(&path, None, &read_opts(&h)).unwrap();
+        assert_eq!(ckpt.read::<f32>("w").unwrap(), w);
+        ckpt.verify().unwrap();
+    }
 }
