@@ -114,6 +114,7 @@ class FaultWritableFile final : public WritableFile {
     return st.ok() ? closed : st;
   }
   const std::string& path() const override { return base_->path(); }
+  void ExpectWrites(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) override { base_->ExpectWrites(ranges); }
 
  private:
   FaultStorage* fs_;
