@@ -284,6 +284,67 @@ def test_callback_exceptions_become_errors_with_their_text():
     assert "raised" not in str(info.value)  # a missing path is an answer, not a callback failure
 
 
+class PartedFiles(DictFiles):
+    """DictFiles with multipart uploads: parts kept per upload, the file made of them on complete; every part sent is
+    logged as (number, size), and part ``fail_part`` fails."""
+
+    min_part_size = 1 << 20
+
+    def __init__(self):
+        super().__init__()
+        self.sent = []
+        self.aborted = 0
+        self.fail_part = 0
+
+    def upload_begin(self, path, size_hint):
+        return [path, {}]
+
+    def upload_part(self, up, number, data):
+        with self.lock:
+            self.sent.append((number, len(data)))
+        if number == self.fail_part:
+            raise ConnectionResetError("connection reset by the store")
+        up[1][number] = bytes(data)
+
+    def upload_complete(self, up):
+        parts = up[1]
+        assert sorted(parts) == list(range(1, len(parts) + 1))
+        with self.lock:
+            self.files[up[0]] = b"".join(parts[n] for n in sorted(parts))
+
+    def upload_abort(self, up):
+        with self.lock:
+            self.aborted += 1
+
+
+def test_multipart_uploads_are_assembled_by_the_core():
+    files = PartedFiles()
+    st = distckpt.CallbackStorage(files, max_in_flight=4)
+    big = {"w": np.arange((4 << 20) // 4 + 1000, dtype=np.float32)}  # 4 MiB and a little: 5 parts of 1 MiB
+    distckpt.save(big, "mp", storage=st)
+    (data,) = [p for p in files.files if "/data-" in p]
+    size, part = len(files.files[data]), files.min_part_size
+    n = -(-size // part)
+    assert sorted(files.sent) == [(i, part) for i in range(1, n)] + [(n, size - (n - 1) * part)]
+    assert "mp/metadata.dckpt" in files.files and files.aborted == 0
+    np.testing.assert_array_equal(distckpt.load(None, "mp", storage=st)["w"], big["w"])
+
+    files.fail_part = 2  # a failed part fails the save, aborts its upload, and no data file appears
+    with pytest.raises(distckpt.Error, match="connection reset by the store"):
+        distckpt.save(big, "failed", storage=st)
+    assert files.aborted == 1
+    assert not [p for p in files.files if p.startswith("failed/") and "/data-" in p]
+
+
+def test_upload_methods_go_together():
+    class Half(DictFiles):
+        def upload_begin(self, path, size_hint):
+            return None
+
+    with pytest.raises(TypeError, match="upload_part"):
+        distckpt.CallbackStorage(Half())
+
+
 def test_a_storage_needs_the_required_methods():
     class NoRead:
         def create(self, path, size_hint):
