@@ -222,8 +222,9 @@ typedef void dckpt_upload;
  * object key, a bucket and key, a local path). There are no directories to create or rename: a "directory" is the
  * set of paths below a prefix. Every callback returns 0 on success or a negative DCKPT_E* code (DCKPT_ENOTFOUND for
  * a missing path, DCKPT_ENOSPC, DCKPT_EIO...); any other non-zero value is DCKPT_EUSER. Callbacks are called from
- * several threads at once (at most `max_in_flight` write/read calls together), so they must be thread-safe; a
- * callback may set no distckpt error (dckpt_error_last is distckpt's, it names the path and the operation). */
+ * several threads at once (at most `max_in_flight` write/read/upload_part calls together), so they must be
+ * thread-safe; a callback may set no distckpt error (dckpt_error_last is distckpt's, it names the path and the
+ * operation). */
 /* The callback types of dckpt_storage_callbacks, one per field (its comment there says what the callback must do). */
 typedef int (*dckpt_storage_create_fn)(dckpt_storage_file **file, const char *path, uint64_t size_hint,
                                        void *user_data);
