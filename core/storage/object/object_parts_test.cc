@@ -208,6 +208,17 @@ TEST(ObjectPartsTest, AFileLargerThanTheBuffersIsStreamed) {
   EXPECT_TRUE(back == data);
 }
 
+TEST(ObjectPartsTest, OneWriteOfManyPartsIsStreamedToo) {
+  Fixture f(/*max_buffers=*/2);
+  const size_t size = 64 * kPart + 5;
+  const std::string data = Bytes(size, 7);
+  DCKPT_ASSERT_OK(f.storage->WriteFileDurably("b/one-write", data));
+  EXPECT_LE(f.memory->peak.load(), 2 * kPart);
+  ExpectParts(f.client.get(), size);
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::string back, f.storage->ReadFile("b/one-write", size));
+  EXPECT_TRUE(back == data);
+}
+
 TEST(ObjectPartsTest, ExpectedRangesLetPartsWithPaddingGoUpEarly) {
   // Chunks with gaps between them (the 4 KiB alignment of a data file): without the hint the parts would wait for
   // bytes that never come.

@@ -207,44 +207,20 @@ class PartedWritableFile final : public WritableFile {
       end_ = std::max(end_, offset);
       return OkStatus();
     }
-    const uint64_t first = offset / part_size_, last = (offset + size - 1) / part_size_;
-    if (first < next_send_) {
+    if (offset / part_size_ < next_send_) {
       return InvalidArgument("writing " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
-                             " of " + Quoted(path_) + ": part " + std::to_string(first + 1) +
+                             " of " + Quoted(path_) + ": part " + std::to_string(offset / part_size_ + 1) +
                              " was already uploaded (the bytes expected in it were all written)");
     }
-    // Wait for the window to reach `last`, while something running can move it.
-    while (last >= Base() + limit_) {
-      if (active_ == 0 && sending_ == 0) {
-        limit_ = static_cast<unsigned>(last - Base() + 1);
-        break;
-      }
-      cv_.wait(lock);
-      DCKPT_RETURN_IF_ERROR(Usable("writing to"));
-    }
-    std::vector<std::pair<char*, uint64_t>> targets;  // {where, how many} for each part touched
-    for (uint64_t k = first; k <= last; ++k) {
-      Part& part = Buffer(k);
-      const uint64_t lo = std::max(offset, k * part_size_), hi = std::min(offset + size, (k + 1) * part_size_);
-      targets.emplace_back(part.data.get() + (lo - k * part_size_), hi - lo);
-    }
-    ++active_;
-    lock.unlock();
-    // Disjoint ranges: no other write touches these bytes, and a part is not sent before they are counted.
+    // Part by part, so that a write spanning many parts streams like many writes.
     const char* src = static_cast<const char*>(data);
-    for (const auto& [dst, n] : targets) {
-      std::memcpy(dst, src, n);
+    for (uint64_t pos = offset, end = offset + size; pos < end;) {
+      const uint64_t k = pos / part_size_, n = std::min(end, (k + 1) * part_size_) - pos;
+      DCKPT_RETURN_IF_ERROR(WriteInPart(lock, k, pos, src, n));
+      pos += n;
       src += n;
     }
-    lock.lock();
-    --active_;
-    for (uint64_t k = first; k <= last; ++k) {
-      const uint64_t lo = std::max(offset, k * part_size_), hi = std::min(offset + size, (k + 1) * part_size_);
-      parts_[k].written += hi - lo;
-    }
-    end_ = std::max(end_, offset + size);
-    cv_.notify_all();
-    return SendReady(lock);
+    return OkStatus();
   }
 
   Status Preallocate(uint64_t size) override {
@@ -304,6 +280,30 @@ class PartedWritableFile final : public WritableFile {
     uint64_t expected = 0;         // bytes that will be written into it
     bool sending = false;
   };
+
+  // Copies n bytes at file offset pos, all inside part k, into its buffer, then sends what became ready.
+  Status WriteInPart(std::unique_lock<std::mutex>& lock, uint64_t k, uint64_t pos, const char* src, uint64_t n) {
+    // Wait for the window to reach part k, while something running can move it.
+    while (k >= Base() + limit_) {
+      if (active_ == 0 && sending_ == 0) {
+        limit_ = static_cast<unsigned>(k - Base() + 1);
+        break;
+      }
+      cv_.wait(lock);
+      DCKPT_RETURN_IF_ERROR(Usable("writing to"));
+    }
+    char* dst = Buffer(k).data.get() + (pos - k * part_size_);
+    ++active_;
+    lock.unlock();
+    // Disjoint ranges: no other write touches these bytes, and the part is not sent before they are counted.
+    std::memcpy(dst, src, static_cast<size_t>(n));
+    lock.lock();
+    --active_;
+    parts_[k].written += n;
+    end_ = std::max(end_, pos + n);
+    cv_.notify_all();
+    return SendReady(lock);
+  }
 
   Status Usable(const char* operation) {
     if (closed_ || closing_) return ClosedFileError(path_, operation);
