@@ -96,6 +96,16 @@ struct Shared {
 
 // The object is started on the first write (or Preallocate, whose size becomes the client's size hint) and published
 // by Close; dropping the file unclosed discards it.
+// Truncate of an upload: it can only grow (the bytes past what was written read as zeros).
+Status GrowTo(const std::string& path, uint64_t size, uint64_t* end) {
+  if (size < *end) {
+    return Unsupported("truncating " + Quoted(path) + " to " + std::to_string(size) + " bytes below the " +
+                       std::to_string(*end) + " already written: an object store cannot shrink an upload");
+  }
+  *end = size;
+  return OkStatus();
+}
+
 class ObjectWritableFile final : public WritableFile {
  public:
   ObjectWritableFile(std::shared_ptr<Shared> shared, std::string path)
@@ -126,12 +136,7 @@ class ObjectWritableFile final : public WritableFile {
     DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
     DCKPT_RETURN_IF_ERROR(Started(size, "truncating").status());
     std::lock_guard<std::mutex> lock(mu_);
-    if (size < end_) {
-      return Unsupported("truncating " + Quoted(path_) + " to " + std::to_string(size) + " bytes below the " +
-                         std::to_string(end_) + " already written: an object store cannot shrink an upload");
-    }
-    end_ = size;
-    return OkStatus();
+    return GrowTo(path_, size, &end_);
   }
 
   Status Sync() override {
@@ -243,12 +248,7 @@ class PartedWritableFile final : public WritableFile {
     DCKPT_RETURN_IF_ERROR(CheckRange(path_, 0, size));
     std::lock_guard<std::mutex> lock(mu_);
     DCKPT_RETURN_IF_ERROR(Usable("truncating"));
-    if (size < end_) {
-      return Unsupported("truncating " + Quoted(path_) + " to " + std::to_string(size) + " bytes below the " +
-                         std::to_string(end_) + " already written: an object store cannot shrink an upload");
-    }
-    end_ = size;
-    return OkStatus();
+    return GrowTo(path_, size, &end_);
   }
 
   // The object is durable once Close publishes it; there is nothing to flush before.
