@@ -24,6 +24,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -322,7 +323,14 @@ func classify(path string) *Checkpoint {
 	}
 	mst, err := os.Stat(filepath.Join(path, MetadataFile))
 	if err != nil {
-		c.Status = NotACheckpoint
+		if errors.Is(err, fs.ErrNotExist) {
+			c.Status = NotACheckpoint
+			return c
+		}
+		// The directory could not be looked inside (no search permission, an I/O error): whether it holds a
+		// checkpoint is unknown, and calling it not-a-checkpoint would hide one that someone else can read.
+		c.Status, c.Err = Unreadable, fmt.Errorf("cannot look inside %s (whether it is a checkpoint is unknown): %w",
+			path, err)
 		return c
 	}
 	c.Date = mst.ModTime()

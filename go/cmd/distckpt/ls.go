@@ -1,11 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -153,36 +149,12 @@ func runLs(c *ctx, args []string) int {
 		defer h.Close()
 		return runLsObjects(c, h, dir, path, *all)
 	}
-	// Every directory, so that the ones the store package takes for non-checkpoints because it could not look inside
-	// them are told apart (markUnreadable) before the others are left out.
-	listed, err := store.List(dir, &store.ListOptions{All: true})
+	// A directory the store could not look inside is Unreadable (store.classify), never left out.
+	shown, err := store.List(dir, &store.ListOptions{All: *all})
 	if err != nil {
 		return c.fail(err, dir)
 	}
-	shown := listed[:0]
-	for i := range listed {
-		markUnreadable(&listed[i])
-		if listed[i].Status != store.NotACheckpoint || *all {
-			shown = append(shown, listed[i])
-		}
-	}
 	return writeListing(c, dir, shown, func(i int) (string, string) { return formatTime(shown[i].Date), note(&shown[i]) })
-}
-
-// markUnreadable turns a directory listed as not a checkpoint into an unreadable one when the reason is that its
-// contents could not be looked at (a directory the user may not search, an I/O error): whether it holds a
-// metadata.dckpt is then unknown, and leaving it out, or calling it "not-a-checkpoint", would hide a checkpoint that
-// someone else can read. store.List classifies it by a failed stat of the metadata file alone.
-func markUnreadable(c *store.Checkpoint) {
-	if c.Status != store.NotACheckpoint {
-		return
-	}
-	_, err := os.Lstat(filepath.Join(c.Path, store.MetadataFile))
-	if err == nil || errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	c.Status, c.Err = store.Unreadable, fmt.Errorf("cannot look inside %s (whether it is a checkpoint is unknown): %w",
-		c.Path, err)
 }
 
 // writeListing prints ls's output for the checkpoints below dir (JSON or a table); dateNote gives the DATE and NOTE
