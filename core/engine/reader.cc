@@ -237,7 +237,7 @@ Status Reader::ReadMany(const std::vector<EntryTargets>& work) {
 Status Reader::ReadTargets(size_t entry, const std::vector<ReadTarget>& targets) {
   ReadExecutor ex(this);
   DCKPT_RETURN_IF_ERROR(ex.Add(entry, targets));
-  return ex.Run(nullptr);
+  return ex.Run(options_.progress);  // the reader's read options: each region read reports its own bytes
 }
 
 Status Reader::ReadRegion(std::string_view name, const Box& box, void* dst, uint64_t dst_size,

@@ -322,3 +322,35 @@ TEST(ReaderTest, AnOutOfRangeDestinationNamesTheCheckpointAndTheEntryOnce) {
 
 }  // namespace
 }  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+// A reader's read options carry a progress callback: each region read reports its bytes through it (it was never
+// called for a reader from dckpt_reader_open), and a non-zero return stops the read.
+TEST(ReaderTest, ARegionReadReportsProgressThroughTheReadersOptions) {
+  const std::string path = MakeTempDir() + "/ckpt";
+  SaveVersion(path, 1, false);
+  uint64_t last_done = 0, last_total = 0;
+  int calls = 0;
+  bool stop = false;
+  ReadOptions ro;
+  ro.progress = [&](uint64_t done, uint64_t total) {
+    ++calls;
+    last_done = done;
+    last_total = total;
+    return stop ? 1 : 0;
+  };
+  auto r = Reader::Open(path, nullptr, ro);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto a = ReadA(r->get());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_GT(calls, 0);
+  EXPECT_EQ(last_total, 4096 * sizeof(float));
+  EXPECT_EQ(last_done, last_total);
+  stop = true;
+  EXPECT_FALSE(ReadA(r->get()).ok()) << "a progress callback that returns non-zero stops the read";
+}
+
+}  // namespace
+}  // namespace distckpt
