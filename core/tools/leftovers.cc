@@ -116,7 +116,7 @@ Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::sec
     j.scan.leftovers.push_back(m);  // markers last: while one exists, its save's files stay recognisable
   }
   j.scan.saves_in_progress = static_cast<unsigned>(live.size());
-  j.scan.kind = j.has_metadata ? CheckpointScan::Kind::kCheckpoint
+  j.scan.kind = j.has_metadata  ? CheckpointScan::Kind::kCheckpoint
                 : sizes.empty() ? CheckpointScan::Kind::kNone
                                 : CheckpointScan::Kind::kIncomplete;
   return j;
@@ -152,13 +152,7 @@ std::set<std::string> Markers(const std::vector<std::string>& names) {
 Result<std::vector<RenameLeftover>> RenameLeftoversOf(Storage* storage, const std::string& path,
                                                       std::chrono::seconds grace) {
   if (storage->name() != "posix") return std::vector<RenameLeftover>();
-  std::string clean = path;
-  while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
-  const size_t slash = clean.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : clean.substr(0, slash));
-  const std::string name = slash == std::string::npos ? clean : clean.substr(slash + 1);
-  if (name.empty() || name == "." || name == "..") return std::vector<RenameLeftover>();
-  return ScanRenameLeftovers(dir, grace, name);
+  return RenameLeftoversBeside(path, grace);
 }
 
 }  // namespace
@@ -188,8 +182,8 @@ Status RemoveLeftovers(Storage* storage, const std::string& path, std::chrono::s
   const std::string context = "removing leftovers at '" + path + "'";
   auto j = Judge(storage, path, grace);
   if (!j.ok()) return j.status().WithContext(context);
-  DCKPT_RETURN_IF_ERROR(RemoveNames(storage, path, j->scan.leftovers, Markers(j->scan.leftovers), dry_run, removed)
-                            .WithContext(context));
+  DCKPT_RETURN_IF_ERROR(
+      RemoveNames(storage, path, j->scan.leftovers, Markers(j->scan.leftovers), dry_run, removed).WithContext(context));
   auto beside = RenameLeftoversOf(storage, path, grace);
   if (!beside.ok()) return beside.status().WithContext(context);
   for (const RenameLeftover& l : *beside) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <optional>
+#include <utility>
 
 #include "core/storage/storage.h"
 
@@ -169,21 +170,18 @@ Result<std::optional<RenameLeftover>> Judge(int dirfd, const std::string& dir, c
   return std::optional<RenameLeftover>(std::move(l));
 }
 
-std::string Dirname(const std::string& path) {
+// "a/b//" -> {"a", "b"}; "b" -> {".", "b"}; "/b" -> {"/", "b"}.
+std::pair<std::string, std::string> SplitPath(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
   const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::string Basename(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
 Status Same(int dirfd, const std::string& name, const RenameLeftover& l) {
   struct stat st;
   if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return Errno(errno, "looking at '" + Dirname(l.path) + "/" + name + "'");
+    return Errno(errno, "looking at '" + SplitPath(l.path).first + "/" + name + "'");
   }
   if (!S_ISDIR(st.st_mode) || static_cast<uint64_t>(st.st_dev) != l.device ||
       static_cast<uint64_t>(st.st_ino) != l.inode) {
@@ -233,8 +231,15 @@ Result<std::vector<RenameLeftover>> ScanRenameLeftovers(const std::string& dir, 
   return out;
 }
 
+Result<std::vector<RenameLeftover>> RenameLeftoversBeside(const std::string& checkpoint_path,
+                                                          std::chrono::seconds grace) {
+  const auto [dir, name] = SplitPath(checkpoint_path);
+  if (name.empty() || name == "." || name == "..") return std::vector<RenameLeftover>();
+  return ScanRenameLeftovers(dir, grace, name);
+}
+
 Status RemoveRenameLeftover(const std::string& path, std::chrono::seconds grace) {
-  const std::string dir = Dirname(path), name = Basename(path);
+  const auto [dir, name] = SplitPath(path);
   const std::string context = "removing the leftover '" + path + "'";
   Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dirfd.fd < 0) return Errno(errno, context);
@@ -245,7 +250,7 @@ Status RemoveRenameLeftover(const std::string& path, std::chrono::seconds grace)
   std::string doomed = name;
   if (l->kind != RenameLeftover::Kind::kDeleting) {
     // Out of its name in one step, so that nothing can start using it (a writer, an overwrite putting it back).
-    doomed = Basename(DeletingPath(l->final_name, NewNonce()));
+    doomed = SplitPath(DeletingPath(l->final_name, NewNonce())).second;
     if (::renameat2(dirfd.fd, name.c_str(), dirfd.fd, doomed.c_str(), RENAME_NOREPLACE) != 0) {
       return Errno(errno, context + ": moving it aside");
     }

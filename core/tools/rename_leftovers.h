@@ -49,6 +49,10 @@ struct RenameLeftover {
 Result<std::vector<RenameLeftover>> ScanRenameLeftovers(const std::string& dir, std::chrono::seconds grace,
                                                         const std::string& final_name = "");
 
+/// The leftovers of the checkpoint at `checkpoint_path`: those beside it, named after it.
+Result<std::vector<RenameLeftover>> RenameLeftoversBeside(const std::string& checkpoint_path,
+                                                          std::chrono::seconds grace);
+
 /// Judges the leftover at `path` anew (kNotFound if it is not one) and removes it if it is garbage now: moved to a
 /// deleting name, checked to be the same directory there, then removed without following links. kState, naming it and
 /// why, if it is not garbage (any more).
