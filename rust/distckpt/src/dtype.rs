@@ -8,7 +8,8 @@ use crate::error::{Error, ErrorCode, Result};
 
 /// The element type of a tensor. Values and names are those of `distckpt.h` and the format; names match
 /// safetensors' dtype strings. `F16`, `BF16` and the two float8 formats have no Rust type: they are held as raw
-/// `u16`/`u8` bits (see [`Element`]) and converted with the functions in [`crate::float`].
+/// `u16`/`u8` bits (see [`Element`]) and converted with the functions of the `float` module (which builds on this
+/// one, not the reverse).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Dtype {
@@ -139,7 +140,7 @@ mod sealed {
 
 /// A Rust type that tensor data can be read into or viewed as: plain old data, valid for every bit pattern, with
 /// the size of its dtype. `u16` also holds the raw bits of `F16` and `BF16`, and `u8` those of `BOOL` and the two
-/// float8 formats; the entry's dtype tag says which (convert with [`crate::float`]). Complex numbers are `[f32; 2]`
+/// float8 formats; the entry's dtype tag says which (convert with the `float` module). Complex numbers are `[f32; 2]`
 /// and `[f64; 2]` (real, imaginary).
 ///
 /// Sealed: the zero-copy views reinterpret mapped bytes as `Self`, which is sound only for the types listed here.
