@@ -387,6 +387,9 @@ int dckpt_save(dckpt_save_info* info, const char* path, const dckpt_state* state
     }
     auto o = distckpt::capi::ToSaveOptions(opts);
     if (!o.ok()) return Report(o.status());
+    auto held = distckpt::capi::StorageForCall(distckpt::capi::StorageRef(opts), path);
+    if (!held.ok()) return Report(held.status());
+    if (*held) o->storage = held->get();
     auto r = distckpt::Save(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!r.ok()) return Report(r.status());
     if (info) distckpt::capi::FillSaveInfo(info, *r);
@@ -403,9 +406,12 @@ int dckpt_save_async(dckpt_save_future** out, const char* path, const dckpt_stat
     DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
     auto o = distckpt::capi::ToSaveOptions(opts);
     if (!o.ok()) return Report(o.status());
+    auto held = distckpt::capi::StorageForCall(distckpt::capi::StorageRef(opts), path);
+    if (!held.ok()) return Report(held.status());
+    if (*held) o->storage = held->get();
     auto f = distckpt::SaveAsync(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!f.ok()) return Report(f.status());
-    *out = new dckpt_save_future{distckpt::capi::StorageRef(opts), std::move(f).value()};
+    *out = new dckpt_save_future{*held, std::move(f).value()};
     return DCKPT_OK;
   })
 }
@@ -494,6 +500,9 @@ int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckp
     }
     auto o = distckpt::capi::ToReadOptions(opts);
     if (!o.ok()) return Report(o.status());
+    auto held = distckpt::capi::StorageForCall(distckpt::capi::StorageRef(opts), path);
+    if (!held.ok()) return Report(held.status());
+    if (*held) o->storage = held->get();
     auto r = distckpt::Load(path, state->state, distckpt::capi::CommOf(comm), *o);
     if (!r.ok()) return Report(r.status());
     if (stats) FillIoStats(stats, r->io, r->seconds);
@@ -508,11 +517,14 @@ int dckpt_reader_open(dckpt_reader** out, const char* path, dckpt_comm* comm, co
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     auto o = distckpt::capi::ToReadOptions(opts);
     if (!o.ok()) return Report(o.status());
+    auto held = distckpt::capi::StorageForCall(distckpt::capi::StorageRef(opts), path);
+    if (!held.ok()) return Report(held.status());
+    if (*held) o->storage = held->get();
     const bool pin = opts == nullptr || opts->version < 4 || opts->pin_files != 0;
     auto r = distckpt::Reader::Open(path, distckpt::capi::CommOf(comm), *o,
                                     pin ? distckpt::FilePinning::kAllAtOpen : distckpt::FilePinning::kOnFirstUse);
     if (!r.ok()) return Report(r.status());
-    *out = new dckpt_reader{distckpt::capi::StorageRef(opts), std::move(r).value()};
+    *out = new dckpt_reader{*held, std::move(r).value()};
     return DCKPT_OK;
   })
 }

@@ -31,6 +31,11 @@ inline Communicator* CommunicatorOf(dckpt_comm* c) { return c->comm.get(); }
 /// kInvalidArgument for version 0, kVersion for a version newer than `current`.
 Status CheckVersion(unsigned version, unsigned current, const char* what);
 Status NotNull(const void* p, const char* what);
+/// The storage a call on `path` uses: `given` when the caller passed one, else the storage the URL names
+/// (StorageForUrl: S3 for "s3://", kUnsupported for an unknown scheme), else nullptr (a plain path: the POSIX default).
+Result<std::shared_ptr<Storage>> StorageForCall(std::shared_ptr<Storage> given, const char* path);
+/// StorageForCall for a dckpt_storage handle, never nullptr: a plain path with no storage is the POSIX file system.
+Result<std::shared_ptr<Storage>> StorageOrUrl(dckpt_storage* storage, const char* path);
 /// 0 means the default collective timeout.
 std::chrono::milliseconds Timeout(uint64_t ms);
 

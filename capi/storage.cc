@@ -1,5 +1,6 @@
 // The storage part of the C ABI: dckpt_storage handles (POSIX, in-memory, host callbacks), and the prune of the
 // metadata-last layout.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -11,6 +12,8 @@
 #include "capi/capi_internal.h"
 #include "capi/include/distckpt/distckpt.h"
 #include "core/storage/object/object_storage.h"
+#include "core/storage/s3/s3_storage.h"
+#include "core/storage/url/url_storage.h"
 #include "core/tools/leftovers.h"
 #include "core/tools/rename_leftovers.h"
 
@@ -139,8 +142,16 @@ Result<std::chrono::seconds> Grace(double seconds) {
 
 }  // namespace
 
-// The storage a call uses: the caller's, or the POSIX file system for NULL.
-Storage* StorageOr(dckpt_storage* storage) { return storage ? storage->storage.get() : DefaultStorage(); }
+Result<std::shared_ptr<Storage>> StorageForCall(std::shared_ptr<Storage> given, const char* path) {
+  if (given != nullptr) return given;
+  return StorageForUrl(path);
+}
+
+Result<std::shared_ptr<Storage>> StorageOrUrl(dckpt_storage* storage, const char* path) {
+  DCKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> s, StorageForCall(storage ? storage->storage : nullptr, path));
+  if (s != nullptr) return s;
+  return std::shared_ptr<Storage>(std::shared_ptr<Storage>(), DefaultStorage());  // not owned: process-wide
+}
 
 }  // namespace capi
 }  // namespace distckpt
@@ -213,6 +224,92 @@ void dckpt_storage_free(dckpt_storage* storage) {
   }
 }
 
+int dckpt_s3_options_init(dckpt_s3_options* options, unsigned version) {
+  return distckpt::capi::InitVersioned<dckpt_s3_options>(options, "options", DCKPT_S3_OPTIONS_INIT, version,
+                                                         DCKPT_S3_OPTIONS_VERSION, "dckpt_s3_options",
+                                                         sizeof(dckpt_s3_options));
+}
+
+int dckpt_storage_new_s3(dckpt_storage** out, const dckpt_s3_options* options) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    distckpt::s3::S3Config c;
+    if (options != nullptr) {
+      DCKPT_RETURN_IF_FAILED(
+          distckpt::capi::CheckVersion(options->version, DCKPT_S3_OPTIONS_VERSION, "dckpt_s3_options"));
+      auto str = [](const char* s) { return s != nullptr ? std::string(s) : std::string(); };
+      c.endpoint = str(options->endpoint);
+      c.region = str(options->region);
+      c.access_key_id = str(options->access_key_id);
+      c.secret_access_key = str(options->secret_access_key);
+      c.session_token = str(options->session_token);
+      switch (options->addressing) {
+        case DCKPT_S3_ADDRESSING_AUTO: c.addressing = distckpt::s3::Addressing::kAuto; break;
+        case DCKPT_S3_ADDRESSING_PATH: c.addressing = distckpt::s3::Addressing::kPath; break;
+        case DCKPT_S3_ADDRESSING_VIRTUAL: c.addressing = distckpt::s3::Addressing::kVirtual; break;
+        default:
+          return Report(distckpt::InvalidArgument("dckpt_s3_options.addressing = " +
+                                                  std::to_string(options->addressing) +
+                                                  " is not a dckpt_s3_addressing"));
+      }
+      if (!(options->request_timeout_seconds >= 0)) {
+        return Report(distckpt::InvalidArgument("dckpt_s3_options.request_timeout_seconds must be >= 0"));
+      }
+      c.max_in_flight = options->max_in_flight;
+      c.max_attempts = options->max_attempts;
+      c.request_timeout_seconds = options->request_timeout_seconds;
+      c.part_size = options->part_size;
+      c.read_block_size = options->read_block_size;
+    }
+    auto s = distckpt::NewS3Storage(c);
+    if (!s.ok()) return Report(s.status());
+    *out = new dckpt_storage{std::shared_ptr<distckpt::Storage>(std::move(s).value())};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_storage_open_url(dckpt_storage** out, const char* url) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    DCKPT_RETURN_IF_FAILED(NotNull(url, "url"));
+    auto s = distckpt::capi::StorageOrUrl(nullptr, url);
+    if (!s.ok()) return Report(s.status());
+    // A plain path: a POSIX storage of the handle's own (the process-wide one is not the caller's to hold).
+    *out = new dckpt_storage{distckpt::UrlScheme(url).empty() ? std::shared_ptr<distckpt::Storage>(
+                                                                    distckpt::NewPosixStorage())
+                                                              : std::move(s).value()};
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_storage_list_dir(dckpt_storage* storage, const char* dir, dckpt_name_fn each, void* user_data) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(dir, "dir"));
+    if (each == nullptr) DCKPT_RETURN_IF_FAILED(NotNull(nullptr, "each"));
+    auto held = distckpt::capi::StorageOrUrl(storage, dir);
+    if (!held.ok()) return Report(held.status());
+    auto names = (*held)->ListDir(dir);
+    if (!names.ok()) {
+      if (names.status().code() == distckpt::StatusCode::kNotFound) return DCKPT_OK;  // nothing below it
+      return Report(names.status());
+    }
+    std::vector<std::string> sorted = std::move(names).value();
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    for (const std::string& name : sorted) {
+      const int rc = each(name.c_str(), user_data);
+      if (rc != 0) {
+        return Report(distckpt::Status(distckpt::StatusCode::kUser, "listing '" + std::string(dir) +
+                                                                        "': the callback stopped at '" + name +
+                                                                        "' (it returned " + std::to_string(rc) + ")"));
+      }
+    }
+    return DCKPT_OK;
+  })
+}
+
 int dckpt_storage_list_add(dckpt_storage_list* list, const char* name) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(list, "list"));
@@ -229,7 +326,9 @@ int dckpt_storage_stat(dckpt_path_info* out, dckpt_storage* storage, const char*
     DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(out->version, DCKPT_PATH_INFO_VERSION, "dckpt_path_info"));
     auto grace = distckpt::capi::Grace(grace_seconds);
     if (!grace.ok()) return Report(grace.status());
-    distckpt::Storage* s = distckpt::capi::StorageOr(storage);
+    auto held = distckpt::capi::StorageOrUrl(storage, path);
+    if (!held.ok()) return Report(held.status());
+    distckpt::Storage* s = held->get();
     auto scan = distckpt::ScanCheckpointPath(s, path, *grace);
     if (!scan.ok()) return Report(scan.status());
     out->kind = static_cast<int>(scan->kind);
@@ -248,7 +347,9 @@ int dckpt_storage_remove_leftovers(dckpt_storage* storage, const char* path, dou
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
     auto grace = distckpt::capi::Grace(grace_seconds);
     if (!grace.ok()) return Report(grace.status());
-    distckpt::Storage* s = distckpt::capi::StorageOr(storage);
+    auto held = distckpt::capi::StorageOrUrl(storage, path);
+    if (!held.ok()) return Report(held.status());
+    distckpt::Storage* s = held->get();
     std::function<distckpt::Status(const std::string&)> report;
     if (removed) {
       report = [removed, user_data](const std::string& p) {
@@ -267,7 +368,9 @@ int dckpt_storage_remove_leftovers(dckpt_storage* storage, const char* path, dou
 int dckpt_storage_remove_checkpoint(dckpt_storage* storage, const char* path) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
-    distckpt::Storage* s = distckpt::capi::StorageOr(storage);
+    auto held = distckpt::capi::StorageOrUrl(storage, path);
+    if (!held.ok()) return Report(held.status());
+    distckpt::Storage* s = held->get();
     DCKPT_RETURN_IF_FAILED(distckpt::RemoveCheckpoint(s, path));
     return DCKPT_OK;
   })

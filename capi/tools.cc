@@ -35,12 +35,14 @@ int dckpt_export_safetensors(const char* ckpt_path, const char* out_dir, const d
         void* user = opts->progress_user_data;
         o.progress = [fn, user](uint64_t done, uint64_t total) { return fn(done, total, user); };
       }
-      if (opts->version >= 2) {
-        if (opts->storage) o.storage = opts->storage->storage.get();
-        // NULL out_storage is the POSIX file system whatever the checkpoint is read from.
-        o.out_storage = opts->out_storage ? opts->out_storage->storage.get() : distckpt::DefaultStorage();
-      }
     }
+    // NULL storages: as the paths say (a URL's storage, else the POSIX file system), each on its own.
+    auto in = distckpt::capi::StorageOrUrl(opts && opts->version >= 2 ? opts->storage : nullptr, ckpt_path);
+    if (!in.ok()) return Report(in.status());
+    auto out = distckpt::capi::StorageOrUrl(opts && opts->version >= 2 ? opts->out_storage : nullptr, out_dir);
+    if (!out.ok()) return Report(out.status());
+    o.storage = in->get();
+    o.out_storage = out->get();
     auto r = distckpt::ExportSafetensors(ckpt_path, out_dir, o);
     if (!r.ok()) return Report(r.status());
     return DCKPT_OK;

@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev          # tests and micro-benchmarks
   libxxhash-dev                                       # xxHash3-64 checksums
   redis-server iproute2                               # Redis rendezvous tests, network-namespace tests
+  libcurl4                                            # S3 storage (libcurl, loaded at run time)
   fio                                                 # measuring the disk in benchmarks
   pybind11-dev python3-dev python3-venv               # the Python extension (bindings/) and python/run_tests.sh
   bindgen libclang-dev                                # distckpt-sys: regenerating bindings, and the staleness test

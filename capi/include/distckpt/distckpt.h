@@ -323,6 +323,63 @@ DCKPT_API void dckpt_storage_free(dckpt_storage *storage);
 /* For a list callback: adds one name (a plain name, no '/'). */
 DCKPT_API int dckpt_storage_list_add(dckpt_storage_list *list, const char *name);
 
+/* ---- S3 and URLs ------------------------------------------------------------------------------------------------ */
+
+/* Every call that takes a checkpoint path and a storage (dckpt_save, dckpt_save_async, dckpt_load, dckpt_reader_open,
+ * dckpt_storage_stat, dckpt_storage_remove_leftovers, dckpt_storage_remove_checkpoint, dckpt_storage_list,
+ * dckpt_export_safetensors) takes a URL in place of the path when the storage is NULL: "s3://bucket/prefix" is S3
+ * configured from the environment (dckpt_storage_open_url), a plain path the POSIX file system, and any other scheme
+ * DCKPT_EUNSUPPORTED naming it and what would serve it. With a storage from dckpt_storage_new_s3 the paths are
+ * "s3://bucket/prefix" URLs as well.
+ *
+ * S3 speaks HTTP through libcurl (libcurl.so.4, which signs requests with AWS Signature Version 4), loaded when the
+ * first S3 storage is made, so that libdistckpt.so needs it only where S3 is used; without it, making S3 storage is
+ * DCKPT_EUNSUPPORTED naming the library (Debian: apt-get install libcurl4; DCKPT_CURL_LIBRARY names another file).
+ * Checkpoints are committed metadata-last (FORMAT.md section 6.2): the metadata is one PUT with If-None-Match: *
+ * (or a plain PUT when overwriting), data files larger than one part are multipart uploads streamed part by part as
+ * they are written (a failed or discarded file's upload is aborted), reads are ranged GETs (small reads of one file
+ * share one GET of a read block), and a request that fails with a network error, HTTP 500/502/503/504, 429 or an S3
+ * throttling or timeout code is retried with exponential backoff and jitter, `max_attempts` tries in all. Errors
+ * name the URL, the request and S3's error code and message. */
+typedef enum dckpt_s3_addressing {
+  DCKPT_S3_ADDRESSING_AUTO = 0,   /* path style with a custom endpoint, virtual-hosted on AWS (path style for a bucket
+                                     name with dots) */
+  DCKPT_S3_ADDRESSING_PATH = 1,   /* <endpoint>/<bucket>/<key> */
+  DCKPT_S3_ADDRESSING_VIRTUAL = 2 /* <scheme>://<bucket>.<endpoint host>/<key> */
+} dckpt_s3_addressing;
+#define DCKPT_S3_OPTIONS_VERSION 1
+/* Where and how to reach S3. Every NULL or zero field takes what the AWS CLI reads from the environment, or else the
+ * default given. */
+typedef struct dckpt_s3_options {
+  unsigned version;
+  const char *endpoint;          /* "http://127.0.0.1:9000"; NULL: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else
+                                    https://s3.<region>.amazonaws.com */
+  const char *region;            /* NULL: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1 */
+  const char *access_key_id;     /* NULL: AWS_ACCESS_KEY_ID (with neither this nor that, requests go unsigned) */
+  const char *secret_access_key; /* NULL: AWS_SECRET_ACCESS_KEY */
+  const char *session_token;     /* NULL: AWS_SESSION_TOKEN (sent as x-amz-security-token) */
+  int addressing;                /* a dckpt_s3_addressing */
+  unsigned max_in_flight;        /* requests running at once; 0: 16 */
+  unsigned max_attempts;         /* tries per request, the first included (1: no retry); 0: 6 */
+  double request_timeout_seconds; /* a request that moves no byte for this long fails (and is retried); 0: 30 */
+  uint64_t part_size;            /* multipart upload part size; 0: 8 MiB; at least 5 MiB */
+  uint64_t read_block_size;      /* a read shorter than half of this fetches the aligned block around it, which the
+                                    reads that follow share; 0: 4 MiB; 1: every read is its own GET */
+} dckpt_s3_options;
+#define DCKPT_S3_OPTIONS_INIT {DCKPT_S3_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0, 0, 0}
+/* Sets `*options` to DCKPT_S3_OPTIONS_INIT with `version` (for bindings, which cannot expand the macro). */
+DCKPT_API int dckpt_s3_options_init(dckpt_s3_options *options, unsigned version);
+/* S3 storage (NULL options: all from the environment). Paths on it are "s3://bucket/key" URLs. */
+DCKPT_API int dckpt_storage_new_s3(dckpt_storage **out, const dckpt_s3_options *options);
+/* The storage a URL names: "s3://..." S3 from the environment, a plain path (no "scheme://") the POSIX file system;
+ * DCKPT_EUNSUPPORTED, naming the scheme, for any other. */
+DCKPT_API int dckpt_storage_open_url(dckpt_storage **out, const char *url);
+/* Called with each name dckpt_storage_list_dir finds; a non-zero return stops the listing with DCKPT_EUSER. */
+typedef int (*dckpt_name_fn)(const char *name, void *user_data);
+/* Reports the names directly below `dir` on `storage` (NULL: as the URL or path says), each once, in byte order: files
+ * and directories (on an object store, the first component of longer keys). A `dir` with nothing below it has none. */
+DCKPT_API int dckpt_storage_list_dir(dckpt_storage *storage, const char *dir, dckpt_name_fn each, void *user_data);
+
 /* What is at a path of a storage (dckpt_storage_stat). */
 typedef enum dckpt_path_kind {
   DCKPT_PATH_NONE = 0,       /* nothing, or nothing distckpt wrote */

@@ -10,6 +10,7 @@ pub const DCKPT_GLOO_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_NCCL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_COMM_CALLBACKS_VERSION: u32 = 1;
 pub const DCKPT_STORAGE_CALLBACKS_VERSION: u32 = 2;
+pub const DCKPT_S3_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_PATH_INFO_VERSION: u32 = 1;
 pub const DCKPT_LEFTOVER_INFO_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
@@ -1043,6 +1044,275 @@ extern "C" {
     pub fn dckpt_storage_list_add(
         list: *mut dckpt_storage_list,
         name: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
+pub const DCKPT_S3_ADDRESSING_AUTO: dckpt_s3_addressing = 0;
+pub const DCKPT_S3_ADDRESSING_PATH: dckpt_s3_addressing = 1;
+pub const DCKPT_S3_ADDRESSING_VIRTUAL: dckpt_s3_addressing = 2;
+pub type dckpt_s3_addressing = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_s3_options {
+    pub version: ::std::os::raw::c_uint,
+    pub endpoint: *const ::std::os::raw::c_char,
+    pub region: *const ::std::os::raw::c_char,
+    pub access_key_id: *const ::std::os::raw::c_char,
+    pub secret_access_key: *const ::std::os::raw::c_char,
+    pub session_token: *const ::std::os::raw::c_char,
+    pub addressing: ::std::os::raw::c_int,
+    pub max_in_flight: ::std::os::raw::c_uint,
+    pub max_attempts: ::std::os::raw::c_uint,
+    pub request_timeout_seconds: f64,
+    pub part_size: u64,
+    pub read_block_size: u64,
+}
+#[test]
+fn bindgen_test_layout_dckpt_s3_options() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_s3_options>(),
+        88usize,
+        concat!("Size of: ", stringify!(dckpt_s3_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_s3_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_s3_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_endpoint() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).endpoint) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(endpoint)
+            )
+        );
+    }
+    test_field_endpoint();
+    fn test_field_region() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).region) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(region)
+            )
+        );
+    }
+    test_field_region();
+    fn test_field_access_key_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).access_key_id) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(access_key_id)
+            )
+        );
+    }
+    test_field_access_key_id();
+    fn test_field_secret_access_key() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).secret_access_key) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(secret_access_key)
+            )
+        );
+    }
+    test_field_secret_access_key();
+    fn test_field_session_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).session_token) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(session_token)
+            )
+        );
+    }
+    test_field_session_token();
+    fn test_field_addressing() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).addressing) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(addressing)
+            )
+        );
+    }
+    test_field_addressing();
+    fn test_field_max_in_flight() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_in_flight) as usize - ptr as usize
+            },
+            52usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(max_in_flight)
+            )
+        );
+    }
+    test_field_max_in_flight();
+    fn test_field_max_attempts() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_attempts) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(max_attempts)
+            )
+        );
+    }
+    test_field_max_attempts();
+    fn test_field_request_timeout_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).request_timeout_seconds) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(request_timeout_seconds)
+            )
+        );
+    }
+    test_field_request_timeout_seconds();
+    fn test_field_part_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).part_size) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(part_size)
+            )
+        );
+    }
+    test_field_part_size();
+    fn test_field_read_block_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_s3_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).read_block_size) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_s3_options),
+                "::",
+                stringify!(read_block_size)
+            )
+        );
+    }
+    test_field_read_block_size();
+}
+extern "C" {
+    pub fn dckpt_s3_options_init(
+        options: *mut dckpt_s3_options,
+        version: ::std::os::raw::c_uint,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_new_s3(
+        out: *mut *mut dckpt_storage,
+        options: *const dckpt_s3_options,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_storage_open_url(
+        out: *mut *mut dckpt_storage,
+        url: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
+pub type dckpt_name_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        name: *const ::std::os::raw::c_char,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+extern "C" {
+    pub fn dckpt_storage_list_dir(
+        storage: *mut dckpt_storage,
+        dir: *const ::std::os::raw::c_char,
+        each: dckpt_name_fn,
+        user_data: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
 pub const DCKPT_PATH_NONE: dckpt_path_kind = 0;
