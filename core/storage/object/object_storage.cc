@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "core/storage/backend_util.h"
+#include "core/storage/object/read_blocks.h"
 
 namespace distckpt {
 namespace {
 
 using internal_storage::CheckRange;
-using internal_storage::Quoted;
 using internal_storage::ClosedFileError;
+using internal_storage::Quoted;
 using internal_storage::TruncatedFileError;
 
 // Lexical normalisation: collapses "//" and ".", resolves ".." (which stops at the root), drops trailing slashes; a
@@ -28,8 +29,7 @@ std::string Normalize(const std::string& full) {
   // A URL's "scheme://" is kept as written ("s3://bucket/key"): only what follows it is normalised.
   std::string scheme;
   const size_t sep = full.find("://");
-  if (sep != std::string::npos && sep > 0 &&
-      std::all_of(full.begin(), full.begin() + sep, [](char c) {
+  if (sep != std::string::npos && sep > 0 && std::all_of(full.begin(), full.begin() + sep, [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
       })) {
     scheme = full.substr(0, sep + 3);
@@ -86,12 +86,16 @@ struct Shared {
   uint64_t part_size;
   unsigned max_part_buffers;
   std::shared_ptr<PartMemory> part_memory;
+  std::unique_ptr<ReadBlocks> blocks;  // null: no read coalescing
   Shared(std::shared_ptr<ObjectClient> c, const ObjectStorageOptions& o)
       : client(std::move(c)),
         gate(o.max_in_flight ? o.max_in_flight : 16),
         part_size(o.part_size),
         max_part_buffers(o.max_part_buffers ? o.max_part_buffers : 4),
-        part_memory(o.part_memory) {}
+        part_memory(o.part_memory),
+        blocks(o.read_block_size > 1
+                   ? std::make_unique<ReadBlocks>(o.read_block_size, o.max_read_blocks ? o.max_read_blocks : 8)
+                   : nullptr) {}
 };
 
 // The object is started on the first write (or Preallocate, whose size becomes the client's size hint) and published
@@ -123,8 +127,9 @@ class ObjectWritableFile final : public WritableFile {
     }
     if (size == 0) return OkStatus();
     GateHold hold(&shared_->gate);
-    return upload->Write(offset, data, size).WithContext("writing " + std::to_string(size) + " bytes at offset " +
-                                                         std::to_string(offset) + " of " + Quoted(path_));
+    return upload->Write(offset, data, size)
+        .WithContext("writing " + std::to_string(size) + " bytes at offset " + std::to_string(offset) + " of " +
+                     Quoted(path_));
   }
 
   Status Preallocate(uint64_t size) override {
@@ -213,8 +218,8 @@ class PartedWritableFile final : public WritableFile {
       return OkStatus();
     }
     if (offset / part_size_ < next_send_) {
-      return InvalidArgument("writing " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
-                             " of " + Quoted(path_) + ": part " + std::to_string(offset / part_size_ + 1) +
+      return InvalidArgument("writing " + std::to_string(size) + " bytes at offset " + std::to_string(offset) + " of " +
+                             Quoted(path_) + ": part " + std::to_string(offset / part_size_ + 1) +
                              " was already uploaded (the bytes expected in it were all written)");
     }
     // Part by part, so that a write spanning many parts streams like many writes.
@@ -470,11 +475,44 @@ class PartedWritableFile final : public WritableFile {
 class ObjectReadableFile final : public ReadableFile {
  public:
   ObjectReadableFile(std::shared_ptr<Shared> shared, std::string path, uint64_t size)
-      : shared_(std::move(shared)), path_(std::move(path)), size_(size) {}
+      : shared_(std::move(shared)),
+        path_(std::move(path)),
+        size_(size),
+        id_(shared_->blocks ? shared_->blocks->NewFileId() : 0) {}
+  ~ObjectReadableFile() override {
+    if (shared_->blocks) shared_->blocks->Forget(id_);
+  }
 
   Status ReadAt(uint64_t offset, void* data, size_t size) const override {
     DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
     if (offset > size_ || size > size_ - offset) return TruncatedFileError(path_, offset, size, size_);
+    ReadBlocks* blocks = shared_->blocks.get();
+    if (blocks == nullptr || size >= blocks->block_size() / 2) return ReadDirect(offset, data, size);
+    // A small read: from the blocks around it (one, or two where it straddles a boundary).
+    const uint64_t bs = blocks->block_size();
+    size_t done = 0;
+    while (done < size) {
+      const uint64_t at = offset + done;
+      const uint64_t index = at / bs;
+      const uint64_t lo = index * bs, hi = std::min(size_, lo + bs);
+      DCKPT_ASSIGN_OR_RETURN(ReadBlocks::Block block, blocks->Get(id_, index, [&]() -> Result<std::string> {
+        std::string bytes(static_cast<size_t>(hi - lo), '\0');
+        DCKPT_RETURN_IF_ERROR(ReadDirect(lo, &bytes[0], bytes.size()));
+        return bytes;
+      }));
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(size - done, hi - at));
+      if (block->size() < at - lo + n) return Internal("a read block of " + Quoted(path_) + " is short");
+      std::memcpy(static_cast<char*>(data) + done, block->data() + (at - lo), n);
+      done += n;
+    }
+    return OkStatus();
+  }
+  uint64_t size() const override { return size_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  // Reads [offset, offset + size) with client Reads (several where the client returns fewer bytes).
+  Status ReadDirect(uint64_t offset, void* data, size_t size) const {
     size_t done = 0;
     while (done < size) {
       Result<size_t> got(size_t{0});
@@ -484,8 +522,8 @@ class ObjectReadableFile final : public ReadableFile {
       }
       if (!got.ok()) {
         if (got.status().code() == StatusCode::kNotFound) {
-          return NotFound("data file " + Quoted(path_) + " is gone (removed after it was opened): " +
-                          got.status().message());
+          return NotFound("data file " + Quoted(path_) +
+                          " is gone (removed after it was opened): " + got.status().message());
         }
         return got.status().WithContext("reading " + std::to_string(size) + " bytes at offset " +
                                         std::to_string(offset) + " of " + Quoted(path_));
@@ -497,13 +535,11 @@ class ObjectReadableFile final : public ReadableFile {
     }
     return OkStatus();
   }
-  uint64_t size() const override { return size_; }
-  const std::string& path() const override { return path_; }
 
- private:
   const std::shared_ptr<Shared> shared_;
   const std::string path_;
   const uint64_t size_;
+  const uint64_t id_;  // its blocks' owner in shared_->blocks
 };
 
 class ObjectStorage;
@@ -554,8 +590,8 @@ class ObjectStorage final : public Storage {
   Result<std::string> ReadFile(const std::string& path, uint64_t max_size) override {
     DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, OpenFile(path));
     if (file->size() > max_size) {
-      return Corrupt("file " + Quoted(file->path()) + " is " + std::to_string(file->size()) +
-                     " bytes, more than the " + std::to_string(max_size) + " expected");
+      return Corrupt("file " + Quoted(file->path()) + " is " + std::to_string(file->size()) + " bytes, more than the " +
+                     std::to_string(max_size) + " expected");
     }
     std::string out(static_cast<size_t>(file->size()), '\0');
     DCKPT_RETURN_IF_ERROR(file->ReadAt(0, &out[0], out.size()));

@@ -86,6 +86,11 @@ struct ObjectStorageOptions {
   unsigned max_part_buffers = 0;
   /// Where to count the bytes held in part buffers (tests, diagnostics); nullptr: not counted.
   std::shared_ptr<PartMemory> part_memory;
+  /// Read coalescing (read_blocks.h): a read shorter than half of this fetches the aligned block of this size around
+  /// it, which the reads of the same open file that follow share. 0: off (every read is one client Read).
+  uint64_t read_block_size = 0;
+  /// The blocks held at once across the storage's files. 0: 8.
+  unsigned max_read_blocks = 0;
 };
 
 /// A Storage over `client`: paths are normalised ("//a/./b/" -> "a/b"; a leading '/' is kept as written so that a

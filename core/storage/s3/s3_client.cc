@@ -359,6 +359,7 @@ Result<std::unique_ptr<Storage>> NewS3Storage(const s3::S3Config& given) {
   ObjectStorageOptions options;
   options.max_in_flight = config.max_in_flight;
   options.part_size = config.part_size;
+  options.read_block_size = config.read_block_size;
   return NewObjectStorage(std::move(client), std::move(options));
 }
 
