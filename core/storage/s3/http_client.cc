@@ -171,10 +171,9 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req, TransportError*
   set(opt::kWriteFunction, &OnWrite, "CURLOPT_WRITEFUNCTION");
   set(opt::kWriteData, static_cast<void*>(&x), "CURLOPT_WRITEDATA");
   std::vector<std::string> lines = req.headers;
-  // The payload is not hashed (UNSIGNED-PAYLOAD, as over TLS the AWS SDKs do for streamed bodies); libcurl signs this
-  // header's value as the payload hash. "Expect:" turns off 100-continue, a round trip per upload.
+  // The payload is not hashed (UNSIGNED-PAYLOAD, as the AWS SDKs do for streamed bodies); libcurl signs this header's
+  // value as the payload hash. (No "Expect:" to turn off 100-continue: libcurl would sign the header it then drops.)
   lines.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
-  lines.push_back("Expect:");
   if (!settings_.session_token.empty()) lines.push_back("x-amz-security-token: " + settings_.session_token);
   for (const std::string& line : lines) headers = c.curl_slist_append(headers, line.c_str());
   set(opt::kHttpHeader, headers, "CURLOPT_HTTPHEADER");

@@ -208,6 +208,16 @@ TEST(S3Client, SignsEveryRequestAndSendsTheSessionToken) {
   EXPECT_NE(auth.find("AWS4-HMAC-SHA256 Credential=AKIDTEST/"), std::string::npos) << auth;
   EXPECT_NE(auth.find("/us-east-1/s3/aws4_request"), std::string::npos) << auth;
   EXPECT_NE(auth.find("x-amz-security-token"), std::string::npos) << "the token is signed: " << auth;
+  // Every header signed is one the request carries (a header libcurl signs but then drops fails the signature).
+  const size_t at = auth.find("SignedHeaders=");
+  ASSERT_NE(at, std::string::npos) << auth;
+  std::string list = auth.substr(at + 14, auth.find(',', at) - at - 14);
+  for (size_t from = 0; from <= list.size();) {
+    const size_t semi = std::min(list.find(';', from), list.size());
+    const std::string name = list.substr(from, semi - from);
+    EXPECT_EQ(got[0].headers.count(name), 1u) << "signed but not sent: " << name << " in " << auth;
+    from = semi + 1;
+  }
 }
 
 TEST(S3Client, RetriesThrottlingAndServerErrorsThenSucceeds) {
