@@ -292,7 +292,12 @@ int dckpt_storage_list_dir(dckpt_storage* storage, const char* dir, dckpt_name_f
     if (!held.ok()) return Report(held.status());
     auto names = (*held)->ListDir(dir);
     if (!names.ok()) {
-      if (names.status().code() == distckpt::StatusCode::kNotFound) return DCKPT_OK;  // nothing below it
+      // A missing directory of a file system has nothing below it; on an object store a prefix with nothing below
+      // lists empty, and kNotFound means something else is missing (S3: the bucket).
+      if (names.status().code() == distckpt::StatusCode::kNotFound &&
+          (*held)->commit_protocol() == distckpt::CommitProtocol::kRename) {
+        return DCKPT_OK;
+      }
       return Report(names.status());
     }
     std::vector<std::string> sorted = std::move(names).value();

@@ -326,7 +326,7 @@ DCKPT_API int dckpt_storage_list_add(dckpt_storage_list *list, const char *name)
 /* ---- S3 and URLs ------------------------------------------------------------------------------------------------ */
 
 /* Every call that takes a checkpoint path and a storage (dckpt_save, dckpt_save_async, dckpt_load, dckpt_reader_open,
- * dckpt_storage_stat, dckpt_storage_remove_leftovers, dckpt_storage_remove_checkpoint, dckpt_storage_list,
+ * dckpt_storage_stat, dckpt_storage_remove_leftovers, dckpt_storage_remove_checkpoint, dckpt_storage_list_dir,
  * dckpt_export_safetensors) takes a URL in place of the path when the storage is NULL: "s3://bucket/prefix" is S3
  * configured from the environment (dckpt_storage_open_url), a plain path the POSIX file system, and any other scheme
  * DCKPT_EUNSUPPORTED naming it and what would serve it. With a storage from dckpt_storage_new_s3 the paths are
