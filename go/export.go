@@ -23,8 +23,8 @@ type ExportOptions struct {
 	Prefix        string         // file name prefix; "": "model"
 	NoVerify      bool           // skip checksum verification while reading
 	Progress      ProgressFunc   // bytes written so far
-	Storage       *StorageHandle // where the checkpoint is read from (nil: the POSIX file system)
-	OutStorage    *StorageHandle // where the safetensors files are written (nil: the POSIX file system)
+	Storage       *StorageHandle // where the checkpoint is read from (nil: the one its path or URL names)
+	OutStorage    *StorageHandle // where the safetensors files are written (nil: the one outDir names)
 }
 
 // ExportSafetensors writes every tensor of the checkpoint at ckptPath into the existing directory outDir as

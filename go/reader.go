@@ -19,8 +19,8 @@ type ReadOptions struct {
 	// NoMap reads everything with read calls instead of mapping the metadata and page-cache-resident data (a mapped
 	// file truncated by another process raises SIGBUS; set this where files may change under a reader).
 	NoMap bool
-	// Storage is where the checkpoint is read from (nil: the POSIX file system). The Reader keeps it alive until
-	// the Reader is closed.
+	// Storage is where the checkpoint is read from (nil: the storage the path names: S3 for an "s3://" URL, else the
+	// POSIX file system). The Reader keeps it alive until the Reader is closed.
 	Storage *StorageHandle
 }
 
@@ -33,7 +33,7 @@ type Reader struct {
 	storage *StorageHandle // holds a reference until Close
 }
 
-// Open opens the committed checkpoint in directory path. Its metadata is verified and validated first: a damaged or
+// Open opens the committed checkpoint in directory path (or at an "s3://bucket/prefix" URL). Its metadata is verified and validated first: a damaged or
 // truncated metadata file gives ErrCorrupt, an unsupported format version ErrVersion, a missing or uncommitted
 // (staging) checkpoint ErrNotFound.
 func Open(path string, opts *ReadOptions) (*Reader, error) {

@@ -130,8 +130,9 @@ type SaveOptions struct {
 	IOThreads         int          // 0: default
 	ChecksumBlockSize uint64       // 0: default (1 MiB); else a power of two >= 4096
 	Progress          ProgressFunc // bytes written so far
-	// Storage is where the checkpoint is written (nil: the POSIX file system). On a storage other than POSIX the
-	// checkpoint is committed by writing its metadata last, and path is the storage's (an object key prefix, ...).
+	// Storage is where the checkpoint is written (nil: the storage the path names: S3 for an "s3://" URL, else the
+	// POSIX file system). On a storage other than POSIX the checkpoint is committed by writing its metadata last, and
+	// path is the storage's (an "s3://bucket/prefix" URL, an object key prefix, ...).
 	Storage *StorageHandle
 }
 
@@ -248,8 +249,9 @@ func (s *State) build() (*cState, error) {
 }
 
 // Save writes state to the directory path as one process, atomically: the checkpoint is written under a staging
-// name and renamed into place, so path either holds the complete checkpoint or nothing new. ErrExists if path
-// exists and opts.Overwrite is not set.
+// name and renamed into place, so path either holds the complete checkpoint or nothing new (at an "s3://" URL, or on
+// another storage without rename, it is committed by writing its metadata last). ErrExists if path exists and
+// opts.Overwrite is not set.
 func Save(path string, state *State, opts *SaveOptions) (SaveInfo, error) {
 	var copts C.dckpt_save_options
 	if err := ccall(func() C.int { return C.dckpt_save_options_init(&copts, C.DCKPT_SAVE_OPTIONS_VERSION) }); err != nil {

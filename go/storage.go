@@ -167,7 +167,8 @@ type Upload interface {
 
 // StorageHandle is a storage the library writes to and reads from: the POSIX file system (PosixStorage), an
 // in-process memory store (MemoryStorage), or a Go Storage (NewStorage). Pass it in SaveOptions, ReadOptions and
-// ExportOptions; a nil *StorageHandle means the POSIX file system. Safe for concurrent use. Close releases it; a
+// ExportOptions; a nil *StorageHandle means the storage each path names (S3 for an "s3://bucket/prefix" URL, the
+// POSIX file system for a plain path; OpenStorageURL). Safe for concurrent use. Close releases it; a
 // Reader opened on it, or a save running on it, keeps it alive until that is closed or done.
 type StorageHandle struct {
 	mu     sync.Mutex
@@ -223,7 +224,7 @@ func NewStorage(s Storage, maxInFlight int) (*StorageHandle, error) {
 	return h, nil
 }
 
-// PosixStorage is a handle for the POSIX file system (what a nil *StorageHandle means).
+// PosixStorage is a handle for the POSIX file system (what a nil *StorageHandle means for a plain path).
 func PosixStorage() (*StorageHandle, error) {
 	return builtinStorage("posix", func(out **C.dckpt_storage) C.int { return C.dckpt_storage_new_posix(out) })
 }
@@ -236,15 +237,17 @@ func MemoryStorage() (*StorageHandle, error) {
 
 // builtinStorage makes a handle for one of the library's own storages with its constructor.
 func builtinStorage(kind string, create func(out **C.dckpt_storage) C.int) (*StorageHandle, error) {
-	h := &StorageHandle{kind: kind, refs: 1}
-	if err := ccall(func() C.int { return create(&h.ptr) }); err != nil {
+	// Made into a variable of its own: cgo refuses a pointer into the handle, which holds Go pointers (kind).
+	var ptr *C.dckpt_storage
+	if err := ccall(func() C.int { return create(&ptr) }); err != nil {
 		return nil, err
 	}
+	h := &StorageHandle{kind: kind, refs: 1, ptr: ptr}
 	runtime.SetFinalizer(h, (*StorageHandle).Close)
 	return h, nil
 }
 
-// Storage is the Go Storage the handle calls, nil for PosixStorage and MemoryStorage.
+// Storage is the Go Storage the handle calls, nil for the library's own storages (POSIX, memory, S3).
 func (h *StorageHandle) Storage() Storage {
 	if h == nil || h.host == nil {
 		return nil
@@ -268,7 +271,7 @@ func (h *StorageHandle) Close() error {
 	return nil
 }
 
-// acquire takes a reference for a C call or a Reader (nil for a nil handle: the POSIX default). The C storage has
+// acquire takes a reference for a C call or a Reader (nil for a nil handle: the storage the path names). The C storage has
 // a reference count of its own, but it cannot tell Go when it is done with the callbacks' cgo.Handle (the C ABI has
 // no release callback), so the Go side keeps the handle alive until every Go user is done.
 func (h *StorageHandle) acquire() (*C.dckpt_storage, error) {

@@ -1,17 +1,27 @@
 // Package mototest starts a moto S3 server (the repository's Python venv, <repo>/.venv, with moto[server]) for the
-// tests of the S3 storage and of the CLI on s3:// URLs. Without it, the tests skip, saying what to install.
+// tests that use s3:// URLs (the library's S3 storage, reached through the C ABI). Without it, the tests skip, saying
+// what to install. Buckets, and objects distckpt did not write, are made with plain unsigned HTTP PUTs, which moto
+// accepts: the tests have no S3 client of their own.
 package mototest
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
+
+// Server is a moto S3 server running for a test.
+type Server struct {
+	Endpoint string // "http://127.0.0.1:PORT"
+}
 
 // python is the venv's interpreter, found above the working directory.
 func python() (string, error) {
@@ -32,10 +42,10 @@ func python() (string, error) {
 	}
 }
 
-// Start runs a moto S3 server on a free port of 127.0.0.1 until the test ends, sets the AWS_* variables the s3
-// package reads (credentials, region, endpoint) for the test, and returns the endpoint URL. It skips the test when
-// the venv or moto is missing.
-func Start(t testing.TB) string {
+// Start runs a moto S3 server on a free port of 127.0.0.1 until the test ends and sets, for the test, the AWS_*
+// variables the library reads for an s3:// URL (credentials, region, endpoint). It skips the test when the venv or
+// moto is missing.
+func Start(t testing.TB) *Server {
 	t.Helper()
 	py, err := python()
 	if err != nil {
@@ -92,7 +102,40 @@ func Start(t testing.TB) string {
 	} {
 		setenv(t, k, v)
 	}
-	return endpoint
+	return &Server{Endpoint: endpoint}
+}
+
+// CreateBucket makes a bucket.
+func (s *Server) CreateBucket(t testing.TB, bucket string) {
+	t.Helper()
+	s.put(t, s.Endpoint+"/"+bucket, nil)
+}
+
+// Put writes an object at an "s3://bucket/key" URL, as something other than distckpt would.
+func (s *Server) Put(t testing.TB, url string, data []byte) {
+	t.Helper()
+	rest := strings.TrimPrefix(url, "s3://")
+	if rest == url || !strings.Contains(rest, "/") {
+		t.Fatalf("mototest.Put: %q is not an s3://bucket/key URL", url)
+	}
+	s.put(t, s.Endpoint+"/"+rest, data)
+}
+
+func (s *Server) put(t testing.TB, target string, data []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, target, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("PUT %s: %v", target, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("PUT %s: %s %s", target, resp.Status, body)
+	}
 }
 
 func setenv(t testing.TB, k, v string) {
