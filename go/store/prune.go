@@ -70,6 +70,7 @@ type Order string
 const (
 	ByStep    Order = "step"  // user metadata "step" (every committed checkpoint has an integer one)
 	ByModTime Order = "mtime" // the directory's modification time
+	ByName    Order = "name"  // the name, in natural order (below a URL: an object store keeps no time distckpt reads)
 )
 
 // PruneAction is Prune's decision about one directory of the store, and its outcome.
@@ -124,8 +125,17 @@ func (e *PruneError) Unwrap() error { return e.Failed[0].Err }
 // directory whose STAGING marker names a running process on this host, however old; and any directory that is not a
 // checkpoint or the leftover of one.
 //
+// dir may be a URL ("s3://bucket/prefix"): then a committed checkpoint is removed by the library metadata first
+// (distckpt.StorageHandle.RemoveCheckpoint: it stops existing in one step, then its data files go), and only if it
+// still is a checkpoint with no save in progress; what unfinished or superseded saves left is removed by
+// RemoveLeftovers, which judges every marker anew (stale: older than the grace period, or a writer of this host that
+// has exited). Committed checkpoints are ordered by step, else by name (ByName). Never removed there: an object
+// distckpt did not write, the files of a save in progress (a prefix with one is kept whole, and so is a committed
+// checkpoint an overwrite may be committing over), and checkpoints whose metadata does not open.
+//
 // The error is an *distckpt.Error of code CodeInvalid for a bad policy or a dir that is itself a checkpoint, the file
-// system's when dir cannot be read, and a *PruneError (with the result filled in) when some deletions failed.
+// system's (or the storage's) when dir cannot be read, and a *PruneError (with the result filled in) when some
+// deletions failed.
 func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 	res := PruneResult{Dir: dir, DryRun: p.DryRun, Grace: p.grace()}
 	if p.KeepLast < 1 {
@@ -136,15 +146,29 @@ func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 		return res, &distckpt.Error{Code: distckpt.CodeInvalid, Message: fmt.Sprintf("prune %s: KeepEvery must not "+
 			"be negative", dir)}
 	}
-	if exists(filepath.Join(dir, MetadataFile)) {
-		return res, &distckpt.Error{Code: distckpt.CodeInvalid, Message: fmt.Sprintf("'%s' is a checkpoint; prune "+
-			"takes the directory that holds checkpoints", dir)}
+	var entries []*Checkpoint
+	var rm remover = dirRemover{}
+	if distckpt.IsURL(dir) {
+		s, err := openObjects(dir)
+		if err != nil {
+			return res, err
+		}
+		defer s.close()
+		if entries, err = s.forPrune(res.Grace); err != nil {
+			return res, err
+		}
+		rm = s
+	} else {
+		if exists(filepath.Join(dir, MetadataFile)) {
+			return res, &distckpt.Error{Code: distckpt.CodeInvalid, Message: fmt.Sprintf("'%s' is a checkpoint; "+
+				"prune takes the directory that holds checkpoints", dir)}
+		}
+		var err error
+		if entries, err = scan(dir, res.Grace); err != nil {
+			return res, err
+		}
 	}
-	entries, err := scan(dir, res.Grace)
-	if err != nil {
-		return res, err
-	}
-	res.Actions, res.Order = plan(entries, p)
+	res.Actions, res.Order = plan(entries, p, res.Grace)
 
 	var failed []PruneAction
 	for i := range res.Actions {
@@ -158,9 +182,9 @@ func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 		}
 		var err error
 		if a.Checkpoint.Status == Committed {
-			err = deleteCheckpoint(&a.Checkpoint)
+			err = rm.removeCheckpoint(&a.Checkpoint)
 		} else {
-			err = deleteLeftover(&a.Checkpoint, res.Grace)
+			err = rm.removeLeftovers(&a.Checkpoint, res.Grace)
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			err = nil // someone else removed it first
@@ -181,7 +205,7 @@ func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 
 // plan decides what happens to every directory of the store: the library's judgement for the leftovers, the policy for
 // the committed checkpoints. It touches nothing.
-func plan(entries []*Checkpoint, p PrunePolicy) ([]PruneAction, Order) {
+func plan(entries []*Checkpoint, p PrunePolicy, grace time.Duration) ([]PruneAction, Order) {
 	var actions []PruneAction
 	keep := func(c *Checkpoint, reason string) {
 		actions = append(actions, PruneAction{Checkpoint: *c, Action: Keep, Reason: reason})
@@ -209,6 +233,10 @@ func plan(entries []*Checkpoint, p PrunePolicy) ([]PruneAction, Order) {
 
 	// Garbage first, so that staging directories that stay can pin their target.
 	for _, c := range entries {
+		if c.Objects != nil {
+			objectGarbage(c, grace, keep, del, pinned)
+			continue
+		}
 		if c.Symlink != "" {
 			keep(c, "symbolic link (not followed)")
 			continue
@@ -235,6 +263,9 @@ func plan(entries []*Checkpoint, p PrunePolicy) ([]PruneAction, Order) {
 	for _, c := range committed {
 		if c.Step == nil {
 			order = ByModTime
+			if c.Objects != nil {
+				order = ByName // all are below one URL: none has a modification time
+			}
 		}
 	}
 	sort.SliceStable(committed, func(i, j int) bool {
@@ -247,20 +278,44 @@ func plan(entries []*Checkpoint, p PrunePolicy) ([]PruneAction, Order) {
 		}
 		return naturalLess(a.Name, b.Name)
 	})
+	var decided []PruneAction
 	for i, c := range committed {
 		fromEnd := len(committed) - i
+		a := PruneAction{Checkpoint: *c, Action: Keep}
 		switch {
 		case fromEnd <= p.KeepLast:
-			keep(c, fmt.Sprintf("among the last %d (by %s)", p.KeepLast, order))
+			a.Reason = fmt.Sprintf("among the last %d (by %s)", p.KeepLast, order)
 		case p.KeepEvery > 0 && c.Step != nil && *c.Step%int64(p.KeepEvery) == 0:
-			keep(c, fmt.Sprintf("step is a multiple of %d", p.KeepEvery))
+			a.Reason = fmt.Sprintf("step is a multiple of %d", p.KeepEvery)
 		case pinned[c.Name] != "":
-			keep(c, pinned[c.Name])
+			a.Reason = pinned[c.Name]
 		default:
-			del(c, fmt.Sprintf("older than the last %d (by %s)", p.KeepLast, order))
+			a.Action, a.Reason = Delete, fmt.Sprintf("older than the last %d (by %s)", p.KeepLast, order)
 		}
+		if a.Action == Keep {
+			// Below a URL, what other saves left beside a kept checkpoint goes (garbage: listed before the policy's
+			// decisions); a deleted one's leftovers go with it.
+			if g := objectLeftoversBeside(c, grace); g != nil {
+				actions = append(actions, *g)
+			}
+		}
+		decided = append(decided, a)
 	}
-	return actions, order
+	return append(actions, decided...), order
+}
+
+// remover removes what Prune decided to delete: from a directory (dirRemover) or below a URL (objectStore).
+type remover interface {
+	removeCheckpoint(c *Checkpoint) error
+	removeLeftovers(c *Checkpoint, grace time.Duration) error
+}
+
+// dirRemover removes directories of a store on a file system.
+type dirRemover struct{}
+
+func (dirRemover) removeCheckpoint(c *Checkpoint) error { return deleteCheckpoint(c) }
+func (dirRemover) removeLeftovers(c *Checkpoint, grace time.Duration) error {
+	return deleteLeftover(c, grace)
 }
 
 // sameDirectory checks that path is still the directory List saw (not a link, not another directory put in its

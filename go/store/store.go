@@ -20,6 +20,12 @@
 //
 // Nothing in this package follows a symbolic link to delete anything, and nothing deletes a directory that is not a
 // checkpoint or the leftover of one.
+//
+// List, Stat and Prune also take a URL, "s3://bucket/prefix" (objects.go): the checkpoints are the prefixes below it,
+// each a set of objects committed by writing its metadata last (FORMAT.md section 6.2), and the library classifies
+// them and removes what unfinished saves left (distckpt.StorageHandle's Stat, RemoveLeftovers and RemoveCheckpoint)
+// under the same rules: nothing distckpt did not write is removed, saves in progress are left alone, and the newest
+// checkpoints are kept.
 package store
 
 import (
@@ -135,6 +141,10 @@ type Checkpoint struct {
 	Writer *Writer
 	// Err is why the metadata of a Corrupt or Unreadable checkpoint could not be read (a *distckpt.Error).
 	Err error
+	// Objects is, below a URL (an object store), what the library found at the checkpoint's prefix: the files
+	// distckpt wrote there, those of unfinished or superseded saves, and the saves in progress. Nil in a directory.
+	// There, Date, ModTime and LastActive are unknown (zero), and Writer is nil.
+	Objects *distckpt.PathInfo
 
 	// fi is what Lstat said about Path when the store was listed: Prune deletes only that very directory.
 	fi os.FileInfo
@@ -153,10 +163,16 @@ type ListOptions struct {
 // STAGING marker), the result is that one directory. Entries of dir that are not directories, and symbolic links that
 // do not lead to a directory, are skipped. The error is the file system's (an *fs.PathError naming dir) when dir cannot
 // be read; a checkpoint whose metadata cannot be read is listed as Corrupt or Unreadable with its Err set.
+//
+// dir may be a URL ("s3://bucket/prefix"): the prefixes below it are listed the same way (a checkpoint, or only what
+// unfinished saves left: Incomplete), and a prefix with nothing below it is an error matching fs.ErrNotExist.
 func List(dir string, opts *ListOptions) ([]Checkpoint, error) {
 	var o ListOptions
 	if opts != nil {
 		o = *opts
+	}
+	if distckpt.IsURL(dir) {
+		return listObjects(dir, o)
 	}
 	if exists(filepath.Join(dir, MetadataFile)) || exists(filepath.Join(dir, StagingMarker)) {
 		c, err := Stat(dir)
@@ -179,8 +195,12 @@ func List(dir string, opts *ListOptions) ([]Checkpoint, error) {
 }
 
 // Stat describes one directory (a checkpoint, a leftover, or anything else) the way List would. The error is the file
-// system's when path does not exist or is not a directory.
+// system's when path does not exist or is not a directory. path may be a URL ("s3://bucket/prefix/step-100"); nothing
+// below it is then an error matching fs.ErrNotExist.
 func Stat(path string) (*Checkpoint, error) {
+	if distckpt.IsURL(path) {
+		return statObject(path)
+	}
 	path = filepath.Clean(path)
 	fi, symlink, err := lookAt(path)
 	if err != nil {
@@ -334,7 +354,14 @@ func classify(path string) *Checkpoint {
 		return c
 	}
 	c.Date = mst.ModTime()
-	r, err := distckpt.Open(path, &distckpt.ReadOptions{NoVerify: true})
+	readCommitted(c, nil)
+	return c
+}
+
+// readCommitted opens the checkpoint with a metadata file at c.Path (on storage: nil, the one the path names) and sets c's status, summary,
+// user metadata and step from it: Committed, or Corrupt or Unreadable with Err when it does not open.
+func readCommitted(c *Checkpoint, storage *distckpt.StorageHandle) {
+	r, err := distckpt.Open(c.Path, &distckpt.ReadOptions{NoVerify: true, Storage: storage})
 	if err != nil {
 		c.Err = err
 		if errors.Is(err, distckpt.ErrCorrupt) || errors.Is(err, distckpt.ErrVersion) {
@@ -342,7 +369,7 @@ func classify(path string) *Checkpoint {
 		} else {
 			c.Status = Unreadable
 		}
-		return c
+		return
 	}
 	defer r.Close()
 	c.Status = Committed
@@ -358,7 +385,6 @@ func classify(path string) *Checkpoint {
 			}
 		}
 	}
-	return c
 }
 
 // dirUsage sums the sizes of the files under path and finds its own mtime and the newest mtime of it and the
