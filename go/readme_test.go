@@ -12,7 +12,7 @@ package distckpt_test
 //   - a block of imports only is compiled with each import blank (the paths must exist);
 //   - a block of declarations (types, funcs, vars) is a file of package main;
 //   - anything else is the body of a function; the variables it declares at its top level are marked used, and the
-//     imports it names (distckpt, store, s3, fmt, log, ...) are added.
+//     imports it names (distckpt, store, fmt, log, ...) are added.
 
 import (
 	"bytes"
@@ -104,7 +104,7 @@ func docSnippets(t *testing.T, lang string) []docSnippet {
 
 // knownImports are the packages a function-body snippet may name without importing them.
 var knownImports = map[string]string{
-	"distckpt": `distckpt "distckpt.dev/go"`, "store": `"distckpt.dev/go/store"`, "s3": `"distckpt.dev/go/s3"`,
+	"distckpt": `distckpt "distckpt.dev/go"`, "store": `"distckpt.dev/go/store"`,
 	"fmt": `"fmt"`, "log": `"log"`, "os": `"os"`, "json": `"encoding/json"`, "errors": `"errors"`, "fs": `"io/fs"`,
 	"strings": `"strings"`, "time": `"time"`, "filepath": `"path/filepath"`,
 }

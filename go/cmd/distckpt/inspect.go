@@ -71,7 +71,7 @@ func runInspect(c *ctx, args []string) int {
 	if st >= 0 {
 		return st
 	}
-	r, err := openReader(pos[0], &distckpt.ReadOptions{NoVerify: true})
+	r, err := distckpt.Open(pos[0], &distckpt.ReadOptions{NoVerify: true})
 	if err != nil {
 		return c.fail(err, pos[0])
 	}

@@ -26,9 +26,12 @@ var timeNow = time.Now
 var lsCommand = &command{
 	name:    "ls",
 	args:    "[--all] [--json] DIR",
-	summary: "list the checkpoints under DIR with step, size, entries, date and status",
+	summary: "list the checkpoints under DIR (or an s3:// prefix) with step, size, entries, date and status",
 	help: `
 Lists every checkpoint directory directly under DIR (or DIR itself if it is a checkpoint), in natural name order.
+DIR may be an s3://bucket/prefix URL: there a checkpoint is a prefix whose metadata.dckpt is committed, one with only
+what unfinished saves left (STAGING.<nonce> markers, nonced data files) is incomplete, anything else
+not-a-checkpoint; SIZE is the bytes of the files distckpt wrote there, and DATE is not known ("-", JSON null).
 STATUS is one of:
   committed           a complete checkpoint (metadata.dckpt, no STAGING marker) whose metadata opens
   incomplete          <name>.dckpt-staging-<nonce> with a STAGING marker: being written now, or abandoned by a
@@ -103,6 +106,9 @@ func checkpointJSON(c *store.Checkpoint) lsJSON {
 
 // note is the human-readable remark ls prints for a directory.
 func note(c *store.Checkpoint) string {
+	if c.Objects != nil {
+		return objectNote(c)
+	}
 	var parts []string
 	if c.Symlink != "" {
 		parts = append(parts, "symlink to "+c.Symlink)
@@ -133,6 +139,33 @@ func note(c *store.Checkpoint) string {
 	return strings.Join(parts, "; ")
 }
 
+// objectNote is note for a checkpoint below a URL: what the library found at its prefix.
+func objectNote(c *store.Checkpoint) string {
+	var parts []string
+	o := c.Objects
+	switch c.Status {
+	case store.Incomplete:
+		if o.SavesInProgress > 0 {
+			parts = append(parts, fmt.Sprintf("%d save(s) in progress", o.SavesInProgress))
+		}
+		if o.LeftoverFiles > 0 {
+			parts = append(parts, fmt.Sprintf("%d file(s) of unfinished saves (%s)", o.LeftoverFiles,
+				humanBytes(o.LeftoverBytes)))
+		}
+	case store.Committed:
+		if o.SavesInProgress > 0 {
+			parts = append(parts, fmt.Sprintf("%d save(s) in progress over it", o.SavesInProgress))
+		}
+		if o.LeftoverFiles > 0 {
+			parts = append(parts, fmt.Sprintf("%d file(s) of other saves (%s)", o.LeftoverFiles,
+				humanBytes(o.LeftoverBytes)))
+		}
+	case store.Corrupt, store.Unreadable:
+		parts = append(parts, errorJSON(c.Err).Message)
+	}
+	return strings.Join(parts, "; ")
+}
+
 func runLs(c *ctx, args []string) int {
 	fs := c.flags()
 	all := fs.Bool("all", false, "also list directories that are not checkpoints")
@@ -141,25 +174,11 @@ func runLs(c *ctx, args []string) int {
 		return st
 	}
 	dir := pos[0]
-	h, path, err := remote(dir)
-	if err != nil {
-		return c.fail(err, dir)
-	}
-	if h != nil {
-		defer h.Close()
-		return runLsObjects(c, h, dir, path, *all)
-	}
 	// A directory the store could not look inside is Unreadable (store.classify), never left out.
 	shown, err := store.List(dir, &store.ListOptions{All: *all})
 	if err != nil {
 		return c.fail(err, dir)
 	}
-	return writeListing(c, dir, shown, func(i int) (string, string) { return formatTime(shown[i].Date), note(&shown[i]) })
-}
-
-// writeListing prints ls's output for the checkpoints below dir (JSON or a table); dateNote gives the DATE and NOTE
-// columns of checkpoint i.
-func writeListing(c *ctx, dir string, shown []store.Checkpoint, dateNote func(i int) (string, string)) int {
 	if c.json {
 		out := struct {
 			Directory   string   `json:"directory"`
@@ -188,9 +207,8 @@ func writeListing(c *ctx, dir string, shown []store.Checkpoint, dateNote func(i 
 		if e.Info != nil {
 			entries = fmt.Sprint(e.Info.NumEntries)
 		}
-		date, remark := dateNote(i)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Status, step, entries, humanBytes(e.DiskBytes),
-			date, remark)
+			formatTime(e.Date), note(e))
 	}
 	tw.Flush()
 	return exitOK

@@ -7,7 +7,7 @@
 //	0  success (verify: every chunk is intact; diff: the checkpoints are the same)
 //	1  the data are not what they should be: verify found a bad chunk (checksum mismatch, truncated or missing data
 //	   file), export-safetensors or diff met one while reading; diff: the checkpoints differ
-//	2  usage error (unknown command or flag, wrong arguments, bad flag value)
+//	2  usage error (unknown command or flag, wrong arguments, bad flag value, a URL of a scheme other than s3://)
 //	3  failed for another reason (I/O error, out of memory, a removal in prune that failed, ...)
 //	4  not found: a checkpoint or directory that does not exist, is not a directory, is not a checkpoint (no
 //	   metadata.dckpt), or is an uncommitted staging directory; inspect --layout NAME: no entry NAME
@@ -17,6 +17,10 @@
 //
 // ls and prune report a damaged checkpoint in their listing (status "corrupt" or "unreadable") and go on: it is not a
 // failure of theirs. The message of every failure names the path involved.
+//
+// Every checkpoint or store argument may be an "s3://bucket/prefix" URL as well as a path: the library resolves it
+// (S3 configured from the AWS_* environment), and package store lists and prunes below it. Output files and
+// directories (export-safetensors' OUT, consolidate's OUT.safetensors) are local paths.
 //
 // JSON output: every document has a top-level "schema_version" (jsonSchemaVersion). It is bumped when a field is
 // removed or renamed, or its type or meaning changes; new fields and new values of enumerations (a new ls status)
@@ -39,7 +43,6 @@ import (
 	"syscall"
 
 	distckpt "distckpt.dev/go"
-	"distckpt.dev/go/store"
 )
 
 const (
@@ -171,6 +174,8 @@ func usage(w io.Writer) {
 Every command takes --json: one JSON document on stdout, with the fields listed by "distckpt help COMMAND" and a
 top-level "schema_version" (now 1; bumped only when a field is removed, renamed or changes meaning). Fatal errors in
 JSON mode print {"schema_version": 1, "error": {"code": CODE, "message": TEXT}} and are repeated on stderr.
+Every CKPT and DIR may be an s3://bucket/prefix URL (S3 configured from the AWS_* environment: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL); OUT is a local path.
 "distckpt --version" (or -V) is "distckpt version". -q (or --quiet) before COMMAND is --progress=none.
 "python -m distckpt" shares inspect (its "info"), export-safetensors and consolidate with the same names, flags,
 exit statuses and JSON: see docs/cli.md.
@@ -178,7 +183,7 @@ exit statuses and JSON: see docs/cli.md.
 exit status (the same for a given failure in every command):
   0  success (verify: intact; diff: same)
   1  bad data: verify found a bad chunk (or export/diff met one); diff: the checkpoints differ
-  2  usage error
+  2  usage error (a URL of a scheme other than s3:// too)
   3  failed for another reason (I/O error, a removal that failed, ...)
   4  not found (missing, not a directory, not a checkpoint, uncommitted staging directory, no such entry)
   5  corrupt metadata
@@ -268,8 +273,26 @@ func (c *ctx) usageError(format string, args ...interface{}) int {
 	return exitUsage
 }
 
-// fail reports a fatal error with the exit status of its kind (exitStatus); see failWith.
-func (c *ctx) fail(err error, paths ...string) int { return c.failWith(exitStatus(err), err, paths...) }
+// fail reports a fatal error with the exit status of its kind (argStatus); see failWith.
+func (c *ctx) fail(err error, paths ...string) int {
+	return c.failWith(argStatus(err, paths...), err, paths...)
+}
+
+// servedScheme is the one URL scheme the library serves (s3://bucket/prefix); any other is a bad argument.
+const servedScheme = "s3://"
+
+// argStatus is exitStatus for a failure on the paths given, where a URL of a scheme the library cannot serve
+// ("gs://...": the library's unsupported error names the scheme) is a usage error.
+func argStatus(err error, paths ...string) int {
+	if errors.Is(err, distckpt.ErrUnsupported) {
+		for _, p := range paths {
+			if distckpt.IsURL(p) && !strings.HasPrefix(p, servedScheme) {
+				return exitUsage
+			}
+		}
+	}
+	return exitStatus(err)
+}
 
 // failWith reports a fatal error (on stderr, and as {"error": ...} on stdout in JSON mode) and returns status.
 func (c *ctx) failWith(status int, err error, paths ...string) int {
@@ -300,12 +323,6 @@ func mentionsAny(msg string, paths []string) bool {
 		}
 	}
 	return false
-}
-
-// isCheckpoint reports whether dir holds a metadata file (committed or damaged, it is a checkpoint, not a store).
-func isCheckpoint(dir string) bool {
-	_, err := os.Lstat(filepath.Join(dir, store.MetadataFile))
-	return err == nil
 }
 
 // jsonError is the JSON form of an error: the library's code name ("corrupt", "not found", ...) and the message.

@@ -11,7 +11,7 @@ import (
 var pruneCommand = &command{
 	name:    "prune",
 	args:    "--keep-last N [--keep-every K] [--grace D] [--dry-run] [--json] DIR",
-	summary: "delete old committed checkpoints and abandoned staging directories under DIR",
+	summary: "delete old committed checkpoints and abandoned staging directories under DIR (or an s3:// prefix)",
 	help: `
 Committed checkpoints are ordered by their user metadata "step" when every one has an integer step, otherwise by
 their directory's modification time. The last N are kept, and with --keep-every K also every checkpoint whose step is
@@ -30,10 +30,17 @@ died before its rename and never reported success), <name>.dckpt-old-<nonce> dir
 <name>.dckpt-deleting-<nonce> left by an interrupted prune. A staging directory whose STAGING
 marker names a process on this host that is still running is never removed, however old.
 
+Below an s3://bucket/prefix URL (store.Prune's rules there): committed checkpoints are ordered by step, else by name
+(natural order: "order": "name"), and one to delete is removed metadata first (it stops existing in one step), then
+its data files, unless a save started there since the listing. What unfinished or superseded saves left
+(STAGING.<nonce> markers older than --grace or of an exited writer of this host, data files no metadata names) is
+removed, beside kept checkpoints too. A prefix where a save is in progress is kept whole, and so is a committed
+checkpoint one may be overwriting. Objects distckpt did not write are never removed.
+
 --dry-run prints the plan and deletes nothing. Exit status: 0 done; a deletion that failed gives the status of its
 error (3, or 7 for a permission error: see "distckpt help"), and the rest went on.
 
-JSON: {"schema_version": 1, "directory": str, "dry_run": bool, "order": "step"|"mtime",
+JSON: {"schema_version": 1, "directory": str, "dry_run": bool, "order": "step"|"mtime"|"name",
   "keep_last": int, "keep_every": int|null, "grace_seconds": float, "freed_bytes": int (would be freed, for a dry run),
   "actions": [{"name": str, "path": str, "status": str (as in ls), "step": int|null, "bytes": int,
                "action": "keep"|"delete", "reason": str, "deleted": bool, "error": {"code", "message"}|null}]}`,
@@ -74,24 +81,13 @@ func runPrune(c *ctx, args []string) int {
 	if *grace == 0 {
 		policy.Grace = store.NoGrace
 	}
-	h, path, err := remote(dir)
-	if err != nil {
-		return c.fail(err, dir)
-	}
-	var res store.PruneResult
-	if h != nil {
-		defer h.Close()
-		if info, err := h.Stat(path, 0); err == nil && info.Kind == distckpt.PathCheckpoint {
-			return c.usageError("%s is a checkpoint; prune takes the prefix that holds checkpoints", dir)
-		}
-		res, err = pruneObjects(h, path, policy, *grace)
-	} else {
-		if isCheckpoint(dir) {
-			return c.usageError("%s is a checkpoint; prune takes the directory that holds checkpoints", dir)
-		}
-		res, err = store.Prune(dir, policy)
-	}
+	res, err := store.Prune(dir, policy)
 	var perr *store.PruneError
+	var invalid *distckpt.Error
+	if errors.As(err, &invalid) && invalid.Code == distckpt.CodeInvalid {
+		// The policy was checked above: DIR is itself a checkpoint.
+		return c.usageError("%s", invalid.Message)
+	}
 	if err != nil && !errors.As(err, &perr) {
 		return c.fail(err, dir)
 	}

@@ -66,9 +66,9 @@ func runVerify(c *ctx, args []string) int {
 	path := pos[0]
 	out := verifyJSON{Path: path, Bad: []badJSON{}}
 	start := time.Now()
-	r, err := openReader(path, nil)
+	r, err := distckpt.Open(path, nil)
 	if err != nil {
-		status := exitStatus(err)
+		status := argStatus(err, path)
 		out.Error = c.report(err, path)
 		if c.json {
 			c.writeJSON(out)
