@@ -2,8 +2,8 @@
 # Runs the Rust suite from a fresh clone: builds libdistckpt.a and .so (scripts/build_lib.sh, Bazel offline), points
 # cargo at them, runs `cargo test --offline --workspace` in the default mode, which links the static archive (bindings
 # staleness and C layout checks, the safe crate's unit and integration tests against tests/fixtures and tests/golden,
-# the code blocks of README.md and ../README.md as doctests,
-# the serve example compared with its reference), then the same tests with the `shared` feature (libdistckpt.so),
+# the code blocks of README.md and ../README.md as doctests, the serve example compared with its reference, and
+# tests/s3.rs against a moto S3 server from ../.venv), then the same tests with the `shared` feature (libdistckpt.so),
 # then shows the serve example's output. Then a crate of a user's own (tests/consumers/rust), copied outside the
 # repository and every workspace, built with only the steps README.md gives, its binary copied to a fresh directory
 # and run with LD_LIBRARY_PATH unset and the install tree moved away; then the same crate with the `shared` feature;

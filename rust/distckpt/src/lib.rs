@@ -25,7 +25,8 @@
 //! sharded tensors and contiguous regions, borrowed or owned through an `Arc<Checkpoint>`), [`state`] (save and
 //! load), [`comm`] (communicators), [`dtype`] and [`float`] (element types; F16, BF16 and float8 as raw bits with
 //! conversions), [`json`] (values saved from Python: [`Checkpoint::value`], [`Checkpoint::structure_json`]),
-//! [`storage`] (where checkpoints live: POSIX, in memory, or a Rust [`Storage`] such as an object store client),
+//! [`storage`] (where checkpoints live: POSIX, in memory, S3 through the core's client (every path may be an
+//! `"s3://bucket/prefix"` URL; [`S3Options`] to configure it in code), or a Rust [`Storage`]),
 //! [`error`].
 //!
 //! Threading follows capi/API.md: [`Checkpoint`] is `Send + Sync`; [`SaveState`]/[`LoadState`] and [`Comm`] are
@@ -40,8 +41,9 @@
 //   values     -> checkpoint, json, error
 //   view       -> checkpoint, copied, float, dtype, util, error
 //   checkpoint -> comm, storage, progress, copied, float, dtype, util, version, error
-//   storage    -> panic, util, version, error      (its child storage::export -> storage, progress, util, version,
-//                                                   error; storage only re-exports it)
+//   storage    -> panic, util, version, error      (its children storage::export -> storage, progress, util, version,
+//                                                   error, and storage::s3 -> storage, util, version, error; storage
+//                                                   only re-exports them)
 //   comm       -> panic, util, version, error
 //   leftovers  -> util, error
 //   progress   -> panic, util, error
@@ -78,7 +80,10 @@ pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
 pub use leftovers::{leftovers_of, remove_leftover, scan_leftovers, Leftover, LeftoverKind, WriterState};
 pub use state::{LoadState, SaveFuture, SaveInfo, SaveOptions, SaveState};
-pub use storage::{export_safetensors, ExportOptions, PathInfo, PathKind, Storage, StorageFile, StorageHandle, Upload};
+pub use storage::{
+    export_safetensors, list, ExportOptions, PathInfo, PathKind, S3Addressing, S3Options, Storage, StorageFile,
+    StorageHandle, Upload,
+};
 pub use version::{check_abi, library_version};
 pub use view::{Advice, ChunkView, OwnedChunkView, OwnedTensorView, TensorView};
 pub use whole::LoadedTensor;

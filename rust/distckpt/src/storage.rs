@@ -14,8 +14,14 @@
 //! C.
 //!
 //! [`export_safetensors`] (the header's "Tools" section, in the child module `storage::export`) is re-exported here,
-//! where its options name the storages it reads from and writes to.
+//! where its options name the storages it reads from and writes to; so are [`S3Options`] and the constructors of S3
+//! and URL handles ([`StorageHandle::s3`], [`StorageHandle::open_url`], in the child module `storage::s3`).
+//!
+//! With no handle, the paths these calls take may be URLs: `"s3://bucket/prefix"` is S3 configured from the AWS_*
+//! environment, and another scheme is an `Unsupported` error naming it ([`list`] is the handle-less form of
+//! [`StorageHandle::list`]).
 
+use std::borrow::Cow;
 use std::ffi::{c_void, CString};
 use std::io;
 use std::os::raw::{c_char, c_int};
@@ -31,8 +37,10 @@ use crate::util::{callback_path, lock, lossy_string, path_cstring};
 use crate::version::check_abi;
 
 mod export;
+mod s3;
 
 pub use export::{export_safetensors, ExportOptions};
+pub use s3::{S3Addressing, S3Options};
 
 /// A file being written through a [`Storage`] (what [`Storage::create`] returns). Nothing is visible at its path
 /// before [`close`](Self::close) succeeds with `discard == false`.
@@ -374,7 +382,7 @@ impl Bridge {
 
 struct Inner {
     raw: *mut sys::dckpt_storage,
-    kind: &'static str,
+    kind: Cow<'static, str>,
     bridge: Option<Box<Bridge>>,
 }
 
@@ -432,16 +440,16 @@ pub struct PathInfo {
 }
 
 impl StorageHandle {
-    fn wrap(raw: *mut sys::dckpt_storage, kind: &'static str, bridge: Option<Box<Bridge>>) -> StorageHandle {
+    fn wrap(raw: *mut sys::dckpt_storage, kind: Cow<'static, str>, bridge: Option<Box<Bridge>>) -> StorageHandle {
         StorageHandle { inner: Arc::new(Inner { raw, kind, bridge }) }
     }
 
-    /// The POSIX file system (what no storage means).
+    /// The POSIX file system (what no storage means for a plain path).
     pub fn posix() -> Result<StorageHandle> {
         check_abi()?;
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_storage_new_posix(&mut raw) })?;
-        Ok(Self::wrap(raw, "posix", None))
+        Ok(Self::wrap(raw, "posix".into(), None))
     }
 
     /// An in-process store of files, lost with the last clone of the handle (for tests and examples); checkpoints
@@ -450,7 +458,7 @@ impl StorageHandle {
         check_abi()?;
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_storage_new_memory(&mut raw) })?;
-        Ok(Self::wrap(raw, "memory", None))
+        Ok(Self::wrap(raw, "memory".into(), None))
     }
 
     /// Storage written in Rust, behind the C callbacks. `max_in_flight`: the most write, read and part upload calls
@@ -484,7 +492,7 @@ impl StorageHandle {
         cb.max_in_flight = max_in_flight;
         let mut raw = std::ptr::null_mut();
         check(unsafe { sys::dckpt_storage_new_callbacks(&mut raw, &cb) })?;
-        Ok(Self::wrap(raw, "callbacks", Some(bridge)))
+        Ok(Self::wrap(raw, "callbacks".into(), Some(bridge)))
     }
 
     pub(crate) fn raw(&self) -> *mut sys::dckpt_storage {
@@ -551,12 +559,41 @@ impl StorageHandle {
         Ok(out.into_inner().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The names directly below `dir` (`dckpt_storage_list_dir`), each once, in byte order: files and directories (on an
+    /// object store, the first component of longer keys). A `dir` with nothing below it has none. On S3, `dir` is an
+    /// `"s3://bucket/prefix"` URL.
+    pub fn list(&self, dir: impl AsRef<Path>) -> Result<Vec<String>> {
+        list_on(self.raw(), dir.as_ref()).map_err(|e| self.annotate(e))
+    }
+
     /// Removes the checkpoint at `path` and its leftovers: the metadata first (it stops existing in one step), then
     /// its data files. `NotFound` when nothing distckpt wrote is there.
     pub fn remove_checkpoint(&self, path: impl AsRef<Path>) -> Result<()> {
         let cpath = path_cstring(path.as_ref())?;
         check(unsafe { sys::dckpt_storage_remove_checkpoint(self.raw(), cpath.as_ptr()) }).map_err(|e| self.annotate(e))
     }
+}
+
+/// The names directly below `dir` with no handle (`dckpt_storage_list_dir` with a NULL storage): `dir` is an
+/// `"s3://bucket/prefix"` URL (S3 configured from the AWS_* environment) or a path of the POSIX file system; another
+/// scheme is `Unsupported`, naming it. As [`StorageHandle::list`] otherwise.
+pub fn list(dir: impl AsRef<Path>) -> Result<Vec<String>> {
+    check_abi()?;
+    list_on(std::ptr::null_mut(), dir.as_ref())
+}
+
+fn list_on(storage: *mut sys::dckpt_storage, dir: &Path) -> Result<Vec<String>> {
+    unsafe extern "C" fn each(name: *const c_char, ud: *mut c_void) -> c_int {
+        // Nothing here can panic but an allocation failure; the vector is ours alone during the call.
+        (*(ud as *mut Vec<String>)).push(lossy_string(name));
+        0
+    }
+    let cdir = path_cstring(dir)?;
+    let mut out: Vec<String> = Vec::new();
+    check(unsafe {
+        sys::dckpt_storage_list_dir(storage, cdir.as_ptr(), Some(each), &mut out as *mut Vec<String> as *mut c_void)
+    })?;
+    Ok(out)
 }
 
 /// The raw pointer of an optional handle (null: the POSIX file system).

@@ -1,5 +1,8 @@
-//! Shared by the integration tests: the committed fixture checkpoints and scratch directories.
+//! Shared by the integration tests: the committed fixture checkpoints and scratch directories; `moto`, a moto S3
+//! server on loopback.
 #![allow(dead_code)]
+
+pub mod moto;
 
 use std::path::{Path, PathBuf};
 
