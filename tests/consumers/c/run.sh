@@ -2,7 +2,9 @@
 # Builds tests/consumers/c/main.c the way the README's "Using it from C" section tells a user to, in a directory
 # outside the repository, and runs it with LD_LIBRARY_PATH unset (the .pc file's rpath must be enough). Then the same
 # program linked statically (pkg-config distckpt-static) against a private install tree, run from a copy in a fresh
-# directory with LD_LIBRARY_PATH unset and that tree moved away (tests/consumers/portable.sh).
+# directory with LD_LIBRARY_PATH unset and that tree moved away (tests/consumers/portable.sh). Then s3.c, built the
+# same shared way, against a moto S3 server on loopback (with_moto.py; skipped, saying so, without the repository's
+# venv, which python/run_tests.sh makes).
 # Ends with "c consumer: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -11,7 +13,7 @@ failed=0
 check() { if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp tests/consumers/c/main.c "$work/"
+cp tests/consumers/c/main.c tests/consumers/c/s3.c "$work/"
 # shellcheck source=SCRIPTDIR/../portable.sh
 source tests/consumers/portable.sh
 
@@ -41,5 +43,17 @@ tree_away "$dist"
 (cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./my_tool_static "$work/ckpt-static")
 check "a copy in a fresh directory, install tree moved away, no LD_LIBRARY_PATH: saves and reads back" $?
 tree_back "$dist"
+
+# S3: the same program shape on "s3://bucket/prefix" URLs with no storage handle, the endpoint and credentials in the
+# AWS_* environment (with_moto.py starts the server, makes the bucket and sets them).
+if [[ -x .venv/bin/python ]] && .venv/bin/python -c "import moto.server" 2>/dev/null; then
+  (cd "$work" && cc -std=c99 -Wall -Wextra -Werror s3.c $(pkg-config --cflags --libs distckpt) -o my_s3_tool)
+  check "cc s3.c \$(pkg-config --cflags --libs distckpt)" $?
+  env -u LD_LIBRARY_PATH .venv/bin/python tests/consumers/c/with_moto.py c-consumer \
+    "$work/my_s3_tool" s3://c-consumer/run1/step-100
+  check "s3.c on a moto server: saves to s3://c-consumer/run1/step-100, reads every value back, lists, stats, removes; a missing checkpoint is ENOTFOUND naming its URL, gs:// is EUNSUPPORTED" $?
+else
+  echo "SKIPPED: s3.c: no .venv/bin/python with moto.server (python/run_tests.sh makes it); not counted"
+fi
 echo "c consumer: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
