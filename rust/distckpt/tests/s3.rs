@@ -220,6 +220,11 @@ fn urls_configured_from_the_environment() {
     let no_bucket = "s3://rust-no-such-bucket/step-1";
     let e = Checkpoint::open(no_bucket).expect_err("open in a missing bucket");
     assert!(e.message().contains(no_bucket), "the error does not name the URL: {e}");
+    let e = distckpt::list(no_bucket).expect_err("list in a missing bucket");
+    assert!(
+        e.message().contains(no_bucket) && e.message().contains("does not exist"),
+        "the error does not say the bucket is missing: {e}"
+    );
 
     by_url.remove_checkpoint(url).unwrap();
     assert!(distckpt::list("s3://rust-env/models/llm").unwrap().is_empty());
