@@ -99,13 +99,7 @@ func listObjects(url string, o ListOptions) ([]Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Checkpoint, 0, len(all))
-	for _, c := range all {
-		if c.Status != NotACheckpoint || o.All {
-			out = append(out, *c)
-		}
-	}
-	return out, nil
+	return listed(all, o.All), nil
 }
 
 func statObject(url string) (*Checkpoint, error) {

@@ -185,13 +185,7 @@ func List(dir string, opts *ListOptions) ([]Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Checkpoint, 0, len(all))
-	for _, c := range all {
-		if c.Status != NotACheckpoint || o.All {
-			out = append(out, *c)
-		}
-	}
-	return out, nil
+	return listed(all, o.All), nil
 }
 
 // Stat describes one directory (a checkpoint, a leftover, or anything else) the way List would. The error is the file
@@ -450,3 +444,14 @@ func digitPrefix(s string) string {
 
 // NaturalLess is the order List uses for names: digit runs compare as numbers (step-99 < step-100).
 func NaturalLess(a, b string) bool { return naturalLess(a, b) }
+
+// listed is what List returns of the entries found: the checkpoints and leftovers, with all the other entries too.
+func listed(found []*Checkpoint, all bool) []Checkpoint {
+	out := make([]Checkpoint, 0, len(found))
+	for _, c := range found {
+		if c.Status != NotACheckpoint || all {
+			out = append(out, *c)
+		}
+	}
+	return out
+}
