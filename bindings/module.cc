@@ -127,4 +127,5 @@ PYBIND11_MODULE(_distckpt, m) {
   RegisterSaveLoad(m);
   RegisterTools(m);
   RegisterStorage(m);
+  RegisterS3(m);
 }

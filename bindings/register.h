@@ -15,6 +15,7 @@ void RegisterReader(pybind11::module_& m);      // reader.cc
 void RegisterSaveLoad(pybind11::module_& m);    // save_load.cc
 void RegisterTools(pybind11::module_& m);       // tools.cc
 void RegisterStorage(pybind11::module_& m);     // storage.cc
+void RegisterS3(pybind11::module_& m);          // s3.cc (adds to storage.cc's Storage)
 
 }  // namespace distckpt_python
 

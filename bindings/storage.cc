@@ -1,6 +1,6 @@
-// distckpt._distckpt.Storage and the storage functions (stat, remove_leftovers, remove_checkpoint): the C
-// storage callbacks that run a Python object's methods (with the GIL, exceptions kept and mapped to status codes)
-// and the built-in POSIX and in-memory storages.
+// distckpt._distckpt.Storage and the storage functions (open_url, list, stat, remove_leftovers, remove_checkpoint):
+// the C storage callbacks that run a Python object's methods (with the GIL, exceptions kept and mapped to status
+// codes), the built-in POSIX and in-memory storages, and the storage a URL names (S3's options: s3.cc).
 #include "bindings/storage.h"
 
 #include <cerrno>
@@ -207,17 +207,20 @@ int UploadAbort(dckpt_upload* upload, void* user) {
 
 }  // namespace
 
-std::shared_ptr<Storage> Storage::Posix() {
-  auto s = std::shared_ptr<Storage>(new Storage("posix"));
-  Check(dckpt_storage_new_posix(&s->storage_));
+std::shared_ptr<Storage> Storage::Native(std::string kind, const std::function<int(dckpt_storage**)>& make) {
+  auto s = std::shared_ptr<Storage>(new Storage(std::move(kind)));
+  int rc;
+  {
+    py::gil_scoped_release nogil;  // S3 loads libcurl
+    rc = make(&s->storage_);
+  }
+  Check(rc);
   return s;
 }
 
-std::shared_ptr<Storage> Storage::Memory() {
-  auto s = std::shared_ptr<Storage>(new Storage("memory"));
-  Check(dckpt_storage_new_memory(&s->storage_));
-  return s;
-}
+std::shared_ptr<Storage> Storage::Posix() { return Native("posix", dckpt_storage_new_posix); }
+
+std::shared_ptr<Storage> Storage::Memory() { return Native("memory", dckpt_storage_new_memory); }
 
 std::shared_ptr<Storage> Storage::Callbacks(const py::object& impl, unsigned max_in_flight) {
   auto cb = std::make_shared<PyStorageCallbacks>();
@@ -308,13 +311,32 @@ void CheckStorage(int rc, const StorageCall& call, py::object cause = py::none()
   throw NativeError(rc, std::move(message), std::move(cause));
 }
 
-struct RemovedList {
-  std::vector<std::string> paths;
+/// Collects the names or paths a dckpt_* call reports one by one.
+struct NameList {
+  std::vector<std::string> names;
 };
 
-int CollectRemoved(const char* path, void* user) {
-  static_cast<RemovedList*>(user)->paths.emplace_back(path);
+int CollectName(const char* name, void* user) {
+  static_cast<NameList*>(user)->names.emplace_back(name);
   return 0;
+}
+
+/// The storage a URL names ("s3://..." S3 from the environment, a plain path POSIX; any other scheme raises).
+std::shared_ptr<Storage> OpenUrl(const std::string& url) {
+  return Storage::Native("url", [&](dckpt_storage** out) { return dckpt_storage_open_url(out, url.c_str()); });
+}
+
+/// The names directly below `dir` (dckpt_storage_list), in byte order.
+std::vector<std::string> StorageList(std::shared_ptr<Storage> storage, const std::string& dir) {
+  StorageCall call(storage);
+  NameList found;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_storage_list(call.get(), dir.c_str(), &CollectName, &found);
+  }
+  CheckStorage(rc, call);
+  return found.names;
 }
 
 py::dict StorageStat(std::shared_ptr<Storage> storage, const std::string& path, double grace_seconds) {
@@ -341,15 +363,15 @@ py::dict StorageStat(std::shared_ptr<Storage> storage, const std::string& path, 
 std::vector<std::string> StorageRemoveLeftovers(std::shared_ptr<Storage> storage, const std::string& path,
                                                 double grace_seconds, bool dry_run) {
   StorageCall call(storage);
-  RemovedList removed;
+  NameList removed;
   int rc;
   {
     py::gil_scoped_release nogil;
-    rc = dckpt_storage_remove_leftovers(call.get(), path.c_str(), grace_seconds, dry_run ? 1 : 0, &CollectRemoved,
+    rc = dckpt_storage_remove_leftovers(call.get(), path.c_str(), grace_seconds, dry_run ? 1 : 0, &CollectName,
                                         &removed);
   }
   CheckStorage(rc, call);
-  return removed.paths;
+  return removed.names;
 }
 
 void StorageRemoveCheckpoint(std::shared_ptr<Storage> storage, const std::string& path) {
@@ -372,8 +394,11 @@ void RegisterStorage(py::module_& m) {
                   "Storage through impl's methods create/write/sync/close/size/read/list/remove/commit and "
                   "upload_begin/upload_part/upload_complete/upload_abort (distckpt/storage.py describes them); sync, "
                   "commit and the upload_* methods may be missing or None.")
+      .def_static("open_url", &OpenUrl, py::arg("url"),
+                  "The storage a URL names: s3:// S3 configured from the AWS_* environment, a plain path POSIX.")
       .def_property_readonly("kind", &Storage::kind)
       .def_property_readonly("impl", &Storage::impl);
+  m.def("storage_list", &StorageList, py::arg("storage").none(true), py::arg("dir"));
   m.def("storage_stat", &StorageStat, py::arg("storage").none(true), py::arg("path"), py::arg("grace_seconds"));
   m.def("storage_remove_leftovers", &StorageRemoveLeftovers, py::arg("storage").none(true), py::arg("path"),
         py::arg("grace_seconds"), py::arg("dry_run"));

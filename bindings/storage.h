@@ -1,9 +1,10 @@
-// Internal to the extension module: the storage bound as distckpt._distckpt.Storage (POSIX, in memory, or a
-// Python object's methods), and StorageCall, which lets a failed call name the exception a storage callback raised.
+// Internal to the extension module: the storage bound as distckpt._distckpt.Storage (POSIX, in memory, S3 (s3.cc),
+// a URL's, or a Python object's methods), and StorageCall, which lets a failed call name the exception a storage callback raised.
 #ifndef DISTCKPT_BINDINGS_STORAGE_H_
 #define DISTCKPT_BINDINGS_STORAGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,9 +15,12 @@ namespace distckpt_python {
 
 struct PyStorageCallbacks;  // storage.cc
 
-/// A dckpt_storage: POSIX, in memory, or a Python object's methods (see distckpt/storage.py for the protocol).
+/// A dckpt_storage: POSIX, in memory, S3, a URL's, or a Python object's methods (see distckpt/storage.py for the
+/// protocol).
 class Storage {
  public:
+  /// A storage the core makes itself: `make` (a dckpt_storage_new_* call) runs without the GIL; a failure raises.
+  static std::shared_ptr<Storage> Native(std::string kind, const std::function<int(dckpt_storage**)>& make);
   static std::shared_ptr<Storage> Posix();
   static std::shared_ptr<Storage> Memory();
   static std::shared_ptr<Storage> Callbacks(const py::object& impl, unsigned max_in_flight);
