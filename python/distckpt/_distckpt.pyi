@@ -178,11 +178,31 @@ class Storage:
     def memory() -> Storage: ...
     @staticmethod
     def callbacks(impl: Any, max_in_flight: int = 0) -> Storage: ...
+    # The storage a URL names: "s3://..." S3 from the AWS_* environment, a plain path POSIX (dckpt_storage_open_url).
+    @staticmethod
+    def open_url(url: str) -> Storage: ...
+    # dckpt_storage_new_s3 (s3.cc): None and 0 take the AWS_* environment or the core's default; addressing is
+    # "auto", "path" or "virtual".
+    @staticmethod
+    def s3(
+        endpoint: Optional[str],
+        region: Optional[str],
+        access_key_id: Optional[str],
+        secret_access_key: Optional[str],
+        session_token: Optional[str],
+        addressing: str,
+        max_in_flight: int,
+        max_attempts: int,
+        request_timeout_seconds: float,
+        part_size: int,
+        read_block_size: int,
+    ) -> Storage: ...
     @property
     def kind(self) -> str: ...
     @property
     def impl(self) -> Any: ...
 
+def storage_list(storage: Optional[Storage], dir: str) -> List[str]: ...  # noqa: A002
 def storage_stat(storage: Optional[Storage], path: str, grace_seconds: float) -> Dict[str, Any]: ...
 def storage_remove_leftovers(
     storage: Optional[Storage], path: str, grace_seconds: float, dry_run: bool

@@ -29,6 +29,7 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     scan_leftovers,
     status_name,
     storage_remove_checkpoint,
+    storage_list,
     storage_remove_leftovers,
     storage_stat,
     version,

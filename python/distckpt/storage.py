@@ -1,10 +1,13 @@
-"""Where checkpoints live: the POSIX file system (the default), an in-process store, or storage you plug in.
+"""Where checkpoints live: the POSIX file system (the default), S3, an in-process store, or storage you plug in.
 
 Every entry point that takes a checkpoint path (``save``, ``async_save``, ``load``, ``open``, ``export_safetensors``,
-the prune functions below) also takes ``storage=``. Without it, a URL picks the storage: ``"s3://bucket/ckpt"``,
+the prune functions below) also takes ``storage=``. Without it, the path picks the storage: ``"s3://bucket/ckpt"``
+goes to distckpt's own S3 backend in the core (configured from the ``AWS_*`` environment as the AWS CLI is; the same
+backend C, Rust and Go programs and the ``distckpt`` CLI use; :class:`S3Storage` sets its options explicitly);
 ``"gs://..."``, ``"az://..."``, ``"memory://..."`` or any other fsspec protocol goes through :class:`FsspecStorage`
-(``fsspec.core.url_to_fs``, so fsspec's usual configuration applies); plain paths and ``file://`` URLs stay on the
-built-in POSIX backend.
+(``fsspec.core.url_to_fs``, so fsspec's usual configuration applies), and a scheme nothing serves is an
+``UnsupportedError`` naming it; plain paths and ``file://`` URLs stay on the built-in POSIX backend. S3 through
+s3fs is still there for the asking: ``storage=FsspecStorage(s3fs.S3FileSystem(...))``.
 
 Plugged-in storage has no rename, so distckpt commits there by writing the metadata last (core/format/FORMAT.md,
 "Commit on storage without rename"): data files ``data-NNNNN.<nonce>.bin`` and a marker ``STAGING.<nonce>`` below the
@@ -47,17 +50,19 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 from . import _native
-from ._backends import CallbackStorage, MemoryStorage, PathLike, PosixStorage, Storage
+from ._backends import CallbackStorage, MemoryStorage, PathLike, PosixStorage, S3Storage, Storage
 from ._fsspec_storage import FsspecStorage
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedError
 
 __all__ = [
     "Storage",
     "PosixStorage",
     "MemoryStorage",
     "CallbackStorage",
+    "S3Storage",
     "FsspecStorage",
     "storage_for",
+    "listdir",
     "PathInfo",
     "storage_stat",
     "remove_leftovers",
@@ -65,7 +70,7 @@ __all__ = [
 ]
 
 # The classes are defined in _backends and _fsspec_storage; this module is their public home (reprs, docs, help()).
-for _cls in (Storage, PosixStorage, MemoryStorage, CallbackStorage, FsspecStorage):
+for _cls in (Storage, PosixStorage, MemoryStorage, CallbackStorage, S3Storage, FsspecStorage):
     _cls.__module__ = __name__
 del _cls
 
@@ -73,39 +78,59 @@ del _cls
 # ---- Choosing a storage ----------------------------------------------------------------------------------------------
 
 
-def _protocol(path: str) -> Optional[str]:
+def url_scheme(path: str) -> Optional[str]:
+    """The scheme of a URL ("s3" for "s3://b/k"), None for a plain path."""
     head, sep, _ = path.partition("://")
     if not sep or not head or "/" in head:
         return None
     return head
 
 
+def is_core_url(path: str) -> bool:
+    """Whether ``path`` is a URL the core serves itself with no storage given (``s3://``)."""
+    return url_scheme(path) == "s3"
+
+
 def storage_for(url_or_path: PathLike, **storage_options: Any) -> Storage:
-    """The storage a path or URL names: POSIX for a plain path or ``file://``; otherwise :class:`FsspecStorage` over
-    ``fsspec.core.url_to_fs(url, **storage_options)``."""
+    """The storage a path or URL names: POSIX for a plain path or ``file://``; :class:`S3Storage` for ``s3://``
+    (``storage_options`` are its keyword arguments); otherwise :class:`FsspecStorage` over
+    ``fsspec.core.url_to_fs(url, **storage_options)``. A scheme that nothing here serves is an ``UnsupportedError``
+    naming it."""
     path = os.fspath(url_or_path)
-    protocol = _protocol(path)
+    protocol = url_scheme(path)
     if protocol is None or protocol in ("file", "local"):
         return PosixStorage()
+    if protocol == "s3":
+        return S3Storage(**storage_options)
+    serves = "distckpt serves s3:// URLs and local paths itself; other schemes go through fsspec"
     try:
-        import fsspec.core  # noqa: PLC0415 - fsspec is optional; only URLs need it
+        import fsspec.core  # noqa: PLC0415 - fsspec is optional; only URLs other than s3:// need it
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise InvalidArgumentError(
-            f"'{path}' is a URL: storage behind URLs needs fsspec (pip install 'distckpt[fsspec]', plus s3fs, "
-            f"gcsfs or adlfs for the store)"
+        raise UnsupportedError(
+            f"'{path}': no storage for URLs of scheme '{protocol}' here: {serves}, which is not installed (pip "
+            f"install 'distckpt[fsspec]' and the store's package: gcsfs, adlfs, ...)"
         ) from e
-    fs, _ = fsspec.core.url_to_fs(path, **storage_options)
+    try:
+        fs, _ = fsspec.core.url_to_fs(path, **storage_options)
+    except ImportError as e:  # a protocol fsspec knows whose package is missing (gcsfs for gs://)
+        raise UnsupportedError(f"'{path}': no storage for URLs of scheme '{protocol}' here: {e} ({serves})") from e
+    except ValueError as e:
+        if "protocol" not in str(e).lower():
+            raise
+        raise UnsupportedError(f"'{path}': unknown URL scheme '{protocol}' ({serves}; fsspec: {e})") from e
     return FsspecStorage(fs)
 
 
 def resolve(path: PathLike, storage: Optional[Storage]) -> Tuple[str, Optional["_native.Storage"], Optional[Storage]]:
-    """(path as the storage sees it, native storage or None for POSIX, the Storage) for an entry point's arguments."""
+    """(path as the storage sees it, native storage or None for the core's choice by path, the Storage) for an entry
+    point's arguments. With no storage, plain paths and ``s3://`` URLs go to the core as they are (POSIX; S3 from the
+    environment)."""
     if storage is not None and not isinstance(storage, Storage):
         raise InvalidArgumentError(f"storage must be a distckpt.storage.Storage or None, not {type(storage).__name__}")
     text = os.fspath(path)
     if storage is None:
-        protocol = _protocol(text)
-        if protocol is None:
+        protocol = url_scheme(text)
+        if protocol is None or protocol == "s3":
             return text, None, None
         if protocol in ("file", "local"):
             return text.split("://", 1)[1], None, None
@@ -113,6 +138,13 @@ def resolve(path: PathLike, storage: Optional[Storage]) -> Tuple[str, Optional["
     if isinstance(storage, PosixStorage):
         return storage.path_of(text), None, storage
     return storage.path_of(text), storage.native, storage
+
+
+def listdir(path: PathLike, *, storage: Optional[Storage] = None) -> List[str]:
+    """The names directly below ``path`` (a URL, or a path on ``storage``), each once, sorted: files and directories
+    (on an object store, the first component of longer keys). A ``path`` with nothing below it has none."""
+    p, native, _ = resolve(path, storage)
+    return list(_native.storage_list(native, p))
 
 
 # ---- Prune -----------------------------------------------------------------------------------------------------------
@@ -155,8 +187,11 @@ def remove_checkpoint(path: PathLike, *, storage: Optional[Storage] = None) -> N
     _native.storage_remove_checkpoint(native, p)
 
 
-def read_file(path: str, storage: Optional[Storage]) -> bytes:
-    """A whole (small) file through ``storage`` (None: POSIX); for reading what an export wrote."""
+def read_file(path: str, storage: Optional[Storage]) -> Optional[bytes]:
+    """A whole (small) file through ``storage`` (None: as ``path`` says); for reading what an export wrote. None on
+    S3, which the C ABI reads checkpoints from but no other file: the caller lists instead."""
+    if isinstance(storage, S3Storage) or (storage is None and is_core_url(path)):
+        return None
     if storage is None or isinstance(storage, PosixStorage):
         with open(path, "rb") as f:
             return f.read()
