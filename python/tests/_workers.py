@@ -217,31 +217,17 @@ def torch_async_rank(rank, world, init_file, path):
         dist.destroy_process_group()
 
 
-def slow_s3_save_rank(rank, world, rendezvous, url, endpoint):
-    """Saves 8 MiB per rank to S3 through a storage whose uploads of data files other than data-00000 never finish
-    (the parent kills this process while it waits): the marker and one data file get written, the metadata never."""
-    import time
-
-    import s3fs
-
+def stuck_s3_save_rank(rank, world, rendezvous, url):
+    """Saves 8 MiB per rank to an s3:// URL through the core, whose endpoint (AWS_ENDPOINT_URL) is a test proxy that
+    holds the uploads of every data file but data-00000 (the parent kills this process while they hang): the marker
+    and one data file get written, the metadata never."""
     import distckpt
-    from distckpt._fsspec_storage import _FsspecFiles
-    from distckpt.storage import FsspecStorage
 
-    class StuckUploads(_FsspecFiles):
-        def close(self, f, size, discard):
-            if not discard and "/data-" in f.path and "/data-00000." not in f.path:
-                time.sleep(3600)
-            super().close(f, size, discard)
-
-    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint})
-    storage = FsspecStorage(fs)
-    storage._native = distckpt._native.Storage.callbacks(StuckUploads(fs, None), 8)
     rows = 2048  # 8 MiB of float32 per rank
     local = np.full((rows, 1024), rank, np.float32)
     with distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=60) as comm:
         distckpt.save({"w": distckpt.Shard(local, (rows * world, 1024), (rows * rank, 0))}, url, comm=comm,
-                      storage=storage, timeout=600)  # fmt: skip
+                      timeout=600)  # fmt: skip
     raise AssertionError("the save finished although its uploads never do")
 
 

@@ -166,3 +166,35 @@ def gpus(n: int):
 def ckpt(tmp_path):
     """A path for a checkpoint that does not exist yet."""
     return str(tmp_path / "ckpt")
+
+
+# ---- S3: a moto server on loopback (_s3_server.py), shared by test_s3.py and test_s3_faults.py --------------------
+
+#: What the AWS CLI (and distckpt's S3 backend) would read from the environment besides what a test sets.
+AWS_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
+           "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A moto S3 server for the session; its buckets are made per test (``moto_server.new_bucket()``)."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("boto3")
+    import _s3_server
+
+    server = _s3_server.MotoServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(moto_server, monkeypatch):
+    """The server's endpoint and credentials in the environment (``s3://`` URLs reach it; spawned ranks inherit it),
+    nothing else of AWS's. Yields a fresh bucket's name."""
+    for name in AWS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for k, v in moto_server.env().items():
+        monkeypatch.setenv(k, v)
+    return moto_server.new_bucket()

@@ -1,7 +1,10 @@
-"""S3 through a real HTTP endpoint: a moto server the tests start on loopback, reached with s3fs (URLs routed through
-fsspec, with the endpoint in fsspec's configuration) by several Gloo ranks. Checks a multi-rank save and async save,
-a resharded load on another number of ranks, verify, overwrite, and a save killed midway (no checkpoint appears;
-the leftovers are found and removed)."""
+"""S3 through a real HTTP endpoint: a moto server on loopback (conftest's ``moto_server``). ``s3://`` URLs go to the
+core's S3 backend, configured from the AWS_* environment (AWS_ENDPOINT_URL: the server), the same backend C, Rust
+and Go use. Checks a multi-rank save and async save, a resharded load on another number of ranks, verify,
+overwrite, an explicit ``S3Storage``, streamed multipart uploads, listing, export, a save killed midway (no
+checkpoint appears; the leftovers are found and pruned), and the memory a save of a large data file takes. The
+store is inspected with boto3, never through distckpt. One test keeps the fsspec route (``FsspecStorage`` over
+s3fs), still there as an option. Faults: test_s3_faults.py."""
 
 from __future__ import annotations
 
@@ -11,49 +14,15 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("s3fs")
-pytest.importorskip("moto")
-
-import _s3_server
+import _s3_faults
 import _workers
 import distckpt
+from conftest import run_python
 from test_multiprocess import run_ranks
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = _s3_server.MotoServer()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
-def s3(server, monkeypatch):
-    """A fresh bucket; the endpoint and credentials in the environment (inherited by spawned ranks) and in this
-    process's fsspec configuration. Yields (s3fs filesystem, bucket name)."""
-    import fsspec.config
-
-    for k, v in server.env().items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setitem(fsspec.config.conf, "s3", {"client_kwargs": {"endpoint_url": server.endpoint}})
-    fs = server.s3fs()
-    bucket = f"b{time.monotonic_ns()}"
-    fs.mkdir(bucket)
-    return fs, bucket
-
-
-def objects(fs, prefix):
-    fs.invalidate_cache()
-    try:
-        return sorted(fs.find(prefix))
-    except FileNotFoundError:
-        return []
-
-
-def test_three_ranks_save_to_s3_two_ranks_load_resharded(s3, tmp_path):
-    fs, bucket = s3
+def test_three_ranks_save_to_s3_two_ranks_load_resharded(s3_env, moto_server, tmp_path):
+    bucket = s3_env
     url, async_url = f"s3://{bucket}/ckpt", f"s3://{bucket}/ckpt_async"
     # save_rank saves, then async-saves and scribbles over its arrays at once; load_rank loads on 2 ranks with
     # other shardings and checks every value (also through load(None) and a collective open).
@@ -70,74 +39,110 @@ def test_three_ranks_save_to_s3_two_ranks_load_resharded(s3, tmp_path):
             assert len(r.metadata["model.w"].chunks) == 3
         info = distckpt.storage_stat(u)
         assert info.kind == "checkpoint" and info.leftover_files == 0, info
-    names = [p.rsplit("/", 1)[-1] for p in objects(fs, f"{bucket}/ckpt/")]
+    names = [k.rsplit("/", 1)[-1] for k in moto_server.keys(bucket, "ckpt/")]
     assert "metadata.dckpt" in names and not any(n.startswith("STAGING") for n in names), names
+    assert distckpt.listdir(f"s3://{bucket}") == ["ckpt", "ckpt_async"]
+    assert "metadata.dckpt" in distckpt.listdir(url)
+    assert distckpt.listdir(f"s3://{bucket}/nothing-here") == []
 
 
-def test_verify_finds_a_corrupted_object(s3):
-    fs, bucket = s3
+def test_verify_finds_a_corrupted_object(s3_env, moto_server):
+    bucket = s3_env
     url = f"s3://{bucket}/c"
     distckpt.save({"w": np.arange(100000, dtype=np.float64)}, url)
-    (data,) = [p for p in objects(fs, f"{bucket}/c/") if "/data-" in p]
-    raw = bytearray(fs.cat_file(data))
+    (data,) = [k for k in moto_server.keys(bucket, "c/") if "/data-" in k]
+    s3 = moto_server.client()
+    raw = bytearray(s3.get_object(Bucket=bucket, Key=data)["Body"].read())
     raw[1000] ^= 0xFF
-    fs.pipe_file(data, bytes(raw))
+    s3.put_object(Bucket=bucket, Key=data, Body=bytes(raw))
     with distckpt.open(url) as r:
-        with pytest.raises(distckpt.CorruptCheckpointError):
+        with pytest.raises(distckpt.CorruptCheckpointError, match="data-"):
             r.verify()
     with pytest.raises(distckpt.CorruptCheckpointError):
         distckpt.load(None, url)
 
 
-def test_overwrite_on_s3_replaces_and_drops_the_old_files(s3):
-    fs, bucket = s3
+def test_overwrite_on_s3_replaces_and_drops_the_old_files(s3_env, moto_server):
+    bucket = s3_env
     url = f"s3://{bucket}/ow"
     distckpt.save({"w": np.zeros(5000), "step": 1}, url)
-    old = objects(fs, f"{bucket}/ow/")
-    with pytest.raises(distckpt.AlreadyExistsError):
+    old = moto_server.keys(bucket, "ow/")
+    with pytest.raises(distckpt.AlreadyExistsError, match=url):
         distckpt.save({"w": np.ones(5000)}, url)
     distckpt.save({"w": np.ones(5000), "step": 2}, url, overwrite=True)
     out = distckpt.load(None, url)
     np.testing.assert_array_equal(out["w"], np.ones(5000))
     assert out["step"] == 2
-    new = objects(fs, f"{bucket}/ow/")
-    old_data = [p for p in old if "/data-" in p]
+    new = moto_server.keys(bucket, "ow/")
+    old_data = [k for k in old if "/data-" in k]
     assert old_data and not set(old_data) & set(new), (old, new)
     assert distckpt.storage_stat(url).leftover_files == 0
 
 
-def test_async_save_to_s3_with_an_explicit_storage(s3, server):
-    fs, bucket = s3
-    storage = distckpt.FsspecStorage(server.s3fs(), max_in_flight=8)
+def test_async_save_to_s3_with_an_explicit_storage(moto_server):
+    # No environment at all: the storage carries the endpoint and the keys.
+    bucket = moto_server.new_bucket()
+    storage = distckpt.S3Storage(moto_server.endpoint, access_key_id="testing", secret_access_key="testing",
+                                 region="us-east-1", max_in_flight=8)  # fmt: skip
+    assert moto_server.endpoint in repr(storage)
     state = {"w": np.arange(1 << 20, dtype=np.float32), "step": 3}
-    handle = distckpt.async_save(state, f"s3://{bucket}/async", storage=storage)
-    del storage  # the save keeps its storage alive
+    url = f"s3://{bucket}/async"
+    handle = distckpt.async_save(state, url, storage=storage)
     state["w"][...] = 0
     summary = handle.result(timeout=120)
     assert summary.total_bytes >= 4 << 20
-    out = distckpt.load(None, f"s3://{bucket}/async")
+    out = distckpt.load(None, url, storage=storage)
     np.testing.assert_array_equal(out["w"], np.arange(1 << 20, dtype=np.float32))
+    assert out["step"] == 3
+    with distckpt.open(url, storage=storage) as r:
+        np.testing.assert_array_equal(r["w"][1000:1010], np.arange(1000, 1010, dtype=np.float32))
+    assert distckpt.storage_for(url, endpoint=moto_server.endpoint).endpoint == moto_server.endpoint
+    with pytest.raises(distckpt.InvalidArgumentError, match="addressing"):
+        distckpt.S3Storage(addressing="sideways")
 
 
-def test_a_save_killed_midway_leaves_no_checkpoint_and_prune_removes_it(s3, server, tmp_path):
-    fs, bucket = s3
+def test_large_files_stream_as_multipart_uploads(s3_env, moto_server):
+    # A data file of more than one part goes up as an S3 multipart upload, part by part; small files are one PUT.
+    bucket = s3_env
+    part = 5 << 20
+    storage = distckpt.S3Storage(part_size=part)
+    state = {"w": np.arange(6 << 20, dtype=np.float32), "b": np.ones(100)}  # 24 MiB: 5 parts
+    url = f"s3://{bucket}/mp"
+    distckpt.save(state, url, storage=storage)
+    s3 = moto_server.client()
+    (data,) = [k for k in moto_server.keys(bucket, "mp/") if "/data-" in k]
+    etag = s3.head_object(Bucket=bucket, Key=data)["ETag"].strip('"')
+    assert etag.endswith("-5"), etag  # S3's ETag of a 5-part multipart upload
+    assert "-" not in s3.head_object(Bucket=bucket, Key="mp/metadata.dckpt")["ETag"]  # a small file: one PUT
+    with distckpt.open(url) as r:
+        r.verify()
+    np.testing.assert_array_equal(distckpt.load(None, url)["w"], state["w"])
+    assert moto_server.open_uploads(bucket) == []
+
+
+def test_a_save_killed_midway_leaves_no_checkpoint_and_prune_removes_it(s3_env, moto_server, tmp_path, monkeypatch):
+    bucket = s3_env
     url = f"s3://{bucket}/killed"
+    # The ranks reach the server through a proxy that holds every data file's upload but data-00000's: the marker
+    # and one data file get written, the metadata never.
+    proxy = _s3_faults.FaultProxy(moto_server.endpoint, [
+        _s3_faults.stall(key_contains="killed/data-", key_excludes="killed/data-00000."),
+    ])  # fmt: skip
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     world = 3
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [
-        ctx.Process(
-            target=_workers.run,
-            args=(_workers.slow_s3_save_rank, rank, (world, f"file://{tmp_path}/rdv", url, server.endpoint), results),
-        )  # fmt: skip
+        ctx.Process(target=_workers.run, args=(_workers.stuck_s3_save_rank, rank, (world, f"file://{tmp_path}/rdv",
+                                                                                   url), results))
         for rank in range(world)
-    ]
+    ]  # fmt: skip
     for p in procs:
         p.start()
     try:
         deadline = time.monotonic() + 120
         while True:  # until the marker and a data file are in the bucket: the ranks are writing
-            names = [p.rsplit("/", 1)[-1] for p in objects(fs, f"{bucket}/killed/")]
+            names = [k.rsplit("/", 1)[-1] for k in moto_server.keys(bucket, "killed/")]
             if any(n.startswith("STAGING.") for n in names) and any(n.startswith("data-00000.") for n in names):
                 break
             failed = [p.exitcode for p in procs if p.exitcode is not None]
@@ -149,16 +154,18 @@ def test_a_save_killed_midway_leaves_no_checkpoint_and_prune_removes_it(s3, serv
         running = distckpt.storage_stat(url)
         assert running.kind == "incomplete" and running.saves_in_progress == 1, running
         assert distckpt.remove_leftovers(url) == []
+        assert distckpt.prune(f"s3://{bucket}") == []
     finally:
         for p in procs:
             p.kill()  # SIGKILL: no cleanup runs
         for p in procs:
             p.join()
+        proxy.stop()
     assert all(p.exitcode == -9 for p in procs), [p.exitcode for p in procs]
-    left = objects(fs, f"{bucket}/killed/")
-    assert left and not any(p.endswith("/metadata.dckpt") for p in left), left
+    left = moto_server.keys(bucket, "killed/")
+    assert left and not any(k.endswith("/metadata.dckpt") for k in left), left
 
-    with pytest.raises(distckpt.NotFoundError):
+    with pytest.raises(distckpt.NotFoundError, match=url):
         distckpt.open(url)
     with pytest.raises(distckpt.NotFoundError):
         distckpt.load(None, url)
@@ -167,59 +174,76 @@ def test_a_save_killed_midway_leaves_no_checkpoint_and_prune_removes_it(s3, serv
     info = distckpt.storage_stat(url)
     assert info.kind == "incomplete" and info.saves_in_progress == 0, info
     assert info.leftover_files == len(left), (info, left)
+    (found,) = distckpt.scan_leftovers(f"s3://{bucket}")
+    assert found.name == "killed" and found.path == url and found.garbage and found.kind == "staging", found
     would = distckpt.remove_leftovers(url, dry_run=True)
-    assert len(would) == len(left) and all(w.rsplit("/", 1)[-1] in {p.rsplit("/", 1)[-1] for p in left} for w in would)
-    assert objects(fs, f"{bucket}/killed/") == left
-    removed = distckpt.remove_leftovers(url)
-    assert len(removed) == len(left), (removed, left)
-    assert objects(fs, f"{bucket}/killed/") == []
+    assert sorted(w.rsplit("/", 1)[-1] for w in would) == sorted(k.rsplit("/", 1)[-1] for k in left), (would, left)
+    assert [x.name for x in distckpt.prune(f"s3://{bucket}", dry_run=True)] == ["killed"]
+    assert moto_server.keys(bucket, "killed/") == left
+    assert [x.name for x in distckpt.prune(f"s3://{bucket}")] == ["killed"]
+    assert moto_server.keys(bucket, "killed/") == []
     assert distckpt.storage_stat(url).kind == "none"
     # The path is free again.
     distckpt.save({"w": np.ones(3)}, url)
     np.testing.assert_array_equal(distckpt.load(None, url)["w"], np.ones(3))
 
 
-def _multipart_uploads(fs, bucket):
-    return fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads", [])
+def test_export_safetensors_to_s3(s3_env, moto_server):
+    bucket = s3_env
+    url = f"s3://{bucket}/src"
+    w = np.arange(3000, dtype=np.float32).reshape(30, 100)
+    distckpt.save({"w": w, "b": np.ones(7, np.float16), "step": 5}, url)
+    files = distckpt.export_safetensors(url, f"s3://{bucket}/hf", max_shard_size=8000)
+    assert files == [f"s3://{bucket}/hf/model-00001-of-00002.safetensors",
+                     f"s3://{bucket}/hf/model-00002-of-00002.safetensors",
+                     f"s3://{bucket}/hf/model.safetensors.index.json"]  # fmt: skip
+    assert moto_server.keys(bucket, "hf/") == sorted(f.split("/", 3)[3] for f in files)
 
 
-def test_large_files_stream_as_multipart_uploads(s3, server):
-    # Files of more than one part go up as S3 multipart uploads whose parts distckpt assembles and sends while the
-    # file is being written; a failed save aborts its upload (nothing left, not even parts).
-    fs, bucket = s3
-    part = 5 << 20
-    storage = distckpt.FsspecStorage(server.s3fs(), upload_part_size=part, max_in_flight=4)
-    state = {"w": np.arange(6 << 20, dtype=np.float32), "b": np.ones(100)}  # 24 MiB: 5 parts
-    url = f"s3://{bucket}/mp"
+def test_the_fsspec_route_stays_an_option(s3_env, moto_server):
+    # FsspecStorage over s3fs, explicitly: the same checkpoint format, readable by the core's S3 backend and back.
+    pytest.importorskip("s3fs")
+    bucket = s3_env
+    storage = distckpt.FsspecStorage(moto_server.s3fs(), upload_part_size=5 << 20, max_in_flight=4)
+    state = {"w": np.arange(3 << 20, dtype=np.float32), "step": 7}  # 12 MiB: a streamed multipart upload
+    url = f"s3://{bucket}/via-fsspec"
     distckpt.save(state, url, storage=storage)
-    (data,) = [p for p in objects(fs, f"{bucket}/mp/") if "/data-" in p]
-    etag = fs.info(data)["ETag"].strip('"')
-    assert etag.endswith("-5"), etag  # S3's ETag of a 5-part multipart upload
-    with distckpt.open(url, storage=storage) as r:
+    out = distckpt.load(None, url)  # the core
+    np.testing.assert_array_equal(out["w"], state["w"])
+    assert out["step"] == 7
+    distckpt.save(state, f"s3://{bucket}/via-core")
+    with distckpt.open(f"s3://{bucket}/via-core", storage=storage) as r:
         r.verify()
-    np.testing.assert_array_equal(distckpt.load(None, url, storage=storage)["w"], state["w"])
-    assert _multipart_uploads(fs, bucket) == []
-    (meta,) = [p for p in objects(fs, f"{bucket}/mp/") if p.endswith("metadata.dckpt")]
-    assert "-" not in fs.info(meta)["ETag"]  # a small file: one PUT
+        np.testing.assert_array_equal(r["w"][:], state["w"])
+    assert distckpt.storage_stat(url, storage=storage).kind == "checkpoint"
+    assert moto_server.open_uploads(bucket) == []
 
-    from distckpt._fsspec_storage import _FsspecFiles
 
-    class FailingFiles(_FsspecFiles):  # the third part fails: distckpt aborts the upload and discards the save
-        def upload_part(self, up, number, data):
-            if number == 3:
-                raise OSError("network unreachable")
-            sent.append((number, len(data)))
-            super().upload_part(up, number, data)
-
-        def upload_abort(self, up):
-            aborted.append(up.upload_id)
-            super().upload_abort(up)
-
-    sent, aborted = [], []
-    failing = distckpt.CallbackStorage(FailingFiles(server.s3fs(), None, 0, part), max_in_flight=1)
-    with pytest.raises(distckpt.Error, match="network unreachable"):
-        distckpt.save(state, f"s3://{bucket}/failed", storage=failing, io_threads=1)
-    assert sent == [(1, part), (2, part)], sent  # parts had gone up, in order, before the failure
-    assert len(aborted) == 1, aborted
-    assert not [p for p in objects(fs, f"{bucket}/failed/") if "/data-" in p]
-    assert _multipart_uploads(fs, bucket) == []
+def test_a_data_file_far_larger_than_the_memory_allowed_streams_to_s3(s3_env):
+    # A process holding a 512 MiB array (touched) saves it as one data file; what the save adds to the peak resident
+    # set must be a small fraction of the file: parts go up as they are written, the file is never held. Then the
+    # array is read back in slabs, each compared with the source (no second full copy).
+    out = run_python(
+        f"""
+        import resource, numpy as np, distckpt
+        MiB = 1 << 20
+        a = np.empty(512 * MiB // 8, np.float64)
+        slab = 4 * MiB
+        for i in range(0, a.size, slab):  # touched, without a temporary the size of the array
+            a[i:i + slab] = np.arange(i, min(i + slab, a.size), dtype=np.float64)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+        url = "s3://{s3_env}/big"
+        summary = distckpt.save({{"big": a}}, url)
+        grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        with distckpt.open(url) as r:
+            assert len(r.metadata["big"].chunks) == 1
+            for i in range(0, a.size, slab):
+                assert np.array_equal(r["big"][i:i + slab], a[i:i + slab]), i
+        print(summary.total_bytes // MiB, round(grew))
+        """,
+        emulate_cuda=False,
+        timeout=600,
+    )
+    size_mib, grew_mib = map(int, out.split())
+    assert size_mib == 512, out
+    assert grew_mib < 128, f"the save of a {size_mib} MiB file raised the peak RSS by {grew_mib} MiB"
