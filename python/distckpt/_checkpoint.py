@@ -121,8 +121,8 @@ def save(
         checksum_block_size: bytes per checksum block (a power of two >= 4096); 0 means 1 MiB.
         timeout: seconds to wait for the other ranks at each collective step; None: 10 minutes.
         progress: ``progress(done_bytes, total_bytes)``, called from a distckpt thread; raising aborts the save.
-        storage: where to write (:mod:`distckpt.storage`); None: the one ``path`` names (a URL such as
-            ``"s3://bucket/ckpt"`` goes through fsspec, a plain path or ``file://`` to the POSIX file system).
+        storage: where to write (:mod:`distckpt.storage`); None: the one ``path`` names (``"s3://bucket/ckpt"`` to
+            the core's S3 backend, other URLs through fsspec, a plain path or ``file://`` to the POSIX file system).
 
     Returns:
         The checkpoint's summary. The GIL is released while writing.

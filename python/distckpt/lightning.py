@@ -71,8 +71,8 @@ class DistckptCheckpointIO(CheckpointIO):
             fails with ``PickleNotAllowedError`` naming the value.
         overwrite: replace an existing checkpoint at the same path (atomically), as Lightning does with files. Only a
             distckpt checkpoint or an empty directory is replaced; anything else raises ``AlreadyExistsError``.
-        storage: where checkpoints live (:mod:`distckpt.storage`); None: the path decides (``s3://...`` URLs through
-            fsspec, plain paths on the POSIX file system).
+        storage: where checkpoints live (:mod:`distckpt.storage`); None: the path decides (``s3://...`` URLs on the
+            core's S3 backend, other URLs through fsspec, plain paths on the POSIX file system).
         timeout: seconds each rank waits for the others at each step of a collective save (None: 10 minutes).
         save_options: further keyword arguments for every ``distckpt.save`` (``sync``, ``io_threads``,
             ``checksum_block_size``, ``user_metadata``, ``progress``). Lightning's ``storage_options`` may also be a

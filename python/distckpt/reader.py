@@ -441,7 +441,8 @@ def open(  # noqa: A001 - distckpt.open mirrors h5py.File / safetensors.safe_ope
     With ``comm`` the call is collective: rank 0 reads the metadata once and broadcasts it. ``verify`` checks the
     checksums of every block a read touches. ``map_files`` reads the metadata and cached data through mappings of the
     files (``capi/API.md``, "How data is read"); ``io_stats.bytes_mapped`` counts what came that way. ``storage``:
-    where the checkpoint lives (:mod:`distckpt.storage`); None: the one ``path`` names (URLs go through fsspec).
+    where the checkpoint lives (:mod:`distckpt.storage`); None: the one ``path`` names (``s3://`` the core's S3,
+    other URLs fsspec).
     """
     path = os.fspath(path)
     native_path, native_storage, _ = _storage.resolve(path, storage)
