@@ -326,14 +326,14 @@ std::shared_ptr<Storage> OpenUrl(const std::string& url) {
   return Storage::Native("url", [&](dckpt_storage** out) { return dckpt_storage_open_url(out, url.c_str()); });
 }
 
-/// The names directly below `dir` (dckpt_storage_list), in byte order.
+/// The names directly below `dir` (dckpt_storage_list_dir), in byte order.
 std::vector<std::string> StorageList(std::shared_ptr<Storage> storage, const std::string& dir) {
   StorageCall call(storage);
   NameList found;
   int rc;
   {
     py::gil_scoped_release nogil;
-    rc = dckpt_storage_list(call.get(), dir.c_str(), &CollectName, &found);
+    rc = dckpt_storage_list_dir(call.get(), dir.c_str(), &CollectName, &found);
   }
   CheckStorage(rc, call);
   return found.names;

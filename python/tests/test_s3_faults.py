@@ -236,7 +236,7 @@ def test_without_libcurl_s3_is_an_error_naming_it(s3_env):
                 print("it worked")
         """,
         emulate_cuda=False,
-        env={"DISTCKPT_LIBCURL": "/nonexistent"},
+        env={"DCKPT_CURL_LIBRARY": "/nonexistent"},
     )
     lines = out.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("unsupported:") and "libcurl" in line for line in lines), out
