@@ -161,6 +161,7 @@ def test_a_save_killed_midway_leaves_no_checkpoint_and_prune_removes_it(s3_env, 
         for p in procs:
             p.join()
         proxy.stop()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)  # the server itself from here on
     assert all(p.exitcode == -9 for p in procs), [p.exitcode for p in procs]
     left = moto_server.keys(bucket, "killed/")
     assert left and not any(k.endswith("/metadata.dckpt") for k in left), left
