@@ -246,5 +246,6 @@ def test_a_data_file_far_larger_than_the_memory_allowed_streams_to_s3(s3_env):
         timeout=600,
     )
     size_mib, grew_mib = map(int, out.split())
+    print(f"save of a {size_mib} MiB data file to S3: peak RSS +{grew_mib} MiB")
     assert size_mib == 512, out
     assert grew_mib < 128, f"the save of a {size_mib} MiB file raised the peak RSS by {grew_mib} MiB"
