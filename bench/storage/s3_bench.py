@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""Storage benchmark for distckpt's plugged-in storage (issue 13).
+"""Storage benchmark: distckpt's S3 backend in the core (issue 28) and its plugged-in storage (issue 13).
 
-(a) S3: save and resharded load of N MiB through a moto S3 server on loopback (started here), against a plain s3fs
-    upload and download of the very same objects (same sizes, same client, same concurrency) in the same run.
+(a) S3: save and resharded load of N MiB through a moto S3 server on loopback (started here) with the core's S3
+    backend (S3Storage, what s3:// URLs get), against plain transfers of the very same objects in the same run: s3fs
+    (fs.pipe / fs.cat) and boto3 (upload_fileobj with multipart parts of the same size / one get_object per object),
+    and against the fsspec route it replaces (FsspecStorage over s3fs).
     ratio = plain time / distckpt time (1.0: as fast as the raw client; target >= 0.9).
 (b) Callback overhead: save and load of the same state to a local directory with the built-in POSIX backend
     (storage=None) and through a Python callback storage writing the same files with os.pwrite / os.preadv on file
     descriptors (the GIL is released in the system calls). overhead = callback time / POSIX time - 1 (target <= 10%).
 
-Usage: .venv/bin/python bench/storage/s3_bench.py [--mib 256] [--repeat 3] [--dir /tmp/...] [--skip-s3]
+Usage: .venv/bin/python bench/storage/s3_bench.py [--mib 256] [--repeat 3] [--read-block-size 4,64,256] [--skip-local]
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import io
 import mmap
 import os
 import shutil
@@ -31,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))  # the tests' moto server helper
 
 import distckpt  # noqa: E402
-from distckpt.storage import CallbackStorage, FsspecStorage  # noqa: E402
+from distckpt.storage import CallbackStorage, FsspecStorage, S3Storage  # noqa: E402
 
 TENSORS = 4
 DIRECT_MIN = 256 << 10  # LocalFiles: writes at least this large go through O_DIRECT
@@ -81,48 +84,82 @@ def timed(fn):
 # ---- (a) S3 ---------------------------------------------------------------------------------------------------------
 
 
-def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int, block_sizes, part_size: int):
-    """Rows of (save s, [load s per block size], plain upload s, plain download s, bytes, objects)."""
+def bench_s3(mib: int, repeat: int, max_concurrency: int, in_flight: int, block_sizes, part_size: int,
+             fsspec_block: int):  # fmt: skip
+    """Per repeat, a dict of seconds: save/load of the core backend (one load per read block size), of the fsspec
+    route, and the plain s3fs and boto3 uploads and downloads of the core save's data objects; plus bytes, objects."""
     import _s3_server
+    from boto3.s3.transfer import TransferConfig
 
     server = _s3_server.MotoServer()
     try:
         os.environ.update(server.env())
         fs = server.s3fs(max_concurrency=max_concurrency)
+        s3 = server.client()
+        transfer = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size,
+                                  max_concurrency=max_concurrency)  # fmt: skip
         bucket = "bench"
-        fs.mkdir(bucket)
-        storages = [
-            FsspecStorage(fs, max_in_flight=in_flight, read_block_size=bs, upload_part_size=part_size)
-            for bs in block_sizes
-        ]
+        s3.create_bucket(Bucket=bucket)
+        core = [S3Storage(server.endpoint, max_in_flight=in_flight, part_size=part_size, read_block_size=bs)
+                for bs in block_sizes]  # fmt: skip
+        via_fsspec = FsspecStorage(fs, max_in_flight=in_flight, read_block_size=fsspec_block,
+                                   upload_part_size=part_size)  # fmt: skip
         full, state = make_state(mib, save_parts=4)
         rows = []
         for i in range(repeat):
-            url = f"s3://{bucket}/ckpt-{i}"
-            t_save = timed(lambda: distckpt.save(state, url, storage=storages[0]))
-            t_loads = []
-            for storage in storages:
+            t = {}
+            url = f"s3://{bucket}/core-{i}"
+            t["save core"] = timed(lambda: distckpt.save(state, url, storage=core[0]))
+            for bs, storage in zip(block_sizes, core):
                 target, outs = load_target(full, load_parts=3)
-                t_loads.append(timed(lambda: distckpt.load(target, url, storage=storage)))
+                t[f"load core {bs}"] = timed(lambda: distckpt.load(target, url, storage=storage))
                 check(full, outs)
-            # The same objects through s3fs alone: upload them all at once, then download them all at once.
-            fs.invalidate_cache()
-            keys = sorted(p for p in fs.find(f"{bucket}/ckpt-{i}/") if "/data-" in p)
-            blobs = fs.cat(keys)
+            # The largest blocks again without checksum verification: what verifying costs.
+            target, outs = load_target(full, load_parts=3)
+            t["load core noverify"] = timed(lambda: distckpt.load(target, url, storage=core[-1], verify=False))
+            check(full, outs)
+            fs_url = f"s3://{bucket}/fsspec-{i}"
+            t["save fsspec"] = timed(lambda: distckpt.save(state, fs_url, storage=via_fsspec))
+            target, outs = load_target(full, load_parts=3)
+            t["load fsspec"] = timed(lambda: distckpt.load(target, fs_url, storage=via_fsspec))
+            check(full, outs)
+            # The core save's data objects through s3fs alone, then boto3 alone: all uploaded at once, then all
+            # downloaded at once.
+            keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"core-{i}/")["Contents"]
+                    if "/data-" in o["Key"]]  # fmt: skip
+            blobs = {k: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
             plain = {f"{bucket}/plain-{i}/{k.rsplit('/', 1)[-1]}": v for k, v in blobs.items()}
-            del blobs
-            t_put = timed(lambda: fs.pipe(plain))
+            t["upload s3fs"] = timed(lambda: fs.pipe(plain))
             got = {}
-            t_get = timed(lambda: got.update(fs.cat(list(plain))))
+            t["download s3fs"] = timed(lambda: got.update(fs.cat(list(plain))))
             assert all(len(got[k]) == len(v) for k, v in plain.items())
-            nbytes = sum(len(v) for v in plain.values())
-            del got, plain
-            rows.append((t_save, t_loads, t_put, t_get, nbytes, len(keys)))
+            got.clear()
+            boto_keys = {f"boto-{i}/{k.rsplit('/', 1)[-1]}": v for k, v in blobs.items()}
+            t["upload boto3"] = timed(lambda: _boto3_each(boto_keys, lambda k, v: s3.upload_fileobj(
+                io.BytesIO(v), bucket, k, Config=transfer)))  # fmt: skip
+            t["download boto3"] = timed(lambda: _boto3_each(boto_keys, lambda k, v: got.__setitem__(
+                k, s3.get_object(Bucket=bucket, Key=k)["Body"].read())))  # fmt: skip
+            assert all(len(got[k]) == len(v) for k, v in boto_keys.items())
+            nbytes = sum(len(v) for v in blobs.values())
+            for d in (got, plain, blobs, boto_keys):
+                d.clear()
+            rows.append((t, nbytes, len(keys)))
             fs.rm(f"{bucket}/plain-{i}", recursive=True)
-            distckpt.remove_checkpoint(url, storage=storages[0])
+            fs.rm(f"{bucket}/boto-{i}", recursive=True)
+            distckpt.remove_checkpoint(url, storage=core[0])
+            distckpt.remove_checkpoint(fs_url, storage=via_fsspec)
         return rows
     finally:
         server.stop()
+
+
+def _boto3_each(items, fn):
+    """fn(key, value) for every item at once, one thread per object (as s3fs's pipe/cat run them)."""
+    threads = [threading.Thread(target=fn, args=kv) for kv in items.items()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
 
 
 # ---- (b) callback overhead ------------------------------------------------------------------------------------------
@@ -291,11 +328,14 @@ def main():
     ap.add_argument("--mib", type=int, default=256, help="state size in MiB (default 256)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=None, help="local directory for (b) (default: a temporary one)")
-    ap.add_argument("--max-concurrency", type=int, default=8, help="s3fs max_concurrency (multipart parts at once)")
-    ap.add_argument("--max-in-flight", type=int, default=32, help="FsspecStorage max_in_flight")
-    ap.add_argument("--read-block-size", default="16,64",
-                    help="FsspecStorage read_block_size in MiB; a comma-separated list loads once with each")
-    ap.add_argument("--upload-part-size", type=int, default=32, help="FsspecStorage upload_part_size in MiB")
+    ap.add_argument("--max-concurrency", type=int, default=8,
+                    help="s3fs max_concurrency and boto3's (multipart parts at once)")
+    ap.add_argument("--max-in-flight", type=int, default=16, help="S3Storage and FsspecStorage max_in_flight")
+    ap.add_argument("--read-block-size", default="4,64,256",
+                    help="S3Storage read_block_size in MiB; a comma-separated list loads once with each")
+    ap.add_argument("--fsspec-read-block-size", type=int, default=64, help="FsspecStorage read_block_size in MiB")
+    ap.add_argument("--part-size", type=int, default=8,
+                    help="multipart part size in MiB: S3Storage, FsspecStorage and boto3")
     ap.add_argument("--skip-s3", action="store_true")
     ap.add_argument("--skip-local", action="store_true")
     args = ap.parse_args()
@@ -305,18 +345,29 @@ def main():
     if not args.skip_s3:
         blocks = [int(b) for b in args.read_block_size.split(",")]
         rows = bench_s3(mib, args.repeat, args.max_concurrency, args.max_in_flight, [b << 20 for b in blocks],
-                        args.upload_part_size << 20)  # fmt: skip
-        med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
-        nbytes, nfiles = rows[0][4], rows[0][5]
+                        args.part_size << 20, args.fsspec_read_block_size << 20)  # fmt: skip
+        med = lambda k: statistics.median(r[0][k] for r in rows)  # noqa: E731
+        nbytes, nfiles = rows[0][1], rows[0][2]
         print(f"\n(a) S3 on a loopback moto server: {nbytes / 2**20:.0f} MiB of data in {nfiles} objects "
-              f"(s3fs max_concurrency={args.max_concurrency}, max_in_flight={args.max_in_flight}, "
-              f"upload_part_size={args.upload_part_size} MiB)")
-        print(f"{'':36}{'distckpt s':>12}{'plain s3fs s':>14}{'distckpt MiB/s':>16}{'ratio':>8}")
-        lines = [("save / upload (pipe)", med(0), med(2))]
-        for j, b in enumerate(blocks):
-            lines.append((f"load, {b} MiB blocks / download (cat)", statistics.median(r[1][j] for r in rows), med(3)))
-        for name, d, p in lines:
-            print(f"{name:36}{d:12.3f}{p:14.3f}{nbytes / 2**20 / d:16.1f}{p / d:8.2f}")
+              f"(parts of {args.part_size} MiB, max_in_flight={args.max_in_flight}, s3fs/boto3 "
+              f"max_concurrency={args.max_concurrency})")
+        print(f"{'':44}{'s':>8}{'MiB/s':>8}{'s3fs':>7}{'boto3':>7}{'fsspec route':>14}")
+        print(f"{'':44}{'':16}{'ratio = plain s / distckpt s':>28}")
+        lines = [("save, core S3", med("save core"), "upload", med("save fsspec"))]
+        lines += [(f"load, core S3, {b} MiB read blocks", med(f"load core {b << 20}"), "download", med("load fsspec"))
+                  for b in blocks]  # fmt: skip
+        lines.append((f"load, core S3, {blocks[-1]} MiB blocks, verify=False", med("load core noverify"), "download",
+                      None))  # fmt: skip
+        lines += [("save, fsspec route", med("save fsspec"), "upload", None),
+                  (f"load, fsspec route, {args.fsspec_read_block_size} MiB blocks", med("load fsspec"), "download",
+                   None)]  # fmt: skip
+        for name, d, plain, route in lines:
+            s3fs_r, boto_r = med(f"{plain} s3fs") / d, med(f"{plain} boto3") / d
+            route_r = f"{route / d:14.2f}" if route is not None else f"{'':14}"
+            print(f"{name:44}{d:8.3f}{nbytes / 2**20 / d:8.1f}{s3fs_r:7.2f}{boto_r:7.2f}{route_r}")
+        for label, k in (("upload, s3fs pipe", "upload s3fs"), ("upload, boto3 upload_fileobj", "upload boto3"),
+                         ("download, s3fs cat", "download s3fs"), ("download, boto3 get_object", "download boto3")):
+            print(f"{label:44}{med(k):8.3f}{nbytes / 2**20 / med(k):8.1f}")  # fmt: skip
     if not args.skip_local:
         root = args.dir or tempfile.mkdtemp(prefix="distckpt-bench-")
         try:

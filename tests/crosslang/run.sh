@@ -3,7 +3,9 @@
 # parts; the Python, Rust and Go readers must read identical values (same per-tensor digests) and Go `verify` must
 # pass. Then one data byte is flipped: Python, Rust and Go must all report corruption naming the same tensor. Last,
 # a Python save's non-array values (step, lr, a tuple, 2**70, ...) must read back exactly in Rust and Go, and Go's
-# `ls` must show its step.
+# `ls` must show its step. Then S3, through a moto server on loopback (python/tests/_s3_server.py) that every language
+# reaches through the core's S3 backend (s3:// URLs, AWS_* environment): Python saves to s3://, C (cdigest.c), Rust and
+# Go read it with the same digests; C saves to s3:// through the C ABI, Python, Rust and Go read it.
 # Needs the language toolchains set up by python/, rust/ and go/run_tests.sh (scripts/test.sh runs those first).
 # Ends with "crosslang: N passed, M failed".
 set -uo pipefail
@@ -26,7 +28,8 @@ export GOPROXY=off GOFLAGS=-buildvcs=false
 bazel build -c opt //tests/multiprocess:reshard_worker //tools/launcher:launch >/dev/null 2>&1 || { failed=1; finish; }
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+s3_pid=
+trap '[[ -n $s3_pid ]] && kill "$s3_pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 "$bin/tools/launcher/launch" -n 3 --timeout 120 -- "$bin/tests/multiprocess/reshard_worker" --mode save \
   --path "$work/ckpt" >"$work/save.log" 2>&1
@@ -44,6 +47,7 @@ digests() {  # digests LANG CKPT -> "name digest" lines
     python) "$python" tests/crosslang/pydigest.py "$2" ;;
     rust) "$rust_digest" "$2" ;;
     go) "$work/godigest" "$2" ;;
+    c) "$work/cdigest" "$2" ;;
   esac | awk '$1 == "ERROR" {print; next} {print $1, $NF}'
 }
 for lang in python rust go; do digests $lang "$work/ckpt" >"$work/$lang.txt"; done
@@ -128,7 +132,51 @@ for path, lang in zip(sys.argv[1:], ("rust", "go")):
 sys.exit(0 if ok else 1)
 PY
 check "Rust and Go read Python's values exactly (step, lr, tuple, str, 2**70, int-keyed dict) and the step in user metadata" $?
+
+# ---- S3 ----------------------------------------------------------------------------------------------------------
+cc -std=c99 -Wall -Wextra -Werror tests/crosslang/cdigest.c $(pkg-config --cflags --libs distckpt) -o "$work/cdigest"
+check "build the C reader (cdigest.c)" $?
+"$python" python/tests/_s3_server.py --bucket xl >"$work/s3.env" 2>"$work/s3.log" &
+s3_pid=$!
+for _ in $(seq 600); do grep -q AWS_ENDPOINT_URL "$work/s3.env" 2>/dev/null && break; sleep 0.1; done
+# shellcheck disable=SC1091
+source "$work/s3.env" # AWS_ENDPOINT_URL and the keys, for every program below
+[[ -n ${AWS_ENDPOINT_URL:-} ]]
+check "start a moto S3 server" $?
+
+"$python" - s3://xl/py <<'PY'
+import sys, numpy as np, distckpt
+rng = np.random.default_rng(7)
+big = np.arange(3 << 20, dtype=np.float32).reshape(3, 1 << 20)  # 12 MiB: a multipart upload, ranged reads
+state = {"model": {"w": rng.standard_normal((300, 500)).astype(np.float32),
+                   "emb": rng.integers(-999, 999, (64, 33)).astype(np.int64),
+                   "half": rng.standard_normal(1000).astype(np.float16)},
+         "big": [distckpt.Shard(big[i:i + 1], big.shape, (i, 0)) for i in range(3)],  # 3 chunks
+         "step": 7}
+distckpt.save(state, sys.argv[1])
+PY
+check "Python saves to s3://" $?
+for lang in python c rust go; do digests $lang s3://xl/py >"$work/s3py.$lang.txt" 2>&1; done
+[[ $(wc -l <"$work/s3py.python.txt") -eq 4 ]] && ! grep -q ERROR "$work/s3py.python.txt"
+check "Python reads its s3:// save" $?
+for lang in c rust go; do
+  cmp -s "$work/s3py.python.txt" "$work/s3py.$lang.txt"
+  check "$lang reads Python's s3:// save with the same digests" $?
+done
+"$work/distckpt" verify s3://xl/py >"$work/s3verify.log" 2>&1
+check "Go verify passes on Python's s3:// save" $?
+
+"$work/cdigest" --save s3://xl/c >"$work/s3c.c.txt" 2>&1 &&
+  [[ $(wc -l <"$work/s3c.c.txt") -eq 4 ]] && ! grep -q ERROR "$work/s3c.c.txt"
+check "C saves to s3:// through the C ABI and reads it back" $?
+awk '{print $1, $NF}' "$work/s3c.c.txt" >"$work/s3c.c.digests"
+for lang in python rust go; do
+  digests $lang s3://xl/c >"$work/s3c.$lang.txt" 2>&1
+  cmp -s "$work/s3c.c.digests" "$work/s3c.$lang.txt"
+  check "$lang reads C's s3:// save with the same digests" $?
+done
+
 if [[ $failed -ne 0 ]]; then
-  for f in "$work"/*.txt "$work"/*.log "$work"/*.values "$work"/ls.json; do echo "--- $f"; head -20 "$f"; done
+  for f in "$work"/*.txt "$work"/*.log "$work"/*.values "$work"/ls.json "$work"/*.digests; do echo "--- $f"; head -20 "$f"; done
 fi
 finish
