@@ -136,7 +136,7 @@ check "Rust and Go read Python's values exactly (step, lr, tuple, str, 2**70, in
 # ---- S3 ----------------------------------------------------------------------------------------------------------
 cc -std=c99 -Wall -Wextra -Werror tests/crosslang/cdigest.c $(pkg-config --cflags --libs distckpt) -o "$work/cdigest"
 check "build the C reader (cdigest.c)" $?
-"$python" python/tests/_s3_server.py --bucket xl >"$work/s3.env" 2>"$work/s3.log" &
+"$python" python/tests/_s3_server.py --bucket crosslang >"$work/s3.env" 2>"$work/s3.log" &
 s3_pid=$!
 for _ in $(seq 600); do grep -q AWS_ENDPOINT_URL "$work/s3.env" 2>/dev/null && break; sleep 0.1; done
 # shellcheck disable=SC1091
@@ -144,7 +144,7 @@ source "$work/s3.env" # AWS_ENDPOINT_URL and the keys, for every program below
 [[ -n ${AWS_ENDPOINT_URL:-} ]]
 check "start a moto S3 server" $?
 
-"$python" - s3://xl/py <<'PY'
+"$python" - s3://crosslang/py <<'PY'
 import sys, numpy as np, distckpt
 rng = np.random.default_rng(7)
 big = np.arange(3 << 20, dtype=np.float32).reshape(3, 1 << 20)  # 12 MiB: a multipart upload, ranged reads
@@ -156,22 +156,22 @@ state = {"model": {"w": rng.standard_normal((300, 500)).astype(np.float32),
 distckpt.save(state, sys.argv[1])
 PY
 check "Python saves to s3://" $?
-for lang in python c rust go; do digests $lang s3://xl/py >"$work/s3py.$lang.txt" 2>&1; done
+for lang in python c rust go; do digests $lang s3://crosslang/py >"$work/s3py.$lang.txt" 2>&1; done
 [[ $(wc -l <"$work/s3py.python.txt") -eq 4 ]] && ! grep -q ERROR "$work/s3py.python.txt"
 check "Python reads its s3:// save" $?
 for lang in c rust go; do
   cmp -s "$work/s3py.python.txt" "$work/s3py.$lang.txt"
   check "$lang reads Python's s3:// save with the same digests" $?
 done
-"$work/distckpt" verify s3://xl/py >"$work/s3verify.log" 2>&1
+"$work/distckpt" verify s3://crosslang/py >"$work/s3verify.log" 2>&1
 check "Go verify passes on Python's s3:// save" $?
 
-"$work/cdigest" --save s3://xl/c >"$work/s3c.c.txt" 2>&1 &&
+"$work/cdigest" --save s3://crosslang/c >"$work/s3c.c.txt" 2>&1 &&
   [[ $(wc -l <"$work/s3c.c.txt") -eq 4 ]] && ! grep -q ERROR "$work/s3c.c.txt"
 check "C saves to s3:// through the C ABI and reads it back" $?
 awk '{print $1, $NF}' "$work/s3c.c.txt" >"$work/s3c.c.digests"
 for lang in python rust go; do
-  digests $lang s3://xl/c >"$work/s3c.$lang.txt" 2>&1
+  digests $lang s3://crosslang/c >"$work/s3c.$lang.txt" 2>&1
   cmp -s "$work/s3c.c.digests" "$work/s3c.$lang.txt"
   check "$lang reads C's s3:// save with the same digests" $?
 done
