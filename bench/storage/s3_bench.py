@@ -331,7 +331,7 @@ def main():
     ap.add_argument("--max-concurrency", type=int, default=8,
                     help="s3fs max_concurrency and boto3's (multipart parts at once)")
     ap.add_argument("--max-in-flight", type=int, default=16, help="S3Storage and FsspecStorage max_in_flight")
-    ap.add_argument("--read-block-size", default="4,64,256",
+    ap.add_argument("--read-block-size", default="4,64,512",
                     help="S3Storage read_block_size in MiB; a comma-separated list loads once with each")
     ap.add_argument("--fsspec-read-block-size", type=int, default=64, help="FsspecStorage read_block_size in MiB")
     ap.add_argument("--part-size", type=int, default=8,
