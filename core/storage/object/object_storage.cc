@@ -487,7 +487,7 @@ class ObjectReadableFile final : public ReadableFile {
     DCKPT_RETURN_IF_ERROR(CheckRange(path_, offset, size));
     if (offset > size_ || size > size_ - offset) return TruncatedFileError(path_, offset, size, size_);
     ReadBlocks* blocks = shared_->blocks.get();
-    if (blocks == nullptr || size >= blocks->block_size() / 2) return ReadDirect(offset, data, size);
+    if (blocks == nullptr || size >= blocks->block_size() / 2) return ReadDirect(offset, data, size, nullptr);
     // A small read: from the blocks around it (one, or two where it straddles a boundary).
     const uint64_t bs = blocks->block_size();
     size_t done = 0;
@@ -495,14 +495,12 @@ class ObjectReadableFile final : public ReadableFile {
       const uint64_t at = offset + done;
       const uint64_t index = at / bs;
       const uint64_t lo = index * bs, hi = std::min(size_, lo + bs);
-      DCKPT_ASSIGN_OR_RETURN(ReadBlocks::Block block, blocks->Get(id_, index, [&]() -> Result<std::string> {
-        std::string bytes(static_cast<size_t>(hi - lo), '\0');
-        DCKPT_RETURN_IF_ERROR(ReadDirect(lo, &bytes[0], bytes.size()));
-        return bytes;
-      }));
       const size_t n = static_cast<size_t>(std::min<uint64_t>(size - done, hi - at));
-      if (block->size() < at - lo + n) return Internal("a read block of " + Quoted(path_) + " is short");
-      std::memcpy(static_cast<char*>(data) + done, block->data() + (at - lo), n);
+      DCKPT_RETURN_IF_ERROR(blocks->Read(id_, index, static_cast<size_t>(hi - lo), static_cast<size_t>(at - lo), n,
+                                         static_cast<char*>(data) + done,
+                                         [&](char* dst, size_t bytes, const std::function<void(size_t)>& arrived) {
+                                           return ReadDirect(lo, dst, bytes, &arrived);
+                                         }));
       done += n;
     }
     return OkStatus();
@@ -511,14 +509,20 @@ class ObjectReadableFile final : public ReadableFile {
   const std::string& path() const override { return path_; }
 
  private:
-  // Reads [offset, offset + size) with client Reads (several where the client returns fewer bytes).
-  Status ReadDirect(uint64_t offset, void* data, size_t size) const {
+  // Reads [offset, offset + size) with client Reads (several where the client returns fewer bytes); `arrived`
+  // (optional) is told how many bytes from `data` on are in as they come.
+  Status ReadDirect(uint64_t offset, void* data, size_t size, const std::function<void(size_t)>* arrived) const {
     size_t done = 0;
     while (done < size) {
       Result<size_t> got(size_t{0});
       {
         GateHold hold(&shared_->gate);
-        got = shared_->client->Read(path_, offset + done, static_cast<char*>(data) + done, size - done);
+        if (arrived == nullptr) {
+          got = shared_->client->Read(path_, offset + done, static_cast<char*>(data) + done, size - done);
+        } else {
+          got = shared_->client->ReadArriving(path_, offset + done, static_cast<char*>(data) + done, size - done,
+                                              [&](size_t n) { (*arrived)(done + n); });
+        }
       }
       if (!got.ok()) {
         if (got.status().code() == StatusCode::kNotFound) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,14 @@ class ObjectClient {
   virtual Result<uint64_t> Size(const std::string& path) = 0;
   /// Reads up to `size` bytes at `offset`; returns how many (fewer only at the end).
   virtual Result<size_t> Read(const std::string& path, uint64_t offset, void* data, size_t size) = 0;
+  /// Read, calling arrived(n) as the first n bytes of `data` are in (n grows; called from this thread). The default
+  /// calls it once, when Read returns.
+  virtual Result<size_t> ReadArriving(const std::string& path, uint64_t offset, void* data, size_t size,
+                                      const std::function<void(size_t)>& arrived) {
+    Result<size_t> got = Read(path, offset, data, size);
+    if (got.ok()) arrived(*got);
+    return got;
+  }
   /// Names directly below `dir` (first components of longer paths included), any order, duplicates allowed.
   virtual Result<std::vector<std::string>> List(const std::string& dir) = 0;
   /// OK when nothing is there.

@@ -1,6 +1,24 @@
 #include "core/storage/object/read_blocks.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
 namespace distckpt {
+namespace {
+
+// Waiting readers are woken when at least this much more has arrived (and at the end), not on every network buffer.
+constexpr size_t kWakeBytes = size_t{1} << 20;
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+}  // namespace
+
+void ReadBlocks::PagesDeleter::operator()(char* p) const {
+  if (p != nullptr) ::munmap(p, size);
+}
 
 uint64_t ReadBlocks::NewFileId() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -9,51 +27,81 @@ uint64_t ReadBlocks::NewFileId() {
 
 void ReadBlocks::Forget(uint64_t file) {
   std::lock_guard<std::mutex> lock(mu_);
-  entries_.remove_if([&](const Entry& e) { return e.file == file && e.data != nullptr; });
+  entries_.remove_if([&](const Entry& e) { return e.file == file && e.block->done; });
 }
 
-Result<ReadBlocks::Block> ReadBlocks::Get(uint64_t file, uint64_t index,
-                                          const std::function<Result<std::string>()>& fetch) {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    auto it = entries_.begin();
-    for (; it != entries_.end(); ++it) {
-      if (it->file == file && it->index == index) break;
-    }
-    if (it == entries_.end()) break;  // not held: fetch it below
-    if (it->data != nullptr) {
-      entries_.splice(entries_.begin(), entries_, it);
-      return it->data;
-    }
-    fetched_.wait(lock);  // another reader is fetching it: wait, then look again (it may have failed)
-  }
-  // Room for one more: evict the least recently used fetched block; with every slot fetching, fetch without holding.
+bool ReadBlocks::MakeRoom() {
   size_t held = entries_.size();
   for (auto it = entries_.end(); held >= max_blocks_ && it != entries_.begin();) {
     --it;
-    if (it->data != nullptr) {
+    if (it->block->done) {
       it = entries_.erase(it);
       --held;
     }
   }
-  const bool hold = held < max_blocks_;
-  if (hold) entries_.push_front(Entry{file, index, nullptr});
-  lock.unlock();
-  Result<std::string> got = fetch();
-  lock.lock();
-  Block block = got.ok() ? std::make_shared<const std::string>(std::move(got).value()) : nullptr;
-  if (hold) {
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->file == file && it->index == index && it->data == nullptr) {
-        if (block != nullptr) it->data = block;
-        else entries_.erase(it);
-        break;
-      }
+  return held < max_blocks_;
+}
+
+Status ReadBlocks::Read(uint64_t file, uint64_t index, size_t block_bytes, size_t lo, size_t n, char* out,
+                        const Fetch& fetch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::shared_ptr<Block> block;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->file == file && it->index == index && !(it->block->done && !it->block->error.ok())) {
+      block = it->block;
+      entries_.splice(entries_.begin(), entries_, it);
+      break;
     }
-    fetched_.notify_all();
   }
-  if (block == nullptr) return got.status();
-  return block;
+  if (block != nullptr) {
+    // Held or being fetched: wait for the bytes wanted (or the fetch's failure).
+    progress_.wait(lock, [&] { return block->arrived >= lo + n || block->done; });
+    if (block->arrived < lo + n) {
+      return block->error.ok() ? Internal("a read block ended before the bytes read") : block->error;
+    }
+    if (block->size < lo + n) return Internal("a read block is shorter than a read inside it");
+    lock.unlock();
+    std::memcpy(out, block->bytes.get() + lo, n);  // arrived bytes never change
+    return OkStatus();
+  }
+  // Fetch it here. Held for others only where the budget has room (else fetched for this read alone).
+  block = std::make_shared<Block>();
+  // Not zeroed by us: every byte is written by the fetch before it is read.
+  void* pages =
+      ::mmap(nullptr, std::max<size_t>(block_bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) {
+    return Status(StatusCode::kNoMemory, "no memory for a read block of " + std::to_string(block_bytes) + " bytes");
+  }
+  if (block_bytes >= kHugePage) (void)::madvise(pages, block_bytes, MADV_HUGEPAGE);
+  block->bytes =
+      std::unique_ptr<char[], PagesDeleter>(static_cast<char*>(pages), PagesDeleter{std::max<size_t>(block_bytes, 1)});
+  block->size = block_bytes;
+  const bool shared = MakeRoom();
+  if (shared) entries_.push_front(Entry{file, index, block});
+  lock.unlock();
+  size_t woken = 0;
+  Status st = fetch(block->bytes.get(), block_bytes, [&](size_t arrived) {
+    if (!shared || arrived < woken + kWakeBytes) return;
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      block->arrived = arrived;
+    }
+    woken = arrived;
+    progress_.notify_all();
+  });
+  lock.lock();
+  block->done = true;
+  if (st.ok()) {
+    block->arrived = block_bytes;
+  } else {
+    block->error = st;
+    entries_.remove_if([&](const Entry& e) { return e.block == block; });
+  }
+  lock.unlock();
+  progress_.notify_all();
+  if (!st.ok()) return st;
+  std::memcpy(out, block->bytes.get() + lo, n);
+  return OkStatus();
 }
 
 }  // namespace distckpt

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,8 +36,27 @@ class CountingClient final : public ObjectClient {
   Status Commit(const std::string& p, const std::string& data, bool replace) override {
     return inner_->Commit(p, data, replace);
   }
+  // With `gated`, ReadArriving reports the first half of what it read, then waits for `release` before the rest.
+  Result<size_t> ReadArriving(const std::string& p, uint64_t offset, void* data, size_t size,
+                              const std::function<void(size_t)>& arrived) override {
+    Result<size_t> got = Read(p, offset, data, size);
+    if (!got.ok()) return got;
+    if (!gated) {
+      arrived(*got);
+      return got;
+    }
+    arrived(*got / 2);
+    std::unique_lock<std::mutex> lock(mu);
+    released.wait(lock, [&] { return release; });
+    arrived(*got);
+    return got;
+  }
   std::atomic<int> reads{0};
   std::atomic<bool> fail{false};
+  std::atomic<bool> gated{false};
+  std::mutex mu;
+  std::condition_variable released;
+  bool release = false;
 
  private:
   std::shared_ptr<ObjectClient> inner_ = NewMemoryObjectClient();
@@ -105,6 +127,34 @@ TEST(ReadBlocks, AFailedFetchIsNotKeptAndAReopenedFileIsNeverStale) {
   DCKPT_ASSERT_OK_AND_ASSIGN(auto again, f.storage->OpenFile("s3://b/meta"));
   DCKPT_ASSERT_OK(again->ReadAt(0, buf, 8));
   EXPECT_EQ(std::string(buf, 8), Pattern(2000, 7).substr(0, 8));
+}
+
+TEST(ReadBlocks, AReadIsServedAsSoonAsItsBytesArrive) {
+  Fixture f(4 << 20);
+  const std::string object = Pattern(4 << 20, 3);
+  DCKPT_ASSERT_OK(f.storage->WriteFileDurably("s3://b/big", object));
+  DCKPT_ASSERT_OK_AND_ASSIGN(auto file, f.storage->OpenFile("s3://b/big"));
+  f.client->gated = true;
+  // The first read fetches the block; its fetch stops halfway until released.
+  std::thread fetcher([&] {
+    char buf[16];
+    EXPECT_TRUE(file->ReadAt(0, buf, sizeof(buf)).ok());
+  });
+  while (f.client->reads == 0) std::this_thread::yield();
+  // A read in the first half completes while the fetch is still waiting.
+  char early[16];
+  DCKPT_ASSERT_OK(file->ReadAt(1 << 20, early, sizeof(early)));
+  EXPECT_EQ(std::string(early, 16), object.substr(1 << 20, 16));
+  {
+    std::lock_guard<std::mutex> lock(f.client->mu);
+    f.client->release = true;
+  }
+  f.client->released.notify_all();
+  char late[16];
+  DCKPT_ASSERT_OK(file->ReadAt(3 << 20, late, sizeof(late)));
+  EXPECT_EQ(std::string(late, 16), object.substr(3 << 20, 16));
+  fetcher.join();
+  EXPECT_EQ(f.client->reads, 1);
 }
 
 TEST(ReadBlocks, ManyFilesStayWithinTheBudget) {

@@ -44,6 +44,7 @@ constexpr CURLoption kUpload = 46;                 // CURLOPT_UPLOAD
 constexpr CURLoption kPost = 47;                   // CURLOPT_POST
 constexpr CURLoption kHeaderFunction = 20079;      // CURLOPT_HEADERFUNCTION
 constexpr CURLoption kHttpGet = 80;                // CURLOPT_HTTPGET
+constexpr CURLoption kBufferSize = 98;             // CURLOPT_BUFFERSIZE
 constexpr CURLoption kNoSignal = 99;               // CURLOPT_NOSIGNAL
 constexpr CURLoption kInFileSizeLarge = 30115;     // CURLOPT_INFILESIZE_LARGE
 constexpr CURLoption kPostFieldSizeLarge = 30120;  // CURLOPT_POSTFIELDSIZE_LARGE

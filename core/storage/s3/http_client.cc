@@ -67,6 +67,7 @@ size_t OnWrite(char* data, size_t size, size_t count, void* user) {
     }
     std::memcpy(static_cast<char*>(req.sink) + resp.sunk, from, take);
     resp.sunk += take;
+    if (req.on_sunk != nullptr && take > 0) (*req.on_sunk)(resp.sunk);
     return len;
   }
   if (resp.body.size() + len > kMaxBody) {
@@ -165,6 +166,8 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req, TransportError*
   set(opt::kConnectTimeoutMs, std::min(stall, 10L) * 1000L, "CURLOPT_CONNECTTIMEOUT_MS");
   set(opt::kLowSpeedLimit, 1L, "CURLOPT_LOW_SPEED_LIMIT");
   set(opt::kLowSpeedTime, stall, "CURLOPT_LOW_SPEED_TIME");
+  // Large receive buffers for large bodies: fewer, larger copies (512 KiB is libcurl's largest).
+  if (req.sink_size >= (size_t{4} << 20)) set(opt::kBufferSize, 512L * 1024L, "CURLOPT_BUFFERSIZE");
   set(opt::kErrorBuffer, static_cast<char*>(errbuf), "CURLOPT_ERRORBUFFER");
   set(opt::kHeaderFunction, &OnHeader, "CURLOPT_HEADERFUNCTION");
   set(opt::kHeaderData, static_cast<void*>(&x), "CURLOPT_HEADERDATA");

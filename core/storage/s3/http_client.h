@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,8 @@ struct HttpRequest {
   void* sink = nullptr;
   size_t sink_size = 0;
   uint64_t skip_on_200 = 0;
+  /// Optional: told the bytes in the sink so far, as they arrive.
+  const std::function<void(size_t)>* on_sunk = nullptr;
 };
 
 struct HttpResponse {

@@ -1,6 +1,7 @@
 // The S3 ObjectClient: requests, retries, and what S3's answers mean (s3_storage.h describes the protocol).
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -108,6 +109,11 @@ class S3Client final : public ObjectClient {
   }
 
   Result<size_t> Read(const std::string& path, uint64_t offset, void* data, size_t size) override {
+    return ReadArriving(path, offset, data, size, [](size_t) {});
+  }
+
+  Result<size_t> ReadArriving(const std::string& path, uint64_t offset, void* data, size_t size,
+                              const std::function<void(size_t)>& arrived) override {
     DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(path));
     const std::string url = ObjectUrl(config_, loc.bucket, loc.key);
     size_t got = 0;
@@ -120,6 +126,8 @@ class S3Client final : public ObjectClient {
       req.sink = static_cast<char*>(data) + got;
       req.sink_size = size - got;
       req.skip_on_200 = at;
+      const std::function<void(size_t)> sunk = [&](size_t n) { arrived(got + n); };
+      req.on_sunk = &sunk;
       TransportError err;
       Result<HttpResponse> r = http_->Perform(req, &err);
       if (!r.ok()) {
