@@ -1,5 +1,6 @@
 // Internal to the extension module: the storage bound as distckpt._distckpt.Storage (POSIX, in memory, S3 (s3.cc),
-// a URL's, or a Python object's methods), and StorageCall, which lets a failed call name the exception a storage callback raised.
+// a URL's, or a Python object's methods), and StorageCall, which lets a failed call name the exception a storage
+// callback raised.
 #ifndef DISTCKPT_BINDINGS_STORAGE_H_
 #define DISTCKPT_BINDINGS_STORAGE_H_
 
