@@ -1,5 +1,7 @@
 #include "core/storage/s3/http_client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -114,13 +116,23 @@ Result<std::unique_ptr<HttpClient>> HttpClient::Create(HttpSettings settings) {
   return std::unique_ptr<HttpClient>(new HttpClient(curl, std::move(settings)));
 }
 
+HttpClient::HttpClient(const CurlLibrary* curl, HttpSettings settings)
+    : curl_(curl), settings_(std::move(settings)), pid_(::getpid()) {}
+
 HttpClient::~HttpClient() {
+  if (pid_ != ::getpid()) return;  // a forked child: the handles are the parent's (left alone, never closed here)
   for (CURL* h : idle_) curl_->curl_easy_cleanup(h);
 }
 
 CURL* HttpClient::Take() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (pid_ != ::getpid()) {
+      // Forked since the handles were pooled: their connections are the parent's sockets. Dropped without
+      // curl_easy_cleanup, which could write on them (a TLS close) under the parent's feet.
+      idle_.clear();
+      pid_ = ::getpid();
+    }
     if (!idle_.empty()) {
       CURL* h = idle_.back();
       idle_.pop_back();

@@ -71,7 +71,7 @@ class HttpClient {
   Result<HttpResponse> Perform(const HttpRequest& request, TransportError* error);
 
  private:
-  HttpClient(const CurlLibrary* curl, HttpSettings settings) : curl_(curl), settings_(std::move(settings)) {}
+  HttpClient(const CurlLibrary* curl, HttpSettings settings);
   CURL* Take();
   void Give(CURL* handle);
 
@@ -79,6 +79,9 @@ class HttpClient {
   const HttpSettings settings_;
   std::mutex mu_;
   std::vector<CURL*> idle_;
+  // The process the idle handles' connections belong to: a child forked after requests were made must not use (or
+  // close) its parent's sockets, so it starts with no idle handles.
+  int pid_;
 };
 
 }  // namespace s3

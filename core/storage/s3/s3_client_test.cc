@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -67,6 +68,10 @@ class ScriptedServer {
     ::close(listen_);
   }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(connections_.size());
+  }
   std::vector<Received> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return received_;
@@ -218,6 +223,25 @@ TEST(S3Client, SignsEveryRequestAndSendsTheSessionToken) {
     EXPECT_EQ(got[0].headers.count(name), 1u) << "signed but not sent: " << name << " in " << auth;
     from = semi + 1;
   }
+}
+
+TEST(S3Client, AForkedChildNeverUsesItsParentsConnections) {
+  ScriptedServer server([](const Received&) { return Reply{200, "", {}}; });
+  auto client = ClientFor(server);
+  DCKPT_ASSERT_OK(client->Commit("s3://bkt/k", "x", true));
+  ASSERT_EQ(server.connections(), 1);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Its own connection; the parent's pooled one is neither used nor closed.
+    ::_exit(client->Commit("s3://bkt/k", "y", true).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(server.connections(), 2);
+  DCKPT_EXPECT_OK(client->Commit("s3://bkt/k", "z", true));  // the parent's connection still works, reused
+  EXPECT_EQ(server.connections(), 2);
 }
 
 TEST(S3Client, RetriesThrottlingAndServerErrorsThenSucceeds) {

@@ -1,5 +1,7 @@
 #include "core/storage/url/url_storage.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <mutex>
 
@@ -15,7 +17,8 @@ Result<std::shared_ptr<Storage>> EnvironmentS3Storage() {
   DCKPT_ASSIGN_OR_RETURN(s3::S3Config config, s3::ResolveS3Config(s3::S3Config{}));
   const std::string key = config.endpoint + '\n' + config.region + '\n' + config.access_key_id + '\n' +
                           config.secret_access_key + '\n' + config.session_token + '\n' +
-                          std::to_string(static_cast<int>(config.addressing));
+                          std::to_string(static_cast<int>(config.addressing)) + '\n' +
+                          std::to_string(::getpid());  // a forked child makes its own (the parent's may be mid-call)
   static std::mutex mu;
   static std::string* last_key = new std::string();
   static std::shared_ptr<Storage>* last = new std::shared_ptr<Storage>();
