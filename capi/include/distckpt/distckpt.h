@@ -348,8 +348,9 @@ typedef enum dckpt_s3_addressing {
   DCKPT_S3_ADDRESSING_VIRTUAL = 2 /* <scheme>://<bucket>.<endpoint host>/<key> */
 } dckpt_s3_addressing;
 #define DCKPT_S3_OPTIONS_VERSION 1
-/* Where and how to reach S3. Every NULL or zero field takes what the AWS CLI reads from the environment, or else the
- * default given. */
+/* Where and how to reach S3. Every NULL or zero field takes what the AWS CLI reads from the environment, then from
+ * the profile (AWS_PROFILE, else "default") of ~/.aws/credentials and ~/.aws/config (capi/API.md, "Storage"), or else
+ * the default given. */
 typedef struct dckpt_s3_options {
   unsigned version;
   const char *endpoint;          /* "http://127.0.0.1:9000"; NULL: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else

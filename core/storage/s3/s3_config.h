@@ -46,10 +46,14 @@ constexpr uint64_t kDefaultReadBlockSize = uint64_t{4} << 20;
 /// Reads an environment variable (nullptr: unset). Tests pass their own.
 using GetEnv = std::function<const char*(const char*)>;
 
-/// `given` with every field not given taken from the environment (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS_REGION,
-/// AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or the defaults, and the
-/// addressing decided. kInvalidArgument for an endpoint that is not http(s)://host[:port], a key id without a secret
-/// (or the reverse), or a part size below 5 MiB.
+/// `given` with every field not given taken as the AWS CLI takes it: the environment (AWS_ENDPOINT_URL_S3,
+/// AWS_ENDPOINT_URL, AWS_REGION, AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), then
+/// the profile (AWS_PROFILE, else "default") of the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, else
+/// ~/.aws/credentials: aws_access_key_id, aws_secret_access_key, aws_session_token) and of the config file
+/// (AWS_CONFIG_FILE, else ~/.aws/config: region, endpoint_url, and credentials too), then the defaults; and the
+/// addressing decided. A profile named by AWS_PROFILE that neither file has is kInvalidArgument. kInvalidArgument for
+/// an endpoint that is not http(s)://host[:port], a key id without a secret (or the reverse), or a part size below 5
+/// MiB.
 Result<S3Config> ResolveS3Config(S3Config given, const GetEnv& getenv);
 /// The process environment.
 Result<S3Config> ResolveS3Config(S3Config given);

@@ -1,10 +1,13 @@
 #include "core/storage/s3/s3_wire.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <fstream>
 #include <map>
 
 #include "core/base/testing/status_matchers.h"
+#include "core/base/testing/temp_dir.h"
 #include "core/storage/s3/s3_config.h"
 
 namespace distckpt {
@@ -110,6 +113,52 @@ TEST(S3Config, ReadsWhatTheAwsCliReads) {
   given = {};
   given.part_size = 1 << 20;
   EXPECT_TRUE(StatusIs(ResolveS3Config(given, EnvOf({})).status(), StatusCode::kInvalidArgument, {"5 MiB"}));
+}
+
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(S3Config, ReadsTheProfileAsTheAwsCliDoes) {
+  const std::string home = testing_util::MakeTempDir("s3-profile-");
+  ASSERT_EQ(::mkdir((home + "/.aws").c_str(), 0700), 0);
+  WriteText(home + "/.aws/credentials",
+            "# comment\n[default]\naws_access_key_id = DEFAULTID\naws_secret_access_key = defaultsecret\n\n"
+            "[train]\nAWS_ACCESS_KEY_ID=TRAINID\naws_secret_access_key=trainsecret\naws_session_token = tok\n");
+  WriteText(home + "/.aws/config",
+            "[default]\nregion = eu-central-1\n[profile train]\nregion = ap-south-1\n"
+            "endpoint_url = http://minio:9000\ns3 =\n  addressing_style = virtual\n");
+  DCKPT_ASSERT_OK_AND_ASSIGN(S3Config d, ResolveS3Config({}, EnvOf({{"HOME", home}})));
+  EXPECT_EQ(d.access_key_id, "DEFAULTID");
+  EXPECT_EQ(d.secret_access_key, "defaultsecret");
+  EXPECT_EQ(d.region, "eu-central-1");
+  EXPECT_EQ(d.endpoint, "https://s3.eu-central-1.amazonaws.com");
+  DCKPT_ASSERT_OK_AND_ASSIGN(S3Config t, ResolveS3Config({}, EnvOf({{"HOME", home}, {"AWS_PROFILE", "train"}})));
+  EXPECT_EQ(t.access_key_id, "TRAINID");
+  EXPECT_EQ(t.session_token, "tok");
+  EXPECT_EQ(t.region, "ap-south-1");
+  EXPECT_EQ(t.endpoint, "http://minio:9000");
+  EXPECT_EQ(t.addressing, Addressing::kPath);
+  // The environment comes first, the options before it.
+  DCKPT_ASSERT_OK_AND_ASSIGN(S3Config e, ResolveS3Config({}, EnvOf({{"HOME", home},
+                                                                    {"AWS_ACCESS_KEY_ID", "ENVID"},
+                                                                    {"AWS_SECRET_ACCESS_KEY", "envsecret"},
+                                                                    {"AWS_REGION", "us-west-1"}})));
+  EXPECT_EQ(e.access_key_id, "ENVID");
+  EXPECT_EQ(e.region, "us-west-1");
+  S3Config given;
+  given.region = "sa-east-1";
+  DCKPT_ASSERT_OK_AND_ASSIGN(S3Config o, ResolveS3Config(given, EnvOf({{"HOME", home}, {"AWS_REGION", "x"}})));
+  EXPECT_EQ(o.region, "sa-east-1");
+  // Files named by the environment; a profile nobody has is an error naming it.
+  WriteText(home + "/creds", "[other]\naws_access_key_id=O\naws_secret_access_key=o\n");
+  DCKPT_ASSERT_OK_AND_ASSIGN(S3Config f, ResolveS3Config({}, EnvOf({{"AWS_SHARED_CREDENTIALS_FILE", home + "/creds"},
+                                                                    {"AWS_CONFIG_FILE", home + "/none"},
+                                                                    {"AWS_PROFILE", "other"}})));
+  EXPECT_EQ(f.access_key_id, "O");
+  EXPECT_TRUE(StatusIs(ResolveS3Config({}, EnvOf({{"HOME", home}, {"AWS_PROFILE", "nosuch"}})).status(),
+                       StatusCode::kInvalidArgument, {"'nosuch'", home + "/.aws/credentials"}));
+  // No files at all: nothing from them.
+  DCKPT_ASSERT_OK_AND_ASSIGN(S3Config none, ResolveS3Config({}, EnvOf({{"HOME", home + "/nothing"}})));
+  EXPECT_EQ(none.access_key_id, "");
 }
 
 }  // namespace
