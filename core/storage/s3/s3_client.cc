@@ -16,6 +16,9 @@ namespace distckpt {
 namespace s3 {
 namespace {
 
+// A listing of more pages than this (of up to 1000 names each) is refused: a server looping through tokens.
+constexpr size_t kMaxListPages = 100000;
+
 // Error codes S3 answers when the request may succeed if sent again.
 bool RetryableCode(const std::string& code) {
   static const char* const kCodes[] = {
@@ -136,6 +139,14 @@ class S3Client final : public ObjectClient {
         Backoff(attempt);
         continue;
       }
+      if (r->status == 206) {
+        // The bytes must be the ones asked for: "Content-Range: bytes <at>-<end>/<size>".
+        const std::string range_header = r->Header("content-range");
+        const std::string expect = "bytes " + std::to_string(at) + "-";
+        if (range_header.compare(0, expect.size(), expect) != 0) {
+          return Corrupt(call.Name() + ": the server answered with Content-Range '" + range_header + "'");
+        }
+      }
       if (r->status == 206 || r->status == 200) return got + r->sunk;  // fewer than asked: the end of the object
       if (r->status == 416) return got;                                // at or past the end
       if (!Retryable(*r) || attempt >= config_.max_attempts) return HttpError(call, *r, attempt);
@@ -148,7 +159,12 @@ class S3Client final : public ObjectClient {
     const std::string prefix = loc.key.empty() ? "" : loc.key + "/";
     std::vector<std::string> names;
     std::string token;
+    size_t pages = 0;
     do {
+      if (++pages > kMaxListPages) {
+        return Corrupt(Call{"LIST", dir}.Name() + ": more than " + std::to_string(kMaxListPages) +
+                       " pages (the server keeps answering with continuation tokens)");
+      }
       // Query parameters in the order Signature Version 4 signs them (sorted by name), values encoded.
       std::string query = token.empty() ? "" : "continuation-token=" + UriEncode(token, false) + "&";
       query += "delimiter=%2F&list-type=2&prefix=" + UriEncode(prefix, false);

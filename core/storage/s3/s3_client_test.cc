@@ -308,7 +308,7 @@ TEST(S3Client, AReadCutShortResumesWhereItStopped) {
   ScriptedServer server([&](const Received& r) {
     const std::string range = r.headers.at("range");  // bytes=a-b
     const size_t a = std::stoul(range.substr(6)), b = std::stoul(range.substr(range.find('-') + 1));
-    Reply reply{206, object.substr(a, b - a + 1)};
+    Reply reply{206, object.substr(a, b - a + 1), {"Content-Range: bytes " + range.substr(6) + "/1000"}};
     if (n++ == 0) reply.cut_after = 40;
     return reply;
   });
@@ -333,6 +333,14 @@ TEST(S3Client, ReadsTheRightBytesFromAServerThatIgnoresRange) {
   EXPECT_EQ(got, "abcd");
 }
 
+TEST(S3Client, BytesFromAnotherRangeAreRefused) {
+  ScriptedServer server([](const Received&) { return Reply{206, "abcd", {"Content-Range: bytes 0-3/100"}}; });
+  auto client = ClientFor(server);
+  char buf[4];
+  EXPECT_TRUE(StatusIs(client->Read("s3://bkt/k", 50, buf, 4).status(), StatusCode::kCorrupt,
+                       {"s3://bkt/k", "Content-Range 'bytes 0-3/100'"}));
+}
+
 TEST(S3Client, AReadPastTheEndReadsNothing) {
   ScriptedServer server([](const Received&) { return Error(416, "InvalidRange"); });
   auto client = ClientFor(server);
@@ -352,7 +360,9 @@ TEST(S3Client, ACommitWhoseAnswerWasLostIsRecognisedAsItsOwn) {
       return Reply{200, "", {}, -1, /*drop=*/true};  // stored, but the answer never arrives
     }
     if (r.method == "HEAD") return Reply{200, stored};
-    return Reply{206, stored};
+    return Reply{206,
+                 stored,
+                 {"Content-Range: bytes 0-" + std::to_string(stored.size() - 1) + "/" + std::to_string(stored.size())}};
   });
   auto client = ClientFor(server);
   DCKPT_EXPECT_OK(client->Commit("s3://bkt/ckpt/metadata.dckpt", "the metadata", false));
