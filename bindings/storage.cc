@@ -339,6 +339,27 @@ std::vector<std::string> StorageList(std::shared_ptr<Storage> storage, const std
   return found.names;
 }
 
+/// A whole file (dckpt_storage_read_file): its size asked first, then read (again if it grew in between).
+py::bytes StorageReadFile(std::shared_ptr<Storage> storage, const std::string& path) {
+  StorageCall call(storage);
+  std::string buf;
+  int rc;
+  for (int tries = 0;; ++tries) {
+    uint64_t size = 0;
+    {
+      py::gil_scoped_release nogil;
+      rc = dckpt_storage_read_file(&size, call.get(), path.c_str(), buf.empty() ? nullptr : &buf[0], buf.size());
+    }
+    if (rc == DCKPT_EBUFSIZE && tries < 3) {
+      buf.resize(static_cast<size_t>(size) + (size == 0 ? 1 : 0));
+      continue;
+    }
+    CheckStorage(rc, call);
+    buf.resize(static_cast<size_t>(size));
+    return py::bytes(buf);
+  }
+}
+
 py::dict StorageStat(std::shared_ptr<Storage> storage, const std::string& path, double grace_seconds) {
   StorageCall call(storage);
   dckpt_path_info info = DCKPT_PATH_INFO_INIT;
@@ -399,6 +420,7 @@ void RegisterStorage(py::module_& m) {
       .def_property_readonly("kind", &Storage::kind)
       .def_property_readonly("impl", &Storage::impl);
   m.def("storage_list", &StorageList, py::arg("storage").none(true), py::arg("dir"));
+  m.def("storage_read_file", &StorageReadFile, py::arg("storage").none(true), py::arg("path"));
   m.def("storage_stat", &StorageStat, py::arg("storage").none(true), py::arg("path"), py::arg("grace_seconds"));
   m.def("storage_remove_leftovers", &StorageRemoveLeftovers, py::arg("storage").none(true), py::arg("path"),
         py::arg("grace_seconds"), py::arg("dry_run"));

@@ -315,6 +315,29 @@ int dckpt_storage_list_dir(dckpt_storage* storage, const char* dir, dckpt_name_f
   })
 }
 
+int dckpt_storage_read_file(uint64_t* size, dckpt_storage* storage, const char* path, void* buf, uint64_t buf_size) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(size, "size"));
+    *size = 0;
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    auto held = distckpt::capi::StorageOrUrl(storage, path);
+    if (!held.ok()) return Report(held.status());
+    auto need = (*held)->FileSize(path);
+    if (!need.ok()) return Report(need.status());
+    if (buf == nullptr || buf_size < *need) {
+      *size = *need;
+      return Report(distckpt::Status(distckpt::StatusCode::kBufferTooSmall,
+                                     "'" + std::string(path) + "' is " + std::to_string(*need) +
+                                         " bytes; the buffer holds " + std::to_string(buf == nullptr ? 0 : buf_size)));
+    }
+    auto bytes = (*held)->ReadFile(path, buf_size);  // a file grown since is kCorrupt (larger than the buffer)
+    if (!bytes.ok()) return Report(bytes.status());
+    if (!bytes->empty()) std::memcpy(buf, bytes->data(), bytes->size());
+    *size = bytes->size();
+    return DCKPT_OK;
+  })
+}
+
 int dckpt_storage_list_add(dckpt_storage_list* list, const char* name) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(list, "list"));

@@ -586,3 +586,32 @@ TEST(CallbackStorageTest, UploadCallbacksGoTogether) {
 
 }  // namespace
 }  // namespace distckpt
+
+// dckpt_storage_read_file and dckpt_storage_list_dir on any storage: the size asked first, then the bytes.
+TEST(CallbackStorageTest, SmallFilesAreReadAndListedThroughAnyStorage) {
+  dckpt_storage* mem = nullptr;
+  ASSERT_EQ(dckpt_storage_new_memory(&mem), DCKPT_OK);
+  std::unique_ptr<dckpt_storage, void (*)(dckpt_storage*)> hold(mem, dckpt_storage_free);
+  ASSERT_TRUE(mem->storage->WriteFileDurably("bkt/run/notes.json", "{\"step\": 7}").ok());
+  uint64_t size = 99;
+  EXPECT_EQ(dckpt_storage_read_file(&size, mem, "bkt/run/notes.json", nullptr, 0), DCKPT_EBUFSIZE);
+  EXPECT_EQ(size, 11u);
+  EXPECT_NE(std::string(dckpt_error_last()).find("bkt/run/notes.json"), std::string::npos) << dckpt_error_last();
+  char small[4];
+  EXPECT_EQ(dckpt_storage_read_file(&size, mem, "bkt/run/notes.json", small, sizeof(small)), DCKPT_EBUFSIZE);
+  std::string buf(size, '\0');
+  ASSERT_EQ(dckpt_storage_read_file(&size, mem, "bkt/run/notes.json", &buf[0], buf.size()), DCKPT_OK);
+  EXPECT_EQ(buf, "{\"step\": 7}");
+  EXPECT_EQ(dckpt_storage_read_file(&size, mem, "bkt/run/none", &buf[0], buf.size()), DCKPT_ENOTFOUND);
+  EXPECT_NE(std::string(dckpt_error_last()).find("bkt/run/none"), std::string::npos) << dckpt_error_last();
+  std::vector<std::string> names;
+  auto collect = [](const char* name, void* user) {
+    static_cast<std::vector<std::string>*>(user)->push_back(name);
+    return 0;
+  };
+  ASSERT_EQ(dckpt_storage_list_dir(mem, "bkt", collect, &names), DCKPT_OK);
+  EXPECT_EQ(names, std::vector<std::string>{"run"});
+  // A URL of a scheme nobody serves, with no storage: unsupported, naming it.
+  EXPECT_EQ(dckpt_storage_read_file(&size, nullptr, "gs://b/x", nullptr, 0), DCKPT_EUNSUPPORTED);
+  EXPECT_NE(std::string(dckpt_error_last()).find("gs://"), std::string::npos) << dckpt_error_last();
+}

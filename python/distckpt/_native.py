@@ -30,6 +30,7 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     status_name,
     storage_remove_checkpoint,
     storage_list,
+    storage_read_file,
     storage_remove_leftovers,
     storage_stat,
     version,

@@ -22,7 +22,6 @@ from ._checkpoint import SaveSummary, save
 from .errors import (
     CorruptCheckpointError,
     Error,
-    InternalError,
     InvalidArgumentError,
     NotFoundError,
     PickleNotAllowedError,
@@ -83,7 +82,6 @@ def export_safetensors(
     native_out, native_out_storage, out = _storage.resolve(out_dir, out_storage)
     if native_out_storage is None and not _storage.is_core_url(native_out):
         os.makedirs(native_out, exist_ok=True)
-    before = set(_native.storage_list(native_out_storage, native_out)) if _is_s3(native_out, out) else set()
     _native.export_safetensors(
         native_ckpt,
         native_out,
@@ -95,36 +93,11 @@ def export_safetensors(
         native_out_storage,
     )
     index_name = f"{prefix}.safetensors.index.json"
-    index = _storage.read_file(native_out.rstrip("/") + "/" + index_name, out)
-    if index is not None:
-        files = sorted(set(json.loads(index)["weight_map"].values())) or [f"{prefix}-00001-of-00001.safetensors"]
-    else:  # S3: the files the export wrote are the one complete "-NNNNN-of-N" set that is there now
-        files = _exported_files(_native.storage_list(native_out_storage, native_out), prefix, before)
+    index = json.loads(_storage.read_file(native_out.rstrip("/") + "/" + index_name, out))
+    files = sorted(set(index["weight_map"].values())) or [f"{prefix}-00001-of-00001.safetensors"]
     local = native_out_storage is None and not _storage.is_core_url(native_out)
     join = os.path.join if local else (lambda d, n: d.rstrip("/") + "/" + n)
     return [join(out_dir, name) for name in files] + [join(out_dir, index_name)]
-
-
-def _is_s3(path: str, storage: Optional["_storage.Storage"]) -> bool:
-    return isinstance(storage, _storage.S3Storage) or (storage is None and _storage.is_core_url(path))
-
-
-def _exported_files(names: Sequence[str], prefix: str, before: "set[str]") -> List[str]:
-    """The safetensors files of the export that just ran, from a listing of its output: the complete
-    ``<prefix>-NNNNN-of-MMMMM.safetensors`` set (preferring one that was not complete before the export, when an
-    earlier export with another file count left its files)."""
-    pattern = re.compile(re.escape(prefix) + r"-(\d+)-of-(\d+)\.safetensors")
-    sets: "dict[int, dict[int, str]]" = {}
-    for name in names:
-        m = pattern.fullmatch(name)
-        if m:
-            sets.setdefault(int(m.group(2)), {})[int(m.group(1))] = name
-    complete = {n: files for n, files in sets.items() if sorted(files) == list(range(1, n + 1))}
-    fresh = [n for n, files in complete.items() if not set(files.values()) <= before]
-    pick = fresh if len(fresh) == 1 else list(complete)
-    if len(pick) != 1:
-        raise InternalError(f"cannot tell which of the safetensors sets {sorted(complete)} the export wrote")
-    return [complete[pick[0]][i] for i in sorted(complete[pick[0]])]
 
 
 # ---- Import ---------------------------------------------------------------------------------------------------------

@@ -187,19 +187,7 @@ def remove_checkpoint(path: PathLike, *, storage: Optional[Storage] = None) -> N
     _native.storage_remove_checkpoint(native, p)
 
 
-def read_file(path: str, storage: Optional[Storage]) -> Optional[bytes]:
-    """A whole (small) file through ``storage`` (None: as ``path`` says); for reading what an export wrote. None on
-    S3, which the C ABI reads checkpoints from but no other file: the caller lists instead."""
-    if isinstance(storage, S3Storage) or (storage is None and is_core_url(path)):
-        return None
-    if storage is None or isinstance(storage, PosixStorage):
-        with open(path, "rb") as f:
-            return f.read()
-    if isinstance(storage, FsspecStorage):
-        return storage.fs.cat_file(path)
-    if isinstance(storage, CallbackStorage):
-        size = storage.impl.size(path)
-        out = bytearray(size)
-        got = storage.impl.read(path, 0, memoryview(out)) if size else 0
-        return bytes(out[:got])
-    raise InvalidArgumentError(f"cannot read '{path}' back from a {type(storage).__name__}")
+def read_file(path: str, storage: Optional[Storage]) -> bytes:
+    """A whole (small) file through ``storage`` (None: as ``path`` says), read by the core from any storage; for
+    reading what an export wrote. ``path`` is as the storage sees it (:func:`resolve`)."""
+    return _native.storage_read_file(None if storage is None else storage.native, path)

@@ -380,6 +380,11 @@ typedef int (*dckpt_name_fn)(const char *name, void *user_data);
 /* Reports the names directly below `dir` on `storage` (NULL: as the URL or path says), each once, in byte order: files
  * and directories (on an object store, the first component of longer keys). A `dir` with nothing below it has none. */
 DCKPT_API int dckpt_storage_list_dir(dckpt_storage *storage, const char *dir, dckpt_name_fn each, void *user_data);
+/* Reads the whole file at `path` on `storage` (NULL: as the URL or path says) into `buf`; `*size` is its size. With
+ * `buf` NULL or `buf_size` smaller than the file, DCKPT_EBUFSIZE and `*size` is the size needed. For the small files
+ * beside checkpoints (an export's index, a run's notes), from any storage. */
+DCKPT_API int dckpt_storage_read_file(uint64_t *size, dckpt_storage *storage, const char *path, void *buf,
+                                      uint64_t buf_size);
 
 /* What is at a path of a storage (dckpt_storage_stat). */
 typedef enum dckpt_path_kind {

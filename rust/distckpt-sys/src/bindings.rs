@@ -1315,6 +1315,15 @@ extern "C" {
         user_data: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
+extern "C" {
+    pub fn dckpt_storage_read_file(
+        size: *mut u64,
+        storage: *mut dckpt_storage,
+        path: *const ::std::os::raw::c_char,
+        buf: *mut ::std::os::raw::c_void,
+        buf_size: u64,
+    ) -> ::std::os::raw::c_int;
+}
 pub const DCKPT_PATH_NONE: dckpt_path_kind = 0;
 pub const DCKPT_PATH_CHECKPOINT: dckpt_path_kind = 1;
 pub const DCKPT_PATH_INCOMPLETE: dckpt_path_kind = 2;
