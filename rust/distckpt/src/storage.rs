@@ -179,6 +179,15 @@ struct OpenFile {
     path: String,
 }
 
+/// The `size` bytes at `data` a callback was given (C may pass NULL for none).
+unsafe fn c_bytes<'a>(data: *const c_void, size: usize) -> &'a [u8] {
+    if size == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(data.cast::<u8>(), size)
+    }
+}
+
 unsafe fn bridge<'a>(user_data: *mut c_void) -> &'a Bridge {
     &*(user_data as *const Bridge)
 }
@@ -209,7 +218,7 @@ unsafe extern "C" fn t_write(
     let b = bridge(ud);
     let f = &*(file as *const OpenFile);
     b.run("write", &f.path, || {
-        let bytes = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        let bytes = c_bytes(data, size);
         f.file.write_at(offset, bytes)
     })
 }
@@ -299,7 +308,7 @@ unsafe extern "C" fn t_commit(
     let b = bridge(ud);
     let name = lossy_string(path);
     let rc = b.run("commit", &name, || {
-        let bytes = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        let bytes = c_bytes(data, size);
         b.storage.commit(callback_path(path)?, bytes, replace != 0)
     });
     if rc == sys::DCKPT_EEXISTS {
@@ -340,7 +349,7 @@ unsafe extern "C" fn t_upload_part(
     let b = bridge(ud);
     let u = &*(up as *const OpenUpload);
     b.run("upload_part", &u.path, || {
-        let bytes = if size == 0 { &[][..] } else { std::slice::from_raw_parts(data.cast::<u8>(), size) };
+        let bytes = c_bytes(data, size);
         u.upload.upload_part(number, bytes)
     })
 }
