@@ -274,12 +274,11 @@ int dckpt_storage_open_url(dckpt_storage** out, const char* url) {
     DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
     *out = nullptr;
     DCKPT_RETURN_IF_FAILED(NotNull(url, "url"));
-    auto s = distckpt::capi::StorageOrUrl(nullptr, url);
+    auto s = distckpt::StorageForUrl(url);
     if (!s.ok()) return Report(s.status());
-    // A plain path: a POSIX storage of the handle's own (the process-wide one is not the caller's to hold).
-    *out = new dckpt_storage{distckpt::UrlScheme(url).empty() ? std::shared_ptr<distckpt::Storage>(
-                                                                    distckpt::NewPosixStorage())
-                                                              : std::move(s).value()};
+    // A plain path (nullptr): a POSIX storage of the handle's own (the process-wide one is not the caller's to hold).
+    *out = new dckpt_storage{*s != nullptr ? std::move(s).value()
+                                           : std::shared_ptr<distckpt::Storage>(distckpt::NewPosixStorage())};
     return DCKPT_OK;
   })
 }

@@ -36,6 +36,12 @@ bool IsCredentialCode(const std::string& code) {
          code == "InvalidToken" || code == "ExpiredToken" || code == "TokenRefreshRequired";
 }
 
+// What Send tells beyond the answer: the tries made, and S3's error code when it failed with one.
+struct SendInfo {
+  unsigned attempts = 0;
+  std::string code;
+};
+
 // One request as messages name it: "PUT s3://bucket/key".
 struct Call {
   std::string verb;  // "GET", "PUT part 3 of", ...
@@ -48,8 +54,8 @@ class S3Client;
 // A file of at most one part: gathered in memory, sent as one PUT on close.
 class SingleUpload final : public ObjectUpload {
  public:
-  SingleUpload(S3Client* client, S3Location loc, std::string url)
-      : client_(client), loc_(std::move(loc)), url_(std::move(url)) {}
+  SingleUpload(S3Client* client, std::string object_url, std::string url)
+      : client_(client), object_url_(std::move(object_url)), url_(std::move(url)) {}
   Status Write(uint64_t offset, const void* data, size_t size) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (data_.size() < offset + size) data_.resize(offset + size);
@@ -61,25 +67,28 @@ class SingleUpload final : public ObjectUpload {
 
  private:
   S3Client* const client_;
-  const S3Location loc_;
-  const std::string url_;
+  const std::string object_url_;  // the request URL
+  const std::string url_;         // s3://bucket/key, for messages
   std::mutex mu_;
   std::string data_;
 };
 
 class PartUpload final : public ObjectPartUpload {
  public:
-  PartUpload(S3Client* client, S3Location loc, std::string url, std::string upload_id)
-      : client_(client), loc_(std::move(loc)), url_(std::move(url)), upload_id_(std::move(upload_id)) {}
+  PartUpload(S3Client* client, const std::string& object_url, std::string url, const std::string& upload_id)
+      : client_(client),
+        object_url_(object_url),
+        url_(std::move(url)),
+        upload_query_("uploadId=" + UriEncode(upload_id, false)) {}
   Status UploadPart(unsigned number, const void* data, size_t size) override;
   Status Complete() override;
   Status Abort() override;
 
  private:
   S3Client* const client_;
-  const S3Location loc_;
-  const std::string url_;
-  const std::string upload_id_;
+  const std::string object_url_;    // the request URL
+  const std::string url_;           // s3://bucket/key, for messages
+  const std::string upload_query_;  // "uploadId=<encoded id>"
   std::mutex mu_;
   std::vector<std::string> etags_;
   uint64_t bytes_ = 0;
@@ -94,13 +103,13 @@ class S3Client final : public ObjectClient {
   uint64_t min_part_size() const override { return config_.part_size; }
 
   Result<std::unique_ptr<ObjectUpload>> Create(const std::string& path, uint64_t size_hint) override {
-    DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(path));
-    return std::unique_ptr<ObjectUpload>(new SingleUpload(this, std::move(loc), path));
+    DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
+    return std::unique_ptr<ObjectUpload>(new SingleUpload(this, std::move(url), path));
   }
 
   Result<uint64_t> Size(const std::string& path) override {
-    DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(path));
-    HttpRequest req{"HEAD", ObjectUrl(config_, loc.bucket, loc.key)};
+    DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
+    HttpRequest req{"HEAD", url};
     DCKPT_ASSIGN_OR_RETURN(HttpResponse r, Send(&req, Call{"HEAD", path}));
     const std::string length = r.Header("content-length");
     char* end = nullptr;
@@ -117,8 +126,7 @@ class S3Client final : public ObjectClient {
 
   Result<size_t> ReadArriving(const std::string& path, uint64_t offset, void* data, size_t size,
                               const std::function<void(size_t)>& arrived) override {
-    DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(path));
-    const std::string url = ObjectUrl(config_, loc.bucket, loc.key);
+    DCKPT_ASSIGN_OR_RETURN(const std::string url, UrlOf(path));
     size_t got = 0;
     for (unsigned attempt = 1;; ++attempt) {
       if (got == size) return got;
@@ -155,7 +163,7 @@ class S3Client final : public ObjectClient {
   }
 
   Result<std::vector<std::string>> List(const std::string& dir) override {
-    DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(dir));
+    DCKPT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(dir));
     const std::string prefix = loc.key.empty() ? "" : loc.key + "/";
     std::vector<std::string> names;
     std::string token;
@@ -190,26 +198,24 @@ class S3Client final : public ObjectClient {
   }
 
   Status Remove(const std::string& path) override {
-    DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(path));
-    HttpRequest req{"DELETE", ObjectUrl(config_, loc.bucket, loc.key)};
-    Result<HttpResponse> r = Send(&req, Call{"DELETE", path});
-    if (!r.ok() && r.status().code() == StatusCode::kNotFound &&
-        r.status().message().find("NoSuchBucket") == std::string::npos) {
-      return OkStatus();
-    }
+    DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
+    HttpRequest req{"DELETE", url};
+    SendInfo info;
+    Result<HttpResponse> r = Send(&req, Call{"DELETE", path}, &info);
+    if (!r.ok() && r.status().code() == StatusCode::kNotFound && info.code != "NoSuchBucket") return OkStatus();
     return r.status();
   }
 
   Status Commit(const std::string& path, const std::string& data, bool replace) override {
-    DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(path));
+    DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
     const Call call{replace ? "PUT" : "PUT (If-None-Match: *)", path};
-    HttpRequest req{"PUT", ObjectUrl(config_, loc.bucket, loc.key)};
+    HttpRequest req{"PUT", url};
     if (!replace) req.headers.push_back("If-None-Match: *");
     req.body = data.data();
     req.body_size = data.size();
-    unsigned attempts = 0;
-    Result<HttpResponse> r = Send(&req, call, &attempts);
-    if (r.ok() || replace || r.status().code() != StatusCode::kExists || attempts == 1) return r.status();
+    SendInfo info;
+    Result<HttpResponse> r = Send(&req, call, &info);
+    if (r.ok() || replace || r.status().code() != StatusCode::kExists || info.attempts == 1) return r.status();
     // 412 after a try whose answer was lost: if that try landed, the object holds exactly these bytes.
     DCKPT_ASSIGN_OR_RETURN(uint64_t size, Size(path));
     if (size == data.size()) {
@@ -221,22 +227,22 @@ class S3Client final : public ObjectClient {
   }
 
   Result<std::unique_ptr<ObjectPartUpload>> BeginParts(const std::string& path, uint64_t size_hint) override {
-    DCKPT_ASSIGN_OR_RETURN(S3Location loc, Locate(path));
-    HttpRequest req{"POST", ObjectUrl(config_, loc.bucket, loc.key) + "?uploads="};
+    DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
+    HttpRequest req{"POST", url + "?uploads="};
     const Call call{"CreateMultipartUpload", path};
     DCKPT_ASSIGN_OR_RETURN(HttpResponse r, Send(&req, call));
     std::string id = XmlElement(r.body, "UploadId");
     if (id.empty()) return Corrupt(call.Name() + ": the answer has no UploadId");
-    return std::unique_ptr<ObjectPartUpload>(new PartUpload(this, std::move(loc), path, std::move(id)));
+    return std::unique_ptr<ObjectPartUpload>(new PartUpload(this, url, path, id));
   }
 
-  const S3Config& config() const { return config_; }
-
   /// Sends `req` until it gets an answer that is no reason to retry, or max_attempts tries; a non-2xx answer is an
-  /// error. *attempts (optional): the tries made.
-  Result<HttpResponse> Send(HttpRequest* req, const Call& call, unsigned* attempts = nullptr) {
+  /// error. *info (optional): the tries made and S3's error code.
+  Result<HttpResponse> Send(HttpRequest* req, const Call& call, SendInfo* info = nullptr) {
+    SendInfo ignored;
+    SendInfo& out = info != nullptr ? *info : ignored;
     for (unsigned attempt = 1;; ++attempt) {
-      if (attempts != nullptr) *attempts = attempt;
+      out.attempts = attempt;
       TransportError err;
       Result<HttpResponse> r = http_->Perform(*req, &err);
       if (!r.ok()) {
@@ -244,6 +250,7 @@ class S3Client final : public ObjectClient {
       } else if (r->status >= 200 && r->status < 300 && ParseErrorBody(r->body).code.empty()) {
         return r;  // (CompleteMultipartUpload can answer 200 with an error document: not a success)
       } else if (!Retryable(*r) || attempt >= config_.max_attempts) {
+        out.code = ParseErrorBody(r->body).code;
         return HttpError(call, *r, attempt);
       }
       Backoff(attempt);
@@ -251,7 +258,11 @@ class S3Client final : public ObjectClient {
   }
 
  private:
-  Result<S3Location> Locate(const std::string& path) const { return ParseS3Url(path); }
+  // The request URL of the object at `path` (s3://bucket/key).
+  Result<std::string> UrlOf(const std::string& path) const {
+    DCKPT_ASSIGN_OR_RETURN(S3Location loc, ParseS3Url(path));
+    return ObjectUrl(config_, loc.bucket, loc.key);
+  }
 
   static bool Retryable(const HttpResponse& r) {
     return RetryableStatus(r.status) || RetryableCode(ParseErrorBody(r.body).code);
@@ -305,7 +316,7 @@ Status SingleUpload::Close(uint64_t size, bool discard) {
   if (discard) return OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
   data_.resize(size);
-  HttpRequest req{"PUT", ObjectUrl(client_->config(), loc_.bucket, loc_.key)};
+  HttpRequest req{"PUT", object_url_};
   req.body = data_.data();
   req.body_size = data_.size();
   Status st = client_->Send(&req, Call{"PUT", url_}).status();
@@ -315,8 +326,7 @@ Status SingleUpload::Close(uint64_t size, bool discard) {
 
 Status PartUpload::UploadPart(unsigned number, const void* data, size_t size) {
   if (number == 0) return InvalidArgument("S3 part numbers start at 1");
-  HttpRequest req{"PUT", ObjectUrl(client_->config(), loc_.bucket, loc_.key) + "?partNumber=" + std::to_string(number) +
-                             "&uploadId=" + UriEncode(upload_id_, false)};
+  HttpRequest req{"PUT", object_url_ + "?partNumber=" + std::to_string(number) + "&" + upload_query_};
   req.body = data;
   req.body_size = size;
   DCKPT_ASSIGN_OR_RETURN(HttpResponse r,
@@ -344,14 +354,12 @@ Status PartUpload::Complete() {
     body = CompleteMultipartBody(etags_);
     bytes = bytes_;
   }
-  HttpRequest req{"POST",
-                  ObjectUrl(client_->config(), loc_.bucket, loc_.key) + "?uploadId=" + UriEncode(upload_id_, false),
-                  {"Content-Type: application/xml"}};
+  HttpRequest req{"POST", object_url_ + "?" + upload_query_, {"Content-Type: application/xml"}};
   req.body = body.data();
   req.body_size = body.size();
-  unsigned attempts = 0;
-  Result<HttpResponse> r = client_->Send(&req, Call{"CompleteMultipartUpload", url_}, &attempts);
-  if (r.ok() || attempts == 1 || r.status().message().find("NoSuchUpload") == std::string::npos) return r.status();
+  SendInfo info;
+  Result<HttpResponse> r = client_->Send(&req, Call{"CompleteMultipartUpload", url_}, &info);
+  if (r.ok() || info.attempts == 1 || info.code != "NoSuchUpload") return r.status();
   // NoSuchUpload after a try whose answer was lost: that try completed it if the object has the parts' size.
   Result<uint64_t> size = client_->Size(url_);
   if (size.ok() && *size == bytes) return OkStatus();
@@ -359,10 +367,10 @@ Status PartUpload::Complete() {
 }
 
 Status PartUpload::Abort() {
-  HttpRequest req{"DELETE",
-                  ObjectUrl(client_->config(), loc_.bucket, loc_.key) + "?uploadId=" + UriEncode(upload_id_, false)};
-  Result<HttpResponse> r = client_->Send(&req, Call{"AbortMultipartUpload", url_});
-  if (!r.ok() && r.status().message().find("NoSuchUpload") != std::string::npos) return OkStatus();
+  HttpRequest req{"DELETE", object_url_ + "?" + upload_query_};
+  SendInfo info;
+  Result<HttpResponse> r = client_->Send(&req, Call{"AbortMultipartUpload", url_}, &info);
+  if (!r.ok() && info.code == "NoSuchUpload") return OkStatus();
   return r.status();
 }
 
