@@ -269,6 +269,16 @@ int dckpt_storage_new_s3(dckpt_storage** out, const dckpt_s3_options* options) {
   })
 }
 
+int dckpt_url_scheme(size_t* length, const char* path) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(length, "length"));
+    *length = 0;
+    DCKPT_RETURN_IF_FAILED(NotNull(path, "path"));
+    *length = distckpt::UrlScheme(path).size();
+    return DCKPT_OK;
+  })
+}
+
 int dckpt_storage_open_url(dckpt_storage** out, const char* url) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));

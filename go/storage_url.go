@@ -13,6 +13,14 @@ package distckpt
 // Weak, as in s3.go: OpenStorageURL and List report ErrUnsupported on a library built before them.
 #pragma weak dckpt_storage_open_url
 #pragma weak dckpt_storage_list_dir
+#pragma weak dckpt_url_scheme
+
+// The length of path's URL scheme by the core's rule (0: a plain path, or a library without dckpt_url_scheme).
+static size_t distckpt_go_url_scheme(const char *path) {
+  size_t n = 0;
+  if (dckpt_url_scheme == NULL || dckpt_url_scheme(&n, path) != DCKPT_OK) return 0;
+  return n;
+}
 
 static int distckpt_go_has_urls(void) { return dckpt_storage_open_url != NULL && dckpt_storage_list_dir != NULL; }
 
@@ -34,19 +42,12 @@ import (
 )
 
 // IsURL reports whether path names storage by a URL ("scheme://...") rather than a path of the file system: the
-// form the core resolves to a storage of the scheme (s3), or rejects naming the scheme.
+// form the core resolves to a storage of the scheme (s3), or rejects naming the scheme. The rule is the core's
+// (dckpt_url_scheme).
 func IsURL(path string) bool {
-	scheme, _, ok := strings.Cut(path, "://")
-	if !ok || scheme == "" {
-		return false
-	}
-	for i, c := range scheme {
-		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
-		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
-			return false
-		}
-	}
-	return true
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	return C.distckpt_go_url_scheme(cpath) > 0
 }
 
 // OpenStorageURL makes a handle for the storage url names: "s3://..." S3 from the AWS_* environment, a plain path the

@@ -611,6 +611,13 @@ TEST(CallbackStorageTest, SmallFilesAreReadAndListedThroughAnyStorage) {
   };
   ASSERT_EQ(dckpt_storage_list_dir(mem, "bkt", collect, &names), DCKPT_OK);
   EXPECT_EQ(names, std::vector<std::string>{"run"});
+  size_t scheme = 99;
+  ASSERT_EQ(dckpt_url_scheme(&scheme, "s3://b/k"), DCKPT_OK);
+  EXPECT_EQ(scheme, 2u);
+  ASSERT_EQ(dckpt_url_scheme(&scheme, "/data/run://x"), DCKPT_OK);
+  EXPECT_EQ(scheme, 0u);
+  ASSERT_EQ(dckpt_url_scheme(&scheme, "9p://x"), DCKPT_OK);
+  EXPECT_EQ(scheme, 0u);
   // A URL of a scheme nobody serves, with no storage: unsupported, naming it.
   EXPECT_EQ(dckpt_storage_read_file(&size, nullptr, "gs://b/x", nullptr, 0), DCKPT_EUNSUPPORTED);
   EXPECT_NE(std::string(dckpt_error_last()).find("gs://"), std::string::npos) << dckpt_error_last();

@@ -370,6 +370,10 @@ typedef struct dckpt_s3_options {
 #define DCKPT_S3_OPTIONS_INIT {DCKPT_S3_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0.0, 0, 0}
 /* Sets `*options` to DCKPT_S3_OPTIONS_INIT with `version` (for bindings, which cannot expand the macro). */
 DCKPT_API int dckpt_s3_options_init(dckpt_s3_options *options, unsigned version);
+/* Whether `path` is a URL and not a file system path: `*length` is the length of its scheme ("s3" of "s3://b/k": 2),
+ * 0 for a plain path. A scheme is a letter followed by letters, digits, '+', '-' or '.', then "://". The one rule the
+ * calls taking a URL use, for clients that must tell a URL from a path themselves. */
+DCKPT_API int dckpt_url_scheme(size_t *length, const char *path);
 /* S3 storage (NULL options: all from the environment). Paths on it are "s3://bucket/key" URLs. */
 DCKPT_API int dckpt_storage_new_s3(dckpt_storage **out, const dckpt_s3_options *options);
 /* The storage a URL names: "s3://..." S3 from the environment, a plain path (no "scheme://") the POSIX file system;

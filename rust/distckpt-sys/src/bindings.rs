@@ -1290,6 +1290,12 @@ extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 extern "C" {
+    pub fn dckpt_url_scheme(
+        length: *mut usize,
+        path: *const ::std::os::raw::c_char,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
     pub fn dckpt_storage_new_s3(
         out: *mut *mut dckpt_storage,
         options: *const dckpt_s3_options,
