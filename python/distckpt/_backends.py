@@ -75,7 +75,8 @@ class S3Storage(Storage):
     committed last with one conditional PUT; reads are parallel ranged GETs, small ones sharing a block; failed
     requests (network errors, HTTP 5xx, throttling) are retried with backoff. Errors name the URL and S3's answer.
 
-    Every option left None or 0 is what the AWS CLI reads from the environment, or else the default given:
+    Every option left None or 0 is what the AWS CLI reads from the environment, then from the ``AWS_PROFILE`` (else
+    ``default``) profile of ``~/.aws/credentials`` and ``~/.aws/config``, or else the default given:
 
     Args:
         endpoint: e.g. ``"http://127.0.0.1:9000"``; None: ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``, else AWS
