@@ -879,6 +879,103 @@ DCKPT_API int dckpt_export_options_init(dckpt_export_options *opts, unsigned ver
  * exist; existing files of the same names are replaced. */
 DCKPT_API int dckpt_export_safetensors(const char *ckpt_path, const char *out_dir, const dckpt_export_options *opts);
 
+/* ---- Checkpoint manager: a checkpoint every step, in tiers ------------------------------------------------------ */
+
+/* One per job and rank. Each step is saved into a node-local tier (one ordinary checkpoint per rank, "part", under
+ * local_dir), each rank's part is replicated to `replicas` ranks on other nodes over the communicator, and every
+ * persist_every-th step (or one asked for) is persisted in the background as one ordinary checkpoint at
+ * "<persistent_path>/step-<step, 10 digits>". dckpt_manager_restore loads the newest step whose every part verifies
+ * in some tier (own node, a peer's replica, then persistent storage), on any number of ranks. Not thread-safe: one
+ * call at a time per manager. The communicator belongs to the manager until dckpt_manager_free (its collectives run
+ * on the manager's background thread): give it one of its own. */
+typedef struct dckpt_manager dckpt_manager;
+
+#define DCKPT_MANAGER_OPTIONS_VERSION 1
+typedef struct dckpt_manager_options {
+  unsigned version;
+  const char *local_dir;        /* the node-local tier's directory, shared by the ranks of one node; NULL:
+                                 * "/dev/shm/distckpt-<job>" (survives a process restart, not a node loss) */
+  const char *job;              /* NULL: "default"; names the default local_dir */
+  const char *node_id;          /* identifies this rank's node (replicas go to other nodes); NULL: the host name */
+  unsigned replicas;            /* copies of each part on other nodes: 0, 1 (default) or 2 */
+  const char *persistent_path;  /* NULL: no persistent tier; a directory, or a URL (s3://bucket/prefix) */
+  dckpt_storage *persistent_storage; /* where persistent_path is; NULL: the POSIX file system, or the URL's storage */
+  uint64_t persist_every;       /* persist every step that is a multiple of this; 0: only when asked (default) */
+  unsigned keep_local;          /* complete steps kept in the local tier; 0: default (2) */
+  unsigned keep_persistent;     /* persisted steps kept; 0: all (default) */
+  uint64_t local_budget_bytes;  /* the most this rank's local tier may hold: its parts, the replicas it keeps for
+                                 * others and the staging of steps in flight. A save that would go past it waits for
+                                 * steps in flight, then drops older steps; DCKPT_EINVAL for a step larger than the
+                                 * whole budget. 0: no cap (default) */
+  uint64_t timeout_ms;          /* collective timeout; 0: default (10 minutes) */
+  int device_snapshot;          /* as dckpt_save_options.device_snapshot (default 0) */
+  uint64_t exchange_round_bytes; /* the most one rank sends to another per exchange round (replication, restore);
+                                  * 0: default (64 MiB) */
+} dckpt_manager_options;
+#define DCKPT_MANAGER_OPTIONS_INIT \
+  {DCKPT_MANAGER_OPTIONS_VERSION, NULL, NULL, NULL, 1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0}
+DCKPT_API int dckpt_manager_options_init(dckpt_manager_options *opts, unsigned version);
+
+/* Collective over `comm` (NULL: a single process): the ranks learn each other's nodes. DCKPT_EINVAL when `replicas`
+ * cannot be placed on that many other nodes. */
+DCKPT_API int dckpt_manager_new(dckpt_manager **out, dckpt_comm *comm, const dckpt_manager_options *opts);
+/* Waits for the background work (as dckpt_manager_wait, errors lost), then frees (NULL is fine). */
+DCKPT_API void dckpt_manager_free(dckpt_manager *manager);
+
+/* Saves `step` (larger than every earlier step): returns once the state is staged (the caller may change its buffers
+ * right away); writing the local part, replicating and persisting go on in the background, in step order. Every rank
+ * saves the same steps in the same order. `persist` non-zero persists this step whatever persist_every says. An
+ * error of earlier background work is returned here (DCKPT_EPEER once the communicator has failed: the job must
+ * restart and restore). */
+DCKPT_API int dckpt_manager_save(dckpt_manager *manager, uint64_t step, const dckpt_state *state, int persist);
+/* Waits up to timeout_ms (DCKPT_WAIT_FOREVER: until done) for every step saved so far to be complete (and persisted
+ * where asked); returns the first background error since the last wait, or DCKPT_ETIMEOUT. */
+DCKPT_API int dckpt_manager_wait(dckpt_manager *manager, uint64_t timeout_ms);
+/* The newest step this rank knows to be complete in the local tier (every part and its replicas durable); *found = 0
+ * when there is none. */
+DCKPT_API int dckpt_manager_latest_step(uint64_t *step, int *found, const dckpt_manager *manager);
+
+/* dckpt_restore_info.tier */
+typedef enum dckpt_tier {
+  DCKPT_TIER_NONE = 0,        /* nothing to restore */
+  DCKPT_TIER_LOCAL = 1,       /* every part this rank read was on its own node */
+  DCKPT_TIER_PEER = 2,        /* some parts came from replicas on other nodes */
+  DCKPT_TIER_PERSISTENT = 3   /* the step was loaded from persistent storage */
+} dckpt_tier;
+
+#define DCKPT_RESTORE_OPTIONS_VERSION 1
+typedef struct dckpt_restore_options {
+  unsigned version;
+  int fallback;                 /* when the newest complete step cannot be restored from any tier (parts lost), load
+                                 * the newest one that can (an older local step, or a persisted one) and say so in the
+                                 * report (default 1); 0: DCKPT_ENOTFOUND naming the missing parts */
+  int use_persistent;           /* consider persistent storage (default 1) */
+} dckpt_restore_options;
+#define DCKPT_RESTORE_OPTIONS_INIT {DCKPT_RESTORE_OPTIONS_VERSION, 1, 1}
+DCKPT_API int dckpt_restore_options_init(dckpt_restore_options *opts, unsigned version);
+
+#define DCKPT_RESTORE_INFO_VERSION 1
+typedef struct dckpt_restore_info {
+  unsigned version;
+  int found;                    /* 0: no step anywhere (the state is untouched) */
+  uint64_t step;
+  int tier;                     /* dckpt_tier: where this rank's bytes came from */
+  uint64_t bytes_local;         /* bytes this rank read from its own node's tier */
+  uint64_t bytes_from_peers;    /* bytes other nodes sent this rank */
+  uint64_t bytes_from_persistent; /* bytes this rank read from persistent storage */
+  double seconds;
+} dckpt_restore_info;
+#define DCKPT_RESTORE_INFO_INIT {DCKPT_RESTORE_INFO_VERSION, 0, 0, 0, 0, 0, 0, 0.0}
+
+/* Collective: waits for the background work, then the ranks agree on the newest step whose every part verifies in
+ * some tier and fill `state` from it (resharding as dckpt_load does: any number of ranks, any sharding). A part that
+ * fails verification in one tier is taken from the next. `info` and `opts` may be NULL. */
+DCKPT_API int dckpt_manager_restore(dckpt_restore_info *info, dckpt_manager *manager, dckpt_state *state,
+                                    const dckpt_restore_options *opts);
+/* What the last restore did, one line per fact (the step chosen and why, which tier served each part, what was
+ * skipped and why). Valid until the next call on the manager. */
+DCKPT_API const char *dckpt_manager_restore_report(const dckpt_manager *manager);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
