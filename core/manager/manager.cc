@@ -120,7 +120,7 @@ struct CheckpointManager::Job {
 };
 
 CheckpointManager::CheckpointManager(Communicator* comm, const ManagerOptions& options)
-    : comm_(comm), options_(options), local_(DefaultStorage()) {}
+    : comm_(comm), options_(options), local_(options.local_storage ? options.local_storage : DefaultStorage()) {}
 
 Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicator* comm,
                                                                      const ManagerOptions& options) {

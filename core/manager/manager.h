@@ -47,6 +47,9 @@ struct ManagerOptions {
   bool device_snapshot = false;
   uint64_t exchange_round_bytes = 64ull << 20;
   CopyEngine* copy_engine = nullptr;  ///< tests: a HostCopyEngine for device pieces
+  /// The node-local tier's storage: nullptr is the POSIX file system (the default and what the C ABI passes); tests
+  /// pass a FaultStorage over it. Must reach the same files as the POSIX paths (a restore hard-links them).
+  Storage* local_storage = nullptr;
 };
 
 enum class Tier { kNone = 0, kLocal = 1, kPeer = 2, kPersistent = 3 };
