@@ -309,8 +309,7 @@ TEST_P(KillAnywhere, RestoresACompleteStepWithRightValues) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Operations, KillAnywhere,
-                         ::testing::Values(5, 60, 180, 330, 450, 600, 800, 1000, 1200));
+INSTANTIATE_TEST_SUITE_P(Operations, KillAnywhere, ::testing::Values(5, 60, 180, 330, 450, 600, 800, 1000, 1200));
 
 // One process, no replicas: a flipped bit anywhere in the newest step's part makes the restore take the step before
 // (or the same step, when the byte is padding no reader looks at), never wrong values.
