@@ -48,6 +48,18 @@ bool ParseNumbered(const std::string& name, const char* prefix, size_t digits, u
   return true;
 }
 
+// What a part of `state` takes on disk, at least: each piece and bytes entry starts on a 4 KiB boundary, and the
+// metadata has a few hundred bytes per entry.
+uint64_t PartBytesEstimate(const State& state) {
+  auto align = [](uint64_t n) { return (n + kChunkAlignment - 1) / kChunkAlignment * kChunkAlignment; };
+  uint64_t total = 4096, entries = 0;
+  for (const TensorEntry& t : state.tensors()) {
+    for (const TensorPiece& p : t.pieces) total += align(p.box.volume() * DTypeSize(t.dtype)), ++entries;
+  }
+  for (const BytesEntry& b : state.bytes()) total += align(b.size), ++entries;
+  return total + 512 * entries;
+}
+
 uint64_t StateBytes(const State& state) {
   uint64_t total = 0;
   for (const TensorEntry& t : state.tensors()) {
@@ -200,6 +212,15 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
       if (t == me) m->sources_.push_back(r);
     }
   }
+  // A restore of this rank that died left its scratch checkpoint (hard links and fetched bytes): it goes.
+  const std::string scratch_prefix = "restore-r" + std::to_string(me) + ".";
+  if (auto listed = m->local_->ListDir(options.local_dir); listed.ok()) {
+    for (const std::string& name : listed.value()) {
+      if (name.compare(0, scratch_prefix.size(), scratch_prefix) == 0) {
+        (void)m->local_->RemoveAll(options.local_dir + "/" + name);
+      }
+    }
+  }
   // The newest complete step already on this node (a restarted job).
   auto names = m->local_->ListDir(options.local_dir);
   if (names.ok()) {
@@ -239,7 +260,14 @@ void CheckpointManager::Fail(const Status& st) {
 
 Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) {
   const uint64_t bytes = StateBytes(state);
-  const uint64_t tier_charge = bytes * (1 + static_cast<uint64_t>(options_.replicas));
+  // A part takes more than the state's bytes (chunks start on 4 KiB boundaries, and the metadata): the last part
+  // written tells how much more.
+  uint64_t part_estimate;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    part_estimate = std::max(PartBytesEstimate(state), last_part_bytes_);
+  }
+  const uint64_t tier_charge = part_estimate * (1 + static_cast<uint64_t>(options_.replicas));
   const uint64_t charge = tier_charge + bytes;  // the tier's copies and the staging until the part is written
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -372,7 +400,14 @@ void CheckpointManager::Process(Job& job) {
     }
   }
   Status replicated;
-  Status collective = Replicate(job, local, &replicated);
+  uint64_t held = 0;
+  Status collective = Replicate(job, local, &replicated, &held);
+  {
+    // The step now holds what its part and the replicas kept here really take.
+    std::lock_guard<std::mutex> lock(mu_);
+    charged_total_ = charged_total_ - charged_[job.step] + held;
+    charged_[job.step] = held;
+  }
   if (!collective.ok()) {
     // A collective failed: the communicator is gone, and with it every later step.
     std::lock_guard<std::mutex> lock(mu_);
@@ -393,8 +428,11 @@ void CheckpointManager::Process(Job& job) {
     complete = local_->Publish(StepDir(job.step) + "/" + CompleteName(comm_->rank()), run_, true);
   }
   if (!complete.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Fail(complete.WithContext(what));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Fail(complete.WithContext(what));
+    }
+    Prune(job.step);  // what the step left goes, as any step no longer kept
     return;
   }
   {
@@ -418,8 +456,9 @@ void CheckpointManager::Process(Job& job) {
 
 // Every rank streams its part's files to its targets in rounds of at most exchange_round_bytes; a receiver writes
 // them under a staging name and commits the replica with a rename.
-Status CheckpointManager::Replicate(const Job& job, const Status& local, Status* outcome) {
+Status CheckpointManager::Replicate(const Job& job, const Status& local, Status* outcome, uint64_t* held) {
   *outcome = local;
+  *held = 0;
   const int size = comm_->size(), me = comm_->rank();
   const std::string part_dir = PartDir(job.step, me);
   struct FileInfo {
@@ -428,7 +467,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
   };
   std::vector<FileInfo> mine;
   Status st = local;
-  if (st.ok() && options_.replicas > 0) {
+  if (st.ok()) {
     auto names = local_->ListDir(part_dir);
     if (!names.ok()) st = names.status();
     for (size_t i = 0; st.ok() && i < names.value().size(); ++i) {
@@ -436,6 +475,11 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
       if (!sz.ok()) st = sz.status();
       else mine.push_back({names.value()[i], sz.value()});
     }
+  }
+  for (const FileInfo& f : mine) *held += f.size;
+  if (!mine.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_part_bytes_ = *held;
   }
   if (options_.replicas == 0) {
     *outcome = st;
@@ -585,6 +629,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
       inc.st = gone.ok() ? local_->Rename(inc.staging_dir, inc.final_dir) : gone;
     }
     if (inc.st.ok()) inc.st = local_->SyncDir(StepDir(job.step));
+    if (inc.st.ok()) *held += total[src];
     if (!inc.st.ok()) {
       (void)local_->RemoveAll(inc.staging_dir);
       if (result.ok()) {

@@ -97,7 +97,8 @@ class CheckpointManager {
   void Process(Job& job);
   // Returns the status of the collectives (an error: the communicator is gone); *outcome: this rank's part of the
   // replication (its own part sent, the replicas it keeps committed).
-  Status Replicate(const Job& job, const Status& local, Status* outcome);
+  // *held: the bytes of this rank's part and of the replicas it keeps.
+  Status Replicate(const Job& job, const Status& local, Status* outcome, uint64_t* held);
   Status Persist(uint64_t step, Status* outcome);  // as Replicate
   void Prune(uint64_t step);
   std::string StepDir(uint64_t step) const;
@@ -132,6 +133,7 @@ class CheckpointManager {
   std::vector<uint64_t> completed_;       // this run's complete steps still kept, oldest first
   std::map<uint64_t, uint64_t> charged_;  // bytes of the budget each step holds
   uint64_t charged_total_ = 0;
+  uint64_t last_part_bytes_ = 0;  // the files of the last part this rank wrote
   std::string report_;
   std::thread thread_;
 };

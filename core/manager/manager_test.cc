@@ -348,5 +348,70 @@ TEST(Manager, AFlippedByteAnywhereInAPartNeverGivesWrongValues) {
   std::printf("flipped bytes: %d restored step 2 (padding), %d fell back to step 1\n", newer, older);
 }
 
+uint64_t TreeBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::string cmd = "find '" + dir + "' -type f -printf '%s\\n' 2>/dev/null | awk '{s+=$1} END {print s+0}'";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p) {
+    unsigned long long v = 0;
+    if (std::fscanf(p, "%llu", &v) == 1) total = v;
+    pclose(p);
+  }
+  return total;
+}
+
+// A step larger than the budget can hold is refused up front; under a budget that holds it, the files of the local
+// tier never grow past the budget however many steps are saved.
+TEST(Manager, TheLocalTierStaysWithinItsBudget) {
+  const std::string base = testing_util::MakeTempDir("manager-");
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = base + "/node-a";
+  o.replicas = 0;
+  o.local_budget_bytes = 1000;  // less than one part
+  {
+    auto m = CheckpointManager::Create(nullptr, o);
+    ASSERT_TRUE(m.ok());
+    // The first part's size is learnt from the state; a second save knows the real size of a part.
+    RankState st(0, 1, 1, true);
+    Status first = m.value()->Save(1, st.state, false);
+    ASSERT_FALSE(first.ok());
+    EXPECT_EQ(first.code(), StatusCode::kInvalidArgument) << first.ToString();
+    EXPECT_NE(first.message().find("local_budget_bytes"), std::string::npos) << first.ToString();
+  }
+  // One part (metadata and data file) is about 14 KiB: a budget of 80 KiB holds two kept steps and one in flight.
+  // Saved back to back onto a slow disk (every sync takes 50 ms), steps pile up in flight; without the budget their
+  // parts take more than it.
+  FaultStorage slow(DefaultStorage(), ParseFaultRules("sync:*:every:stall=50ms").value());
+  o.local_storage = &slow;
+  auto most_files = [&](uint64_t budget, const std::string& dir) {
+    o.local_budget_bytes = budget;
+    o.local_dir = dir;
+    auto m = CheckpointManager::Create(nullptr, o);
+    EXPECT_TRUE(m.ok());
+    uint64_t most = 0;
+    for (uint64_t s = 1; s <= 24; ++s) {
+      RankState st(0, 1, s, true);
+      EXPECT_TRUE(m.value()->Save(s, st.state, false).ok()) << s;
+      most = std::max(most, TreeBytes(o.local_dir));
+    }
+    EXPECT_TRUE(m.value()->Wait(std::chrono::seconds(30)).ok());
+    return std::max(most, TreeBytes(o.local_dir));
+  };
+  const uint64_t unbounded = most_files(0, base + "/unbounded");
+  const uint64_t bounded = most_files(80 << 10, base + "/node-a");
+  std::printf("local tier files at most: %llu bytes without a budget, %llu with a budget of %u\n",
+              static_cast<unsigned long long>(unbounded), static_cast<unsigned long long>(bounded), 80u << 10);
+  EXPECT_LE(bounded, 80u << 10);
+  EXPECT_GT(unbounded, 80u << 10);
+  EXPECT_GT(bounded, 0u);
+  auto m = CheckpointManager::Create(nullptr, o);
+  ASSERT_TRUE(m.ok());
+  RankState back(0, 1, 0, false);
+  auto r = m.value()->Restore(back.state, RestoreOptions());
+  ASSERT_TRUE(r.ok() && r->found && r->step == 24);
+  ASSERT_TRUE(back.Check(0, 1, 24).ok());
+}
+
 }  // namespace
 }  // namespace distckpt
