@@ -123,6 +123,9 @@ std::pair<uint64_t, uint64_t> ByteSpan(const Box& outer, const Box& inner, uint6
 
 }  // namespace
 
+// Steps staged but not yet complete (queued or being processed) that Save lets exist before it waits.
+constexpr size_t kMaxInFlight = 2;
+
 struct CheckpointManager::Job {
   uint64_t step = 0;
   bool persist = false;
@@ -302,6 +305,16 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
         }
         if (!broken_.ok()) return broken_;
       }
+    }
+    // At most kMaxInFlight steps wait for the background, budget or not: a loop that saves faster than steps can be
+    // written and replicated slows down to that pace instead of queueing copies of its state without end.
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    while (queue_.size() + (busy_ ? 1 : 0) >= kMaxInFlight) {
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        return TimeoutError("checkpoint manager: step " + std::to_string(step) +
+                            " waited past the timeout for earlier steps to be written and replicated");
+      }
+      if (!broken_.ok()) return broken_;
     }
     last_saved_ = step;
     charged_[step] += charge;
