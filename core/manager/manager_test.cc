@@ -173,6 +173,27 @@ TEST(Manager, LosingANodeRestoresFromPeersWithNothingFromPersistentStorage) {
          }));
 }
 
+// A replacement node restores from its peers; the steps saved after that replicate to it again, so losing the other
+// node next is survived too.
+TEST(Manager, AReplacementNodeGetsReplicasAgainAndTheOtherNodeCanBeLostNext) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  RunJob(job, 4, [](CheckpointManager* m, int rank) { return SaveSteps(m, rank, 4, 1, 3); });
+  ASSERT_EQ(std::system(("rm -rf '" + job.base + "/node-b'").c_str()), 0);
+  RunJob(job, 4, [](CheckpointManager* m, int rank) -> Status {
+    RankState st(rank, 4, 3, false);
+    DCKPT_ASSIGN_OR_RETURN(RestoreSummary s, m->Restore(st.state, RestoreOptions()));
+    DCKPT_RETURN_IF_ERROR(Expect(s.found && s.step == 3, "restored step " + std::to_string(s.step)));
+    DCKPT_RETURN_IF_ERROR(st.Check(rank, 4, 3));
+    return SaveSteps(m, rank, 4, 4, 5);
+  });
+  ASSERT_EQ(std::system(("rm -rf '" + job.base + "/node-a'").c_str()), 0);
+  RunJob(job, 4, RestoreAndCheck(4, 5, [](const RestoreSummary& s, const std::string&, int rank) {
+           DCKPT_RETURN_IF_ERROR(Expect(s.bytes_from_persistent == 0, "read from persistent storage"));
+           return Expect(rank >= 2 || s.bytes_from_peers > 0, "node a did not fetch from node b");
+         }));
+}
+
 TEST(Manager, RestoresOnThreeRanksFromAFourRankJob) {
   Job job;
   job.base = testing_util::MakeTempDir("manager-");
