@@ -16,6 +16,7 @@
 #include "core/comm/comm_conformance.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
+#include "core/cuda/host_copy_engine.h"
 #include "core/engine/load.h"
 #include "core/manager/part.h"
 #include "core/storage/fault/fault_storage.h"
@@ -433,6 +434,44 @@ TEST(Manager, TheLocalTierStaysWithinItsBudget) {
   auto r = m.value()->Restore(back.state, RestoreOptions());
   ASSERT_TRUE(r.ok() && r->found && r->step == 24);
   ASSERT_TRUE(back.Check(0, 1, 24).ok());
+}
+
+// Device memory as a source (staged by the save, snapshotted on the device or not) and as a restore's destination,
+// through the host stand-in of the CUDA engine.
+TEST(Manager, DevicePiecesAreSavedAndRestoredThroughTheCopyEngine) {
+  for (bool snapshot : {false, true}) {
+    const std::string base = testing_util::MakeTempDir("manager-");
+    HostCopyEngine engine;
+    ManagerOptions o;
+    o.node_id = "a";
+    o.local_dir = base + "/node-a";
+    o.replicas = 0;
+    o.copy_engine = &engine;
+    o.device_snapshot = snapshot;
+    const MemoryLocation device{MemoryKind::kCuda, 0, reinterpret_cast<void*>(0x51)};
+    auto m = CheckpointManager::Create(nullptr, o);
+    ASSERT_TRUE(m.ok());
+    std::vector<float> w(1000);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(step * 10000 + i);
+      State st;
+      ASSERT_TRUE(st.AddTensor("w", DType::kF32, {1000}).ok());
+      ASSERT_TRUE(st.AddPieceIn("w", {0}, {1000}, w.data(), device).ok());
+      ASSERT_TRUE(m.value()->Save(step, st, false).ok());
+      std::fill(w.begin(), w.end(), -1.0f);  // the caller's buffer is free once Save returns
+    }
+    ASSERT_TRUE(m.value()->Wait(std::chrono::seconds(30)).ok());
+    const uint64_t to_device_before = engine.device_copies_issued();
+    std::vector<float> back(1000, 0.0f);
+    State dst;
+    ASSERT_TRUE(dst.AddTensor("w", DType::kF32, {1000}).ok());
+    ASSERT_TRUE(dst.AddPieceIn("w", {0}, {1000}, back.data(), device).ok());
+    auto r = m.value()->Restore(dst, RestoreOptions());
+    ASSERT_TRUE(r.ok() && r->found && r->step == 3) << (r.ok() ? m.value()->restore_report() : r.status().ToString());
+    for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], static_cast<float>(30000 + i)) << i;
+    EXPECT_GT(engine.device_copies_issued(), to_device_before);
+    if (snapshot) EXPECT_GT(engine.on_device_copies_issued(), 0u);
+  }
 }
 
 }  // namespace
