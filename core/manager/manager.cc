@@ -15,6 +15,7 @@
 #include "core/format/metadata.h"
 #include "core/manager/exchange.h"
 #include "core/manager/part.h"
+#include "core/plan/save_planner.h"
 #include "core/tools/leftovers.h"
 
 namespace distckpt {
@@ -164,6 +165,18 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
     else if (!is_dir.value()) local = InvalidArgument("'" + options.local_dir + "' is not a directory");
   }
   if (!local.ok()) local = local.WithContext("checkpoint manager: local directory");
+  if (local.ok() && me == 0 && !options.persistent_path.empty() &&
+      m->persistent_->commit_protocol() == CommitProtocol::kRename) {
+    // The persistent directory and those above it, as mkdir -p (object stores have no directories).
+    const std::string& p = options.persistent_path;
+    for (size_t at = p.find('/', 1); local.ok(); at = p.find('/', at + 1)) {
+      Status made = m->persistent_->CreateDir(p.substr(0, at));
+      if (!made.ok() && made.code() != StatusCode::kExists) {
+        local = made.WithContext("checkpoint manager: persistent directory '" + p + "'");
+      }
+      if (at == std::string::npos) break;
+    }
+  }
   WireWriter w;
   w.Str(options.node_id);
   w.Str(NewNonce());
@@ -690,6 +703,20 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
   else metadata = meta.value();
   Result<Part> part = st.ok() ? ParsePart(metadata, part_dir) : Result<Part>(st);
   if (!part.ok()) st = part.status();
+  // This rank's data files are numbered after those of the ranks below it (MergeParts' numbering).
+  uint64_t my_files = part.ok() ? part.value().record.files.size() : 0, file_base = 0;
+  {
+    WireWriter cw;
+    cw.Var(my_files);
+    std::vector<std::string> counts;
+    DCKPT_RETURN_IF_ERROR(comm_->AllGather(cw.Take(), &counts, options_.timeout));
+    for (int r = 0; r < me; ++r) {
+      WireReader cr(counts[r]);
+      uint64_t c = 0;
+      if (!cr.Var(&c)) return Internal("persist: malformed file count from rank " + std::to_string(r));
+      file_base += c;
+    }
+  }
   std::vector<char> buf;
   for (size_t i = 0; st.ok() && i < part.value().record.files.size(); ++i) {
     const DataFileRecord& f = part.value().record.files[i];
@@ -698,7 +725,8 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
       st = in.status();
       break;
     }
-    auto out = persistent_->CreateFile(staged->StagingFile(staged->FileName(PartFileName(me, f.name))));
+    auto out = persistent_->CreateFile(
+        staged->StagingFile(staged->FileName(DataFileName(static_cast<uint32_t>(file_base + i)))));
     if (!out.ok()) {
       st = out.status();
       break;
@@ -1104,18 +1132,24 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     if (!m.ok()) st = m.status();
     else merged = std::move(m).value();
   }
-  // Which part and file each merged data file is.
+  // Which part and file each merged data file is (MergeParts numbers them in rank order), and back.
   std::vector<std::pair<uint32_t, std::string>> file_of;
+  std::map<std::pair<uint32_t, std::string>, uint32_t> file_index;
+  std::vector<uint32_t> file_base(ranks, 0);
   std::vector<bool> here(ranks, false);
   for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
-    for (const auto& f : parts[p].record.files) file_of.emplace_back(p, f.name);
+    file_base[p] = static_cast<uint32_t>(file_of.size());
+    for (const auto& f : parts[p].record.files) {
+      file_index[{p, f.name}] = static_cast<uint32_t>(file_of.size());
+      file_of.emplace_back(p, f.name);
+    }
     for (int h : good_holders[p]) here[p] = here[p] || node_index_[h] == my_node;
   }
   if (st.ok()) st = local_->CreateDir(scratch);
   if (st.ok()) st = local_->WriteFileDurably(scratch + "/" + kMetadataFileName, merged);
   for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
     for (const auto& f : parts[p].record.files) {
-      const std::string dst = scratch + "/" + PartFileName(p, f.name);
+      const std::string dst = scratch + "/" + DataFileName(file_index.at({p, f.name}));
       if (here[p]) {
         // linkat without AT_SYMLINK_FOLLOW: a planted link is linked as a link, and the reader refuses it.
         const std::string src = PartDir(step, p) + "/" + f.name;
@@ -1295,7 +1329,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
       }
       from_peers += hi - lo;
       st = stream_io(kv.second, lo, hi, [&](const Request& r, uint64_t off, uint64_t n, uint64_t at) -> Status {
-        const std::string path = scratch + "/" + PartFileName(r.part, r.file);
+        const std::string path = scratch + "/" + DataFileName(file_index.at({r.part, r.file}));
         auto& f = fetched[path];
         if (!f) {
           DCKPT_ASSIGN_OR_RETURN(f, local_->CreateFile(path));

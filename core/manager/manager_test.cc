@@ -159,8 +159,7 @@ void FlipByte(const std::string& path, uint64_t offset) {
 TEST(Manager, LosingANodeRestoresFromPeersWithNothingFromPersistentStorage) {
   Job job;
   job.base = testing_util::MakeTempDir("manager-");
-  job.persistent = job.base + "/persistent";
-  ::mkdir(job.persistent.c_str(), 0755);
+  job.persistent = job.base + "/persistent/job";  // made by the manager
   job.persist_every = 4;
   RunJob(job, 4, [](CheckpointManager* m, int rank) { return SaveSteps(m, rank, 4, 1, 6); });
   // Node b is lost with its memory; a replacement starts empty.
@@ -298,7 +297,7 @@ TEST(Manager, AKillWhilePersistingNeverShowsAPartialPersistedStep) {
   ::mkdir(job.persistent.c_str(), 0755);
   job.persist_every = 2;
   // Rank 1 dies copying its part of step 4 (its second persisted step).
-  job.persistent_faults = [](int rank) { return rank == 1 ? "create:r00001-:nth=2:kill" : ""; };
+  job.persistent_faults = [](int rank) { return rank == 1 ? "create:/data-00001.bin:nth=2:kill" : ""; };
   KillAndRestore(job, 1, 4);  // step 4 is complete in the local tier; its persisting failed
   // Step 2 is persisted; step 4's staging is no checkpoint.
   RankState one(0, 1, 2, false);
