@@ -435,6 +435,31 @@ TEST(Manager, TheLocalTierStaysWithinItsBudget) {
   ASSERT_TRUE(back.Check(0, 1, 24).ok());
 }
 
+// keep_persistent: older persisted steps go entirely (metadata and data files), nothing else in the directory does.
+TEST(Manager, OlderPersistedStepsArePrunedWhole) {
+  const std::string base = testing_util::MakeTempDir("manager-");
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = base + "/node-a";
+  o.replicas = 0;
+  o.persistent_path = base + "/persistent";
+  o.persist_every = 1;
+  o.keep_persistent = 2;
+  auto m = CheckpointManager::Create(nullptr, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::ofstream(o.persistent_path + "/notes.txt") << "the user's";
+  ASSERT_TRUE(SaveSteps(m.value().get(), 0, 1, 1, 5).ok());
+  FILE* p = popen(("cd '" + o.persistent_path + "' && find . | sort").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string listing;
+  char line[512];
+  while (std::fgets(line, sizeof line, p)) listing += line;
+  pclose(p);
+  EXPECT_EQ(listing,
+            ".\n./notes.txt\n./step-0000000004\n./step-0000000004/data-00000.bin\n./step-0000000004/metadata.dckpt\n"
+            "./step-0000000005\n./step-0000000005/data-00000.bin\n./step-0000000005/metadata.dckpt\n");
+}
+
 // Device memory as a source (staged by the save, snapshotted on the device or not) and as a restore's destination,
 // through the host stand-in of the CUDA engine.
 TEST(Manager, DevicePiecesAreSavedAndRestoredThroughTheCopyEngine) {
