@@ -12,6 +12,7 @@
 #include "core/base/box.h"
 #include "core/base/wire.h"
 #include "core/engine/load.h"
+#include "core/format/checksum.h"
 #include "core/format/metadata.h"
 #include "core/manager/exchange.h"
 #include "core/manager/manager_util.h"
@@ -55,6 +56,7 @@ struct CheckpointManager::Job {
   bool persist = false;
   std::unique_ptr<SaveFuture> future;
   Status staged;
+  std::string layout;           // EncodeLayout of the state
   uint64_t staging_charge = 0;  // bytes of the budget held until the part is written
 };
 
@@ -260,6 +262,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
   job->step = step;
   job->persist = persist || (options_.persist_every && step % options_.persist_every == 0);
   job->staging_charge = bytes;
+  job->layout = EncodeLayout(state);
   PartInfo info{static_cast<uint32_t>(comm_->rank()), static_cast<uint32_t>(comm_->size()), step};
   Status st = OkStatus();
   auto part = MakePartState(state, info);
@@ -349,8 +352,19 @@ void CheckpointManager::Process(Job& job) {
     }
   }
   Status replicated;
+  // The ranks' pieces must tile every tensor, as a collective save checks before writing (here after: the parts are
+  // written each on its own): checked in full when the layout changes, by its hash otherwise.
+  Status layout;
+  Status collective = CheckLayout(job, &layout);
+  if (!collective.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = Status(StatusCode::kPeer, what + ": checking the layout: " + collective.message());
+    Fail(broken_);
+    return;
+  }
+  if (local.ok()) local = layout;
   uint64_t held = 0;
-  Status collective = Replicate(job, local, &replicated, &held);
+  collective = Replicate(job, local, &replicated, &held);
   {
     // The step now holds what its part and the replicas kept here really take.
     std::lock_guard<std::mutex> lock(mu_);
@@ -364,7 +378,7 @@ void CheckpointManager::Process(Job& job) {
     Fail(broken_);
     return;
   }
-  if (local.ok()) local = replicated;
+  if (local.ok() && !replicated.ok()) local = replicated.WithContext(what + ": replicating");
   auto all = AgreeAll(comm_, local, options_.timeout);
   if (!all.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -379,7 +393,7 @@ void CheckpointManager::Process(Job& job) {
   if (!complete.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      Fail(complete.WithContext(what));
+      Fail(complete);
     }
     Prune(job.step);  // what the step left goes, as any step no longer kept
     return;
@@ -401,6 +415,20 @@ void CheckpointManager::Process(Job& job) {
     if (!outcome.ok()) Fail(outcome.WithContext(what + ": persisting"));
   }
   Prune(job.step);
+}
+
+Status CheckpointManager::CheckLayout(const Job& job, Status* outcome) {
+  *outcome = OkStatus();
+  WireWriter w;
+  w.U64(Xxh3(job.layout.data(), job.layout.size()));
+  std::vector<std::string> hashes;
+  DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &hashes, options_.timeout));
+  if (hashes == checked_layouts_) return OkStatus();
+  std::vector<std::string> layouts;
+  DCKPT_RETURN_IF_ERROR(comm_->AllGather(job.layout, &layouts, options_.timeout));
+  *outcome = CheckLayouts(layouts, "checkpoint manager: step " + std::to_string(job.step));
+  if (outcome->ok()) checked_layouts_ = hashes;
+  return OkStatus();
 }
 
 // Every rank streams its part's files to its targets in rounds of at most exchange_round_bytes; a receiver writes

@@ -99,7 +99,9 @@ class CheckpointManager {
   // replication (its own part sent, the replicas it keeps committed).
   // *held: the bytes of this rank's part and of the replicas it keeps.
   Status Replicate(const Job& job, const Status& local, Status* outcome, uint64_t* held);
-  Status Persist(uint64_t step, Status* outcome);  // as Replicate
+  Status Persist(uint64_t step, Status* outcome);
+  // Checks that the ranks' pieces of the job's state tile every tensor (as Replicate: collectives, and *outcome).
+  Status CheckLayout(const Job& job, Status* outcome);  // as Replicate
   void Prune(uint64_t step);
   std::string StepDir(uint64_t step) const;
   std::string PartDir(uint64_t step, uint32_t rank) const;
@@ -133,7 +135,9 @@ class CheckpointManager {
   std::vector<uint64_t> completed_;       // this run's complete steps still kept, oldest first
   std::map<uint64_t, uint64_t> charged_;  // bytes of the budget each step holds
   uint64_t charged_total_ = 0;
-  uint64_t last_part_bytes_ = 0;  // the files of the last part this rank wrote
+  uint64_t last_part_bytes_ = 0;
+  std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)  // the
+                                              // files of the last part this rank wrote
   std::string report_;
   std::thread thread_;
 };

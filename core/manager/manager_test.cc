@@ -435,6 +435,28 @@ TEST(Manager, TheLocalTierStaysWithinItsBudget) {
   ASSERT_TRUE(back.Check(0, 1, 24).ok());
 }
 
+// Pieces that do not tile a tensor (a hole: rank 1 declares too few rows) fail the step on every rank, as a collective
+// save would; nothing of it is offered for restore.
+TEST(Manager, PiecesThatDoNotTileATensorFailTheStepOnEveryRank) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  job.node = [](int rank, int) { return std::string(1, static_cast<char>('a' + rank)); };
+  RunJob(job, 2, [](CheckpointManager* m, int rank) -> Status {
+    std::vector<float> w(4 * kCols, 1.0f);
+    State st;
+    DCKPT_RETURN_IF_ERROR(st.AddTensor("w", DType::kF32, {kRows, kCols}));
+    DCKPT_RETURN_IF_ERROR(st.AddPiece("w", {rank * 6ull, 0}, {rank == 0 ? 6ull : 4ull, kCols}, w.data()));
+    DCKPT_RETURN_IF_ERROR(m->Save(1, st, false));
+    Status waited = m->Wait(std::chrono::seconds(30));
+    DCKPT_RETURN_IF_ERROR(Expect(
+        waited.code() == StatusCode::kInvalidArgument && waited.message().find("tensor 'w'") != std::string::npos,
+        "wait: " + waited.ToString()));
+    RankState probe(rank, 2, 0, false);
+    DCKPT_ASSIGN_OR_RETURN(RestoreSummary s, m->Restore(probe.state, RestoreOptions()));
+    return Expect(!s.found, "a step that did not tile was restored");
+  });
+}
+
 // keep_persistent: older persisted steps go entirely (metadata and data files), nothing else in the directory does.
 TEST(Manager, OlderPersistedStepsArePrunedWhole) {
   const std::string base = testing_util::MakeTempDir("manager-");

@@ -52,8 +52,9 @@ Status DecodeStatus(WireReader& r) {
   return code == 0 ? OkStatus() : Status(static_cast<StatusCode>(-static_cast<int>(code)), msg);
 }
 
-// The first failure among the ranks' statuses, as this rank reports it.
+// This rank's failure, else the first other rank's (as kPeer naming it), else OK.
 Status FirstFailure(const std::vector<Status>& all, int me, const std::string& what) {
+  if (me >= 0 && static_cast<size_t>(me) < all.size() && !all[me].ok()) return all[me];
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].ok()) continue;
     if (static_cast<int>(r) == me) return all[r];

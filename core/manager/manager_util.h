@@ -25,7 +25,7 @@ bool ParseNumbered(const std::string& name, const char* prefix, size_t digits, u
 // A status as a message between ranks, and back.
 std::string EncodeStatus(const Status& st);
 Status DecodeStatus(WireReader& r);
-// The first failure among the ranks' statuses, as this rank reports it.
+// This rank's failure, else the first other rank's (as kPeer naming it), else OK.
 Status FirstFailure(const std::vector<Status>& all, int me, const std::string& what);
 // Every rank's status, through one AllGather.
 Result<std::vector<Status>> AgreeAll(Communicator* comm, const Status& mine, std::chrono::milliseconds timeout);

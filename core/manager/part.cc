@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/base/box.h"
+#include "core/base/wire.h"
 #include "core/plan/save_planner.h"
 
 namespace distckpt {
@@ -146,6 +147,80 @@ Result<State> MakePartState(const State& state, const PartInfo& info) {
   part.SetUserMetadata(kPartBoxesKey, boxes);
   part.SetStructure(state.structure());
   return part;
+}
+
+std::string EncodeLayout(const State& state) {
+  WireWriter w;
+  w.Var(state.tensors().size());
+  for (const TensorEntry& t : state.tensors()) {
+    w.Str(t.name);
+    w.Var(static_cast<uint64_t>(t.dtype));
+    w.Var(t.shape.size());
+    for (uint64_t d : t.shape) w.Var(d);
+    w.Var(t.pieces.size());
+    for (const TensorPiece& p : t.pieces) {
+      for (uint32_t d = 0; d < t.shape.size(); ++d) {
+        w.Var(p.box.offset[d]);
+        w.Var(p.box.length[d]);
+      }
+    }
+  }
+  return w.Take();
+}
+
+Status CheckLayouts(const std::vector<std::string>& layouts, const std::string& context) {
+  struct Tensor {
+    uint64_t dtype = 0;
+    std::vector<uint64_t> shape;
+    int first_rank = 0;
+    std::map<std::vector<uint64_t>, int> boxes;  // offsets ++ lengths -> a rank that holds it
+  };
+  std::map<std::string, Tensor> tensors;
+  for (size_t r = 0; r < layouts.size(); ++r) {
+    WireReader rd(layouts[r]);
+    uint64_t n = 0;
+    bool ok = rd.Count(&n, 4);
+    for (uint64_t i = 0; ok && i < n; ++i) {
+      std::string name;
+      uint64_t dtype = 0, ndim = 0, pieces = 0;
+      ok = rd.Str(&name) && rd.Var(&dtype) && rd.Count(&ndim, 1) && ndim <= kMaxDims;
+      std::vector<uint64_t> shape(ok ? ndim : 0);
+      for (uint64_t d = 0; ok && d < ndim; ++d) ok = rd.Var(&shape[d]);
+      ok = ok && rd.Count(&pieces, 2 * ndim);
+      if (!ok) break;
+      auto [it, fresh] = tensors.try_emplace(name);
+      Tensor& t = it->second;
+      if (fresh) {
+        t.dtype = dtype, t.shape = shape, t.first_rank = static_cast<int>(r);
+      } else if (t.dtype != dtype || t.shape != shape) {
+        return InvalidArgument(context + ": tensor '" + name + "' has another dtype or shape on rank " +
+                               std::to_string(r) + " than on rank " + std::to_string(t.first_rank));
+      }
+      for (uint64_t p = 0; ok && p < pieces; ++p) {
+        std::vector<uint64_t> key(2 * ndim);
+        for (uint64_t d = 0; ok && d < ndim; ++d) ok = rd.Var(&key[d]) && rd.Var(&key[ndim + d]);
+        if (ok) t.boxes.emplace(key, static_cast<int>(r));
+      }
+    }
+    if (!ok) return Internal(context + ": malformed layout from rank " + std::to_string(r));
+  }
+  for (const auto& [name, t] : tensors) {
+    std::vector<Box> boxes;
+    const size_t nd = t.shape.size();
+    for (const auto& kv : t.boxes) {
+      auto box = Box::Make(Span<const uint64_t>(kv.first.data(), nd), Span<const uint64_t>(kv.first.data() + nd, nd));
+      if (!box.ok()) return InvalidArgument(context + ": tensor '" + name + "': " + box.status().message());
+      boxes.push_back(box.value());
+    }
+    Status tiled = CheckExactTiling(Span<const uint64_t>(t.shape.data(), nd), boxes);
+    if (!tiled.ok()) {
+      return InvalidArgument(context + ": the ranks' pieces of tensor '" + name +
+                             "' do not cover it exactly once (every element in one box, replicas in identical "
+                             "boxes): " +
+                             tiled.message());
+    }
+  }
+  return OkStatus();
 }
 
 Result<PartInfo> PartInfoOf(const MetadataView& view, const std::string& context) {

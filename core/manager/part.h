@@ -33,6 +33,13 @@ struct PartInfo {
 /// The state a rank's part is saved from: borrows `state`'s buffers (pieces keep their memory location).
 Result<State> MakePartState(const State& state, const PartInfo& info);
 
+/// The tensors of `state` as one rank declares them (names, dtypes, shapes, piece boxes), for CheckLayouts.
+std::string EncodeLayout(const State& state);
+/// Checks, as a collective save does before writing, that the ranks' pieces (`layouts`, one per rank, from
+/// EncodeLayout) tile every tensor exactly, with one dtype and shape per tensor; identical boxes on several ranks
+/// (replicas) are fine. kInvalidArgument naming `context`, the tensor and the problem.
+Status CheckLayouts(const std::vector<std::string>& layouts, const std::string& context);
+
 /// A part's metadata, checked: its part keys parse, every piece entry is listed once and lies inside its tensor.
 struct Part {
   PartInfo info;
