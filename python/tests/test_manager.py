@@ -1,0 +1,363 @@
+"""distckpt.CheckpointManager: a checkpoint every step, in tiers (docs/manager.md).
+
+The multi-rank cases run real processes (multiprocessing "spawn") over Gloo on loopback, with several nodes simulated
+on this machine (a local tier directory and a node_id per node, _manager_workers.py). A node is lost by ending its
+processes with os._exit (nothing closed) and deleting its local directory; restores run in a fresh group of
+processes. Local tiers live under pytest's tmp_path, never /dev/shm.
+
+DCKPT_TEST_MANAGER_LONG=1 adds longer runs (many steps, larger states).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pathlib
+import queue
+import re
+import shutil
+import uuid
+
+import numpy as np
+import pytest
+
+import _manager_workers as mw
+import distckpt
+
+DEADLINE = 180  # seconds for a whole group of workers
+LONG = os.environ.get("DCKPT_TEST_MANAGER_LONG") == "1"
+
+
+def run_job(fn, world, cfg):
+    """Runs ``fn`` on ``world`` spawned ranks; returns what each returned, by rank. Fails with every rank's error."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=mw.run, args=(fn, rank, world, cfg, results)) for rank in range(world)]
+    for p in procs:
+        p.start()
+    failures, payloads = [], {}
+    try:
+        for _ in range(world):
+            try:
+                rank, error, payload = results.get(timeout=DEADLINE)
+            except queue.Empty:
+                failures.append(f"no result within {DEADLINE} s")
+                break
+            if error:
+                failures.append(f"rank {rank}:\n{error}")
+            payloads[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert not failures, "\n".join(failures)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return payloads
+
+
+def job(root, **cfg):
+    """A job's configuration: its local tiers and persistent directory under ``root``, a fresh rendezvous."""
+    root = pathlib.Path(root)
+    return {
+        "root": str(root),
+        "rdv": f"file://{root.parent}/rdv-{uuid.uuid4().hex}",
+        "persistent": str(root / "persistent"),
+        "ranks_per_node": 2,
+        **cfg,
+    }
+
+
+def step_dir(step):
+    return f"step-{step:010d}"
+
+
+def part_files(node_dir, step, rank):
+    """The files of part ``rank`` of ``step`` held in a node's local tier (its own part, or a replica)."""
+    part = pathlib.Path(node_dir) / step_dir(step) / f"part-{rank:05d}"
+    return sorted(p for p in part.rglob("*") if p.is_file())
+
+
+def flip_a_bit(node_dir, step, rank):
+    """Flips one bit of the first data file of part ``rank`` of ``step`` in ``node_dir``; returns that file."""
+    data = [p for p in part_files(node_dir, step, rank) if p.suffix == ".bin"]
+    assert data, f"no data file of part {rank} of step {step} in {node_dir}: {part_files(node_dir, step, rank)}"
+    with open(data[0], "r+b") as f:
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([b[0] ^ 0x10]))
+    return data[0]
+
+
+# ---- Single process (comm=None): the API -------------------------------------------------------------------------
+
+
+def test_one_process_saves_every_step_and_restores_the_newest(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        assert mgr.latest_step() is None
+        for step in (1, 2, 3):
+            mgr.save(step, mw.state_for(step, 0, 1))
+        mgr.wait_until_finished()
+        assert mgr.latest_step() == 3
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        state = mw.template(0, 1)
+        result = mgr.restore(state)
+        assert (result.found, result.step, result.tier) == (True, 3, "local"), result
+        assert result.bytes_local > 0 and result.bytes_from_peers == 0 and result.bytes_from_persistent == 0
+        assert result.state is state and result.report
+        mw.check(state, 3, 0, 1, saved_world=1)
+        assert mgr.restore_report() == result.report
+    # keep_local=2 (the default): the two newest steps are in the local tier.
+    assert sorted(p.name for p in (tmp_path / "local").glob("step-*")) == [step_dir(2), step_dir(3)]
+
+
+def test_restore_with_nothing_saved_leaves_the_state_alone(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        state = mw.template(0, 1)
+        result = mgr.restore(state)
+    assert not result.found and result.step is None and result.tier == "none", result
+    assert state["step"] == 0 and state["meta"] == {"tag": "", "world": 0}
+    assert not state["model"]["w"].data.any()
+
+
+def test_persist_writes_an_ordinary_checkpoint(tmp_path):
+    persistent = tmp_path / "persistent"
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=persistent,
+                                    persist_every=2) as mgr:  # fmt: skip
+        for step in range(1, 6):
+            mgr.save(step, mw.state_for(step, 0, 1), persist=step == 5)
+    assert sorted(p.name for p in persistent.iterdir()) == [step_dir(2), step_dir(4), step_dir(5)]
+    out = distckpt.load(None, persistent / step_dir(5))
+    np.testing.assert_array_equal(out["model"]["w"], mw.w_global(5))
+    assert out["step"] == 5 and out["meta"] == {"tag": "step 5", "world": 1}
+
+
+def test_restore_falls_back_to_persistent_when_the_local_tier_is_gone(tmp_path):
+    persistent = tmp_path / "persistent"
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=persistent) as mgr:
+        mgr.save(7, mw.state_for(7, 0, 1), persist=True)
+    shutil.rmtree(tmp_path / "local")
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=persistent) as mgr:
+        state = mw.template(0, 1)
+        result = mgr.restore(state)
+        assert (result.step, result.tier) == (7, "persistent"), result
+        assert result.bytes_from_persistent > 0 and result.bytes_local == 0
+        mw.check(state, 7, 0, 1, saved_world=1)
+        nothing = mgr.restore(mw.template(0, 1), use_persistent=False)
+        assert not nothing.found, nothing
+
+
+def test_a_step_larger_than_the_budget_is_refused(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, local_budget_bytes=16 << 10) as mgr:
+        with pytest.raises(distckpt.InvalidArgumentError):
+            mgr.save(1, mw.state_for(1, 0, 1, big_rows=64))  # 256 KiB
+            mgr.wait_until_finished()
+
+
+def test_the_budget_caps_the_local_tier(tmp_path):
+    budget = 1 << 20
+    steps = 60 if LONG else 12
+    local = tmp_path / "local"
+    with distckpt.CheckpointManager(local_dir=local, replicas=0, keep_local=100, local_budget_bytes=budget) as mgr:
+        for step in range(1, steps + 1):
+            mgr.save(step, mw.state_for(step, 0, 1, big_rows=64))  # 256 KiB a step
+            assert mw.local_file_bytes(local) <= budget, step
+        mgr.wait_until_finished()
+        assert mgr.latest_step() == steps
+        assert mw.local_file_bytes(local) <= budget
+    with distckpt.CheckpointManager(local_dir=local, replicas=0) as mgr:
+        state = mw.template(0, 1, big_rows=64)
+        assert mgr.restore(state).step == steps
+        mw.check(state, steps, 0, 1, saved_world=1, big_rows=64)
+
+
+def test_steps_must_grow(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        mgr.save(5, mw.state_for(5, 0, 1))
+        with pytest.raises(distckpt.Error):
+            mgr.save(5, mw.state_for(5, 0, 1))
+        with pytest.raises(distckpt.InvalidArgumentError):
+            mgr.save(-1, mw.state_for(5, 0, 1))
+
+
+def test_arguments_are_checked(tmp_path):
+    with pytest.raises(distckpt.InvalidArgumentError, match="persistent"):
+        distckpt.CheckpointManager(local_dir=tmp_path, replicas=0, persistent_storage=distckpt.MemoryStorage())
+    with pytest.raises(distckpt.InvalidArgumentError, match="replicas"):
+        distckpt.CheckpointManager(local_dir=tmp_path, replicas=-1)
+    # One process is one node: a replica on another node cannot be placed.
+    with pytest.raises(distckpt.InvalidArgumentError):
+        distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=1)
+
+
+def test_a_closed_manager_says_so(tmp_path):
+    mgr = distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0)
+    mgr.save(1, mw.state_for(1, 0, 1))
+    mgr.close()
+    mgr.close()  # twice is fine
+    assert mgr.closed
+    with pytest.raises(distckpt.StateError, match="closed"):
+        mgr.save(2, mw.state_for(2, 0, 1))
+    with pytest.raises(distckpt.StateError, match="closed"):
+        mgr.latest_step()
+
+
+def test_the_manager_owns_its_communicator_until_closed(tmp_path):
+    comm = distckpt.comm.gloo(0, 1, rendezvous=f"file://{tmp_path}/rdv", timeout=30)
+    mgr = distckpt.CheckpointManager(comm, local_dir=tmp_path / "local", replicas=0)
+    mgr.save(1, mw.state_for(1, 0, 1))
+    with pytest.raises(distckpt.StateError, match="in use"):
+        comm.close()
+    mgr.close()
+    comm.close()
+
+
+def test_values_other_than_json_are_refused_when_saved(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        with pytest.raises(distckpt.PickleNotAllowedError):
+            mgr.save(1, {"x": np.ones(3), "f": object()})
+
+
+def test_a_stored_value_larger_than_max_object_bytes(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        mgr.save(1, {"x": np.ones(3), "history": list(range(3000))})
+        with pytest.raises(distckpt.Error, match="history"):
+            mgr.restore({"x": np.zeros(3), "history": []}, max_object_bytes=100)
+        state = {"x": np.zeros(3), "history": []}
+        mgr.restore(state, max_object_bytes=1 << 16)
+        assert state["history"] == list(range(3000))
+
+
+def test_torch_and_jax_leaves(tmp_path):
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    saved = {"t": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "j": jnp.arange(4.0), "n": 3}
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        mgr.save(1, saved)
+        state = {"t": torch.zeros(2, 3, dtype=torch.bfloat16), "j": jax.ShapeDtypeStruct((4,), jnp.float32), "n": 0}
+        result = mgr.restore(state)
+    assert result.state is state
+    assert torch.equal(state["t"], saved["t"])
+    assert isinstance(state["j"], jax.Array) and (np.asarray(state["j"]) == np.arange(4.0)).all()
+    assert state["n"] == 3
+
+
+# ---- Several ranks on several simulated nodes ---------------------------------------------------------------------
+
+STEPS = 100 if LONG else 20
+
+
+@pytest.fixture(scope="module")
+def twenty_steps(tmp_path_factory):
+    """A 4-rank job on 2 nodes saved steps 1..STEPS (persisting every 10th) and then died (os._exit). Tests copy it."""
+    root = tmp_path_factory.mktemp("job20") / "job"
+    cfg = job(root, steps=list(range(1, STEPS + 1)), persist_every=10, crash=True)
+    out = run_job(mw.save_job, 4, cfg)
+    assert all(o["latest"] == STEPS for o in out.values()), out
+    return root
+
+
+def copy_job(golden, tmp_path):
+    root = tmp_path / "job"
+    shutil.copytree(golden, root)
+    return root
+
+
+def test_a_node_lost_after_a_step_is_restored_from_its_peers(twenty_steps, tmp_path):
+    root = copy_job(twenty_steps, tmp_path)
+    shutil.rmtree(root / "node1")  # node 1 (ranks 2 and 3) is gone, with its /dev/shm
+    out = run_job(mw.restore_job, 4, job(root, saved_world=4))
+    for rank, o in out.items():
+        assert o["step"] == STEPS, (rank, o)
+        assert o["bytes_from_persistent"] == 0, (rank, o)
+    for rank in (2, 3):  # the ranks that lost their node's tier got every byte from node 0's replicas
+        assert out[rank]["bytes_from_peers"] > 0 and out[rank]["tier"] == "peer", out[rank]
+    for rank in (0, 1):
+        assert out[rank]["bytes_local"] > 0, out[rank]
+
+
+def test_restore_on_three_ranks_from_a_four_rank_job(twenty_steps, tmp_path):
+    root = copy_job(twenty_steps, tmp_path)
+    # Ranks 0 and 1 on node 0, rank 2 on node 1: 4 row slabs saved, 3 loaded (mw.check compares each rank's rows).
+    out = run_job(mw.restore_job, 3, job(root, saved_world=4))
+    assert {o["step"] for o in out.values()} == {STEPS}, out
+    assert all(o["bytes_from_persistent"] == 0 for o in out.values()), out
+
+
+def test_a_persisted_step_is_an_ordinary_checkpoint(twenty_steps):
+    persistent = twenty_steps / "persistent"
+    assert sorted(p.name for p in persistent.iterdir()) == [step_dir(s) for s in range(10, STEPS + 1, 10)]
+    for step in (10, STEPS):
+        out = distckpt.load(None, persistent / step_dir(step))  # one process; the job had 4 ranks
+        np.testing.assert_array_equal(out["model"]["w"], mw.w_global(step))
+        np.testing.assert_array_equal(out["model"]["bias"], mw.bias(step))
+        assert out["step"] == step and out["meta"] == {"tag": f"step {step}", "world": 4}
+        with distckpt.open(persistent / step_dir(step)) as r:
+            r.verify()
+
+
+def test_flipped_bits_send_restore_to_the_next_tier(twenty_steps, tmp_path):
+    root = copy_job(twenty_steps, tmp_path)
+    # Rank 0's own part is damaged on node 0: its replica on node 1 serves it.
+    flip_a_bit(root / "node0", STEPS, 0)
+    # Rank 2's part is damaged on node 1 and so is its replica on node 0: persistent storage serves it.
+    flip_a_bit(root / "node1", STEPS, 2)
+    flip_a_bit(root / "node0", STEPS, 2)
+    out = run_job(mw.restore_job, 4, job(root, saved_world=4))
+    assert {o["step"] for o in out.values()} == {STEPS}, out
+    report = out[0]["report"]
+    assert re.search(r"part[- ]0*0\b", report) and re.search(r"part[- ]0*2\b", report), report
+    assert out[0]["tier"] in ("peer", "persistent") and out[0]["bytes_from_peers"] > 0, out[0]
+    assert out[2]["tier"] == "persistent" and out[2]["bytes_from_persistent"] > 0, out[2]
+
+
+def test_two_nodes_lost_with_one_replica(tmp_path):
+    root = tmp_path / "job"
+    # 3 nodes of one rank each; steps 1..5 saved, 2 and 4 persisted.
+    cfg = job(root, ranks_per_node=1, steps=[1, 2, 3, 4, 5], persist_every=2, crash=True)
+    run_job(mw.save_job, 3, cfg)
+    shutil.rmtree(root / "node1")
+    shutil.rmtree(root / "node2")
+    out = run_job(mw.restore_job, 3, job(root, ranks_per_node=1, saved_world=3, no_fallback_first=True))
+    for rank, o in out.items():
+        assert isinstance(o["no_fallback_error"], str) and "part" in o["no_fallback_error"], o
+        assert o["step"] == 4 and o["tier"] == "persistent", (rank, o)
+
+
+def test_exit_while_the_background_thread_works(tmp_path):
+    root = tmp_path / "job"
+    big = 2048 if LONG else 512  # 2 or 8 MiB a step
+    cfg = job(root, steps=[1, 2, 3], big_rows=big, persist_every=1, exit_ranks=[0])
+    out = run_job(mw.exit_after_save_job, 4, cfg)
+    # The persistent directory holds only committed checkpoints that load, and whatever else is there is not one.
+    persistent = root / "persistent"
+    for p in sorted(persistent.iterdir()):
+        info = distckpt.storage_stat(p)
+        if info.kind == "checkpoint":
+            step = int(p.name.split("-")[1])
+            got = distckpt.load(None, p)
+            np.testing.assert_array_equal(got["big"], mw.big_global(step, big))
+        else:  # an unfinished persist: not a checkpoint to any reader
+            with pytest.raises(distckpt.Error):
+                distckpt.load(None, p)
+    # A fresh job restores the newest step that is complete, 3 or 4.
+    res = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=big))
+    steps = {o["step"] for o in res.values()}
+    assert len(steps) == 1 and steps <= {3, 4}, (res, out)
+
+
+def test_the_budget_caps_every_nodes_tier(tmp_path):
+    root = tmp_path / "job"
+    big = 64  # 64 KiB per rank a step, plus a replica of another rank's
+    budget = 512 << 10
+    steps = list(range(1, (40 if LONG else 10) + 1))
+    cfg = job(root, steps=steps, big_rows=4 * big, keep_local=100, local_budget_bytes=budget, measure=True)
+    out = run_job(mw.save_job, 4, cfg)
+    for rank, o in out.items():
+        assert o["latest"] == steps[-1], o
+        assert max(o["sizes"]) <= budget * 2, (rank, o["sizes"])  # 2 ranks a node
+    too_small = job(tmp_path / "small", big_rows=4 * big, local_budget_bytes=32 << 10)
+    for o in run_job(mw.budget_too_small_job, 4, too_small).values():
+        assert "budget" in o["error"], o
