@@ -28,10 +28,6 @@ static_assert(DCKPT_MAX_DIMS == distckpt::kMaxDims, "DCKPT_MAX_DIMS out of date"
 static_assert(DCKPT_EINTERNAL == static_cast<int>(distckpt::StatusCode::kInternal), "status codes out of date");
 static_assert(DCKPT_DTYPE_F8_E5M2 == static_cast<int>(distckpt::DType::kF8E5M2), "dtype codes out of date");
 
-struct dckpt_state {
-  distckpt::State state;
-};
-
 // The storage is declared first so that it is destroyed last: the future's destructor waits for the background save,
 // and the reader's closes its files, both still using it.
 struct dckpt_save_future {

@@ -9,10 +9,15 @@
 #include "capi/include/distckpt/distckpt.h"
 #include "core/base/status.h"
 #include "core/comm/communicator.h"
+#include "core/engine/state.h"
 #include "core/storage/storage.h"
 
 struct dckpt_comm {
   std::unique_ptr<distckpt::Communicator> comm;
+};
+
+struct dckpt_state {
+  distckpt::State state;
 };
 
 /// Shared: readers and async saves that use a storage keep it alive after dckpt_storage_free.

@@ -914,6 +914,7 @@ typedef struct dckpt_manager_options {
 } dckpt_manager_options;
 #define DCKPT_MANAGER_OPTIONS_INIT \
   {DCKPT_MANAGER_OPTIONS_VERSION, NULL, NULL, NULL, 1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0}
+/* Sets `*opts` to DCKPT_MANAGER_OPTIONS_INIT with `version` (as dckpt_save_options_init). */
 DCKPT_API int dckpt_manager_options_init(dckpt_manager_options *opts, unsigned version);
 
 /* Collective over `comm` (NULL: a single process): the ranks learn each other's nodes. DCKPT_EINVAL when `replicas`
@@ -952,6 +953,7 @@ typedef struct dckpt_restore_options {
   int use_persistent;           /* consider persistent storage (default 1) */
 } dckpt_restore_options;
 #define DCKPT_RESTORE_OPTIONS_INIT {DCKPT_RESTORE_OPTIONS_VERSION, 1, 1}
+/* Sets `*opts` to DCKPT_RESTORE_OPTIONS_INIT with `version` (as dckpt_save_options_init). */
 DCKPT_API int dckpt_restore_options_init(dckpt_restore_options *opts, unsigned version);
 
 #define DCKPT_RESTORE_INFO_VERSION 1

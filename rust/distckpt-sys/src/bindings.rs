@@ -24,6 +24,9 @@ pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 2;
+pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 1;
+pub const DCKPT_RESTORE_OPTIONS_VERSION: u32 = 1;
+pub const DCKPT_RESTORE_INFO_VERSION: u32 = 1;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -3836,4 +3839,571 @@ extern "C" {
         out_dir: *const ::std::os::raw::c_char,
         opts: *const dckpt_export_options,
     ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_manager {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_manager_options {
+    pub version: ::std::os::raw::c_uint,
+    pub local_dir: *const ::std::os::raw::c_char,
+    pub job: *const ::std::os::raw::c_char,
+    pub node_id: *const ::std::os::raw::c_char,
+    pub replicas: ::std::os::raw::c_uint,
+    pub persistent_path: *const ::std::os::raw::c_char,
+    pub persistent_storage: *mut dckpt_storage,
+    pub persist_every: u64,
+    pub keep_local: ::std::os::raw::c_uint,
+    pub keep_persistent: ::std::os::raw::c_uint,
+    pub local_budget_bytes: u64,
+    pub timeout_ms: u64,
+    pub device_snapshot: ::std::os::raw::c_int,
+    pub exchange_round_bytes: u64,
+}
+#[test]
+fn bindgen_test_layout_dckpt_manager_options() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_manager_options>(),
+        104usize,
+        concat!("Size of: ", stringify!(dckpt_manager_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_manager_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_manager_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_local_dir() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).local_dir) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(local_dir)
+            )
+        );
+    }
+    test_field_local_dir();
+    fn test_field_job() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).job) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(job)
+            )
+        );
+    }
+    test_field_job();
+    fn test_field_node_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).node_id) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(node_id)
+            )
+        );
+    }
+    test_field_node_id();
+    fn test_field_replicas() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).replicas) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(replicas)
+            )
+        );
+    }
+    test_field_replicas();
+    fn test_field_persistent_path() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persistent_path) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(persistent_path)
+            )
+        );
+    }
+    test_field_persistent_path();
+    fn test_field_persistent_storage() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persistent_storage) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(persistent_storage)
+            )
+        );
+    }
+    test_field_persistent_storage();
+    fn test_field_persist_every() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persist_every) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(persist_every)
+            )
+        );
+    }
+    test_field_persist_every();
+    fn test_field_keep_local() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).keep_local) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(keep_local)
+            )
+        );
+    }
+    test_field_keep_local();
+    fn test_field_keep_persistent() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).keep_persistent) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(keep_persistent)
+            )
+        );
+    }
+    test_field_keep_persistent();
+    fn test_field_local_budget_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).local_budget_bytes) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(local_budget_bytes)
+            )
+        );
+    }
+    test_field_local_budget_bytes();
+    fn test_field_timeout_ms() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).timeout_ms) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(timeout_ms)
+            )
+        );
+    }
+    test_field_timeout_ms();
+    fn test_field_device_snapshot() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device_snapshot) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(device_snapshot)
+            )
+        );
+    }
+    test_field_device_snapshot();
+    fn test_field_exchange_round_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).exchange_round_bytes) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(exchange_round_bytes)
+            )
+        );
+    }
+    test_field_exchange_round_bytes();
+}
+extern "C" {
+    pub fn dckpt_manager_options_init(
+        opts: *mut dckpt_manager_options,
+        version: ::std::os::raw::c_uint,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_manager_new(
+        out: *mut *mut dckpt_manager,
+        comm: *mut dckpt_comm,
+        opts: *const dckpt_manager_options,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_manager_free(manager: *mut dckpt_manager);
+}
+extern "C" {
+    pub fn dckpt_manager_save(
+        manager: *mut dckpt_manager,
+        step: u64,
+        state: *const dckpt_state,
+        persist: ::std::os::raw::c_int,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_manager_wait(
+        manager: *mut dckpt_manager,
+        timeout_ms: u64,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_manager_latest_step(
+        step: *mut u64,
+        found: *mut ::std::os::raw::c_int,
+        manager: *const dckpt_manager,
+    ) -> ::std::os::raw::c_int;
+}
+pub const DCKPT_TIER_NONE: dckpt_tier = 0;
+pub const DCKPT_TIER_LOCAL: dckpt_tier = 1;
+pub const DCKPT_TIER_PEER: dckpt_tier = 2;
+pub const DCKPT_TIER_PERSISTENT: dckpt_tier = 3;
+pub type dckpt_tier = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_restore_options {
+    pub version: ::std::os::raw::c_uint,
+    pub fallback: ::std::os::raw::c_int,
+    pub use_persistent: ::std::os::raw::c_int,
+}
+#[test]
+fn bindgen_test_layout_dckpt_restore_options() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_restore_options>(),
+        12usize,
+        concat!("Size of: ", stringify!(dckpt_restore_options))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_restore_options>(),
+        4usize,
+        concat!("Alignment of ", stringify!(dckpt_restore_options))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_options),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_fallback() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).fallback) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_options),
+                "::",
+                stringify!(fallback)
+            )
+        );
+    }
+    test_field_fallback();
+    fn test_field_use_persistent() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).use_persistent) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_options),
+                "::",
+                stringify!(use_persistent)
+            )
+        );
+    }
+    test_field_use_persistent();
+}
+extern "C" {
+    pub fn dckpt_restore_options_init(
+        opts: *mut dckpt_restore_options,
+        version: ::std::os::raw::c_uint,
+    ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_restore_info {
+    pub version: ::std::os::raw::c_uint,
+    pub found: ::std::os::raw::c_int,
+    pub step: u64,
+    pub tier: ::std::os::raw::c_int,
+    pub bytes_local: u64,
+    pub bytes_from_peers: u64,
+    pub bytes_from_persistent: u64,
+    pub seconds: f64,
+}
+#[test]
+fn bindgen_test_layout_dckpt_restore_info() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_restore_info>(),
+        56usize,
+        concat!("Size of: ", stringify!(dckpt_restore_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_restore_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_restore_info))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_found() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).found) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(found)
+            )
+        );
+    }
+    test_field_found();
+    fn test_field_step() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).step) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(step)
+            )
+        );
+    }
+    test_field_step();
+    fn test_field_tier() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tier) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(tier)
+            )
+        );
+    }
+    test_field_tier();
+    fn test_field_bytes_local() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_local) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(bytes_local)
+            )
+        );
+    }
+    test_field_bytes_local();
+    fn test_field_bytes_from_peers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_from_peers) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(bytes_from_peers)
+            )
+        );
+    }
+    test_field_bytes_from_peers();
+    fn test_field_bytes_from_persistent() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_from_persistent) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(bytes_from_persistent)
+            )
+        );
+    }
+    test_field_bytes_from_persistent();
+    fn test_field_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).seconds) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(seconds)
+            )
+        );
+    }
+    test_field_seconds();
+}
+extern "C" {
+    pub fn dckpt_manager_restore(
+        info: *mut dckpt_restore_info,
+        manager: *mut dckpt_manager,
+        state: *mut dckpt_state,
+        opts: *const dckpt_restore_options,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_manager_restore_report(
+        manager: *const dckpt_manager,
+    ) -> *const ::std::os::raw::c_char;
 }

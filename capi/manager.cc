@@ -1,0 +1,150 @@
+// The C ABI of the checkpoint manager (core/manager).
+#include <unistd.h>
+
+#include <climits>
+#include <cstddef>
+#include <string>
+
+#include "capi/capi_internal.h"
+#include "core/manager/manager.h"
+
+using distckpt::capi::NotNull;
+using distckpt::capi::Report;
+
+// The storage is declared first so that it outlives the manager, whose destructor waits for background persists.
+struct dckpt_manager {
+  std::shared_ptr<distckpt::Storage> storage;
+  std::unique_ptr<distckpt::CheckpointManager> manager;
+};
+
+int dckpt_manager_options_init(dckpt_manager_options* opts, unsigned version) {
+  return distckpt::capi::InitVersioned<dckpt_manager_options>(opts, "opts", DCKPT_MANAGER_OPTIONS_INIT, version,
+                                                              DCKPT_MANAGER_OPTIONS_VERSION, "dckpt_manager_options");
+}
+
+int dckpt_restore_options_init(dckpt_restore_options* opts, unsigned version) {
+  return distckpt::capi::InitVersioned<dckpt_restore_options>(opts, "opts", DCKPT_RESTORE_OPTIONS_INIT, version,
+                                                              DCKPT_RESTORE_OPTIONS_VERSION, "dckpt_restore_options");
+}
+
+int dckpt_manager_new(dckpt_manager** out, dckpt_comm* comm, const dckpt_manager_options* opts) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    *out = nullptr;
+    dckpt_manager_options o = DCKPT_MANAGER_OPTIONS_INIT;
+    if (opts) {
+      DCKPT_RETURN_IF_FAILED(
+          distckpt::capi::CheckVersion(opts->version, DCKPT_MANAGER_OPTIONS_VERSION, "dckpt_manager_options"));
+      o = *opts;
+    }
+    distckpt::ManagerOptions m;
+    const std::string job = o.job && *o.job ? o.job : "default";
+    if (job.find('/') != std::string::npos) {
+      return Report(distckpt::InvalidArgument("dckpt_manager_options.job must not contain '/': '" + job + "'"));
+    }
+    m.local_dir = o.local_dir && *o.local_dir ? o.local_dir : "/dev/shm/distckpt-" + job;
+    if (o.node_id && *o.node_id) {
+      m.node_id = o.node_id;
+    } else {
+      char host[HOST_NAME_MAX + 1] = {};
+      if (gethostname(host, sizeof host - 1) != 0 || !*host) {
+        return Report(distckpt::ErrnoError(errno, "dckpt_manager_new: gethostname (pass node_id)"));
+      }
+      m.node_id = host;
+    }
+    m.replicas = static_cast<int>(o.replicas > 8 ? 9 : o.replicas);
+    m.persist_every = o.persist_every;
+    m.keep_local = o.keep_local ? static_cast<int>(std::min<unsigned>(o.keep_local, 1u << 20)) : 2;
+    m.keep_persistent = static_cast<int>(std::min<unsigned>(o.keep_persistent, 1u << 20));
+    m.local_budget_bytes = o.local_budget_bytes;
+    m.timeout = distckpt::capi::Timeout(o.timeout_ms);
+    m.device_snapshot = o.device_snapshot != 0;
+    if (o.exchange_round_bytes) m.exchange_round_bytes = o.exchange_round_bytes;
+    std::shared_ptr<distckpt::Storage> held;
+    if (o.persistent_path && *o.persistent_path) {
+      m.persistent_path = o.persistent_path;
+      while (m.persistent_path.size() > 1 && m.persistent_path.back() == '/') m.persistent_path.pop_back();
+      auto s = distckpt::capi::StorageOrUrl(o.persistent_storage, o.persistent_path);
+      if (!s.ok()) return Report(s.status());
+      held = s.value();
+      m.persistent_storage = held;
+    }
+    auto r = distckpt::CheckpointManager::Create(comm ? distckpt::capi::CommunicatorOf(comm) : nullptr, m);
+    if (!r.ok()) return Report(r.status());
+    *out = new dckpt_manager{held, std::move(r).value()};
+    return DCKPT_OK;
+  })
+}
+
+void dckpt_manager_free(dckpt_manager* manager) {
+  try {
+    delete manager;
+  } catch (...) {
+  }
+}
+
+int dckpt_manager_save(dckpt_manager* manager, uint64_t step, const dckpt_state* state, int persist) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(manager, "manager"));
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    DCKPT_RETURN_IF_FAILED(manager->manager->Save(step, state->state, persist != 0));
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_manager_wait(dckpt_manager* manager, uint64_t timeout_ms) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(manager, "manager"));
+    const uint64_t ms = std::min<uint64_t>(timeout_ms, uint64_t{1} << 53);
+    DCKPT_RETURN_IF_FAILED(manager->manager->Wait(std::chrono::milliseconds(ms)));
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_manager_latest_step(uint64_t* step, int* found, const dckpt_manager* manager) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(step, "step"));
+    DCKPT_RETURN_IF_FAILED(NotNull(found, "found"));
+    DCKPT_RETURN_IF_FAILED(NotNull(manager, "manager"));
+    auto latest = manager->manager->latest_step();
+    *found = latest.has_value();
+    *step = latest.value_or(0);
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_manager_restore(dckpt_restore_info* info, dckpt_manager* manager, dckpt_state* state,
+                          const dckpt_restore_options* opts) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(manager, "manager"));
+    DCKPT_RETURN_IF_FAILED(NotNull(state, "state"));
+    if (info) {
+      DCKPT_RETURN_IF_FAILED(
+          distckpt::capi::CheckVersion(info->version, DCKPT_RESTORE_INFO_VERSION, "dckpt_restore_info"));
+    }
+    distckpt::RestoreOptions ro;
+    if (opts) {
+      DCKPT_RETURN_IF_FAILED(
+          distckpt::capi::CheckVersion(opts->version, DCKPT_RESTORE_OPTIONS_VERSION, "dckpt_restore_options"));
+      ro.fallback = opts->fallback != 0;
+      ro.use_persistent = opts->use_persistent != 0;
+    }
+    auto r = manager->manager->Restore(state->state, ro);
+    if (!r.ok()) return Report(r.status());
+    if (info) {
+      info->found = r->found;
+      info->step = r->step;
+      info->tier = static_cast<int>(r->tier);
+      info->bytes_local = r->bytes_local;
+      info->bytes_from_peers = r->bytes_from_peers;
+      info->bytes_from_persistent = r->bytes_from_persistent;
+      info->seconds = r->seconds;
+    }
+    return DCKPT_OK;
+  })
+}
+
+const char* dckpt_manager_restore_report(const dckpt_manager* manager) {
+  if (!manager) return "";
+  return manager->manager->restore_report().c_str();
+}

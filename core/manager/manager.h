@@ -1,0 +1,138 @@
+// The checkpoint manager: a checkpoint every step, kept in tiers (DESIGN.md "Tiers").
+//
+// Layout of the node-local tier (local_dir, shared by the ranks of one node):
+//   step-<10 digits>/part-<rank, 5 digits>/   rank R's part of the step (part.h): its own, or a replica of another
+//                                            node's rank, committed like any checkpoint (staging name, rename)
+//   step-<10 digits>/complete-<rank>          written by each rank once every rank's part and its replicas are
+//                                            durable (the step is complete); holds the run id
+//   restore-r<rank>.<nonce>/                 a restore's scratch checkpoint (hard links to parts, bytes from peers)
+// Every part records the run that wrote it (a nonce the ranks agree on when the manager is created), so a restore
+// never mixes parts of a step saved twice by two runs of the job.
+#ifndef DISTCKPT_CORE_MANAGER_MANAGER_H_
+#define DISTCKPT_CORE_MANAGER_MANAGER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/comm/communicator.h"
+#include "core/cuda/copy_engine.h"
+#include "core/engine/save_async.h"
+#include "core/engine/state.h"
+#include "core/storage/storage.h"
+
+namespace distckpt {
+
+struct ManagerOptions {
+  std::string local_dir;        ///< required (the C ABI supplies the default)
+  std::string node_id;          ///< required (the C ABI supplies the host name)
+  int replicas = 1;             ///< 0, 1 or 2
+  std::string persistent_path;  ///< "" = no persistent tier
+  /// Where persistent_path is (nullptr: the POSIX file system). Shared: kept alive by the manager.
+  std::shared_ptr<Storage> persistent_storage;
+  uint64_t persist_every = 0;
+  int keep_local = 2;
+  int keep_persistent = 0;  ///< 0 = all
+  uint64_t local_budget_bytes = 0;
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  bool device_snapshot = false;
+  uint64_t exchange_round_bytes = 64ull << 20;
+  CopyEngine* copy_engine = nullptr;  ///< tests: a HostCopyEngine for device pieces
+};
+
+enum class Tier { kNone = 0, kLocal = 1, kPeer = 2, kPersistent = 3 };
+
+struct RestoreOptions {
+  bool fallback = true;
+  bool use_persistent = true;
+};
+
+struct RestoreSummary {
+  bool found = false;
+  uint64_t step = 0;
+  Tier tier = Tier::kNone;
+  uint64_t bytes_local = 0;
+  uint64_t bytes_from_peers = 0;
+  uint64_t bytes_from_persistent = 0;
+  double seconds = 0;
+};
+
+/// One per rank. Not thread-safe (one call at a time); its background thread owns the communicator's collectives
+/// between calls.
+class CheckpointManager {
+ public:
+  /// Collective: the ranks exchange their node ids and agree on a run id.
+  static Result<std::unique_ptr<CheckpointManager>> Create(Communicator* comm, const ManagerOptions& options);
+  ~CheckpointManager();  ///< Waits for the background work.
+
+  /// Stages `state` and returns; the step's part is written, replicated and persisted in the background.
+  Status Save(uint64_t step, const State& state, bool persist);
+  /// Waits for every step saved so far; returns the first background error since the last Wait (kTimeout if still
+  /// busy after `timeout`).
+  Status Wait(std::chrono::milliseconds timeout);
+  /// The newest step completed by this run, or by an earlier run as found on disk at creation.
+  std::optional<uint64_t> latest_step() const;
+  /// Collective: see dckpt_manager_restore.
+  Result<RestoreSummary> Restore(State& state, const RestoreOptions& options);
+  /// What the last restore did (one line per fact).
+  const std::string& restore_report() const { return report_; }
+
+ private:
+  struct Job;
+  struct Inventory;
+  CheckpointManager(Communicator* comm, const ManagerOptions& options);
+  void Run();
+  void Process(Job& job);
+  // Returns the status of the collectives (an error: the communicator is gone); *outcome: this rank's part of the
+  // replication (its own part sent, the replicas it keeps committed).
+  Status Replicate(const Job& job, const Status& local, Status* outcome);
+  Status Persist(uint64_t step, Status* outcome);  // as Replicate
+  void Prune(uint64_t step);
+  std::string StepDir(uint64_t step) const;
+  std::string PartDir(uint64_t step, uint32_t rank) const;
+  Result<Inventory> TakeInventory(bool use_persistent);
+  Status RestoreFromParts(State& state, uint64_t step, const std::vector<std::string>& part_metadata,
+                          const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary);
+  void Fail(const Status& st);  // mu_ held
+
+  Communicator* comm_;
+  std::unique_ptr<Communicator> single_;  // when created without a communicator
+  ManagerOptions options_;
+  Storage* local_;  // the POSIX file system
+  Storage* persistent_ = nullptr;
+  std::string run_;
+  std::vector<std::string> node_of_;          // node id per rank
+  std::vector<std::vector<int>> nodes_;       // ranks per node, nodes sorted by id
+  std::vector<int> node_index_;               // node per rank
+  std::vector<int> targets_;                  // ranks that keep replicas of this rank's parts
+  std::vector<int> sources_;                  // ranks whose parts this rank keeps
+  std::vector<std::vector<int>> targets_of_;  // per rank
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  Status error_;   // first background error since the last Wait
+  Status broken_;  // a collective failed: nothing more can run
+  std::optional<uint64_t> last_saved_;
+  std::optional<uint64_t> latest_;
+  std::vector<uint64_t> completed_;       // this run's complete steps still kept, oldest first
+  std::map<uint64_t, uint64_t> charged_;  // bytes of the budget each step holds
+  uint64_t charged_total_ = 0;
+  std::string report_;
+  std::thread thread_;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_MANAGER_MANAGER_H_

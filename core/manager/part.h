@@ -1,0 +1,68 @@
+// A rank's part of a step: the checkpoint manager saves each rank's pieces as one ordinary single-rank checkpoint
+// (a "part"), and merges the parts of a step back into the metadata of one checkpoint that tiles every tensor, to
+// restore from (resharding) or to persist.
+//
+// In a part, piece k of tensor T is the entry "T#k" whose shape is the piece's lengths; the user key kPartKey says
+// whose part it is ("rank=R ranks=N step=S"), and kPartBoxesKey where each piece entry lies in its tensor (one line
+// per piece entry: entry name, tensor name, offsets, global shape; names percent-escaped). Bytes entries keep their
+// names. A part is verifiable and inspectable by every client like any checkpoint.
+#ifndef DISTCKPT_CORE_MANAGER_PART_H_
+#define DISTCKPT_CORE_MANAGER_PART_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/engine/state.h"
+#include "core/format/metadata.h"
+
+namespace distckpt {
+
+constexpr char kPartKey[] = "dckpt.part";
+constexpr char kPartBoxesKey[] = "dckpt.part.boxes";
+
+struct PartInfo {
+  uint32_t rank = 0;
+  uint32_t ranks = 0;  ///< the world size of the job that saved the step
+  uint64_t step = 0;
+};
+
+/// The state a rank's part is saved from: borrows `state`'s buffers (pieces keep their memory location).
+Result<State> MakePartState(const State& state, const PartInfo& info);
+
+/// A part's metadata, checked: its part keys parse, every piece entry is listed once and lies inside its tensor.
+struct Part {
+  PartInfo info;
+  MetadataRecord record;
+  struct Piece {
+    std::string entry;   ///< "T#k"
+    std::string tensor;  ///< "T"
+    std::vector<uint64_t> offsets;
+    std::vector<uint64_t> shape;  ///< T's global shape
+  };
+  std::vector<Piece> pieces;
+};
+/// Parses the metadata file bytes of a part. `context` (the part's path) prefixes errors (kCorrupt).
+Result<Part> ParsePart(const std::string& metadata_bytes, const std::string& context);
+/// PartInfo of a metadata view, or kCorrupt when it is not a part.
+Result<PartInfo> PartInfoOf(const MetadataView& view, const std::string& context);
+
+/// The name data file `name` of part `rank` has in a merged checkpoint: "r00003-data-00000.bin".
+std::string PartFileName(uint32_t rank, std::string_view name);
+
+/// Merges the parts of one step (every rank 0..ranks-1 once, any order) into the metadata file of one checkpoint whose
+/// data file "r<rank>-<name>" is data file <name> of part <rank>. Tensors get their global shapes, with each piece's
+/// chunks moved to the piece's place; a box several parts hold (replicated data) is kept once (the lowest rank's);
+/// a bytes entry several parts hold must have one size (the lowest rank's is kept); user metadata and structure are
+/// rank 0's (less the part keys). The result is validated like any metadata (chunks tile every tensor), so parts that
+/// do not make up a whole checkpoint are refused (kCorrupt naming `context` and the tensor).
+/// `file_name`, if given, names the merged data files instead (it is passed PartFileName(rank, name)).
+Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string& context,
+                               const std::function<std::string(const std::string&)>& file_name = nullptr);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_MANAGER_PART_H_
