@@ -24,7 +24,7 @@ from . import _arrays, _dtypes, _native, _tree
 from . import storage as _storage
 from ._checkpoint import abort_on_local_error, build_save_state, load_into
 from .comm import Communicator, for_background, native_of
-from .errors import Error, InvalidArgumentError, StateError, UnsupportedError
+from .errors import BufferTooSmallError, Error, InvalidArgumentError, StateError, UnsupportedError
 from .sharding import Shard
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -93,7 +93,15 @@ class _RestoreSource:
         for name, buf in self._buffers.items():
             state.add_bytes(name, buf, True)
         self.restoring = True
-        self.info = self._native.restore(state, self._fallback, self._use_persistent)
+        try:
+            self.info = self._native.restore(state, self._fallback, self._use_persistent)
+        except BufferTooSmallError as e:
+            raise BufferTooSmallError(
+                f"{e} (a non-array value's stored JSON is larger than the room restore gave it: pass a larger "
+                "max_object_bytes to restore)",
+                code=e.code,
+                status=e.status,
+            ) from None
         if not self.info["found"]:
             raise _NothingToRestore()
         self._sizes = {name: int(state.bytes_size(name)) for name in self._buffers}

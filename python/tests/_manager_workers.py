@@ -182,9 +182,13 @@ def restore_job(rank, world, cfg):
 
 
 def exit_after_save_job(rank, world, cfg):
-    """Saves cfg["steps"] completely, then one more (a large state) and exits at once on the ranks of
-    cfg["exit_ranks"] while the background thread writes, replicates and persists it; the other ranks wait for the
-    step (which may fail, their peers being gone) and exit too."""
+    """Saves cfg["steps"] completely, then one more step (a large state, persisted) and ends at once with os._exit on
+    the ranks of cfg["exit_ranks"], nothing closed: with cfg["exit_when"] == "staged" as soon as save() returns
+    (the background thread is writing and replicating the step), with "complete" as soon as the step is complete in
+    the local tiers (the background thread is persisting it). The other ranks wait for the step, which may fail,
+    their peers being gone."""
+    import time
+
     import distckpt
 
     test_comm, comm, mgr = open_job(rank, world, cfg)
@@ -194,9 +198,18 @@ def exit_after_save_job(rank, world, cfg):
     mgr.wait_until_finished()
     test_comm.barrier(timeout=60)
     last = cfg["steps"][-1] + 1
-    mgr.save(last, state_for(last, rank, world, big), persist=True)
+    state = state_for(last, rank, world, big)
     if rank in cfg["exit_ranks"]:
-        return {"exited": True}  # the runner exits with os._exit: nothing is closed or waited for
+        report({"exited": True})  # before the save: nothing may delay the exit after it
+        try:
+            mgr.save(last, state, persist=True)
+            if cfg["exit_when"] == "complete":
+                deadline = time.monotonic() + 60
+                while mgr.latest_step() != last and time.monotonic() < deadline:
+                    time.sleep(0.001)
+        finally:
+            os._exit(0)
+    mgr.save(last, state, persist=True)
     try:
         mgr.wait_until_finished(timeout=90)
         outcome = "complete"
@@ -223,17 +236,33 @@ def budget_too_small_job(rank, world, cfg):
 # ---- The runner -----------------------------------------------------------------------------------------------------
 
 
+_results = None  # the runner's queue, for report()
+_rank = None
+
+
+def report(payload):
+    """Sends this rank's result now (the runner sends nothing after): for a rank about to end itself."""
+    global _results
+    _results.put((_rank, None, payload))
+    _results.close()
+    _results.join_thread()  # the report must leave before the process does
+    _results = None
+
+
 def run(fn, rank, world, cfg, results):
-    """Runs ``fn(rank, world, cfg)`` and reports (rank, error text or None, what it returned). With cfg["crash"] (or
-    a result {"exited": True}) the process then ends with os._exit, as a lost node's processes do: no atexit handler
+    """Runs ``fn(rank, world, cfg)`` and reports (rank, error text or None, what it returned), unless it reported
+    itself. With cfg["crash"] the process then ends with os._exit, as a lost node's processes do: no atexit handler
     closes the manager."""
+    global _results, _rank
+    _results, _rank = results, rank
     try:
         payload = fn(rank, world, cfg)
-        results.put((rank, None, payload))
+        if _results is not None:
+            results.put((rank, None, payload))
     except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
-        results.put((rank, traceback.format_exc(), None))
-        payload = None
-    if cfg.get("crash") or (isinstance(payload, dict) and payload.get("exited")):
+        if _results is not None:
+            results.put((rank, traceback.format_exc(), None))
+    if cfg.get("crash"):
         results.close()
-        results.join_thread()  # the report must leave before the process does
+        results.join_thread()
         os._exit(0)

@@ -60,6 +60,7 @@ def run_job(fn, world, cfg):
 def job(root, **cfg):
     """A job's configuration: its local tiers and persistent directory under ``root``, a fresh rendezvous."""
     root = pathlib.Path(root)
+    (root / "persistent").mkdir(parents=True, exist_ok=True)  # see test_a_missing_persistent_directory
     return {
         "root": str(root),
         "rdv": f"file://{root.parent}/rdv-{uuid.uuid4().hex}",
@@ -123,6 +124,7 @@ def test_restore_with_nothing_saved_leaves_the_state_alone(tmp_path):
 
 def test_persist_writes_an_ordinary_checkpoint(tmp_path):
     persistent = tmp_path / "persistent"
+    persistent.mkdir()
     with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=persistent,
                                     persist_every=2) as mgr:  # fmt: skip
         for step in range(1, 6):
@@ -135,6 +137,7 @@ def test_persist_writes_an_ordinary_checkpoint(tmp_path):
 
 def test_restore_falls_back_to_persistent_when_the_local_tier_is_gone(tmp_path):
     persistent = tmp_path / "persistent"
+    persistent.mkdir()
     with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=persistent) as mgr:
         mgr.save(7, mw.state_for(7, 0, 1), persist=True)
     shutil.rmtree(tmp_path / "local")
@@ -148,6 +151,30 @@ def test_restore_falls_back_to_persistent_when_the_local_tier_is_gone(tmp_path):
         assert not nothing.found, nothing
 
 
+@pytest.mark.xfail(strict=True, reason="core: a persisted step names its data files r<rank>-data-*.bin, which "
+                   "RemoveCheckpoint and storage_stat (core/tools/leftovers.cc) do not take for distckpt's: "
+                   "keep_persistent removes only the metadata of older steps and leaves their data")  # fmt: skip
+def test_keep_persistent_removes_older_steps_with_their_data(tmp_path):
+    persistent = tmp_path / "persistent"
+    persistent.mkdir()
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=persistent,
+                                    keep_persistent=1) as mgr:  # fmt: skip
+        for step in (1, 2, 3):
+            mgr.save(step, {"x": np.full(1 << 18, step, np.float32)}, persist=True)  # 1 MiB
+    newest = persistent / step_dir(3)
+    assert distckpt.storage_stat(newest).bytes >= 1 << 20, distckpt.storage_stat(newest)
+    assert sorted(p.name for p in persistent.iterdir()) == [step_dir(3)], sorted(persistent.rglob("*"))
+
+
+@pytest.mark.xfail(strict=True, reason="core: dckpt_manager_new neither creates persistent_path nor checks it; the "
+                   "first persist fails later, in the background, with NotFoundError")  # fmt: skip
+def test_a_missing_persistent_directory(tmp_path):
+    # A missing directory is created, as local_dir is (or refused when the manager is made, not steps later).
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=tmp_path / "p") as mgr:
+        mgr.save(1, mw.state_for(1, 0, 1), persist=True)
+    assert distckpt.load(None, tmp_path / "p" / step_dir(1))["step"] == 1
+
+
 def test_a_step_larger_than_the_budget_is_refused(tmp_path):
     with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, local_budget_bytes=16 << 10) as mgr:
         with pytest.raises(distckpt.InvalidArgumentError):
@@ -156,12 +183,13 @@ def test_a_step_larger_than_the_budget_is_refused(tmp_path):
 
 
 def test_the_budget_caps_the_local_tier(tmp_path):
-    budget = 1 << 20
+    # 256 KiB a step; the budget holds keep_local=2 steps, one in flight and its staging (the core's rule).
+    budget = 1300 << 10
     steps = 60 if LONG else 12
     local = tmp_path / "local"
-    with distckpt.CheckpointManager(local_dir=local, replicas=0, keep_local=100, local_budget_bytes=budget) as mgr:
+    with distckpt.CheckpointManager(local_dir=local, replicas=0, local_budget_bytes=budget) as mgr:
         for step in range(1, steps + 1):
-            mgr.save(step, mw.state_for(step, 0, 1, big_rows=64))  # 256 KiB a step
+            mgr.save(step, mw.state_for(step, 0, 1, big_rows=64))
             assert mw.local_file_bytes(local) <= budget, step
         mgr.wait_until_finished()
         assert mgr.latest_step() == steps
@@ -170,6 +198,21 @@ def test_the_budget_caps_the_local_tier(tmp_path):
         state = mw.template(0, 1, big_rows=64)
         assert mgr.restore(state).step == steps
         mw.check(state, steps, 0, 1, saved_world=1, big_rows=64)
+
+
+@pytest.mark.xfail(strict=True, reason="core: a budget smaller than keep_local steps is refused (EINVAL) instead of "
+                   "dropping older steps, as distckpt.h's local_budget_bytes says it does")  # fmt: skip
+def test_the_budget_drops_older_steps(tmp_path):
+    # distckpt.h: "A save that would go past it waits for steps in flight, then drops older steps; DCKPT_EINVAL for
+    # a step larger than the whole budget". Each step is a quarter of the budget; keep_local asks for more.
+    budget = 1 << 20
+    local = tmp_path / "local"
+    with distckpt.CheckpointManager(local_dir=local, replicas=0, keep_local=10, local_budget_bytes=budget) as mgr:
+        for step in range(1, 9):
+            mgr.save(step, {"x": np.full(48 << 10, step, np.float32)})  # 192 KiB
+            assert mw.local_file_bytes(local) <= budget, step
+        mgr.wait_until_finished()
+        assert mgr.latest_step() == 8
 
 
 def test_steps_must_grow(tmp_path):
@@ -197,9 +240,9 @@ def test_a_closed_manager_says_so(tmp_path):
     mgr.close()
     mgr.close()  # twice is fine
     assert mgr.closed
-    with pytest.raises(distckpt.StateError, match="closed"):
+    with pytest.raises(distckpt.errors.StateError, match="closed"):
         mgr.save(2, mw.state_for(2, 0, 1))
-    with pytest.raises(distckpt.StateError, match="closed"):
+    with pytest.raises(distckpt.errors.StateError, match="closed"):
         mgr.latest_step()
 
 
@@ -207,7 +250,7 @@ def test_the_manager_owns_its_communicator_until_closed(tmp_path):
     comm = distckpt.comm.gloo(0, 1, rendezvous=f"file://{tmp_path}/rdv", timeout=30)
     mgr = distckpt.CheckpointManager(comm, local_dir=tmp_path / "local", replicas=0)
     mgr.save(1, mw.state_for(1, 0, 1))
-    with pytest.raises(distckpt.StateError, match="in use"):
+    with pytest.raises(distckpt.errors.StateError, match="in use"):
         comm.close()
     mgr.close()
     comm.close()
@@ -222,7 +265,7 @@ def test_values_other_than_json_are_refused_when_saved(tmp_path):
 def test_a_stored_value_larger_than_max_object_bytes(tmp_path):
     with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
         mgr.save(1, {"x": np.ones(3), "history": list(range(3000))})
-        with pytest.raises(distckpt.Error, match="history"):
+        with pytest.raises(distckpt.errors.BufferTooSmallError, match="history.*max_object_bytes"):
             mgr.restore({"x": np.zeros(3), "history": []}, max_object_bytes=100)
         state = {"x": np.zeros(3), "history": []}
         mgr.restore(state, max_object_bytes=1 << 16)
@@ -298,19 +341,27 @@ def test_a_persisted_step_is_an_ordinary_checkpoint(twenty_steps):
             r.verify()
 
 
-def test_flipped_bits_send_restore_to_the_next_tier(twenty_steps, tmp_path):
+def test_a_flipped_bit_in_a_local_part_is_served_by_its_replica(twenty_steps, tmp_path):
     root = copy_job(twenty_steps, tmp_path)
-    # Rank 0's own part is damaged on node 0: its replica on node 1 serves it.
-    flip_a_bit(root / "node0", STEPS, 0)
-    # Rank 2's part is damaged on node 1 and so is its replica on node 0: persistent storage serves it.
-    flip_a_bit(root / "node1", STEPS, 2)
-    flip_a_bit(root / "node0", STEPS, 2)
+    flip_a_bit(root / "node0", STEPS, 0)  # rank 0's own part on node 0; its replica on node 1 is intact
     out = run_job(mw.restore_job, 4, job(root, saved_world=4))
     assert {o["step"] for o in out.values()} == {STEPS}, out
-    report = out[0]["report"]
-    assert re.search(r"part[- ]0*0\b", report) and re.search(r"part[- ]0*2\b", report), report
-    assert out[0]["tier"] in ("peer", "persistent") and out[0]["bytes_from_peers"] > 0, out[0]
-    assert out[2]["tier"] == "persistent" and out[2]["bytes_from_persistent"] > 0, out[2]
+    assert all(o["bytes_from_persistent"] == 0 for o in out.values()), out
+    for o in out.values():  # every rank's report names the copy it skipped, and where part 0 came from
+        assert re.search(r"skipped the copy of rank 0's part on node 'node0'", o["report"]), o["report"]
+    assert out[0]["tier"] == "peer" and out[0]["bytes_from_peers"] > 0, out[0]
+
+
+def test_a_flipped_bit_in_a_part_and_its_replica_sends_restore_to_persistent_storage(twenty_steps, tmp_path):
+    root = copy_job(twenty_steps, tmp_path)
+    flip_a_bit(root / "node1", STEPS, 2)  # rank 2's part on its own node
+    flip_a_bit(root / "node0", STEPS, 2)  # and its replica
+    out = run_job(mw.restore_job, 4, job(root, saved_world=4))
+    for o in out.values():
+        assert (o["step"], o["tier"]) == (STEPS, "persistent"), o  # the step was persisted (persist_every=10)
+        assert o["bytes_from_persistent"] > 0, o
+        for node in ("node0", "node1"):
+            assert f"skipped the copy of rank 2's part on node '{node}'" in o["report"], o["report"]
 
 
 def test_two_nodes_lost_with_one_replica(tmp_path):
@@ -326,38 +377,50 @@ def test_two_nodes_lost_with_one_replica(tmp_path):
         assert o["step"] == 4 and o["tier"] == "persistent", (rank, o)
 
 
-def test_exit_while_the_background_thread_works(tmp_path):
+@pytest.mark.parametrize("exit_when, exit_ranks", [("staged", [2]), ("complete", [0])])
+def test_exit_while_the_background_thread_works(tmp_path, exit_when, exit_ranks):
+    # "staged": rank 2 ends as soon as save() returns, while its part is written and replicated; "complete": rank 0
+    # (which commits persisted steps) ends as soon as the step is complete in the local tiers, while it is persisted.
     root = tmp_path / "job"
-    big = 2048 if LONG else 512  # 2 or 8 MiB a step
-    cfg = job(root, steps=[1, 2, 3], big_rows=big, persist_every=1, exit_ranks=[0])
+    big = 16384 if LONG else 4096  # rows of 4 KiB: 16 or 4 MiB per rank a step
+    cfg = job(root, steps=[1, 2, 3], big_rows=big, persist_every=1, exit_ranks=exit_ranks, exit_when=exit_when)
     out = run_job(mw.exit_after_save_job, 4, cfg)
-    # The persistent directory holds only committed checkpoints that load, and whatever else is there is not one.
+    # The persistent directory holds committed checkpoints that load, and whatever else is there is no checkpoint.
     persistent = root / "persistent"
+    committed = []
     for p in sorted(persistent.iterdir()):
-        info = distckpt.storage_stat(p)
-        if info.kind == "checkpoint":
+        if distckpt.storage_stat(p).kind == "checkpoint":
             step = int(p.name.split("-")[1])
             got = distckpt.load(None, p)
             np.testing.assert_array_equal(got["big"], mw.big_global(step, big))
+            assert got["step"] == step
+            committed.append(step)
         else:  # an unfinished persist: not a checkpoint to any reader
             with pytest.raises(distckpt.Error):
                 distckpt.load(None, p)
-    # A fresh job restores the newest step that is complete, 3 or 4.
+    assert committed[:3] == [1, 2, 3], committed
+    for o in out.values():  # the ranks that lived on learnt that their peer was gone (or the step completed first)
+        assert o.get("exited") or o["outcome"] == "complete" or o["outcome"].startswith("PeerError"), o
+    # A fresh job restores the newest step complete in the local tiers: 3, or 4 where its background work got that
+    # far before the rank ended (always, when it ended after the step was complete).
     res = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=big))
     steps = {o["step"] for o in res.values()}
-    assert len(steps) == 1 and steps <= {3, 4}, (res, out)
+    want = {4} if exit_when == "complete" else {3, 4}
+    assert len(steps) == 1 and steps <= want, (res, out)
+    assert all(o["bytes_from_persistent"] == 0 for o in res.values()), res
 
 
 def test_the_budget_caps_every_nodes_tier(tmp_path):
     root = tmp_path / "job"
-    big = 64  # 64 KiB per rank a step, plus a replica of another rank's
-    budget = 512 << 10
+    big = 256  # rows of 4 KiB: 64 of them (256 KiB) per rank a step, and a replica of another rank's part
+    # keep_local=2 steps of a part and a replica each, one in flight and its staging: 7 parts' worth (the core's rule).
+    budget = 2 << 20
     steps = list(range(1, (40 if LONG else 10) + 1))
-    cfg = job(root, steps=steps, big_rows=4 * big, keep_local=100, local_budget_bytes=budget, measure=True)
+    cfg = job(root, steps=steps, big_rows=big, local_budget_bytes=budget, measure=True)
     out = run_job(mw.save_job, 4, cfg)
     for rank, o in out.items():
         assert o["latest"] == steps[-1], o
         assert max(o["sizes"]) <= budget * 2, (rank, o["sizes"])  # 2 ranks a node
-    too_small = job(tmp_path / "small", big_rows=4 * big, local_budget_bytes=32 << 10)
+    too_small = job(tmp_path / "small", big_rows=big, local_budget_bytes=budget // 4)
     for o in run_job(mw.budget_too_small_job, 4, too_small).values():
-        assert "budget" in o["error"], o
+        assert "local_budget_bytes" in o["error"], o
