@@ -16,6 +16,8 @@ import pathlib
 import queue
 import re
 import shutil
+import subprocess
+import sys
 import uuid
 
 import numpy as np
@@ -173,6 +175,34 @@ def test_a_missing_persistent_directory(tmp_path):
     with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=tmp_path / "p") as mgr:
         mgr.save(1, mw.state_for(1, 0, 1), persist=True)
     assert distckpt.load(None, tmp_path / "p" / step_dir(1))["step"] == 1
+
+
+def test_persistent_storage_object(tmp_path):
+    store = distckpt.MemoryStorage()
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent="job",
+                                    persistent_storage=store) as mgr:  # fmt: skip
+        mgr.save(3, mw.state_for(3, 0, 1), persist=True)
+    assert distckpt.listdir("job", storage=store) == [step_dir(3)]
+    assert distckpt.load(None, f"job/{step_dir(3)}", storage=store)["step"] == 3
+    shutil.rmtree(tmp_path / "local")
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent="job",
+                                    persistent_storage=store) as mgr:  # fmt: skip
+        state = mw.template(0, 1)
+        assert mgr.restore(state).tier == "persistent"
+        mw.check(state, 3, 0, 1, saved_world=1)
+
+
+def test_persistent_on_s3(tmp_path, s3_env):
+    url = f"s3://{s3_env}/job"
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=url) as mgr:
+        mgr.save(4, mw.state_for(4, 0, 1, big_rows=16), persist=True)
+    assert distckpt.load(None, f"{url}/{step_dir(4)}")["step"] == 4
+    shutil.rmtree(tmp_path / "local")
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=url) as mgr:
+        state = mw.template(0, 1, big_rows=16)
+        result = mgr.restore(state)
+    assert (result.step, result.tier) == (4, "persistent"), result
+    mw.check(state, 4, 0, 1, saved_world=1, big_rows=16)
 
 
 def test_a_step_larger_than_the_budget_is_refused(tmp_path):
@@ -424,3 +454,38 @@ def test_the_budget_caps_every_nodes_tier(tmp_path):
     too_small = job(tmp_path / "small", big_rows=big, local_budget_bytes=budget // 4)
     for o in run_job(mw.budget_too_small_job, 4, too_small).values():
         assert "local_budget_bytes" in o["error"], o
+
+
+# ---- The examples of docs/manager.md, run as a user runs them --------------------------------------------------------
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(distckpt.__file__)))
+
+
+def _run_example(name, tmp_path, ok):
+    script = REPO / "examples" / "python" / name
+    if not script.is_file():
+        pytest.skip(f"not run from a checkout: {script} is missing")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [_PACKAGE_DIR, os.environ.get("PYTHONPATH")] if p)}
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    env.pop("XLA_FLAGS", None)  # the examples set their own device counts
+    p = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert p.returncode == 0, f"{name} exited with {p.returncode}\n{p.stdout}\n{p.stderr}"
+    assert ok in p.stdout, p.stdout
+    return p.stdout
+
+
+def test_the_fsdp2_example(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no torch.distributed with gloo")
+    pytest.importorskip("torch.distributed.fsdp")
+    out = _run_example("manager_torch_example.py", tmp_path, "manager torch example OK")
+    assert "from the peer tier" in out, out  # the ranks on new nodes received node 0's bytes
+
+
+def test_the_jax_example(tmp_path):
+    pytest.importorskip("jax")
+    out = _run_example("manager_jax_example.py", tmp_path, "manager jax example OK")
+    assert f"restored step {6} from the local tier" in out, out
