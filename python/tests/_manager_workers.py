@@ -144,8 +144,8 @@ def save_job(rank, world, cfg):
 
 
 def restore_job(rank, world, cfg):
-    """A fresh rank: restores into a zero template (with fallback=False first where cfg says so) and checks every
-    value against the step restored."""
+    """A fresh rank: restores into a zero template (with fallback=False first where cfg says so), checks every
+    value against the step restored, and saves the steps of cfg["then_save"]."""
     import distckpt
 
     test_comm, comm, mgr = open_job(rank, world, cfg)
@@ -175,6 +175,9 @@ def restore_job(rank, world, cfg):
             bytes_from_persistent=result.bytes_from_persistent,
             report=result.report,
         )
+        for step in cfg.get("then_save", ()):  # the job goes on, checkpointing as before
+            mgr.save(step, state_for(step, rank, world, big))
+        mgr.wait_until_finished()
     comm.close()
     test_comm.barrier(timeout=60)
     test_comm.close()

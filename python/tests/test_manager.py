@@ -319,14 +319,15 @@ def test_torch_and_jax_leaves(tmp_path):
 
 # ---- Several ranks on several simulated nodes ---------------------------------------------------------------------
 
-STEPS = 100 if LONG else 20
+STEPS = 200 if LONG else 20
+GOLDEN_BIG = 1024 if LONG else 0  # rows of 4 KiB in the state of the golden job: 1 MiB per rank a step when LONG
 
 
 @pytest.fixture(scope="module")
 def twenty_steps(tmp_path_factory):
     """A 4-rank job on 2 nodes saved steps 1..STEPS (persisting every 10th) and then died (os._exit). Tests copy it."""
     root = tmp_path_factory.mktemp("job20") / "job"
-    cfg = job(root, steps=list(range(1, STEPS + 1)), persist_every=10, crash=True)
+    cfg = job(root, steps=list(range(1, STEPS + 1)), persist_every=10, crash=True, big_rows=GOLDEN_BIG)
     out = run_job(mw.save_job, 4, cfg)
     assert all(o["latest"] == STEPS for o in out.values()), out
     return root
@@ -341,7 +342,7 @@ def copy_job(golden, tmp_path):
 def test_a_node_lost_after_a_step_is_restored_from_its_peers(twenty_steps, tmp_path):
     root = copy_job(twenty_steps, tmp_path)
     shutil.rmtree(root / "node1")  # node 1 (ranks 2 and 3) is gone, with its /dev/shm
-    out = run_job(mw.restore_job, 4, job(root, saved_world=4))
+    out = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=GOLDEN_BIG))
     for rank, o in out.items():
         assert o["step"] == STEPS, (rank, o)
         assert o["bytes_from_persistent"] == 0, (rank, o)
@@ -354,9 +355,20 @@ def test_a_node_lost_after_a_step_is_restored_from_its_peers(twenty_steps, tmp_p
 def test_restore_on_three_ranks_from_a_four_rank_job(twenty_steps, tmp_path):
     root = copy_job(twenty_steps, tmp_path)
     # Ranks 0 and 1 on node 0, rank 2 on node 1: 4 row slabs saved, 3 loaded (mw.check compares each rank's rows).
-    out = run_job(mw.restore_job, 3, job(root, saved_world=4))
+    out = run_job(mw.restore_job, 3, job(root, saved_world=4, big_rows=GOLDEN_BIG))
     assert {o["step"] for o in out.values()} == {STEPS}, out
     assert all(o["bytes_from_persistent"] == 0 for o in out.values()), out
+
+
+def test_a_job_resumed_on_three_ranks_goes_on_checkpointing(twenty_steps, tmp_path):
+    root = copy_job(twenty_steps, tmp_path)
+    more = [STEPS + 1, STEPS + 2, STEPS + 3]
+    run_job(mw.restore_job, 3, job(root, saved_world=4, big_rows=GOLDEN_BIG, then_save=more))
+    # The 4-rank job's steps are gone from the tiers once the 3-rank job has completed newer ones.
+    for node in ("node0", "node1"):
+        assert sorted(p.name for p in (root / node).glob("step-*")) == [step_dir(s) for s in more[-2:]], node
+    out = run_job(mw.restore_job, 3, job(root, saved_world=3, big_rows=GOLDEN_BIG))
+    assert {(o["step"], o["tier"]) for o in out.values()} == {(more[-1], "local")}, out
 
 
 def test_a_persisted_step_is_an_ordinary_checkpoint(twenty_steps):
@@ -367,6 +379,8 @@ def test_a_persisted_step_is_an_ordinary_checkpoint(twenty_steps):
         np.testing.assert_array_equal(out["model"]["w"], mw.w_global(step))
         np.testing.assert_array_equal(out["model"]["bias"], mw.bias(step))
         assert out["step"] == step and out["meta"] == {"tag": f"step {step}", "world": 4}
+        if GOLDEN_BIG:
+            np.testing.assert_array_equal(out["big"], mw.big_global(step, GOLDEN_BIG))
         with distckpt.open(persistent / step_dir(step)) as r:
             r.verify()
 
@@ -374,7 +388,7 @@ def test_a_persisted_step_is_an_ordinary_checkpoint(twenty_steps):
 def test_a_flipped_bit_in_a_local_part_is_served_by_its_replica(twenty_steps, tmp_path):
     root = copy_job(twenty_steps, tmp_path)
     flip_a_bit(root / "node0", STEPS, 0)  # rank 0's own part on node 0; its replica on node 1 is intact
-    out = run_job(mw.restore_job, 4, job(root, saved_world=4))
+    out = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=GOLDEN_BIG))
     assert {o["step"] for o in out.values()} == {STEPS}, out
     assert all(o["bytes_from_persistent"] == 0 for o in out.values()), out
     for o in out.values():  # every rank's report names the copy it skipped, and where part 0 came from
@@ -386,7 +400,7 @@ def test_a_flipped_bit_in_a_part_and_its_replica_sends_restore_to_persistent_sto
     root = copy_job(twenty_steps, tmp_path)
     flip_a_bit(root / "node1", STEPS, 2)  # rank 2's part on its own node
     flip_a_bit(root / "node0", STEPS, 2)  # and its replica
-    out = run_job(mw.restore_job, 4, job(root, saved_world=4))
+    out = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=GOLDEN_BIG))
     for o in out.values():
         assert (o["step"], o["tier"]) == (STEPS, "persistent"), o  # the step was persisted (persist_every=10)
         assert o["bytes_from_persistent"] > 0, o
@@ -445,7 +459,7 @@ def test_the_budget_caps_every_nodes_tier(tmp_path):
     big = 256  # rows of 4 KiB: 64 of them (256 KiB) per rank a step, and a replica of another rank's part
     # keep_local=2 steps of a part and a replica each, one in flight and its staging: 7 parts' worth (the core's rule).
     budget = 2 << 20
-    steps = list(range(1, (40 if LONG else 10) + 1))
+    steps = list(range(1, (100 if LONG else 10) + 1))
     cfg = job(root, steps=steps, big_rows=big, local_budget_bytes=budget, measure=True)
     out = run_job(mw.save_job, 4, cfg)
     for rank, o in out.items():
