@@ -119,13 +119,19 @@ def _describe(x: Any, name: str) -> Tuple[int, Tuple[int, ...]]:
         return _local_code(shards[0].data, what), tuple(int(d) for d in shards[0].global_shape)
     if isinstance(x, memoryview):
         x = np.asarray(x)
-    return _local_code(x, what), tuple(int(d) for d in x.shape)
+    shape = getattr(x, "shape", None)
+    if shape is None:  # only __cuda_array_interface__
+        shape = getattr(x, "__cuda_array_interface__", {}).get("shape", ())
+    return _local_code(x, what), tuple(int(d) for d in shape)
 
 
 def _local_code(x: Any, what: str) -> int:
     if _arrays.is_torch_tensor(x):  # DTensors too: their dtype and shape are the global tensor's
         return _arrays.torch_code(x.dtype, what)
+    cai = getattr(x, "__cuda_array_interface__", None)  # CUDA arrays that expose only the interface (Numba, ...)
     dtype = getattr(x, "dtype", None)  # numpy, JAX (arrays and ShapeDtypeStruct), CuPy, numpy scalars
+    if dtype is None and isinstance(cai, dict):
+        dtype = cai.get("typestr")
     code = None if dtype is None else _dtypes.code_of(np.dtype(dtype))
     if code is None:
         raise UnsupportedError(
