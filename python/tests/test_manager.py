@@ -549,3 +549,31 @@ def test_device_arrays_are_saved_and_restored_in_place(tmp_path, device_snapshot
         print("device ok")
     """)
     assert "device ok" in out
+
+
+@pytest.mark.parametrize("device_snapshot", [False, True])
+def test_torch_cuda_tensors_on_a_gpu(tmp_path, device_snapshot):
+    from conftest import torch_cuda
+
+    torch = torch_cuda()  # skips without a GPU
+    dev = torch.device("cuda", 0)
+    w = torch.arange(1 << 22, dtype=torch.float32, device=dev).reshape(2048, 2048)  # 16 MiB
+    b = torch.randn(4096, device=dev).to(torch.bfloat16)
+    b1 = b.clone()
+    persistent = tmp_path / "persistent"
+    persistent.mkdir()
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, persistent=persistent,
+                                    device_snapshot=device_snapshot) as mgr:  # fmt: skip
+        mgr.save(1, {"w": w, "b": b, "step": 1}, persist=True)
+        w.add_(1)  # kernels right after save() returns: step 1 keeps the values it had
+        b.mul_(2)
+        mgr.save(2, {"w": w, "b": b, "step": 2})
+    target = {"w": torch.zeros(2048, 2048, device=dev), "b": torch.zeros(4096, dtype=torch.bfloat16, device=dev),
+              "step": 0}  # fmt: skip
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        result = mgr.restore(target)
+    assert (result.step, target["step"]) == (2, 2), result
+    assert torch.equal(target["w"], w) and torch.equal(target["b"], b)
+    step1 = {"w": torch.zeros(2048, 2048, device=dev), "b": torch.zeros(4096, dtype=torch.bfloat16, device=dev)}
+    distckpt.load(step1, persistent / step_dir(1))
+    assert torch.equal(step1["w"], w - 1) and torch.equal(step1["b"], b1)
