@@ -47,6 +47,9 @@ struct ManagerOptions {
   bool device_snapshot = false;
   uint64_t exchange_round_bytes = 64ull << 20;
   CopyEngine* copy_engine = nullptr;  ///< tests: a HostCopyEngine for device pieces
+  /// The node-local tier's storage: nullptr is the POSIX file system (the default and what the C ABI passes); tests
+  /// pass a FaultStorage over it. Must reach the same files as the POSIX paths (a restore hard-links them).
+  Storage* local_storage = nullptr;
 };
 
 enum class Tier { kNone = 0, kLocal = 1, kPeer = 2, kPersistent = 3 };
@@ -94,7 +97,8 @@ class CheckpointManager {
   void Process(Job& job);
   // Returns the status of the collectives (an error: the communicator is gone); *outcome: this rank's part of the
   // replication (its own part sent, the replicas it keeps committed).
-  Status Replicate(const Job& job, const Status& local, Status* outcome);
+  // *held: the bytes of this rank's part and of the replicas it keeps.
+  Status Replicate(const Job& job, const Status& local, Status* outcome, uint64_t* held);
   Status Persist(uint64_t step, Status* outcome);  // as Replicate
   void Prune(uint64_t step);
   std::string StepDir(uint64_t step) const;
@@ -129,6 +133,7 @@ class CheckpointManager {
   std::vector<uint64_t> completed_;       // this run's complete steps still kept, oldest first
   std::map<uint64_t, uint64_t> charged_;  // bytes of the budget each step holds
   uint64_t charged_total_ = 0;
+  uint64_t last_part_bytes_ = 0;  // the files of the last part this rank wrote
   std::string report_;
   std::thread thread_;
 };

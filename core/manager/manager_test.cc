@@ -4,6 +4,8 @@
 
 #include <sys/stat.h>
 
+#include <csignal>
+
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -14,8 +16,10 @@
 #include "core/comm/comm_conformance.h"
 #include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
+#include "core/cuda/host_copy_engine.h"
 #include "core/engine/load.h"
 #include "core/manager/part.h"
+#include "core/storage/fault/fault_storage.h"
 #include "gtest/gtest.h"
 
 namespace distckpt {
@@ -75,10 +79,14 @@ struct Job {
   std::function<std::string(int rank, int n)> node = [](int rank, int n) {
     return std::string(1, static_cast<char>('a' + rank / 2));
   };
+  // Fault rules (fault_storage.h) for a rank's local and persistent storage; "" for none.
+  std::function<std::string(int rank)> local_faults = [](int) { return std::string(); };
+  std::function<std::string(int rank)> persistent_faults = [](int) { return std::string(); };
 };
 
-// Runs `body` on n forked ranks with a Gloo group and a manager each; every rank must succeed.
-void RunJob(const Job& job, int n, const std::function<Status(CheckpointManager*, int rank)>& body) {
+// Runs `body` on n forked ranks with a Gloo group and a manager each; every rank must succeed, but `killed`, which
+// must die by SIGKILL (a fault rule); -2: any outcome (the body checks what it can).
+void RunJob(const Job& job, int n, const std::function<Status(CheckpointManager*, int rank)>& body, int killed = -1) {
   const std::string rendezvous = "file://" + testing_util::MakeTempDir("manager-rdv-");
   auto outcomes = RunRanks(n, std::chrono::seconds(120), [&](int rank) {
     auto comm = NewGlooCommunicator(gloo_testing::Loopback(rank, n, rendezvous, std::chrono::seconds(30)));
@@ -91,11 +99,27 @@ void RunJob(const Job& job, int n, const std::function<Status(CheckpointManager*
     o.persist_every = job.persist_every;
     o.timeout = std::chrono::seconds(30);
     o.exchange_round_bytes = 100;  // many rounds even for a small state
+    std::unique_ptr<Storage> local_faults, persistent_base;
+    if (!job.local_faults(rank).empty()) {
+      local_faults = std::make_unique<FaultStorage>(DefaultStorage(), ParseFaultRules(job.local_faults(rank)).value());
+      o.local_storage = local_faults.get();
+    }
+    if (!job.persistent_faults(rank).empty()) {
+      o.persistent_storage =
+          std::make_shared<FaultStorage>(DefaultStorage(), ParseFaultRules(job.persistent_faults(rank)).value());
+    }
     auto m = CheckpointManager::Create(comm.value().get(), o);
     if (!m.ok()) return comm_testing::ReportInChild(rank, m.status());
     return comm_testing::ReportInChild(rank, body(m.value().get(), rank));
   });
-  ASSERT_TRUE(comm_testing::AllExitedZero(outcomes)) << comm_testing::Describe(outcomes);
+  for (const auto& o : outcomes) {
+    if (killed == -2) continue;  // any rank may die (a sweep)
+    if (o.rank == killed) {
+      ASSERT_EQ(o.signal, SIGKILL) << comm_testing::Describe(outcomes);
+    } else {
+      ASSERT_EQ(o.exit_code, 0) << comm_testing::Describe(outcomes);
+    }
+  }
 }
 
 Status SaveSteps(CheckpointManager* m, int rank, int n, uint64_t first, uint64_t last) {
@@ -135,8 +159,7 @@ void FlipByte(const std::string& path, uint64_t offset) {
 TEST(Manager, LosingANodeRestoresFromPeersWithNothingFromPersistentStorage) {
   Job job;
   job.base = testing_util::MakeTempDir("manager-");
-  job.persistent = job.base + "/persistent";
-  ::mkdir(job.persistent.c_str(), 0755);
+  job.persistent = job.base + "/persistent/job";  // made by the manager
   job.persist_every = 4;
   RunJob(job, 4, [](CheckpointManager* m, int rank) { return SaveSteps(m, rank, 4, 1, 6); });
   // Node b is lost with its memory; a replacement starts empty.
@@ -147,6 +170,27 @@ TEST(Manager, LosingANodeRestoresFromPeersWithNothingFromPersistentStorage) {
              return Expect(s.tier == Tier::kPeer && s.bytes_from_peers > 0, "node b did not fetch from peers");
            }
            return Expect(s.tier == Tier::kLocal && s.bytes_from_peers == 0, "node a fetched:\n" + report);
+         }));
+}
+
+// A replacement node restores from its peers; the steps saved after that replicate to it again, so losing the other
+// node next is survived too.
+TEST(Manager, AReplacementNodeGetsReplicasAgainAndTheOtherNodeCanBeLostNext) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  RunJob(job, 4, [](CheckpointManager* m, int rank) { return SaveSteps(m, rank, 4, 1, 3); });
+  ASSERT_EQ(std::system(("rm -rf '" + job.base + "/node-b'").c_str()), 0);
+  RunJob(job, 4, [](CheckpointManager* m, int rank) -> Status {
+    RankState st(rank, 4, 3, false);
+    DCKPT_ASSIGN_OR_RETURN(RestoreSummary s, m->Restore(st.state, RestoreOptions()));
+    DCKPT_RETURN_IF_ERROR(Expect(s.found && s.step == 3, "restored step " + std::to_string(s.step)));
+    DCKPT_RETURN_IF_ERROR(st.Check(rank, 4, 3));
+    return SaveSteps(m, rank, 4, 4, 5);
+  });
+  ASSERT_EQ(std::system(("rm -rf '" + job.base + "/node-a'").c_str()), 0);
+  RunJob(job, 4, RestoreAndCheck(4, 5, [](const RestoreSummary& s, const std::string&, int rank) {
+           DCKPT_RETURN_IF_ERROR(Expect(s.bytes_from_persistent == 0, "read from persistent storage"));
+           return Expect(rank >= 2 || s.bytes_from_peers > 0, "node a did not fetch from node b");
          }));
 }
 
@@ -211,6 +255,247 @@ TEST(Manager, TwoNodesLostWithOneReplicaIsAnErrorNamingTheParts) {
     return Expect(r.status().message().find("parts of rank(s) 0") != std::string::npos,
                   "message: " + r.status().message());
   });
+}
+
+// Saves steps 1..5 while a fault kills `killed`; the survivors' saves fail (never hang), and a new job restores the
+// newest complete step, `want`.
+void KillAndRestore(Job job, int killed, uint64_t want) {
+  RunJob(
+      job, 4,
+      [](CheckpointManager* m, int rank) -> Status {
+        Status st = SaveSteps(m, rank, 4, 1, 5);
+        return Expect(!st.ok(), "every step was saved although a rank died");
+      },
+      killed);
+  job.local_faults = job.persistent_faults = [](int) { return std::string(); };
+  RunJob(job, 4, RestoreAndCheck(4, want, [](const RestoreSummary&, const std::string&, int) { return OkStatus(); }));
+}
+
+TEST(Manager, AKillDuringReplicationLeavesTheStepIncomplete) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  // Rank 2 keeps rank 0's replicas; it dies creating the replica's staging directory of step 3.
+  job.local_faults = [](int rank) {
+    return rank == 2 ? "mkdir:step-0000000003/part-00000.dckpt-staging:nth=1:kill" : "";
+  };
+  KillAndRestore(job, 2, 2);
+}
+
+TEST(Manager, AKillWhileWritingAReplicaLeavesTheStepIncomplete) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  job.local_faults = [](int rank) {
+    return rank == 3 ? "write:step-0000000003/part-00001.dckpt-staging:nth=3:kill" : "";
+  };
+  KillAndRestore(job, 3, 2);
+}
+
+TEST(Manager, AKillWhilePersistingNeverShowsAPartialPersistedStep) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  job.persistent = job.base + "/persistent";
+  ::mkdir(job.persistent.c_str(), 0755);
+  job.persist_every = 2;
+  // Rank 1 dies copying its part of step 4 (its second persisted step).
+  job.persistent_faults = [](int rank) { return rank == 1 ? "create:/data-00001.bin:nth=2:kill" : ""; };
+  KillAndRestore(job, 1, 4);  // step 4 is complete in the local tier; its persisting failed
+  // Step 2 is persisted; step 4's staging is no checkpoint.
+  RankState one(0, 1, 2, false);
+  ASSERT_TRUE(Load(job.persistent + "/step-0000000002", one.state, nullptr, ReadOptions()).ok());
+  RankState four(0, 1, 4, false);
+  auto r = Load(job.persistent + "/step-0000000004", four.state, nullptr, ReadOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+}
+
+// Rank 2 dies at its K-th storage operation, for K across the whole run: whatever the moment, the restore gives a
+// step whose every value is right (or finds nothing when no step had completed).
+class KillAnywhere : public ::testing::TestWithParam<int> {};
+
+TEST_P(KillAnywhere, RestoresACompleteStepWithRightValues) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  const int k = GetParam();
+  job.local_faults = [k](int rank) { return rank == 2 ? "any:*:nth=" + std::to_string(k) + ":kill" : ""; };
+  RunJob(
+      job, 4, [](CheckpointManager* m, int rank) { return SaveSteps(m, rank, 4, 1, 5).ok() ? OkStatus() : OkStatus(); },
+      -2);
+  job.local_faults = [](int) { return std::string(); };
+  RunJob(job, 4, [](CheckpointManager* m, int rank) -> Status {
+    RankState probe(rank, 4, 0, false);
+    DCKPT_ASSIGN_OR_RETURN(RestoreSummary s, m->Restore(probe.state, RestoreOptions()));
+    if (rank == 0) std::printf("restored: %s step %llu\n", s.found ? "found" : "nothing", (unsigned long long)s.step);
+    if (!s.found) return OkStatus();
+    return probe.Check(rank, 4, s.step).WithContext("restored step " + std::to_string(s.step));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Operations, KillAnywhere, ::testing::Values(5, 60, 180, 330, 450, 600, 800, 1000, 1200));
+
+// One process, no replicas: a flipped bit anywhere in the newest step's part makes the restore take the step before
+// (or the same step, when the byte is padding no reader looks at), never wrong values.
+TEST(Manager, AFlippedByteAnywhereInAPartNeverGivesWrongValues) {
+  const std::string base = testing_util::MakeTempDir("manager-");
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = base + "/node-a";
+  o.replicas = 0;
+  {
+    auto m = CheckpointManager::Create(nullptr, o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_TRUE(SaveSteps(m.value().get(), 0, 1, 1, 2).ok());
+  }
+  const std::string dir = o.local_dir + "/step-0000000002/part-00000";
+  int newer = 0, older = 0;
+  for (const char* name : {"metadata.dckpt", "data-00000.bin"}) {
+    const std::string path = dir + "/" + name;
+    struct stat sb;
+    ASSERT_EQ(::stat(path.c_str(), &sb), 0) << path;
+    const uint64_t stride = std::string(name) == "metadata.dckpt" ? 1 : 13;
+    for (uint64_t at = 0; at < static_cast<uint64_t>(sb.st_size); at += stride) {
+      FlipByte(path, at);
+      auto m = CheckpointManager::Create(nullptr, o);
+      ASSERT_TRUE(m.ok());
+      RankState st(0, 1, 0, false);
+      auto r = m.value()->Restore(st.state, RestoreOptions());
+      ASSERT_TRUE(r.ok()) << name << " byte " << at << ": " << r.status().ToString();
+      ASSERT_TRUE(r->found) << name << " byte " << at;
+      ASSERT_TRUE(st.Check(0, 1, r->step).ok()) << name << " byte " << at << ": step " << r->step;
+      (r->step == 2 ? newer : older)++;
+      FlipByte(path, at);
+    }
+  }
+  EXPECT_GT(older, 0);
+  std::printf("flipped bytes: %d restored step 2 (padding), %d fell back to step 1\n", newer, older);
+}
+
+uint64_t TreeBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::string cmd = "find '" + dir + "' -type f -printf '%s\\n' 2>/dev/null | awk '{s+=$1} END {print s+0}'";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p) {
+    unsigned long long v = 0;
+    if (std::fscanf(p, "%llu", &v) == 1) total = v;
+    pclose(p);
+  }
+  return total;
+}
+
+// A step larger than the budget can hold is refused up front; under a budget that holds it, the files of the local
+// tier never grow past the budget however many steps are saved.
+TEST(Manager, TheLocalTierStaysWithinItsBudget) {
+  const std::string base = testing_util::MakeTempDir("manager-");
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = base + "/node-a";
+  o.replicas = 0;
+  o.local_budget_bytes = 1000;  // less than one part
+  {
+    auto m = CheckpointManager::Create(nullptr, o);
+    ASSERT_TRUE(m.ok());
+    // The first part's size is learnt from the state; a second save knows the real size of a part.
+    RankState st(0, 1, 1, true);
+    Status first = m.value()->Save(1, st.state, false);
+    ASSERT_FALSE(first.ok());
+    EXPECT_EQ(first.code(), StatusCode::kInvalidArgument) << first.ToString();
+    EXPECT_NE(first.message().find("local_budget_bytes"), std::string::npos) << first.ToString();
+  }
+  // One part (metadata and data file) is about 14 KiB: a budget of 40 KiB holds one kept step and one in flight.
+  // Saved back to back onto a slow disk (every sync takes 50 ms), steps wait for the ones in flight (at most two,
+  // budget or not) and for the budget.
+  FaultStorage slow(DefaultStorage(), ParseFaultRules("sync:*:every:stall=50ms").value());
+  o.local_storage = &slow;
+  o.keep_local = 1;
+  auto most_files = [&](uint64_t budget, const std::string& dir) {
+    o.local_budget_bytes = budget;
+    o.local_dir = dir;
+    auto m = CheckpointManager::Create(nullptr, o);
+    EXPECT_TRUE(m.ok());
+    uint64_t most = 0;
+    for (uint64_t s = 1; s <= 24; ++s) {
+      RankState st(0, 1, s, true);
+      Status saved = m.value()->Save(s, st.state, false);
+      EXPECT_TRUE(saved.ok()) << s << ": " << saved.ToString();
+      most = std::max(most, TreeBytes(o.local_dir));
+    }
+    EXPECT_TRUE(m.value()->Wait(std::chrono::seconds(30)).ok());
+    return std::max(most, TreeBytes(o.local_dir));
+  };
+  const uint64_t unbounded = most_files(0, base + "/unbounded");
+  const uint64_t bounded = most_files(40 << 10, base + "/node-a");
+  std::printf("local tier files at most: %llu bytes without a budget, %llu with a budget of %u\n",
+              static_cast<unsigned long long>(unbounded), static_cast<unsigned long long>(bounded), 40u << 10);
+  EXPECT_LE(bounded, 40u << 10);
+  EXPECT_GT(bounded, 0u);
+  auto m = CheckpointManager::Create(nullptr, o);
+  ASSERT_TRUE(m.ok());
+  RankState back(0, 1, 0, false);
+  auto r = m.value()->Restore(back.state, RestoreOptions());
+  ASSERT_TRUE(r.ok() && r->found && r->step == 24);
+  ASSERT_TRUE(back.Check(0, 1, 24).ok());
+}
+
+// keep_persistent: older persisted steps go entirely (metadata and data files), nothing else in the directory does.
+TEST(Manager, OlderPersistedStepsArePrunedWhole) {
+  const std::string base = testing_util::MakeTempDir("manager-");
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = base + "/node-a";
+  o.replicas = 0;
+  o.persistent_path = base + "/persistent";
+  o.persist_every = 1;
+  o.keep_persistent = 2;
+  auto m = CheckpointManager::Create(nullptr, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::ofstream(o.persistent_path + "/notes.txt") << "the user's";
+  ASSERT_TRUE(SaveSteps(m.value().get(), 0, 1, 1, 5).ok());
+  FILE* p = popen(("cd '" + o.persistent_path + "' && find . | sort").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string listing;
+  char line[512];
+  while (std::fgets(line, sizeof line, p)) listing += line;
+  pclose(p);
+  EXPECT_EQ(listing,
+            ".\n./notes.txt\n./step-0000000004\n./step-0000000004/data-00000.bin\n./step-0000000004/metadata.dckpt\n"
+            "./step-0000000005\n./step-0000000005/data-00000.bin\n./step-0000000005/metadata.dckpt\n");
+}
+
+// Device memory as a source (staged by the save, snapshotted on the device or not) and as a restore's destination,
+// through the host stand-in of the CUDA engine.
+TEST(Manager, DevicePiecesAreSavedAndRestoredThroughTheCopyEngine) {
+  for (bool snapshot : {false, true}) {
+    const std::string base = testing_util::MakeTempDir("manager-");
+    HostCopyEngine engine;
+    ManagerOptions o;
+    o.node_id = "a";
+    o.local_dir = base + "/node-a";
+    o.replicas = 0;
+    o.copy_engine = &engine;
+    o.device_snapshot = snapshot;
+    const MemoryLocation device{MemoryKind::kCuda, 0, reinterpret_cast<void*>(0x51)};
+    auto m = CheckpointManager::Create(nullptr, o);
+    ASSERT_TRUE(m.ok());
+    std::vector<float> w(1000);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(step * 10000 + i);
+      State st;
+      ASSERT_TRUE(st.AddTensor("w", DType::kF32, {1000}).ok());
+      ASSERT_TRUE(st.AddPieceIn("w", {0}, {1000}, w.data(), device).ok());
+      ASSERT_TRUE(m.value()->Save(step, st, false).ok());
+      std::fill(w.begin(), w.end(), -1.0f);  // the caller's buffer is free once Save returns
+    }
+    ASSERT_TRUE(m.value()->Wait(std::chrono::seconds(30)).ok());
+    const uint64_t to_device_before = engine.device_copies_issued();
+    std::vector<float> back(1000, 0.0f);
+    State dst;
+    ASSERT_TRUE(dst.AddTensor("w", DType::kF32, {1000}).ok());
+    ASSERT_TRUE(dst.AddPieceIn("w", {0}, {1000}, back.data(), device).ok());
+    auto r = m.value()->Restore(dst, RestoreOptions());
+    ASSERT_TRUE(r.ok() && r->found && r->step == 3) << (r.ok() ? m.value()->restore_report() : r.status().ToString());
+    for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], static_cast<float>(30000 + i)) << i;
+    EXPECT_GT(engine.device_copies_issued(), to_device_before);
+    if (snapshot) EXPECT_GT(engine.on_device_copies_issued(), 0u);
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/base/box.h"
+#include "core/plan/save_planner.h"
 
 namespace distckpt {
 namespace {
@@ -121,12 +122,6 @@ Result<PartInfo> ParseInfo(std::string_view text, const std::string& context) {
 }
 
 }  // namespace
-
-std::string PartFileName(uint32_t rank, std::string_view name) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "r%05u-", rank);
-  return buf + std::string(name);
-}
 
 Result<State> MakePartState(const State& state, const PartInfo& info) {
   State part;
@@ -252,7 +247,7 @@ Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string
     const uint32_t rank = part->info.rank;
     const uint32_t file_base = static_cast<uint32_t>(out.files.size());
     for (const DataFileRecord& f : part->record.files) {
-      const std::string name = PartFileName(rank, f.name);
+      const std::string name = DataFileName(static_cast<uint32_t>(out.files.size()));
       out.files.push_back({file_name ? file_name(name) : name, f.size});
     }
     std::map<std::string, const Part::Piece*> placed;

@@ -50,16 +50,14 @@ Result<Part> ParsePart(const std::string& metadata_bytes, const std::string& con
 /// PartInfo of a metadata view, or kCorrupt when it is not a part.
 Result<PartInfo> PartInfoOf(const MetadataView& view, const std::string& context);
 
-/// The name data file `name` of part `rank` has in a merged checkpoint: "r00003-data-00000.bin".
-std::string PartFileName(uint32_t rank, std::string_view name);
-
 /// Merges the parts of one step (every rank 0..ranks-1 once, any order) into the metadata file of one checkpoint whose
-/// data file "r<rank>-<name>" is data file <name> of part <rank>. Tensors get their global shapes, with each piece's
+/// data file DataFileName(b + k) ("data-<5 digits>.bin", the names any save gives) is data file k of part r, where b
+/// is the number of data files of the parts of the ranks below r. Tensors get their global shapes, with each piece's
 /// chunks moved to the piece's place; a box several parts hold (replicated data) is kept once (the lowest rank's);
 /// a bytes entry several parts hold must have one size (the lowest rank's is kept); user metadata and structure are
 /// rank 0's (less the part keys). The result is validated like any metadata (chunks tile every tensor), so parts that
 /// do not make up a whole checkpoint are refused (kCorrupt naming `context` and the tensor).
-/// `file_name`, if given, names the merged data files instead (it is passed PartFileName(rank, name)).
+/// `file_name`, if given, names the merged data files instead (it is passed DataFileName(b + k)).
 Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string& context,
                                const std::function<std::string(const std::string&)>& file_name = nullptr);
 

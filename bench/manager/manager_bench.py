@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""The checkpoint manager (distckpt.CheckpointManager) against a training loop without checkpoints, DCP's async_save,
+memcpy and the restore paths it replaces, in one run.
+
+1. Throughput. --ranks ranks (real processes, one simulated node each, replicas=1 over Gloo on loopback) run a loop
+   whose step is a fixed wait with the host idle (time.sleep(--step-s), as while a GPU computes), for each state size
+   per rank in --mib: without checkpoints, with ``mgr.save(step, state)`` every step (local tier in /dev/shm), and
+   with DCP's ``async_save`` every step (to /dev/shm, each save waiting for the previous one as DCP asks). Reports
+   steps per second and the ratios, and the largest size for which the manager keeps >= 0.95x.
+2. Stall. The time ``mgr.save`` blocks the loop, against a memcpy of the rank's state (numpy copyto into a buffer
+   allocated once, best of 5), per size.
+3. Recovery after losing a node. 4 ranks on 2 nodes (replicas=1) save one step of --recover-mib MiB per rank,
+   persisted to a directory on disk; then node b's local directory is wiped and a new group of 4 ranks restores:
+   from the peers (the manager), from the persisted step on disk (distckpt.load, its pages evicted first with
+   posix_fadvise DONTNEED), and from S3 (a moto server on loopback; the same state saved there with distckpt.save).
+   The limit: node b's bytes (its two ranks' states) copied over loopback TCP, two streams at once. Every restore's
+   values are checked.
+
+    .venv/bin/python bench/manager/manager_bench.py [--ranks 2] [--mib 16,64,256] [--steps 12] [--step-s 0.5]
+        [--recover-mib 128] [--skip-s3] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python", "tests"))  # the moto server helper
+
+TENSORS = 8
+
+
+def make_state(rank: int, world: int, mib: int, step: int):
+    """TENSORS float32 tensors, row-sharded by rank: rank's rows are filled from (step, rank)."""
+    rows_per_rank = max(1, mib * (1 << 20) // (TENSORS * 4 * 1024))
+    state = {}
+    import distckpt
+
+    for t in range(TENSORS):
+        local = np.empty((rows_per_rank, 1024), dtype=np.float32)
+        local[:] = step * 1000 + rank * 10 + t
+        state[f"layer{t}.w"] = distckpt.Shard(local, offsets=(rank * rows_per_rank, 0),
+                                              global_shape=(world * rows_per_rank, 1024))
+    return state
+
+
+def check_state(state, rank: int, world: int, step: int, saved_world: int) -> None:
+    for t in range(TENSORS):
+        shard = state[f"layer{t}.w"]
+        data = shard.data if hasattr(shard, "data") else shard
+        rows = data.shape[0]
+        first = shard.offsets[0] if hasattr(shard, "offsets") else 0
+        # the saved value of a row is step*1000 + (saving rank)*10 + t
+        saved_rows = rows * world // saved_world
+        for r in (0, rows - 1):
+            want = step * 1000 + ((first + r) // saved_rows) * 10 + t
+            if data[r, 0] != want:
+                raise AssertionError(f"rank {rank}: layer{t}.w row {first + r} = {data[r, 0]}, want {want}")
+
+
+def group(rank: int, world: int, rdv: str, prefix: str):
+    import distckpt
+
+    return distckpt.comm.gloo(rank, world, rendezvous="file://" + rdv, prefix=prefix, timeout=300)
+
+
+def run_ranks(world: int, target, *args):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_entry, args=(q, target, r, world) + args) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = {}
+    deadline = time.monotonic() + 1800
+    while len(results) < world:
+        try:
+            r, ok, value = q.get(timeout=max(1, deadline - time.monotonic()))
+        except Exception:
+            for p in procs:
+                p.kill()
+            raise SystemExit("manager_bench: ranks did not finish")
+        if not ok:
+            for p in procs:
+                p.kill()
+            raise SystemExit(f"manager_bench: rank {r} failed:\n{value}")
+        results[r] = value
+    for p in procs:
+        p.join()
+    return [results[r] for r in range(world)]
+
+
+def _entry(q, target, rank, world, *args):
+    try:
+        q.put((rank, True, target(rank, world, *args)))
+    except BaseException:
+        q.put((rank, False, traceback.format_exc()))
+
+
+# ------------------------------------------------------------------------------------------------- throughput
+def throughput_worker(rank, world, rdv, shm, mib, steps, step_s):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    import distckpt
+
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(rdv, "torch"), rank=rank, world_size=world)
+    comm = group(rank, world, rdv, "mgr")
+    state = make_state(rank, world, mib, 1)
+    arrays = [state[k].data for k in sorted(state)]
+    nbytes = sum(a.nbytes for a in arrays)
+    out = {"bytes": nbytes}
+    # memcpy of the rank's state into a buffer allocated once
+    dst = [np.empty_like(a) for a in arrays]
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for d, a in zip(dst, arrays):
+            np.copyto(d, a)
+        best = min(best, time.perf_counter() - t)
+    out["memcpy_s"] = best
+
+    def loop(body):
+        dist.barrier()
+        t0 = time.perf_counter()
+        stalls = []
+        for step in range(1, steps + 1):
+            time.sleep(step_s)
+            for a in arrays:
+                a[0, 0] = step  # training changes the state
+            t = time.perf_counter()
+            body(step)
+            stalls.append(time.perf_counter() - t)
+        return t0, stalls
+
+    t0, _ = loop(lambda step: None)
+    dist.barrier()
+    out["none_s"] = time.perf_counter() - t0
+
+    local = os.path.join(shm, f"node-{rank}")
+    with distckpt.CheckpointManager(comm, local_dir=local, node_id=f"n{rank}", replicas=1 if world > 1 else 0,
+                                    keep_local=2) as mgr:
+        for step in range(1, 3):  # warm-up: the staging buffers and the first parts
+            mgr.save(10_000 + step, state)
+        mgr.wait_until_finished()
+        t0, stalls = loop(lambda step: mgr.save(20_000 + step, state))
+        mgr.wait_until_finished()
+        dist.barrier()
+        out["manager_s"] = time.perf_counter() - t0
+        out["manager_stall_s"] = statistics.median(stalls)
+        out["manager_stall_max_s"] = max(stalls)
+    shutil.rmtree(local, ignore_errors=True)
+
+    tensors = {k: torch.from_numpy(v.data) for k, v in state.items()}
+    # DCP needs the global view: a DTensor would do; plain per-rank tensors under per-rank names are what DCP saves
+    # without a device mesh, and cost it the same bytes.
+    tensors = {f"r{rank}.{k}": v for k, v in tensors.items()}
+    pending = [None]
+    dcp_dir = os.path.join(shm, "dcp")
+
+    def dcp_save(step):
+        if pending[0] is not None:
+            pending[0].result()
+        pending[0] = dcp.async_save(tensors, checkpoint_id=os.path.join(dcp_dir, f"step-{step}"))
+
+    for step in range(1, 3):
+        dcp_save(10_000 + step)
+    pending[0].result()
+    pending[0] = None
+    t0, stalls = loop(dcp_save)
+    pending[0].result()
+    dist.barrier()
+    out["dcp_s"] = time.perf_counter() - t0
+    out["dcp_stall_s"] = statistics.median(stalls)
+    if rank == 0:
+        shutil.rmtree(dcp_dir, ignore_errors=True)
+    dist.barrier()
+    comm.close()
+    dist.destroy_process_group()
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- recovery
+def recover_save_worker(rank, world, rdv, shm, persistent, s3_url, mib):
+    import distckpt
+
+    comm = group(rank, world, rdv, "save")
+    state = make_state(rank, world, mib, 7)
+    node = "a" if rank < 2 else "b"
+    with distckpt.CheckpointManager(comm, local_dir=os.path.join(shm, f"node-{node}"), node_id=node, replicas=1,
+                                    persistent=persistent) as mgr:
+        mgr.save(7, state, persist=True)
+        mgr.wait_until_finished()
+    if s3_url:
+        comm2 = group(rank, world, rdv, "s3save")
+        distckpt.save(state, s3_url, comm=comm2)
+        comm2.close()
+    comm.close()
+    return sum(v.data.nbytes for v in state.values())
+
+
+def recover_load_worker(rank, world, rdv, shm, persistent, s3_url, mib, what):
+    import distckpt
+
+    state = make_state(rank, world, mib, 0)
+    node = "a" if rank < 2 else "b"
+    comm = group(rank, world, rdv, what)
+    comm.barrier()
+    t = time.perf_counter()
+    info = {}
+    if what == "peers":
+        with distckpt.CheckpointManager(comm, local_dir=os.path.join(shm, f"node-{node}"), node_id=node,
+                                        replicas=1) as mgr:
+            t = time.perf_counter()
+            r = mgr.restore(state, use_persistent=False)
+            info = {"tier": r.tier, "from_peers": r.bytes_from_peers, "from_persistent": r.bytes_from_persistent}
+            assert r.step == 7, r.report
+    elif what == "posix":
+        distckpt.load(state, os.path.join(persistent, "step-0000000007"), comm=comm)
+    else:
+        distckpt.load(state, s3_url, comm=comm)
+    comm.barrier()
+    seconds = time.perf_counter() - t
+    check_state(state, rank, world, 7, world)
+    comm.close()
+    return {"seconds": seconds, **info}
+
+
+def evict(path: str) -> int:
+    os.sync()
+    n = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            fd = os.open(os.path.join(dirpath, f), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                n += os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+    return n
+
+
+def loopback_copy(nbytes_each: int, streams: int) -> float:
+    """Seconds to send `nbytes_each` bytes on each of `streams` loopback TCP connections at once."""
+    payload = np.ones(min(nbytes_each, 64 << 20), dtype=np.uint8)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(streams)
+    port = srv.getsockname()[1]
+    dst = np.empty(nbytes_each, dtype=np.uint8)
+    done = []
+
+    def sender():
+        s = socket.create_connection(("127.0.0.1", port))
+        left = nbytes_each
+        view = memoryview(payload)
+        while left:
+            n = min(left, len(view))
+            s.sendall(view[:n])
+            left -= n
+        s.close()
+
+    def receiver(conn):
+        buf = memoryview(np.empty(nbytes_each, dtype=np.uint8))
+        got = 0
+        while got < nbytes_each:
+            n = conn.recv_into(buf[got:], nbytes_each - got)
+            if n == 0:
+                break
+            got += n
+        done.append(got)
+        conn.close()
+
+    t = time.perf_counter()
+    senders = [threading.Thread(target=sender) for _ in range(streams)]
+    for s in senders:
+        s.start()
+    receivers = []
+    for _ in range(streams):
+        conn, _ = srv.accept()
+        th = threading.Thread(target=receiver, args=(conn,))
+        th.start()
+        receivers.append(th)
+    for th in senders + receivers:
+        th.join()
+    seconds = time.perf_counter() - t
+    srv.close()
+    del dst
+    assert done == [nbytes_each] * streams
+    return seconds
+
+
+# ------------------------------------------------------------------------------------------------------- main
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--mib", default="16,64,256")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--step-s", type=float, default=0.5)
+    ap.add_argument("--recover-mib", type=int, default=128)
+    ap.add_argument("--skip-s3", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    args = ap.parse_args()
+    shm_root = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    work = tempfile.mkdtemp(prefix="manager-bench-")
+    shm = tempfile.mkdtemp(prefix="manager-bench-", dir=shm_root)
+    report = {"host": platform.node(), "cpus": os.cpu_count(), "date": datetime.date.today().isoformat(),
+              "args": vars(args), "throughput": [], "recovery": {}}
+    lines = [f"### distckpt CheckpointManager benchmark ({report['date']}, {os.cpu_count()} CPUs)", ""]
+    try:
+        if not args.skip_throughput:
+            lines += [f"Throughput: {args.ranks} ranks (one node each, replicas=1), {args.steps} steps of "
+                      f"{args.step_s} s (host idle), a checkpoint every step.", "",
+                      "| MiB/rank | no ckpt steps/s | manager steps/s | ratio | DCP async_save steps/s | ratio | "
+                      "manager vs DCP | save stall ms (median/max) | memcpy ms | stall/memcpy | DCP stall ms |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+            largest = None
+            for mib in [int(x) for x in args.mib.split(",")]:
+                rdv = tempfile.mkdtemp(prefix="rdv-", dir=work)
+                res = run_ranks(args.ranks, throughput_worker, rdv, shm, mib, args.steps, args.step_s)
+                wall = {k: max(r[k] for r in res) for k in ("none_s", "manager_s", "dcp_s")}
+                sps = {k: args.steps / v for k, v in wall.items()}
+                stall = statistics.median(r["manager_stall_s"] for r in res)
+                stall_max = max(r["manager_stall_max_s"] for r in res)
+                memcpy = statistics.median(r["memcpy_s"] for r in res)
+                dcp_stall = statistics.median(r["dcp_stall_s"] for r in res)
+                row = {"mib": mib, "bytes_per_rank": res[0]["bytes"], **sps,
+                       "manager_ratio": sps["manager_s"] / sps["none_s"], "dcp_ratio": sps["dcp_s"] / sps["none_s"],
+                       "stall_s": stall, "stall_max_s": stall_max, "memcpy_s": memcpy,
+                       "stall_over_memcpy": stall / memcpy, "dcp_stall_s": dcp_stall}
+                report["throughput"].append(row)
+                if row["manager_ratio"] >= 0.95:
+                    largest = mib
+                lines.append(
+                    f"| {mib} | {sps['none_s']:.3f} | {sps['manager_s']:.3f} | {row['manager_ratio']:.3f} | "
+                    f"{sps['dcp_s']:.3f} | {row['dcp_ratio']:.3f} | {sps['manager_s'] / sps['dcp_s']:.2f}x | "
+                    f"{stall * 1e3:.1f} / {stall_max * 1e3:.1f} | {memcpy * 1e3:.1f} | {row['stall_over_memcpy']:.2f} | "
+                    f"{dcp_stall * 1e3:.1f} |")
+                print(lines[-1], flush=True)
+            report["largest_mib_at_0.95"] = largest
+            lines += ["", f"Largest state per rank with throughput >= 0.95x the loop without checkpoints: "
+                          f"{largest} MiB" if largest else "No size kept >= 0.95x.", ""]
+
+        # Recovery
+        mib = args.recover_mib
+        persistent = os.path.join(work, "persistent")
+        os.makedirs(persistent)
+        server = None
+        s3_url = None
+        if not args.skip_s3:
+            from _s3_server import MotoServer
+
+            server = MotoServer()
+            server.client().create_bucket(Bucket="bench")
+            os.environ.update(server.env())
+            s3_url = "s3://bench/recover/step-7"
+        rdv = tempfile.mkdtemp(prefix="rdv-", dir=work)
+        per_rank = run_ranks(4, recover_save_worker, rdv, shm, persistent, s3_url, mib)[0]
+        shutil.rmtree(os.path.join(shm, "node-b"))
+        rec = {"bytes_per_rank": per_rank}
+        rdv = tempfile.mkdtemp(prefix="rdv-", dir=work)
+        peers = run_ranks(4, recover_load_worker, rdv, shm, persistent, s3_url, mib, "peers")
+        rec["peers_s"] = max(r["seconds"] for r in peers)
+        rec["peers_from_persistent"] = sum(r["from_persistent"] for r in peers)
+        rec["peers_bytes_from_peers"] = sum(r["from_peers"] for r in peers)
+        rec["evicted_bytes"] = evict(persistent)
+        rdv = tempfile.mkdtemp(prefix="rdv-", dir=work)
+        rec["posix_cold_s"] = max(r["seconds"] for r in run_ranks(4, recover_load_worker, rdv, shm, persistent,
+                                                                     s3_url, mib, "posix"))
+        if s3_url:
+            rdv = tempfile.mkdtemp(prefix="rdv-", dir=work)
+            rec["s3_s"] = max(r["seconds"] for r in run_ranks(4, recover_load_worker, rdv, shm, persistent, s3_url,
+                                                                mib, "s3"))
+        rec["loopback_copy_s"] = min(loopback_copy(per_rank, 2) for _ in range(3))
+        report["recovery"] = rec
+        lines += [f"Recovery: 4 ranks on 2 nodes, {mib} MiB per rank; node b (2 ranks) lost; restore on 4 ranks.", "",
+                  "| restore | seconds | peers restore is |", "|---|---|---|",
+                  f"| from peers (manager; {rec['peers_bytes_from_peers'] / 2**20:.0f} MiB sent by peers, "
+                  f"{rec['peers_from_persistent']} bytes from persistent storage) | {rec['peers_s']:.3f} | |",
+                  f"| limit: node b's {2 * per_rank / 2**20:.0f} MiB over loopback TCP (2 streams) | "
+                  f"{rec['loopback_copy_s']:.3f} | {rec['peers_s'] / rec['loopback_copy_s']:.2f}x the copy "
+                  f"(target <= 1.5x) |",
+                  f"| persisted step on disk, cold (distckpt.load; {rec['evicted_bytes'] / 2**20:.0f} MiB evicted with "
+                  f"fadvise DONTNEED) | {rec['posix_cold_s']:.3f} | {rec['posix_cold_s'] / rec['peers_s']:.2f}x "
+                  f"faster (target >= 1x) |"]
+        if "s3_s" in rec:
+            lines.append(f"| persisted step in S3 (moto on loopback; distckpt.load) | {rec['s3_s']:.3f} | "
+                         f"{rec['s3_s'] / rec['peers_s']:.2f}x faster (target >= 5x) |")
+        if server is not None:
+            server.stop()
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"{report['date']}-manager-{platform.node()}")
+    with open(base + ".md", "w") as f:
+        f.write(text)
+    with open(base + ".json", "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"manager_bench: wrote {base}.md and .json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
