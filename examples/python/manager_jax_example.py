@@ -136,7 +136,6 @@ def main(root: str) -> None:
         port = s.getsockname()[1]
     with open(f"{root}/port", "w") as f:
         f.write(str(port))
-    os.makedirs(f"{root}/persistent", exist_ok=True)
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     procs = [subprocess.Popen([sys.executable, __file__, "--job", str(p), root], env=env) for p in range(2)]
     codes = [p.wait(timeout=300) for p in procs]

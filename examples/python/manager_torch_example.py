@@ -137,7 +137,6 @@ def resume_rank(rank: int, world: int, root: str) -> None:
 
 
 def main(root: str) -> None:
-    os.makedirs(f"{root}/persistent", exist_ok=True)
     mp.spawn(job_rank, args=(2, root), nprocs=2)
     shutil.rmtree(f"{root}/node1")  # node 1 is lost, and its /dev/shm with it
     mp.spawn(resume_rank, args=(3, root), nprocs=3)
