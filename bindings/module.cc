@@ -128,4 +128,5 @@ PYBIND11_MODULE(_distckpt, m) {
   RegisterTools(m);
   RegisterStorage(m);
   RegisterS3(m);
+  RegisterManager(m);
 }

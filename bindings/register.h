@@ -16,6 +16,7 @@ void RegisterSaveLoad(pybind11::module_& m);    // save_load.cc
 void RegisterTools(pybind11::module_& m);       // tools.cc
 void RegisterStorage(pybind11::module_& m);     // storage.cc
 void RegisterS3(pybind11::module_& m);          // s3.cc (adds to storage.cc's Storage)
+void RegisterManager(pybind11::module_& m);     // manager.cc
 
 }  // namespace distckpt_python
 

@@ -14,6 +14,10 @@ The API follows ``torch.distributed.checkpoint`` (DCP) without requiring torch::
     with distckpt.open("/ckpt/step-100") as r:              # offline reads of any region
         block = r["model.w"][1024:2048, :]
 
+    mgr = distckpt.CheckpointManager(comm, persistent="/ckpt/job", persist_every=100)  # every step, in tiers
+    mgr.save(step, state)                                   # node-local, replicated to other nodes, persisted
+    mgr.restore(state)                                      # the newest step that survived (docs/manager.md)
+
 Non-array values are stored as JSON; pickle is used only with ``allow_pickle=True``. Errors are
 :class:`distckpt.Error` subclasses carrying the C library's message (see :mod:`distckpt.errors`).
 """
@@ -40,6 +44,7 @@ from .errors import (
     VersionError,
 )
 from .interop import export_safetensors, import_safetensors, import_torch_dcp
+from .manager import CheckpointManager, RestoreResult
 from .reader import ArrayView, CheckpointMetadata, ChunkMetadata, EntryMetadata, IoStats, Reader, open
 from .sharding import Shard
 from .storage import (
@@ -68,6 +73,8 @@ __all__ = [
     "Shard",
     "SaveSummary",
     "AsyncSave",
+    "CheckpointManager",
+    "RestoreResult",
     "Reader",
     "ArrayView",
     "CheckpointMetadata",

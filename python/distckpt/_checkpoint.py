@@ -1,7 +1,9 @@
 """save, async_save and load: the torch.distributed.checkpoint-style entry points.
 
 ``__all__`` is what the package re-exports. The other names without an underscore (``add_leaf``, ``save_state``,
-``abort_on_local_error``) are the package-internal API the DCP writer (``_dcp_storage``) shares with ``save``.
+``abort_on_local_error``) are the package-internal API the DCP writer (``_dcp_storage``) shares with ``save``;
+``build_save_state`` and ``load_into`` are what the checkpoint manager (``manager``) shares with ``save`` and ``load``:
+the same state becomes the same entries, and a restore fills a state as a load does.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def add_leaf(state: "_native.State", name: str, value: Any, is_array: bool, allo
     return encoding
 
 
-def _build_save_state(
+def build_save_state(
     state_dict: Mapping[str, Any], allow_pickle: bool, user_metadata: Optional[Mapping[str, str]]
 ) -> "_native.State":
     flat = _tree.flatten(state_dict, _arrays.is_array)
@@ -128,7 +130,7 @@ def save(
         The checkpoint's summary. The GIL is released while writing.
     """
     with abort_on_local_error(comm):
-        state = _build_save_state(state_dict, allow_pickle, user_metadata)
+        state = build_save_state(state_dict, allow_pickle, user_metadata)
     return save_state(state, path, comm, overwrite, sync, io_threads, checksum_block_size, timeout, progress, storage)
 
 
@@ -327,7 +329,7 @@ def async_save(
     # that fails below tells the others on the communicator their saves use.
     comm = for_background(comm)
     with abort_on_local_error(comm):
-        state = _build_save_state(state_dict, allow_pickle, user_metadata)
+        state = build_save_state(state_dict, allow_pickle, user_metadata)
     future = _native.save_async(
         native_path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
         _native.timeout_ms(timeout), progress, device_snapshot, native_storage,
@@ -457,7 +459,7 @@ def load(
                 if rename is not None:
                     raise InvalidArgumentError("load: rename needs a state_dict to name the targets")
                 return _load_everything(ckpt, native_comm, allow_pickle, progress)
-            return _load_into(state_dict, ckpt, native_comm, allow_pickle, progress, rename)
+            return load_into(state_dict, ckpt, native_comm, allow_pickle, progress, rename)
     finally:
         reader.close()
 
@@ -468,10 +470,12 @@ def _check_pickle(names: List[str], ckpt: _Opened, allow_pickle: bool) -> None:
         raise _tree.pickle_refused(pickled, ckpt.path)
 
 
-def _load_into(
+def load_into(
     state_dict: MutableMapping[str, Any], ckpt: _Opened, native_comm: Any, allow_pickle: bool,
     progress: Optional[ProgressFn], rename: Optional[Callable[[str], str]] = None,
 ) -> Any:  # fmt: skip
+    """Fills ``state_dict`` from ``ckpt``: an ``_Opened``, or any object with its ``path``, ``entries``,
+    ``encodings``, ``read_object`` and ``reader.load`` (the checkpoint manager's restore passes one)."""
     flat = _tree.flatten(state_dict, _arrays.is_load_target)
     if rename is not None:
         _rename_leaves(flat, rename, ckpt.path)

@@ -211,3 +211,37 @@ def storage_remove_leftovers(
 def storage_remove_checkpoint(storage: Optional[Storage], path: str) -> None: ...
 def scan_leftovers(root: str, final_name: Optional[str], grace_seconds: float) -> List[Dict[str, Any]]: ...
 def remove_leftover(path: str, grace_seconds: float) -> None: ...
+
+# manager.cc: dckpt_manager_* (a checkpoint every step, in tiers). C names without DCKPT_TIER_: "NONE", "LOCAL",
+# "PEER", "PERSISTENT".
+TIERS: Dict[str, int]
+
+class Manager:
+    # Collective over comm (None: a single process); None and 0 take the core's defaults.
+    @staticmethod
+    def new(
+        comm: Optional[Comm],
+        local_dir: Optional[str],
+        job: Optional[str],
+        node_id: Optional[str],
+        replicas: int,
+        persistent_path: Optional[str],
+        persistent_storage: Optional[Storage],
+        persist_every: int,
+        keep_local: int,
+        keep_persistent: int,
+        local_budget_bytes: int,
+        timeout_ms: int,
+        device_snapshot: bool,
+        exchange_round_bytes: int,
+    ) -> Manager: ...
+    def save(self, step: int, state: State, persist: bool) -> None: ...
+    def wait(self, timeout_ms: int) -> None: ...
+    def latest_step(self) -> Optional[int]: ...
+    # dckpt_restore_info's fields (found, step, tier, bytes_local, bytes_from_peers, bytes_from_persistent, seconds)
+    # plus "report" (dckpt_manager_restore_report).
+    def restore(self, state: State, fallback: bool, use_persistent: bool) -> Dict[str, Any]: ...
+    def restore_report(self) -> str: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
