@@ -46,6 +46,15 @@ uint64_t StateBytes(const State& state) {
   return total;
 }
 
+// `path` and the directories above it, as mkdir -p.
+Status MakeDirs(Storage* storage, const std::string& path) {
+  for (size_t at = path.find('/', 1);; at = path.find('/', at + 1)) {
+    Status made = storage->CreateDir(path.substr(0, at));
+    if (!made.ok() && made.code() != StatusCode::kExists) return made;
+    if (at == std::string::npos) return OkStatus();
+  }
+}
+
 }  // namespace
 
 // Steps staged but not yet complete (queued or being processed) that Save lets exist before it waits.
@@ -57,6 +66,7 @@ struct CheckpointManager::Job {
   std::unique_ptr<SaveFuture> future;
   Status staged;
   std::string layout;           // EncodeLayout of the state
+  uint64_t keep = 0;            // complete steps this rank's budget lets the node keep
   uint64_t staging_charge = 0;  // bytes of the budget held until the part is written
 };
 
@@ -73,6 +83,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
   if (options.keep_local < 1) return InvalidArgument("checkpoint manager: keep_local must be at least 1");
   if (options.exchange_round_bytes == 0) return InvalidArgument("checkpoint manager: exchange_round_bytes is 0");
   std::unique_ptr<CheckpointManager> m(new CheckpointManager(comm, options));
+  m->keep_ = static_cast<uint64_t>(options.keep_local);
   if (!comm) {
     m->single_ = NewSingleProcessCommunicator();
     m->comm_ = m->single_.get();
@@ -82,8 +93,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
   m->persistent_ = options.persistent_storage ? options.persistent_storage.get() : DefaultStorage();
 
   // Node ids and the run id (rank 0's nonce) in one AllGather; a rank whose local directory is unusable says so.
-  Status local = m->local_->CreateDir(options.local_dir);
-  if (local.code() == StatusCode::kExists) local = OkStatus();
+  Status local = MakeDirs(m->local_, options.local_dir);
   if (local.ok()) {
     auto is_dir = m->local_->IsDirectory(options.local_dir);
     if (!is_dir.ok()) local = is_dir.status();
@@ -92,15 +102,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
   if (!local.ok()) local = local.WithContext("checkpoint manager: local directory");
   if (local.ok() && me == 0 && !options.persistent_path.empty() &&
       m->persistent_->commit_protocol() == CommitProtocol::kRename) {
-    // The persistent directory and those above it, as mkdir -p (object stores have no directories).
-    const std::string& p = options.persistent_path;
-    for (size_t at = p.find('/', 1); local.ok(); at = p.find('/', at + 1)) {
-      Status made = m->persistent_->CreateDir(p.substr(0, at));
-      if (!made.ok() && made.code() != StatusCode::kExists) {
-        local = made.WithContext("checkpoint manager: persistent directory '" + p + "'");
-      }
-      if (at == std::string::npos) break;
-    }
+    // The persistent directory and those above it (object stores have no directories).
+    local = MakeDirs(m->persistent_, options.persistent_path).WithContext("checkpoint manager: persistent directory");
   }
   WireWriter w;
   w.Str(options.node_id);
@@ -210,6 +213,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
   }
   const uint64_t tier_charge = part_estimate * (1 + static_cast<uint64_t>(options_.replicas));
   const uint64_t charge = tier_charge + bytes;  // the tier's copies and the staging until the part is written
+  uint64_t keep = static_cast<uint64_t>(options_.keep_local);
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!broken_.ok()) return broken_;
@@ -224,16 +228,19 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
     }
     const uint64_t budget = options_.local_budget_bytes;
     if (budget) {
-      const uint64_t steady = tier_charge * static_cast<uint64_t>(options_.keep_local) + charge;
-      if (steady > budget) {
+      // One complete step kept and this one in flight is the least a budget must hold; it keeps as many of the
+      // keep_local newest complete steps as fit beside the one in flight (the ranks agree on the fewest).
+      const uint64_t least = tier_charge + charge;
+      if (least > budget) {
         return InvalidArgument("checkpoint manager: step " + std::to_string(step) + " of " + std::to_string(bytes) +
-                               " bytes on rank " + std::to_string(comm_->rank()) + " needs " + std::to_string(steady) +
-                               " bytes of the local tier (" + std::to_string(options_.keep_local) +
-                               " kept step(s) and one in flight, each with " + std::to_string(options_.replicas) +
+                               " bytes on rank " + std::to_string(comm_->rank()) + " needs " + std::to_string(least) +
+                               " bytes of the local tier (one complete step kept and one in flight, each with " +
+                               std::to_string(options_.replicas) +
                                " replica(s) of another rank's part, plus the staging), more than "
                                "local_budget_bytes (" +
                                std::to_string(budget) + ")");
       }
+      keep = std::min<uint64_t>(static_cast<uint64_t>(options_.keep_local), (budget - charge) / tier_charge);
       // Back-pressure: wait for steps in flight (each completion drops the steps no longer kept).
       const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
       while (charged_total_ + charge > budget && (busy_ || !queue_.empty())) {
@@ -263,6 +270,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
   job->persist = persist || (options_.persist_every && step % options_.persist_every == 0);
   job->staging_charge = bytes;
   job->layout = EncodeLayout(state);
+  job->keep = keep;
   PartInfo info{static_cast<uint32_t>(comm_->rank()), static_cast<uint32_t>(comm_->size()), step};
   Status st = OkStatus();
   auto part = MakePartState(state, info);
@@ -421,8 +429,22 @@ Status CheckpointManager::CheckLayout(const Job& job, Status* outcome) {
   *outcome = OkStatus();
   WireWriter w;
   w.U64(Xxh3(job.layout.data(), job.layout.size()));
+  w.Var(job.keep);
+  std::vector<std::string> gathered;
+  DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &gathered, options_.timeout));
   std::vector<std::string> hashes;
-  DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &hashes, options_.timeout));
+  uint64_t keep = job.keep;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    WireReader rd(gathered[r]);
+    uint64_t hash = 0, k = 0;
+    if (!rd.U64(&hash) || !rd.Var(&k)) return Internal("malformed layout hash from rank " + std::to_string(r));
+    hashes.push_back(gathered[r].substr(0, 8));
+    keep = std::min(keep, k);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keep_ = std::max<uint64_t>(1, keep);
+  }
   if (hashes == checked_layouts_) return OkStatus();
   std::vector<std::string> layouts;
   DCKPT_RETURN_IF_ERROR(comm_->AllGather(job.layout, &layouts, options_.timeout));
@@ -748,13 +770,14 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
   return OkStatus();
 }
 
-// Steps this rank has finished with and that are not among the newest keep_local complete ones are removed from the
-// node by its first rank (ranks of one node complete the same steps, in the same order).
+// Steps this rank has finished with and that are not among the newest complete ones kept (keep_local, or fewer when
+// the budget of some rank holds fewer: keep_, agreed) are removed from the node by its first rank (ranks of one node
+// complete the same steps, in the same order).
 void CheckpointManager::Prune(uint64_t step) {
   std::vector<uint64_t> drop;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    while (completed_.size() > static_cast<size_t>(options_.keep_local)) {
+    while (completed_.size() > keep_) {
       drop.push_back(completed_.front());
       completed_.erase(completed_.begin());
     }

@@ -136,6 +136,7 @@ class CheckpointManager {
   std::map<uint64_t, uint64_t> charged_;  // bytes of the budget each step holds
   uint64_t charged_total_ = 0;
   uint64_t last_part_bytes_ = 0;
+  uint64_t keep_ = 1;                         // complete steps kept, agreed with every step (Prune)
   std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)  // the
                                               // files of the last part this rank wrote
   std::string report_;

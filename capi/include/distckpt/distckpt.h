@@ -905,8 +905,9 @@ typedef struct dckpt_manager_options {
   unsigned keep_persistent;     /* persisted steps kept; 0: all (default) */
   uint64_t local_budget_bytes;  /* the most this rank's local tier may hold: its parts, the replicas it keeps for
                                  * others and the staging of steps in flight. A save that would go past it waits for
-                                 * steps in flight, then drops older steps; DCKPT_EINVAL for a step larger than the
-                                 * whole budget. 0: no cap (default) */
+                                 * steps in flight, and the node keeps fewer than keep_local complete steps (as many
+                                 * as every rank's budget holds beside one step in flight, at least one);
+                                 * DCKPT_EINVAL when one kept step and one in flight do not fit. 0: no cap (default) */
   uint64_t timeout_ms;          /* collective timeout; 0: default (10 minutes) */
   int device_snapshot;          /* as dckpt_save_options.device_snapshot (default 0) */
   uint64_t exchange_round_bytes; /* the most one rank sends to another per exchange round (replication, restore);
