@@ -214,9 +214,9 @@ Status CheckLayouts(const std::vector<std::string>& layouts, const std::string& 
     }
     Status tiled = CheckExactTiling(Span<const uint64_t>(t.shape.data(), nd), boxes);
     if (!tiled.ok()) {
-      return InvalidArgument(context + ": the ranks' pieces of tensor '" + name +
-                             "' do not tile it exactly (every element in one box; replicas in identical boxes): " +
-                             tiled.message());
+      return InvalidArgument(
+          context + ": the ranks' pieces of tensor '" + name +
+          "' do not tile it exactly (every element in one box; replicas in identical boxes): " + tiled.message());
     }
   }
   return OkStatus();
