@@ -14,7 +14,7 @@ using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
 /// Values travel in message headers: never renumber.
-enum class Op : uint32_t { kAllGather = 1, kGather = 2, kBroadcast = 3, kBarrier = 4 };
+enum class Op : uint32_t { kAllGather = 1, kGather = 2, kBroadcast = 3, kBarrier = 4, kSendRecv = 5 };
 
 /// "allgather", "gather to rank 2", "broadcast from rank 0", "barrier" (or "unknown collective N" for a bad header).
 inline std::string OpName(uint32_t op, int root) {
@@ -27,6 +27,8 @@ inline std::string OpName(uint32_t op, int root) {
       return "broadcast from rank " + std::to_string(root);
     case Op::kBarrier:
       return "barrier";
+    case Op::kSendRecv:
+      return "sendrecv";
   }
   return "unknown collective " + std::to_string(op);
 }

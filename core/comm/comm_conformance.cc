@@ -44,6 +44,7 @@ class Checker {
     DCKPT_RETURN_IF_ERROR(Barriers());
     DCKPT_RETURN_IF_ERROR(InvalidRoots());
     DCKPT_RETURN_IF_ERROR(ManySmall());
+    DCKPT_RETURN_IF_ERROR(SendRecvs());
     if (o_.check_timeout && n_ > 1) DCKPT_RETURN_IF_ERROR(Timeout());
     return OkStatus();
   }
@@ -56,6 +57,53 @@ class Checker {
   Status Failed(const std::string& check, const Status& st) const {
     return Status(st.code(), "conformance check '" + check + "' failed on rank " + std::to_string(me_) + " of " +
                                  std::to_string(n_) + " (" + c_->name() + "): " + st.message());
+  }
+
+  // Point-to-point: each rank sends to the next and receives from the one before (a ring), with sizes varied and one
+  // large; then only rank 0 sends (to every other rank) and only the others receive; buffers are reused across
+  // rounds. With one rank there is nobody to send to: an empty call.
+  Status SendRecvs() {
+    std::string in;
+    for (int round = 0; round < 3; ++round) {
+      if (n_ == 1) {
+        Status st = c_->SendRecv({}, {}, o_.timeout);
+        if (!st.ok()) return Failed("sendrecv", st);
+        continue;
+      }
+      const int next = (me_ + 1) % n_, prev = (me_ + n_ - 1) % n_;
+      auto message = [&](int from) {
+        const size_t size =
+            round == 2 && from == n_ - 1 ? o_.large_bytes : static_cast<size_t>((from * 7 + round) % 13);
+        std::string m(size, '\0');
+        for (size_t i = 0; i < size; ++i) m[i] = static_cast<char>(from * 31 + round * 7 + i);
+        return m;
+      };
+      const std::string out = message(me_);
+      Status st = c_->SendRecv({{next, &out}}, {{prev, &in}}, o_.timeout);
+      if (!st.ok()) return Failed("sendrecv", st);
+      if (in != message(prev)) {
+        return Fail("sendrecv", "round " + std::to_string(round) + ": " + std::to_string(in.size()) +
+                                    " bytes from rank " + std::to_string(prev) + ", not its message of " +
+                                    std::to_string(message(prev).size()));
+      }
+    }
+    if (n_ > 1) {
+      std::vector<std::string> outs(n_);
+      std::vector<std::pair<int, const std::string*>> sends;
+      std::vector<std::pair<int, std::string*>> recvs;
+      if (me_ == 0) {
+        for (int r = 1; r < n_; ++r) {
+          outs[r] = "to rank " + std::to_string(r);
+          sends.emplace_back(r, &outs[r]);
+        }
+      } else {
+        recvs.emplace_back(0, &in);
+      }
+      Status st = c_->SendRecv(sends, recvs, o_.timeout);
+      if (!st.ok()) return Failed("sendrecv", st);
+      if (me_ != 0 && in != "to rank " + std::to_string(me_)) return Fail("sendrecv", "from rank 0: '" + in + "'");
+    }
+    return OkStatus();
   }
 
   Status Identity() {

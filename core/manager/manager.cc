@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -14,7 +15,6 @@
 #include "core/engine/load.h"
 #include "core/format/checksum.h"
 #include "core/format/metadata.h"
-#include "core/manager/exchange.h"
 #include "core/manager/manager_util.h"
 #include "core/manager/part.h"
 #include "core/plan/save_planner.h"
@@ -342,14 +342,42 @@ void CheckpointManager::Run() {
   }
 }
 
+// DCKPT_MANAGER_TRACE=1: each step's phases, timed, on stderr (one line per step and rank).
+class StepTrace {
+ public:
+  StepTrace(int rank, uint64_t step) : on_(std::getenv("DCKPT_MANAGER_TRACE") != nullptr), rank_(rank), step_(step) {}
+  ~StepTrace() {
+    if (on_)
+      std::fprintf(stderr, "dckpt manager trace: rank %d step %llu:%s\n", rank_, (unsigned long long)step_,
+                   line_.c_str());
+  }
+  void Mark(const char* phase) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s %.1f ms", phase, std::chrono::duration<double, std::milli>(now - at_).count());
+    line_ += buf;
+    at_ = now;
+  }
+
+ private:
+  bool on_;
+  int rank_;
+  uint64_t step_;
+  std::string line_;
+  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
+};
+
 void CheckpointManager::Process(Job& job) {
   const std::string what = "checkpoint manager: step " + std::to_string(job.step);
+  StepTrace trace(comm_->rank(), job.step);
   Status local = job.staged;
   if (job.future) {
     auto saved = job.future->Wait(std::chrono::milliseconds::max());
     if (!saved.ok()) local = saved.status().WithContext(what + ": writing the local part");
     job.future.reset();
   }
+  trace.Mark("local-part");
   {
     std::lock_guard<std::mutex> lock(mu_);
     charged_[job.step] -= job.staging_charge;
@@ -371,6 +399,7 @@ void CheckpointManager::Process(Job& job) {
     return;
   }
   if (local.ok()) local = layout;
+  trace.Mark("layout");
   uint64_t held = 0;
   collective = Replicate(job, local, &replicated, &held);
   {
@@ -387,7 +416,9 @@ void CheckpointManager::Process(Job& job) {
     return;
   }
   if (local.ok() && !replicated.ok()) local = replicated.WithContext(what + ": replicating");
+  trace.Mark("replicate");
   auto all = AgreeAll(comm_, local, options_.timeout);
+  trace.Mark("agree");
   if (!all.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     broken_ = Status(StatusCode::kPeer, what + ": " + all.status().message());
@@ -422,7 +453,9 @@ void CheckpointManager::Process(Job& job) {
     }
     if (!outcome.ok()) Fail(outcome.WithContext(what + ": persisting"));
   }
+  trace.Mark("persist");
   Prune(job.step);
+  trace.Mark("prune");
 }
 
 Status CheckpointManager::CheckLayout(const Job& job, Status* outcome) {
@@ -575,33 +608,29 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
     }
     return OkStatus();
   };
+  // Buffers kept across rounds: a round allocates nothing once the first has run.
+  std::string chunk;
+  std::map<int, std::string> received;
   for (uint64_t round = 0; round < rounds; ++round) {
-    std::vector<int> receivers;
-    for (int q = 0; q < size; ++q) {
-      for (int r = 0; r < size; ++r) {
-        if (total[r] > round * rb && std::count(targets_of_[r].begin(), targets_of_[r].end(), q)) {
-          receivers.push_back(q);
-          break;
-        }
-      }
+    const uint64_t lo = round * rb;
+    std::vector<std::pair<int, const std::string*>> sends;
+    if (total[me] > lo) {
+      chunk.clear();
+      if (send_st.ok()) send_st = read_stream(lo, std::min(total[me], lo + rb), &chunk);
+      // A rank that cannot read its own part sends nothing (an empty message); its receivers see a short stream.
+      if (!send_st.ok()) chunk.clear();
+      for (int t : targets_) sends.emplace_back(t, &chunk);
     }
-    std::map<int, std::string> sends;
-    if (total[me] > round * rb) {
-      std::string chunk;
-      const uint64_t lo = round * rb, hi = std::min(total[me], lo + rb);
-      if (send_st.ok()) send_st = read_stream(lo, hi, &chunk);
-      // A rank that cannot read its own part sends nothing; its receivers see a short stream and say so.
-      if (send_st.ok()) {
-        for (int t : targets_) sends[t] = chunk;
-      }
+    std::vector<std::pair<int, std::string*>> recvs;
+    for (int src : sources_) {
+      if (total[src] > lo) recvs.emplace_back(src, &received[src]);
     }
-    std::map<int, std::string> received;
-    DCKPT_RETURN_IF_ERROR(Exchange(comm_, receivers, sends, &received, options_.timeout));
+    DCKPT_RETURN_IF_ERROR(comm_->SendRecv(sends, recvs, options_.timeout));
     for (auto& [src, inc] : in) {
-      if (total[src] <= round * rb || !inc.st.ok()) continue;
-      auto it = received.find(src);
-      const uint64_t lo = round * rb, hi = std::min(total[src], lo + rb);
-      if (it == received.end() || it->second.size() != hi - lo) {
+      if (total[src] <= lo || !inc.st.ok()) continue;
+      const std::string& got = received[src];
+      const uint64_t hi = std::min(total[src], lo + rb);
+      if (got.size() != hi - lo) {
         inc.st = IoError("rank " + std::to_string(src) + " did not send its part (it could not read it)");
         continue;
       }
@@ -609,7 +638,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
         const uint64_t fs = inc.starts[i], fe = fs + files[src][i].size;
         if (fe <= lo || fs >= hi) continue;
         const uint64_t a = std::max(lo, fs), b = std::min(hi, fe);
-        inc.st = inc.out[i]->WriteAt(a - fs, it->second.data() + (a - lo), b - a);
+        inc.st = inc.out[i]->WriteAt(a - fs, got.data() + (a - lo), b - a);
       }
     }
   }

@@ -15,7 +15,6 @@
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/format/metadata.h"
-#include "core/manager/exchange.h"
 #include "core/manager/manager.h"
 #include "core/manager/manager_util.h"
 #include "core/manager/part.h"
@@ -482,39 +481,42 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   };
   std::map<std::string, std::unique_ptr<WritableFile>> fetched;
   uint64_t from_peers = 0;
+  // Buffers kept across rounds (one per peer each way): a round allocates nothing once the first has run.
+  std::map<int, std::string> outgoing, incoming;
   for (uint64_t round = 0; round < rounds; ++round) {
-    std::set<int> receivers;
+    const uint64_t lo = round * rb;
+    std::vector<std::pair<int, const std::string*>> sends;
+    std::vector<std::pair<int, std::string*>> recvs;
     for (const auto& kv : pairs) {
-      if (stream_total(kv.second) > round * rb) receivers.insert(kv.first.second);
-    }
-    std::map<int, std::string> sends;
-    for (const auto& kv : pairs) {
-      if (kv.first.first != me) continue;
-      const uint64_t total = stream_total(kv.second), lo = round * rb, hi = std::min(total, lo + rb);
+      const auto [server, requester] = kv.first;
+      const uint64_t total = stream_total(kv.second);
       if (total <= lo) continue;
-      std::string chunk;
+      if (requester == me) recvs.emplace_back(server, &incoming[server]);
+      if (server != me) continue;
+      std::string& chunk = outgoing[requester];
+      chunk.clear();
       if (serve_st.ok()) {
-        serve_st = stream_io(kv.second, lo, hi, [&](const Request& r, uint64_t off, uint64_t n, uint64_t) -> Status {
-          const std::string path = PartDir(step, r.part) + "/" + r.file;
-          auto& f = open[path];
-          if (!f) {
-            DCKPT_ASSIGN_OR_RETURN(f, local_->OpenFile(path));
-          }
-          return CopyRange(*f, off, n, &chunk);
-        });
+        serve_st = stream_io(kv.second, lo, std::min(total, lo + rb),
+                             [&](const Request& r, uint64_t off, uint64_t n, uint64_t) -> Status {
+                               const std::string path = PartDir(step, r.part) + "/" + r.file;
+                               auto& f = open[path];
+                               if (!f) {
+                                 DCKPT_ASSIGN_OR_RETURN(f, local_->OpenFile(path));
+                               }
+                               return CopyRange(*f, off, n, &chunk);
+                             });
       }
-      if (serve_st.ok()) sends[kv.first.second] = std::move(chunk);
+      if (!serve_st.ok()) chunk.clear();  // the requester sees a short message and says so
+      sends.emplace_back(requester, &chunk);
     }
-    std::map<int, std::string> received;
-    DCKPT_RETURN_IF_ERROR(
-        Exchange(comm_, std::vector<int>(receivers.begin(), receivers.end()), sends, &received, options_.timeout));
+    DCKPT_RETURN_IF_ERROR(comm_->SendRecv(sends, recvs, options_.timeout));
     for (const auto& kv : pairs) {
       if (kv.first.second != me || !st.ok()) continue;
       const int server = kv.first.first;
-      const uint64_t total = stream_total(kv.second), lo = round * rb, hi = std::min(total, lo + rb);
+      const uint64_t total = stream_total(kv.second), hi = std::min(total, lo + rb);
       if (total <= lo) continue;
-      auto it = received.find(server);
-      if (it == received.end() || it->second.size() != hi - lo) {
+      const std::string& got = incoming[server];
+      if (got.size() != hi - lo) {
         st = IoError("rank " + std::to_string(server) + " on node '" + node_of_[server] +
                      "' did not send the bytes asked of it");
         continue;
@@ -534,7 +536,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
           }();
           DCKPT_RETURN_IF_ERROR(f->Truncate(size_of));
         }
-        return f->WriteAt(off, it->second.data() + at, n);
+        return f->WriteAt(off, got.data() + at, n);
       });
     }
   }

@@ -540,6 +540,29 @@ class GlooCommunicator final : public Communicator {
     return st;
   }
 
+  // Directly between the ranks concerned: each message goes only from its sender to its receiver.
+  Status SendRecv(const std::vector<std::pair<int, const std::string*>>& sends,
+                  const std::vector<std::pair<int, std::string*>>& recvs, Millis timeout) override {
+    const int n = g_.size, me = g_.rank;
+    for (const auto& s : sends) {
+      if (s.first < 0 || s.first >= n || s.first == me) {
+        return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(s.first));
+      }
+    }
+    for (const auto& r : recvs) {
+      if (r.first < 0 || r.first >= n || r.first == me) {
+        return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(r.first));
+      }
+    }
+    Call call;
+    DCKPT_RETURN_IF_ERROR(Begin(Op::kSendRecv, -1, timeout, &call));
+    return Run(call, [&](Exchange& x) {
+      for (const auto& s : sends) x.PostSend(s.first, *s.second);
+      for (const auto& r : recvs) x.PostHeaderRecv(r.first);
+      for (const auto& r : recvs) x.AwaitHeader(r.first, r.second);
+    });
+  }
+
   Status Broadcast(std::string* data, int root, Millis timeout) override {
     Call call;
     DCKPT_RETURN_IF_ERROR(Begin(Op::kBroadcast, root, timeout, &call));

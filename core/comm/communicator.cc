@@ -1,0 +1,38 @@
+#include "core/comm/communicator.h"
+
+#include <algorithm>
+
+namespace distckpt {
+
+Status Communicator::SendRecv(const std::vector<std::pair<int, const std::string*>>& sends,
+                              const std::vector<std::pair<int, std::string*>>& recvs,
+                              std::chrono::milliseconds timeout) {
+  const int n = size(), me = rank();
+  for (const auto& s : sends) {
+    if (s.first < 0 || s.first >= n || s.first == me) {
+      return InvalidArgument("sendrecv: rank " + std::to_string(me) + " sends to rank " + std::to_string(s.first) +
+                             " of a group of " + std::to_string(n));
+    }
+  }
+  // Who receives anything: every rank says whether it does.
+  std::vector<std::string> receiving;
+  DCKPT_RETURN_IF_ERROR(AllGather(std::string(1, recvs.empty() ? '\0' : '\1'), &receiving, timeout));
+  static const std::string kNothing;
+  for (int root = 0; root < n; ++root) {
+    if (receiving[root] != std::string(1, '\1')) continue;
+    const std::string* mine = &kNothing;
+    for (const auto& s : sends) {
+      if (s.first == root) mine = s.second;
+    }
+    std::vector<std::string> all;
+    DCKPT_RETURN_IF_ERROR(Gather(*mine, root, &all, timeout));
+    if (root != me) continue;
+    for (const auto& r : recvs) {
+      if (r.first < 0 || r.first >= n) return InvalidArgument("sendrecv: no rank " + std::to_string(r.first));
+      r.second->assign(all[r.first]);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace distckpt
