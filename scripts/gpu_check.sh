@@ -206,14 +206,15 @@ fi
 # ---- 4. the GPU cases ---------------------------------------------------------------------------------------------
 # What only a GPU settles (python/tests/test_gpu_cases.py): stream ordering, no current context (a fresh thread, a C
 # program compiled here against the kit's header and library, JAX), memory kinds, a stuck stream with a timeout,
-# snapshots of many tensors and on a full GPU, a strided load, graph capture beside a save, NCCL at world size 1 and
-# the two-GPU cases. Their measurements are properties in gpu_cases.xml. A time limit of their own
+# snapshots of many tensors and on a full GPU, a strided load, graph capture beside a save, NCCL at world size 1,
+# the two-GPU cases, and CUDA tensors through the checkpoint manager (python/tests/test_manager.py). Their measurements are properties in gpu_cases.xml. A time limit of their own
 # (GPU_CASES_TIMEOUT, default 420 s); a case still running after 120 s has its threads' stacks dumped to the log.
 if [[ $built -eq 1 ]]; then
   log="$out/logs/gpu_cases.log"
   step_timeout_all=$step_timeout
   step_timeout=${GPU_CASES_TIMEOUT:-420}
-  run "gpu cases (pytest)" "$log" env -C "$work" "$py" -m pytest "$kit/python/tests/test_gpu_cases.py" -v -rsxP \
+  run "gpu cases (pytest)" "$log" env -C "$work" "$py" -m pytest "$kit/python/tests/test_gpu_cases.py" \
+    "$kit/python/tests/test_manager.py::test_torch_cuda_tensors_on_a_gpu" -v -rsxP \
     -p no:cacheprovider -o faulthandler_timeout=120 --junitxml="$out/gpu_cases.xml" -o junit_family=xunit1
   step_timeout=$step_timeout_all
   read -r p f s < <(junit_counts "$out/gpu_cases.xml")
