@@ -107,8 +107,9 @@ class CheckpointManager {
   std::string PartDir(uint64_t step, uint32_t rank) const;
   Result<Inventory> TakeInventory(bool use_persistent);
   Status RestoreFromParts(State& state, uint64_t step, const std::vector<std::string>& part_metadata,
-                          const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary);
-  void Fail(const Status& st);  // mu_ held
+                          const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary,
+                          bool* corrupt);  // *corrupt: some rank's load found a corrupt byte
+  void Fail(const Status& st);             // mu_ held
 
   Communicator* comm_;
   std::unique_ptr<Communicator> single_;  // when created without a communicator

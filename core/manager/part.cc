@@ -145,7 +145,7 @@ Result<State> MakePartState(const State& state, const PartInfo& info) {
   for (const auto& kv : state.user()) part.SetUserMetadata(kv.first, kv.second);
   part.SetUserMetadata(kPartKey, InfoText(info));
   part.SetUserMetadata(kPartBoxesKey, boxes);
-  part.SetStructure(state.structure());
+  if (!state.structure().empty()) part.SetUserMetadata(kPartStructureKey, state.structure());
   return part;
 }
 
@@ -307,9 +307,9 @@ Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string
   out.checksum_block_size = first.checksum_block_size;
   out.alignment = first.alignment;
   for (const auto& kv : first.user) {
-    if (kv.first != kPartKey && kv.first != kPartBoxesKey) out.user.push_back(kv);
+    if (kv.first == kPartStructureKey) out.structure = kv.second;
+    else if (kv.first != kPartKey && kv.first != kPartBoxesKey) out.user.push_back(kv);
   }
-  out.structure = first.structure;
 
   struct Merged {
     EntryRecord rec;

@@ -5,7 +5,8 @@
 // In a part, piece k of tensor T is the entry "T#k" whose shape is the piece's lengths; the user key kPartKey says
 // whose part it is ("rank=R ranks=N step=S"), and kPartBoxesKey where each piece entry lies in its tensor (one line
 // per piece entry: entry name, tensor name, offsets, global shape; names percent-escaped). Bytes entries keep their
-// names. A part is verifiable and inspectable by every client like any checkpoint.
+// names; the state's structure is kept under kPartStructureKey. A part is verifiable and inspectable by every client
+// like any checkpoint (a flat one of its piece entries).
 #ifndef DISTCKPT_CORE_MANAGER_PART_H_
 #define DISTCKPT_CORE_MANAGER_PART_H_
 
@@ -23,6 +24,9 @@ namespace distckpt {
 
 constexpr char kPartKey[] = "dckpt.part";
 constexpr char kPartBoxesKey[] = "dckpt.part.boxes";
+/// The state's structure (a binding's nested layout, which names the tensors, not the part's piece entries) is kept
+/// under this user key, so that a part opens in every client as a flat checkpoint of its piece entries.
+constexpr char kPartStructureKey[] = "dckpt.part.structure";
 
 struct PartInfo {
   uint32_t rank = 0;
@@ -62,9 +66,9 @@ Result<PartInfo> PartInfoOf(const MetadataView& view, const std::string& context
 /// is the number of data files of the parts of the ranks below r. Tensors get their global shapes, with each piece's
 /// chunks moved to the piece's place; a box several parts hold (replicated data) is kept once (the lowest rank's);
 /// a bytes entry several parts hold must have one size (the lowest rank's is kept); user metadata and structure are
-/// rank 0's (less the part keys). The result is validated like any metadata (chunks tile every tensor), so parts that
-/// do not make up a whole checkpoint are refused (kCorrupt naming `context` and the tensor).
-/// `file_name`, if given, names the merged data files instead (it is passed DataFileName(b + k)).
+/// rank 0's (the structure from kPartStructureKey; the part keys dropped). The result is validated like any metadata
+/// (chunks tile every tensor), so parts that do not make up a whole checkpoint are refused (kCorrupt naming `context`
+/// and the tensor). `file_name`, if given, names the merged data files instead (it is passed DataFileName(b + k)).
 Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string& context,
                                const std::function<std::string(const std::string&)>& file_name = nullptr);
 

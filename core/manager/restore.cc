@@ -191,87 +191,101 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
               what + ": the parts of rank(s) " + missing + " of " + std::to_string(ranks) + " are on no live node";
         continue;
       }
-      // Verification: for each part, one rank of each node that holds it reads and checks it.
-      std::vector<uint32_t> assigned;
-      for (uint32_t p = 0; p < ranks; ++p) {
-        std::map<int, std::vector<int>> by_node;
-        for (int r : holders[p]) by_node[node_index_[r]].push_back(r);
-        for (const auto& kv : by_node) {
-          if (kv.second[p % kv.second.size()] == me) assigned.push_back(p);
-        }
-      }
-      WireWriter w;
-      w.Var(assigned.size());
-      for (uint32_t p : assigned) {
-        const std::string dir = PartDir(step, p);
-        Status st = OkStatus();
-        std::string meta;
-        auto bytes = local_->ReadFile(dir + "/" + kMetadataFileName, kMaxMetadataBytes);
-        if (!bytes.ok()) st = bytes.status();
-        else meta = bytes.value();
-        if (st.ok()) {
-          auto part = ParsePart(meta, dir);
-          if (!part.ok()) st = part.status();
-          else if (part.value().info.step != step || part.value().info.rank != p || part.value().info.ranks != ranks)
-            st = Corrupt(dir + ": the part is not rank " + std::to_string(p) + "'s of " + what);
-        }
-        if (st.ok()) {
-          ReadOptions opts;
-          opts.storage = local_;
-          opts.share_verification = false;
-          auto reader = Reader::Open(dir, nullptr, opts);
-          st = reader.ok() ? reader.value()->VerifyAll(nullptr) : reader.status();
-        }
-        w.Var(p);
-        w.Str(EncodeStatus(st));
-        w.Str(st.ok() ? meta : std::string());
-      }
-      std::vector<std::string> all;
-      DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &all, options_.timeout));
-      std::vector<std::vector<int>> good(ranks);
-      std::vector<std::string> metadata(ranks);
-      for (int r = 0; r < size; ++r) {
-        WireReader rd(all[r]);
-        uint64_t n = 0;
-        bool ok = rd.Count(&n, 3);
-        for (uint64_t i = 0; ok && i < n; ++i) {
-          uint64_t p = 0;
-          std::string st_text, meta;
-          ok = rd.Var(&p) && rd.Str(&st_text) && rd.Str(&meta) && p < ranks;
-          if (!ok) break;
-          WireReader sr(st_text);
-          Status st = DecodeStatus(sr);
-          const std::string node = node_of_[r];
-          if (!st.ok()) {
-            note(what + ": skipped the copy of rank " + std::to_string(p) + "'s part on node '" + node +
-                 "' (verified by rank " + std::to_string(r) + "): " + st.message());
-            continue;
-          }
-          if (metadata[p].empty()) metadata[p] = meta;
-          for (int h : holders[p]) {
-            if (node_index_[h] == node_index_[r]) good[p].push_back(h);
+      bool give_up = false;  // this run of the step cannot be restored from the local tiers
+      for (int pass = 0; pass < 2 && !give_up; ++pass) {
+        const bool full = pass == 1;
+        // Which copies to use. First pass: every copy whose metadata is this step's part (the load verifies every byte
+        // it reads); should a load find a corrupt byte, second pass: one rank of each node that holds a part reads and
+        // checks all of it, and copies that fail are skipped (and reported).
+        std::vector<uint32_t> assigned;
+        for (uint32_t p = 0; p < ranks; ++p) {
+          std::map<int, std::vector<int>> by_node;
+          for (int r : holders[p]) by_node[node_index_[r]].push_back(r);
+          for (const auto& kv : by_node) {
+            if (kv.second[p % kv.second.size()] == me) assigned.push_back(p);
           }
         }
-        if (!ok) return Internal("restore: malformed verification message from rank " + std::to_string(r));
+        WireWriter w;
+        w.Var(assigned.size());
+        for (uint32_t p : assigned) {
+          const std::string dir = PartDir(step, p);
+          Status st = OkStatus();
+          std::string meta;
+          auto bytes = local_->ReadFile(dir + "/" + kMetadataFileName, kMaxMetadataBytes);
+          if (!bytes.ok()) st = bytes.status();
+          else meta = bytes.value();
+          if (st.ok()) {
+            auto part = ParsePart(meta, dir);
+            if (!part.ok()) st = part.status();
+            else if (part.value().info.step != step || part.value().info.rank != p || part.value().info.ranks != ranks)
+              st = Corrupt(dir + ": the part is not rank " + std::to_string(p) + "'s of " + what);
+          }
+          if (st.ok() && full) {
+            ReadOptions opts;
+            opts.storage = local_;
+            opts.share_verification = false;
+            auto reader = Reader::Open(dir, nullptr, opts);
+            st = reader.ok() ? reader.value()->VerifyAll(nullptr) : reader.status();
+          }
+          w.Var(p);
+          w.Str(EncodeStatus(st));
+          w.Str(st.ok() ? meta : std::string());
+        }
+        std::vector<std::string> all;
+        DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &all, options_.timeout));
+        std::vector<std::vector<int>> good(ranks);
+        std::vector<std::string> metadata(ranks);
+        for (int r = 0; r < size; ++r) {
+          WireReader rd(all[r]);
+          uint64_t n = 0;
+          bool ok = rd.Count(&n, 3);
+          for (uint64_t i = 0; ok && i < n; ++i) {
+            uint64_t p = 0;
+            std::string st_text, meta;
+            ok = rd.Var(&p) && rd.Str(&st_text) && rd.Str(&meta) && p < ranks;
+            if (!ok) break;
+            WireReader sr(st_text);
+            Status st = DecodeStatus(sr);
+            const std::string node = node_of_[r];
+            if (!st.ok()) {
+              note(what + ": skipped the copy of rank " + std::to_string(p) + "'s part on node '" + node +
+                   "' (verified by rank " + std::to_string(r) + "): " + st.message());
+              continue;
+            }
+            if (metadata[p].empty()) metadata[p] = meta;
+            for (int h : holders[p]) {
+              if (node_index_[h] == node_index_[r]) good[p].push_back(h);
+            }
+          }
+          if (!ok) return Internal("restore: malformed verification message from rank " + std::to_string(r));
+        }
+        missing.clear();
+        for (uint32_t p = 0; p < ranks; ++p) {
+          if (good[p].empty()) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+        }
+        if (!missing.empty()) {
+          note(what + ": not restorable from the local tiers: no copy of the parts of rank(s) " + missing +
+               " verifies");
+          if (newest)
+            missing_newest =
+                what + ": no copy of the parts of rank(s) " + missing + " of " + std::to_string(ranks) + " verifies";
+          give_up = true;
+          break;
+        }
+        for (auto& g : good) std::sort(g.begin(), g.end());
+        summary.step = step;
+        bool corrupt = false;
+        Status st = RestoreFromParts(state, step, metadata, good, &summary, &corrupt);
+        if (!st.ok()) {
+          if (!corrupt || full) return st;
+          note(what + ": a copy failed verification during the load (" + st.message() +
+               "); every copy is verified and the restore runs again");
+          continue;
+        }
+        summary.found = true;
+        summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return summary;
       }
-      missing.clear();
-      for (uint32_t p = 0; p < ranks; ++p) {
-        if (good[p].empty()) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-      }
-      if (!missing.empty()) {
-        note(what + ": not restorable from the local tiers: no copy of the parts of rank(s) " + missing + " verifies");
-        if (newest)
-          missing_newest =
-              what + ": no copy of the parts of rank(s) " + missing + " of " + std::to_string(ranks) + " verifies";
-        continue;
-      }
-      for (auto& g : good) std::sort(g.begin(), g.end());
-      summary.step = step;
-      Status st = RestoreFromParts(state, step, metadata, good, &summary);
-      if (!st.ok()) return st;
-      summary.found = true;
-      summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return summary;
     }
     if (std::count(inv.persisted.begin(), inv.persisted.end(), step)) {
       const std::string path = options_.persistent_path + "/" + StepName(step);
@@ -304,7 +318,9 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
 // the data files of parts its node holds, and sparse files holding the byte ranges it needs of the others, fetched
 // from a node that holds them. Then it loads from there (verifying every byte it reads), and the ranks agree.
 Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const std::vector<std::string>& part_metadata,
-                                           const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary) {
+                                           const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary,
+                                           bool* corrupt) {
+  *corrupt = false;
   const int me = comm_->rank(), size = comm_->size();
   const int my_node = node_index_[me];
   const std::string what = "step " + std::to_string(step);
@@ -563,6 +579,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   }
   (void)local_->RemoveAll(scratch);
   DCKPT_ASSIGN_OR_RETURN(std::vector<Status> outcome, AgreeAll(comm_, st, options_.timeout));
+  for (const Status& o : outcome) *corrupt = *corrupt || o.code() == StatusCode::kCorrupt;
   DCKPT_RETURN_IF_ERROR(FirstFailure(outcome, me, "restoring " + what).WithContext("restore"));
   summary->bytes_from_peers = from_peers;
   const uint64_t read = io.bytes_read + io.bytes_mapped;

@@ -82,15 +82,19 @@ def part_files(node_dir, step, rank):
     return sorted(p for p in part.rglob("*") if p.is_file())
 
 
-def flip_a_bit(node_dir, step, rank):
-    """Flips one bit of the first data file of part ``rank`` of ``step`` in ``node_dir``; returns that file."""
-    data = [p for p in part_files(node_dir, step, rank) if p.suffix == ".bin"]
-    assert data, f"no data file of part {rank} of step {step} in {node_dir}: {part_files(node_dir, step, rank)}"
-    with open(data[0], "r+b") as f:
+def flip_a_bit(node_dir, step, rank, entry="model.w#0"):
+    """Flips one bit in the data of ``entry`` (a tensor entry of the part: piece k of tensor T is "T#k") of part
+    ``rank`` of ``step`` in ``node_dir``, where every restore reads; returns the data file."""
+    part = pathlib.Path(node_dir) / step_dir(step) / f"part-{rank:05d}"
+    with distckpt.open(part) as r:
+        chunk = r.metadata[entry].chunks[0]
+    path = part / chunk.file
+    with open(path, "r+b") as f:
+        f.seek(chunk.file_offset)
         b = f.read(1)
-        f.seek(0)
+        f.seek(chunk.file_offset)
         f.write(bytes([b[0] ^ 0x10]))
-    return data[0]
+    return path
 
 
 # ---- Single process (comm=None): the API -------------------------------------------------------------------------
