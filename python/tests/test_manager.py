@@ -100,6 +100,17 @@ def flip_a_bit(node_dir, step, rank, entry="model.w#0"):
 # ---- Single process (comm=None): the API -------------------------------------------------------------------------
 
 
+def test_a_part_is_an_ordinary_checkpoint_every_client_opens(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
+        mgr.save(3, {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "step": 3})
+    part = tmp_path / "local" / step_dir(3) / "part-00000"
+    with distckpt.open(part) as r:
+        r.verify()
+        assert "w#0" in r.metadata and r.metadata["w#0"].shape == (3, 4)
+        assert r.user_metadata["dckpt.part"] == "rank=0 ranks=1 step=3"
+        assert (r["w#0"][:] == np.arange(12, dtype=np.float32).reshape(3, 4)).all()
+
+
 def test_one_process_saves_every_step_and_restores_the_newest(tmp_path):
     with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0) as mgr:
         assert mgr.latest_step() is None
