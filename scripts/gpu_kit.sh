@@ -51,7 +51,8 @@ mkdir -p "$kit/python/tests" "$kit/bindings" "$kit/bench"
 cp python/setup.py python/pyproject.toml python/README.md "$kit/python/"
 tar -C python --exclude=__pycache__ --exclude='*.egg-info' -cf - distckpt | tar -C "$kit/python" -xf -
 cp python/tests/conftest.py python/tests/_fake_cuda.py python/tests/test_device.py python/tests/test_gpu_cases.py \
-  python/tests/_c_no_context.c python/tests/test_manager.py python/tests/_manager_workers.py "$kit/python/tests/"
+  python/tests/_c_no_context.c python/tests/test_manager.py python/tests/_manager_workers.py python/tests/_workers.py \
+  "$kit/python/tests/"
 cp bindings/*.cc bindings/*.h bindings/_distckpt.lds "$kit/bindings/"  # every part of the one module
 cp bench/gpu/gpu_bench.py "$kit/bench/"
 # Golden checkpoints written elsewhere: verifying them there checks that machine's XXH3 SIMD build (e.g. AVX-512).
