@@ -82,6 +82,11 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
   }
   if (options.keep_local < 1) return InvalidArgument("checkpoint manager: keep_local must be at least 1");
   if (options.exchange_round_bytes == 0) return InvalidArgument("checkpoint manager: exchange_round_bytes is 0");
+  if (comm) {
+    // The manager's collectives run on its background thread, beside the caller's own work: as for SaveAsync, a
+    // communicator whose collectives are device work (NCCL) is refused, saying what to pass instead.
+    DCKPT_RETURN_IF_ERROR(comm->CheckBackgroundUse().WithContext("checkpoint manager"));
+  }
   std::unique_ptr<CheckpointManager> m(new CheckpointManager(comm, options));
   m->keep_ = static_cast<uint64_t>(options.keep_local);
   if (!comm) {

@@ -443,7 +443,7 @@ TEST(Manager, PiecesThatDoNotTileATensorFailTheStepOnEveryRank) {
   job.base = testing_util::MakeTempDir("manager-");
   job.node = [](int rank, int) { return std::string(1, static_cast<char>('a' + rank)); };
   RunJob(job, 2, [](CheckpointManager* m, int rank) -> Status {
-    std::vector<float> w(4 * kCols, 1.0f);
+    std::vector<float> w(6 * kCols, 1.0f);
     State st;
     DCKPT_RETURN_IF_ERROR(st.AddTensor("w", DType::kF32, {kRows, kCols}));
     DCKPT_RETURN_IF_ERROR(st.AddPiece("w", {rank * 6ull, 0}, {rank == 0 ? 6ull : 4ull, kCols}, w.data()));
@@ -456,6 +456,35 @@ TEST(Manager, PiecesThatDoNotTileATensorFailTheStepOnEveryRank) {
     DCKPT_ASSIGN_OR_RETURN(RestoreSummary s, m->Restore(probe.state, RestoreOptions()));
     return Expect(!s.found, "a step that did not tile was restored");
   });
+}
+
+// A communicator whose collectives cannot run on a background thread (NCCL's say so) is refused up front.
+TEST(Manager, ACommunicatorThatCannotRunInTheBackgroundIsRefused) {
+  class DeviceOnly : public Communicator {
+   public:
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    std::string name() const override { return "device-only"; }
+    Status AllGather(const std::string& mine, std::vector<std::string>* all, std::chrono::milliseconds) override {
+      *all = {mine};
+      return OkStatus();
+    }
+    Status Gather(const std::string& mine, int, std::vector<std::string>* all, std::chrono::milliseconds) override {
+      *all = {mine};
+      return OkStatus();
+    }
+    Status Broadcast(std::string*, int, std::chrono::milliseconds) override { return OkStatus(); }
+    Status Barrier(std::chrono::milliseconds) override { return OkStatus(); }
+    Status CheckBackgroundUse() const override { return Unsupported("device-only: not on a background thread"); }
+  } comm;
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = testing_util::MakeTempDir("manager-") + "/node-a";
+  o.replicas = 0;
+  auto m = CheckpointManager::Create(&comm, o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnsupported) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("not on a background thread"), std::string::npos);
 }
 
 // keep_persistent: older persisted steps go entirely (metadata and data files), nothing else in the directory does.

@@ -919,7 +919,8 @@ typedef struct dckpt_manager_options {
 DCKPT_API int dckpt_manager_options_init(dckpt_manager_options *opts, unsigned version);
 
 /* Collective over `comm` (NULL: a single process): the ranks learn each other's nodes. DCKPT_EINVAL when `replicas`
- * cannot be placed on that many other nodes. */
+ * cannot be placed on that many other nodes; DCKPT_EUNSUPPORTED for a communicator whose collectives cannot run on a
+ * background thread (NCCL's: pass the Gloo communicator it was bootstrapped over). */
 DCKPT_API int dckpt_manager_new(dckpt_manager **out, dckpt_comm *comm, const dckpt_manager_options *opts);
 /* Waits for the background work (as dckpt_manager_wait, errors lost), then frees (NULL is fine). */
 DCKPT_API void dckpt_manager_free(dckpt_manager *manager);
