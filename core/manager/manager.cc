@@ -347,35 +347,9 @@ void CheckpointManager::Run() {
   }
 }
 
-// DCKPT_MANAGER_TRACE=1: each step's phases, timed, on stderr (one line per step and rank).
-class StepTrace {
- public:
-  StepTrace(int rank, uint64_t step) : on_(std::getenv("DCKPT_MANAGER_TRACE") != nullptr), rank_(rank), step_(step) {}
-  ~StepTrace() {
-    if (on_)
-      std::fprintf(stderr, "dckpt manager trace: rank %d step %llu:%s\n", rank_, (unsigned long long)step_,
-                   line_.c_str());
-  }
-  void Mark(const char* phase) {
-    if (!on_) return;
-    const auto now = std::chrono::steady_clock::now();
-    char buf[64];
-    std::snprintf(buf, sizeof buf, " %s %.1f ms", phase, std::chrono::duration<double, std::milli>(now - at_).count());
-    line_ += buf;
-    at_ = now;
-  }
-
- private:
-  bool on_;
-  int rank_;
-  uint64_t step_;
-  std::string line_;
-  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
-};
-
 void CheckpointManager::Process(Job& job) {
   const std::string what = "checkpoint manager: step " + std::to_string(job.step);
-  StepTrace trace(comm_->rank(), job.step);
+  PhaseTrace trace("rank " + std::to_string(comm_->rank()) + " step " + std::to_string(job.step));
   Status local = job.staged;
   if (job.future) {
     auto saved = job.future->Wait(std::chrono::milliseconds::max());

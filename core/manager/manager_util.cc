@@ -1,7 +1,9 @@
 #include "core/manager/manager_util.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace distckpt {
 namespace manager_internal {
@@ -79,6 +81,21 @@ Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::
   const size_t at = out->size();
   out->resize(at + size);
   return from.ReadAt(offset, &(*out)[at], size);
+}
+
+PhaseTrace::PhaseTrace(std::string what) : on_(std::getenv("DCKPT_MANAGER_TRACE") != nullptr), what_(std::move(what)) {}
+
+PhaseTrace::~PhaseTrace() {
+  if (on_) std::fprintf(stderr, "dckpt manager trace: %s:%s\n", what_.c_str(), line_.c_str());
+}
+
+void PhaseTrace::Mark(const char* phase) {
+  if (!on_) return;
+  const auto now = std::chrono::steady_clock::now();
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " %s %.1f ms", phase, std::chrono::duration<double, std::milli>(now - at_).count());
+  line_ += buf;
+  at_ = now;
 }
 
 }  // namespace manager_internal

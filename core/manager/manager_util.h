@@ -31,6 +31,20 @@ Status FirstFailure(const std::vector<Status>& all, int me, const std::string& w
 Result<std::vector<Status>> AgreeAll(Communicator* comm, const Status& mine, std::chrono::milliseconds timeout);
 Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::string* out);
 
+/// DCKPT_MANAGER_TRACE=1: the phases of a step's background work or of a restore, timed, as one line on stderr when
+/// the trace goes ("dckpt manager trace: <what>: <phase> <ms> ms ...").
+class PhaseTrace {
+ public:
+  explicit PhaseTrace(std::string what);
+  ~PhaseTrace();
+  void Mark(const char* phase);
+
+ private:
+  bool on_;
+  std::string what_, line_;
+  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
+};
+
 }  // namespace manager_internal
 }  // namespace distckpt
 

@@ -153,7 +153,9 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
   auto note = [&](const std::string& line) { report_ += line + "\n"; };
   const int me = comm_->rank(), size = comm_->size();
   const bool use_persistent = ro.use_persistent && !options_.persistent_path.empty();
+  PhaseTrace trace("rank " + std::to_string(me) + " restore");
   DCKPT_ASSIGN_OR_RETURN(Inventory inv, TakeInventory(use_persistent));
+  trace.Mark("inventory");
   std::map<uint64_t, std::set<std::string>> complete;
   for (const auto& list : inv.markers) {
     for (const auto& m : list) complete[m.first].insert(m.second);
@@ -274,6 +276,7 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
         }
         for (auto& g : good) std::sort(g.begin(), g.end());
         summary.step = step;
+        trace.Mark(full ? "verify" : "check");
         bool corrupt = false;
         Status st = RestoreFromParts(state, step, metadata, good, &summary, &corrupt);
         if (!st.ok()) {
@@ -322,6 +325,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
                                            bool* corrupt) {
   *corrupt = false;
   const int me = comm_->rank(), size = comm_->size();
+  PhaseTrace trace("rank " + std::to_string(me) + " restore of step " + std::to_string(step));
   const int my_node = node_index_[me];
   const std::string what = "step " + std::to_string(step);
   const uint32_t ranks = static_cast<uint32_t>(part_metadata.size());
@@ -352,6 +356,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     }
     for (int h : good_holders[p]) here[p] = here[p] || node_index_[h] == my_node;
   }
+  trace.Mark("merge");
   if (st.ok()) st = local_->CreateDir(scratch);
   if (st.ok()) st = local_->WriteFileDurably(scratch + "/" + kMetadataFileName, merged);
   for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
@@ -432,6 +437,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
       merged_needs.push_back(n);
     }
   }
+  trace.Mark("scratch");
   // Requests to servers: for a part, one of the nodes that hold a good copy, spread by the requester's rank.
   WireWriter w;
   w.Str(EncodeStatus(st));
@@ -498,6 +504,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   std::map<std::string, std::unique_ptr<WritableFile>> fetched;
   uint64_t from_peers = 0;
   // Buffers kept across rounds (one per peer each way): a round allocates nothing once the first has run.
+  trace.Mark("requests");
   std::map<int, std::string> outgoing, incoming;
   for (uint64_t round = 0; round < rounds; ++round) {
     const uint64_t lo = round * rb;
@@ -567,6 +574,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
         st = Status(StatusCode::kPeer, "rank " + std::to_string(q) + ": " + prepared[q].message());
     }
   }
+  trace.Mark("fetch");
   IoStats io;
   if (st.ok()) {
     ReadOptions opts;
@@ -577,8 +585,10 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     if (!loaded.ok()) st = loaded.status();
     else io = loaded.value().io;
   }
+  trace.Mark("load");
   (void)local_->RemoveAll(scratch);
   DCKPT_ASSIGN_OR_RETURN(std::vector<Status> outcome, AgreeAll(comm_, st, options_.timeout));
+  trace.Mark("agree");
   for (const Status& o : outcome) *corrupt = *corrupt || o.code() == StatusCode::kCorrupt;
   DCKPT_RETURN_IF_ERROR(FirstFailure(outcome, me, "restoring " + what).WithContext("restore"));
   summary->bytes_from_peers = from_peers;
