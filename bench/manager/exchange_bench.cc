@@ -30,14 +30,14 @@ int main(int argc, char** argv) {
     std::string in;
     auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < rounds; ++r) {
-      Status st = c->SendRecv({{1 - rank, &payload}}, {{1 - rank, &in}}, std::chrono::seconds(60));
+      Status st = c->SendRecv({{1 - rank, payload}}, {{1 - rank, &in}}, std::chrono::seconds(60));
       if (!st.ok() || in.size() != payload.size()) return comm_testing::ReportInChild(rank, st);
     }
     const double ex = seconds(t0);
     (void)c->Barrier(std::chrono::seconds(60));
     t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < rounds; ++r) {
-      Status st = c->Communicator::SendRecv({{1 - rank, &payload}}, {{1 - rank, &in}}, std::chrono::seconds(60));
+      Status st = c->Communicator::SendRecv({{1 - rank, payload}}, {{1 - rank, &in}}, std::chrono::seconds(60));
       if (!st.ok() || in.size() != payload.size()) return comm_testing::ReportInChild(rank, st);
     }
     const double dflt = seconds(t0);

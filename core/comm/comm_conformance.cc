@@ -79,7 +79,7 @@ class Checker {
         return m;
       };
       const std::string out = message(me_);
-      Status st = c_->SendRecv({{next, &out}}, {{prev, &in}}, o_.timeout);
+      Status st = c_->SendRecv({{next, out}}, {{prev, &in}}, o_.timeout);
       if (!st.ok()) return Failed("sendrecv", st);
       if (in != message(prev)) {
         return Fail("sendrecv", "round " + std::to_string(round) + ": " + std::to_string(in.size()) +
@@ -89,12 +89,12 @@ class Checker {
     }
     if (n_ > 1) {
       std::vector<std::string> outs(n_);
-      std::vector<std::pair<int, const std::string*>> sends;
+      std::vector<std::pair<int, std::string_view>> sends;
       std::vector<std::pair<int, std::string*>> recvs;
       if (me_ == 0) {
         for (int r = 1; r < n_; ++r) {
           outs[r] = "to rank " + std::to_string(r);
-          sends.emplace_back(r, &outs[r]);
+          sends.emplace_back(r, outs[r]);
         }
       } else {
         recvs.emplace_back(0, &in);

@@ -4,7 +4,7 @@
 
 namespace distckpt {
 
-Status Communicator::SendRecv(const std::vector<std::pair<int, const std::string*>>& sends,
+Status Communicator::SendRecv(const std::vector<std::pair<int, std::string_view>>& sends,
                               const std::vector<std::pair<int, std::string*>>& recvs,
                               std::chrono::milliseconds timeout) {
   const int n = size(), me = rank();
@@ -17,15 +17,14 @@ Status Communicator::SendRecv(const std::vector<std::pair<int, const std::string
   // Who receives anything: every rank says whether it does.
   std::vector<std::string> receiving;
   DCKPT_RETURN_IF_ERROR(AllGather(std::string(1, recvs.empty() ? '\0' : '\1'), &receiving, timeout));
-  static const std::string kNothing;
   for (int root = 0; root < n; ++root) {
     if (receiving[root] != std::string(1, '\1')) continue;
-    const std::string* mine = &kNothing;
+    std::string mine;  // Gather takes a string: the bytes for this root are copied into one
     for (const auto& s : sends) {
-      if (s.first == root) mine = s.second;
+      if (s.first == root) mine.assign(s.second.data(), s.second.size());
     }
     std::vector<std::string> all;
-    DCKPT_RETURN_IF_ERROR(Gather(*mine, root, &all, timeout));
+    DCKPT_RETURN_IF_ERROR(Gather(mine, root, &all, timeout));
     if (root != me) continue;
     for (const auto& r : recvs) {
       if (r.first < 0 || r.first >= n) return InvalidArgument("sendrecv: no rank " + std::to_string(r.first));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,13 +39,14 @@ class Communicator {
   virtual Status Broadcast(std::string* data, int root, std::chrono::milliseconds timeout) = 0;
   virtual Status Barrier(std::chrono::milliseconds timeout) = 0;
 
-  /// Point-to-point: sends *sends[i].second to rank sends[i].first, and receives into *recvs[j].second (its contents
+  /// Point-to-point: sends the bytes sends[i].second (which must stay valid during the call) to rank sends[i].first,
+  /// and receives into *recvs[j].second (its contents
   /// replaced, its capacity reused: a buffer kept across calls is not allocated again) what rank recvs[j].first sends
   /// to this rank. Every rank calls it, in the same order as the other collectives, with or without messages; a rank
   /// lists as recvs exactly the ranks that send to it, each at most once, never itself. Backends that can move bytes
   /// between two ranks directly (Gloo) do; the default moves them with one AllGather of who receives, then one Gather
   /// per receiving rank.
-  virtual Status SendRecv(const std::vector<std::pair<int, const std::string*>>& sends,
+  virtual Status SendRecv(const std::vector<std::pair<int, std::string_view>>& sends,
                           const std::vector<std::pair<int, std::string*>>& recvs, std::chrono::milliseconds timeout);
 
   /// Tells the group this rank cannot take part any more (e.g. it failed before reaching a collective), so that

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include "core/base/box.h"
 #include "core/base/wire.h"
@@ -592,13 +593,26 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
   std::map<int, std::string> received;
   for (uint64_t round = 0; round < rounds; ++round) {
     const uint64_t lo = round * rb;
-    std::vector<std::pair<int, const std::string*>> sends;
+    std::vector<std::pair<int, std::string_view>> sends;
     if (total[me] > lo) {
-      chunk.clear();
-      if (send_st.ok()) send_st = read_stream(lo, std::min(total[me], lo + rb), &chunk);
+      const uint64_t hi = std::min(total[me], lo + rb);
+      std::string_view view;
+      // Bytes of one file that can be mapped go straight from the mapping (no copy); others through `chunk`.
+      for (size_t i = 0; send_st.ok() && i < readers.size(); ++i) {
+        const uint64_t fs = starts[i], fe = fs + files[me][i].size;
+        if (lo < fs || hi > fe) continue;
+        const char* base = readers[i]->Map();
+        if (base && readers[i]->Populate(lo - fs, hi - lo).ok()) view = std::string_view(base + (lo - fs), hi - lo);
+        break;
+      }
+      if (send_st.ok() && view.data() == nullptr) {
+        chunk.clear();
+        send_st = read_stream(lo, hi, &chunk);
+        view = chunk;
+      }
       // A rank that cannot read its own part sends nothing (an empty message); its receivers see a short stream.
-      if (!send_st.ok()) chunk.clear();
-      for (int t : targets_) sends.emplace_back(t, &chunk);
+      if (!send_st.ok()) view = std::string_view();
+      for (int t : targets_) sends.emplace_back(t, view);
     }
     std::vector<std::pair<int, std::string*>> recvs;
     for (int src : sources_) {

@@ -508,7 +508,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   std::map<int, std::string> outgoing, incoming;
   for (uint64_t round = 0; round < rounds; ++round) {
     const uint64_t lo = round * rb;
-    std::vector<std::pair<int, const std::string*>> sends;
+    std::vector<std::pair<int, std::string_view>> sends;
     std::vector<std::pair<int, std::string*>> recvs;
     for (const auto& kv : pairs) {
       const auto [server, requester] = kv.first;
@@ -530,7 +530,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
                              });
       }
       if (!serve_st.ok()) chunk.clear();  // the requester sees a short message and says so
-      sends.emplace_back(requester, &chunk);
+      sends.emplace_back(requester, chunk);
     }
     DCKPT_RETURN_IF_ERROR(comm_->SendRecv(sends, recvs, options_.timeout));
     for (const auto& kv : pairs) {

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -232,7 +233,7 @@ class Exchange {
 
   /// Sends a header and `payload` to `peer`. `payload` must outlive Finish(). `deadline` bounds the wait for the
   /// send to complete (default: the collective's).
-  void PostSend(int peer, const std::string& payload, uint32_t flags = 0,
+  void PostSend(int peer, std::string_view payload, uint32_t flags = 0,
                 Clock::time_point deadline = Clock::time_point::max()) {
     Peer& p = peers_[peer];
     p.out_hdr.magic = kMagic;
@@ -541,7 +542,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   // Directly between the ranks concerned: each message goes only from its sender to its receiver.
-  Status SendRecv(const std::vector<std::pair<int, const std::string*>>& sends,
+  Status SendRecv(const std::vector<std::pair<int, std::string_view>>& sends,
                   const std::vector<std::pair<int, std::string*>>& recvs, Millis timeout) override {
     const int n = g_.size, me = g_.rank;
     for (const auto& s : sends) {
@@ -557,7 +558,7 @@ class GlooCommunicator final : public Communicator {
     Call call;
     DCKPT_RETURN_IF_ERROR(Begin(Op::kSendRecv, -1, timeout, &call));
     return Run(call, [&](Exchange& x) {
-      for (const auto& s : sends) x.PostSend(s.first, *s.second);
+      for (const auto& s : sends) x.PostSend(s.first, s.second);
       for (const auto& r : recvs) x.PostHeaderRecv(r.first);
       for (const auto& r : recvs) x.AwaitHeader(r.first, r.second);
     });
