@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "core/base/box.h"
@@ -518,6 +519,9 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
       if (server != me) continue;
       std::string& chunk = outgoing[requester];
       chunk.clear();
+      // The round's bytes from one range of a file that maps go straight from the mapping; others through `chunk`.
+      std::string_view view;
+      int pieces = 0;
       if (serve_st.ok()) {
         serve_st = stream_io(kv.second, lo, std::min(total, lo + rb),
                              [&](const Request& r, uint64_t off, uint64_t n, uint64_t) -> Status {
@@ -526,11 +530,18 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
                                if (!f) {
                                  DCKPT_ASSIGN_OR_RETURN(f, local_->OpenFile(path));
                                }
+                               const char* base =
+                                   ++pieces == 1 && n == std::min(total, lo + rb) - lo ? f->Map() : nullptr;
+                               if (base && f->Populate(off, n).ok()) {
+                                 view = std::string_view(base + off, n);
+                                 return OkStatus();
+                               }
                                return CopyRange(*f, off, n, &chunk);
                              });
       }
-      if (!serve_st.ok()) chunk.clear();  // the requester sees a short message and says so
-      sends.emplace_back(requester, chunk);
+      if (view.data() == nullptr) view = chunk;
+      if (!serve_st.ok()) view = std::string_view();  // the requester sees a short message and says so
+      sends.emplace_back(requester, view);
     }
     DCKPT_RETURN_IF_ERROR(comm_->SendRecv(sends, recvs, options_.timeout));
     for (const auto& kv : pairs) {
