@@ -25,7 +25,14 @@ using DecideFn = std::function<std::string(std::vector<std::string>& reports)>;
 Result<std::string> CoordinatorRound(Communicator* comm, const Status& local, const std::string& report,
                                      std::chrono::milliseconds timeout, const DecideFn& decide);
 
-/// Step 1 alone: every rank learns whether every rank is alive and succeeded.
+/// Every rank's status, indexed by rank, through one AllGather. Fails only as the collective does (or on a malformed
+/// message), so a caller can tell a rank that failed from a group that did.
+Result<std::vector<Status>> GatherStatuses(Communicator* comm, const Status& local, std::chrono::milliseconds timeout);
+
+/// This rank's failure (all[me]), else the first other rank's as kPeer ("rank R failed: ..."), else OK.
+Status FirstFailure(const std::vector<Status>& all, int me);
+
+/// Step 1 alone: every rank learns whether every rank is alive and succeeded (GatherStatuses + FirstFailure).
 Status AgreeOnStatus(Communicator* comm, const Status& local, std::chrono::milliseconds timeout);
 
 /// How long a non-coordinator waits for an answer when the coordinator itself may wait `timeout`.

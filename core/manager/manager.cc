@@ -13,6 +13,7 @@
 
 #include "core/base/box.h"
 #include "core/base/wire.h"
+#include "core/engine/coordinator_round.h"
 #include "core/engine/load.h"
 #include "core/format/checksum.h"
 #include "core/format/metadata.h"
@@ -114,22 +115,22 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
   WireWriter w;
   w.Str(options.node_id);
   w.Str(NewNonce());
-  w.Str(EncodeStatus(local));
+  PutStatus(&w, local);
   std::vector<std::string> all;
   DCKPT_RETURN_IF_ERROR(c->AllGather(w.Take(), &all, options.timeout));
-  std::vector<Status> statuses;
+  std::vector<Status> statuses(size);
   std::set<std::string> ids;
   for (int r = 0; r < size; ++r) {
     WireReader rd(all[r]);
-    std::string node, nonce, st;
-    if (!rd.Str(&node) || !rd.Str(&nonce) || !rd.Str(&st)) return Internal("checkpoint manager: malformed hello");
-    WireReader sr(st);
-    statuses.push_back(DecodeStatus(sr));
+    std::string node, nonce;
+    if (!rd.Str(&node) || !rd.Str(&nonce) || !GetStatus(&rd, &statuses[r])) {
+      return Internal("checkpoint manager: malformed hello");
+    }
     m->node_of_.push_back(node);
     ids.insert(node);
     if (r == 0) m->run_ = nonce;
   }
-  DCKPT_RETURN_IF_ERROR(FirstFailure(statuses, me, "checkpoint manager"));
+  DCKPT_RETURN_IF_ERROR(FirstFailure(statuses, me).WithContext("checkpoint manager"));
   std::vector<std::string> sorted(ids.begin(), ids.end());
   m->nodes_.resize(sorted.size());
   m->node_index_.resize(size);
@@ -397,7 +398,7 @@ void CheckpointManager::Process(Job& job) {
   }
   if (local.ok() && !replicated.ok()) local = replicated.WithContext(what + ": replicating");
   trace.Mark("replicate");
-  auto all = AgreeAll(comm_, local, options_.timeout);
+  auto all = GatherStatuses(comm_, local, options_.timeout);
   trace.Mark("agree");
   if (!all.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -405,7 +406,9 @@ void CheckpointManager::Process(Job& job) {
     Fail(broken_);
     return;
   }
-  Status complete = FirstFailure(all.value(), comm_->rank(), what + " is not complete");
+  Status complete = FirstFailure(all.value(), comm_->rank());
+  if (!complete.ok() && complete.code() == StatusCode::kPeer)
+    complete = complete.WithContext(what + " is not complete");
   if (complete.ok()) {
     complete = local_->Publish(StepDir(job.step) + "/" + CompleteName(comm_->rank()), run_, true);
   }
@@ -674,17 +677,16 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
     const std::string nonce = NewNonce();
     auto created = StagedCheckpoint::Create(persistent_, path, nonce, /*overwrite=*/true);
     WireWriter w;
-    w.Str(EncodeStatus(created.ok() ? OkStatus() : created.status()));
+    PutStatus(&w, created.ok() ? OkStatus() : created.status());
     w.Str(nonce);
     hello = w.Take();
     if (created.ok()) staged.emplace(std::move(created).value());
   }
   DCKPT_RETURN_IF_ERROR(comm_->Broadcast(&hello, 0, options_.timeout));
   WireReader hr(hello);
-  std::string st_text, nonce;
-  if (!hr.Str(&st_text) || !hr.Str(&nonce)) return Internal("persist: malformed message from rank 0");
-  WireReader sr(st_text);
-  Status st = DecodeStatus(sr);
+  std::string nonce;
+  Status st;
+  if (!GetStatus(&hr, &st) || !hr.Str(&nonce)) return Internal("persist: malformed message from rank 0");
   if (!st.ok()) {
     *outcome = me == 0 ? st : Status(StatusCode::kPeer, "rank 0 could not start '" + path + "': " + st.message());
     return OkStatus();
@@ -736,42 +738,38 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
     Status closed = out.value()->Close();
     if (st.ok()) st = closed;
   }
-  WireWriter w;
-  w.Str(EncodeStatus(st));
-  w.Str(st.ok() ? metadata : std::string());
-  std::vector<std::string> all;
-  DCKPT_RETURN_IF_ERROR(comm_->Gather(w.Take(), 0, &all, options_.timeout));
-  std::string verdict;
-  if (me == 0) {
-    std::vector<Status> statuses;
-    std::vector<Part> parts;
-    for (int r = 0; r < size; ++r) {
-      WireReader rd(all[r]);
-      std::string s, m;
-      if (!rd.Str(&s) || !rd.Str(&m)) return Internal("persist: malformed message from rank " + std::to_string(r));
-      WireReader ssr(s);
-      statuses.push_back(DecodeStatus(ssr));
-      if (statuses.back().ok()) {
-        auto p = ParsePart(m, PartDir(step, r));
-        if (!p.ok()) statuses.back() = p.status();
-        else parts.push_back(std::move(p).value());
-      }
+  // Every rank's part metadata to rank 0, which merges them and commits; the ranks learn the outcome.
+  auto answer = CoordinatorRound(
+      comm_, st, st.ok() ? metadata : std::string(), options_.timeout, [&](std::vector<std::string>& reports) {
+        std::vector<Part> parts;
+        Status result;
+        for (int r = 0; r < size && result.ok(); ++r) {
+          auto p = ParsePart(reports[r], PartDir(step, r));
+          if (!p.ok()) result = p.status();
+          else parts.push_back(std::move(p).value());
+        }
+        if (result.ok()) {
+          const StagedCheckpoint& sc = *staged;
+          auto merged = MergeParts(parts, path, [&](const std::string& name) { return sc.FileName(name); });
+          result = merged.ok() ? staged->CommitWithMetadata(merged.value()) : merged.status();
+        }
+        if (!result.ok()) (void)staged->Abort();
+        WireWriter a;
+        PutStatus(&a, result);
+        return a.Take();
+      });
+  Status result;
+  if (!answer.ok()) {
+    result = answer.status();
+    if (me == 0) (void)staged->Abort();
+  } else {
+    WireReader ar(answer.value());
+    if (!GetStatus(&ar, &result)) result = Internal("persist: malformed answer from rank 0");
+    if (!result.ok() && me != 0 && result.code() != StatusCode::kPeer) {
+      result = Status(StatusCode::kPeer, "rank 0 failed: " + result.message());
     }
-    Status result = FirstFailure(statuses, me, "persisting '" + path + "'");
-    if (result.ok()) {
-      const StagedCheckpoint& sc = *staged;
-      auto merged = MergeParts(parts, path, [&](const std::string& name) { return sc.FileName(name); });
-      result = merged.ok() ? staged->CommitWithMetadata(merged.value()) : merged.status();
-    }
-    if (!result.ok()) (void)staged->Abort();
-    verdict = EncodeStatus(result);
   }
-  DCKPT_RETURN_IF_ERROR(comm_->Broadcast(&verdict, 0, options_.timeout));
-  WireReader vr(verdict);
-  Status result = DecodeStatus(vr);
-  if (!result.ok() && me != 0 && result.code() != StatusCode::kPeer) {
-    result = Status(StatusCode::kPeer, "persisting '" + path + "' failed on rank 0: " + result.message());
-  }
+  result = result.ok() ? result : result.WithContext("persisting '" + path + "'");
   *outcome = result;
   if (result.ok() && me == 0 && options_.keep_persistent > 0) {
     // Older persisted steps beyond keep_persistent go; only names this manager writes are touched.
@@ -796,17 +794,14 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
 // the budget of some rank holds fewer: keep_, agreed) are removed from the node by its first rank (ranks of one node
 // complete the same steps, in the same order).
 void CheckpointManager::Prune(uint64_t step) {
-  std::vector<uint64_t> drop;
+  std::set<uint64_t> kept;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    while (completed_.size() > keep_) {
-      drop.push_back(completed_.front());
-      completed_.erase(completed_.begin());
-    }
-    // A step that did not complete holds nothing of the budget once it is over.
+    while (completed_.size() > keep_) completed_.erase(completed_.begin());
+    kept.insert(completed_.begin(), completed_.end());
+    // A step not kept (dropped, or one that did not complete) holds nothing of the budget once it is over.
     for (auto it = charged_.begin(); it != charged_.end();) {
-      const bool kept = std::count(completed_.begin(), completed_.end(), it->first) > 0;
-      if (it->first <= step && !kept) {
+      if (it->first <= step && !kept.count(it->first)) {
         charged_total_ -= it->second;
         it = charged_.erase(it);
       } else {
@@ -816,11 +811,6 @@ void CheckpointManager::Prune(uint64_t step) {
   }
   const int me = comm_->rank();
   if (nodes_[node_index_[me]].front() != me) return;
-  std::set<uint64_t> kept;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    kept.insert(completed_.begin(), completed_.end());
-  }
   auto names = local_->ListDir(options_.local_dir);
   if (!names.ok()) return;
   for (const std::string& n : names.value()) {

@@ -39,44 +39,6 @@ bool ParseNumbered(const std::string& name, const char* prefix, size_t digits, u
   return true;
 }
 
-// A status as a message between ranks, and back.
-std::string EncodeStatus(const Status& st) {
-  WireWriter w;
-  w.Var(static_cast<uint64_t>(-static_cast<int>(st.code())));
-  w.Str(st.message());
-  return w.Take();
-}
-
-Status DecodeStatus(WireReader& r) {
-  uint64_t code = 0;
-  std::string msg;
-  if (!r.Var(&code) || !r.Str(&msg) || code > 64) return Internal("malformed status from a peer");
-  return code == 0 ? OkStatus() : Status(static_cast<StatusCode>(-static_cast<int>(code)), msg);
-}
-
-// This rank's failure, else the first other rank's (as kPeer naming it), else OK.
-Status FirstFailure(const std::vector<Status>& all, int me, const std::string& what) {
-  if (me >= 0 && static_cast<size_t>(me) < all.size() && !all[me].ok()) return all[me];
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].ok()) continue;
-    if (static_cast<int>(r) == me) return all[r];
-    return Status(StatusCode::kPeer, what + ": rank " + std::to_string(r) + " failed: " + all[r].message());
-  }
-  return OkStatus();
-}
-
-// Every rank's status, through one AllGather.
-Result<std::vector<Status>> AgreeAll(Communicator* comm, const Status& mine, std::chrono::milliseconds timeout) {
-  std::vector<std::string> all;
-  DCKPT_RETURN_IF_ERROR(comm->AllGather(EncodeStatus(mine), &all, timeout));
-  std::vector<Status> out;
-  for (const std::string& s : all) {
-    WireReader r(s);
-    out.push_back(DecodeStatus(r));
-  }
-  return out;
-}
-
 Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::string* out) {
   const size_t at = out->size();
   out->resize(at + size);

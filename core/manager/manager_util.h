@@ -1,16 +1,13 @@
-// What the checkpoint manager's translation units share: the names of the local tier and status messages between
-// ranks. Internal to core/manager.
+// What the checkpoint manager's translation units share: the names of the local tier, a ranged read and the phase
+// trace. Internal to core/manager.
 #ifndef DISTCKPT_CORE_MANAGER_MANAGER_UTIL_H_
 #define DISTCKPT_CORE_MANAGER_MANAGER_UTIL_H_
 
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "core/base/status.h"
-#include "core/base/wire.h"
-#include "core/comm/communicator.h"
 #include "core/storage/storage.h"
 
 namespace distckpt {
@@ -22,13 +19,6 @@ std::string PartName(uint32_t rank);
 std::string CompleteName(uint32_t rank);
 // Parses "<prefix><digits>" (exactly `digits` digits).
 bool ParseNumbered(const std::string& name, const char* prefix, size_t digits, uint64_t* out);
-// A status as a message between ranks, and back.
-std::string EncodeStatus(const Status& st);
-Status DecodeStatus(WireReader& r);
-// This rank's failure, else the first other rank's (as kPeer naming it), else OK.
-Status FirstFailure(const std::vector<Status>& all, int me, const std::string& what);
-// Every rank's status, through one AllGather.
-Result<std::vector<Status>> AgreeAll(Communicator* comm, const Status& mine, std::chrono::milliseconds timeout);
 Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::string* out);
 
 /// DCKPT_MANAGER_TRACE=1: the phases of a step's background work or of a restore, timed, as one line on stderr when

@@ -13,6 +13,7 @@
 
 #include "core/base/box.h"
 #include "core/base/wire.h"
+#include "core/engine/coordinator_round.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
 #include "core/format/metadata.h"
@@ -231,7 +232,7 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
             st = reader.ok() ? reader.value()->VerifyAll(nullptr) : reader.status();
           }
           w.Var(p);
-          w.Str(EncodeStatus(st));
+          PutStatus(&w, st);
           w.Str(st.ok() ? meta : std::string());
         }
         std::vector<std::string> all;
@@ -244,11 +245,10 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
           bool ok = rd.Count(&n, 3);
           for (uint64_t i = 0; ok && i < n; ++i) {
             uint64_t p = 0;
-            std::string st_text, meta;
-            ok = rd.Var(&p) && rd.Str(&st_text) && rd.Str(&meta) && p < ranks;
+            std::string meta;
+            Status st;
+            ok = rd.Var(&p) && GetStatus(&rd, &st) && rd.Str(&meta) && p < ranks;
             if (!ok) break;
-            WireReader sr(st_text);
-            Status st = DecodeStatus(sr);
             const std::string node = node_of_[r];
             if (!st.ok()) {
               note(what + ": skipped the copy of rank " + std::to_string(p) + "'s part on node '" + node +
@@ -360,6 +360,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   trace.Mark("merge");
   if (st.ok()) st = local_->CreateDir(scratch);
   if (st.ok()) st = local_->WriteFileDurably(scratch + "/" + kMetadataFileName, merged);
+  // The files of parts fetched from peers: sparse, of their full size (the holes are never read), open until fetched.
+  std::map<std::string, std::unique_ptr<WritableFile>> fetched;
   for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
     for (const auto& f : parts[p].record.files) {
       const std::string dst = scratch + "/" + DataFileName(file_index.at({p, f.name}));
@@ -373,8 +375,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
       } else {
         auto out = local_->CreateFile(dst);
         st = out.ok() ? out.value()->Truncate(f.size) : out.status();
-        if (st.ok()) st = out.value()->Close();
         if (!st.ok()) break;
+        fetched[dst] = std::move(out).value();
       }
     }
   }
@@ -441,7 +443,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   trace.Mark("scratch");
   // Requests to servers: for a part, one of the nodes that hold a good copy, spread by the requester's rank.
   WireWriter w;
-  w.Str(EncodeStatus(st));
+  PutStatus(&w, st);
   w.Var(st.ok() ? merged_needs.size() : 0);
   for (size_t i = 0; st.ok() && i < merged_needs.size(); ++i) {
     const Need& n = merged_needs[i];
@@ -463,12 +465,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   std::vector<Status> prepared(size);
   for (int q = 0; q < size; ++q) {
     WireReader rd(all[q]);
-    std::string st_text;
     uint64_t n = 0;
-    bool ok = rd.Str(&st_text);
-    WireReader sr(st_text);
-    if (ok) prepared[q] = DecodeStatus(sr);
-    ok = ok && rd.Count(&n, 5);
+    bool ok = GetStatus(&rd, &prepared[q]) && rd.Count(&n, 5);
     for (uint64_t i = 0; ok && i < n; ++i) {
       uint64_t server = 0, part = 0;
       Request r;
@@ -502,7 +500,6 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     }
     return OkStatus();
   };
-  std::map<std::string, std::unique_ptr<WritableFile>> fetched;
   uint64_t from_peers = 0;
   // Buffers kept across rounds (one per peer each way): a round allocates nothing once the first has run.
   trace.Mark("requests");
@@ -558,18 +555,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
       from_peers += hi - lo;
       st = stream_io(kv.second, lo, hi, [&](const Request& r, uint64_t off, uint64_t n, uint64_t at) -> Status {
         const std::string path = scratch + "/" + DataFileName(file_index.at({r.part, r.file}));
-        auto& f = fetched[path];
-        if (!f) {
-          DCKPT_ASSIGN_OR_RETURN(f, local_->CreateFile(path));
-          // CreateFile truncates: give the file its size back (the holes are never read).
-          const uint64_t size_of = [&] {
-            for (const auto& df : parts[r.part].record.files) {
-              if (df.name == r.file) return df.size;
-            }
-            return uint64_t{0};
-          }();
-          DCKPT_RETURN_IF_ERROR(f->Truncate(size_of));
-        }
+        const auto& f = fetched.at(path);
         return f->WriteAt(off, got.data() + at, n);
       });
     }
@@ -598,10 +584,10 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   }
   trace.Mark("load");
   (void)local_->RemoveAll(scratch);
-  DCKPT_ASSIGN_OR_RETURN(std::vector<Status> outcome, AgreeAll(comm_, st, options_.timeout));
+  DCKPT_ASSIGN_OR_RETURN(std::vector<Status> outcome, GatherStatuses(comm_, st, options_.timeout));
   trace.Mark("agree");
   for (const Status& o : outcome) *corrupt = *corrupt || o.code() == StatusCode::kCorrupt;
-  DCKPT_RETURN_IF_ERROR(FirstFailure(outcome, me, "restoring " + what).WithContext("restore"));
+  DCKPT_RETURN_IF_ERROR(FirstFailure(outcome, me).WithContext("restore: restoring " + what));
   summary->bytes_from_peers = from_peers;
   const uint64_t read = io.bytes_read + io.bytes_mapped;
   summary->bytes_local = read > from_peers ? read - from_peers : 0;
