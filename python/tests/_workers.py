@@ -31,9 +31,43 @@ def split(n, parts, k):
 def run(fn, rank, args, results):
     try:
         fn(rank, *args)
-        results.put((rank, None))
+        results.put((rank, None, None))
     except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
-        results.put((rank, traceback.format_exc()))
+        results.put((rank, traceback.format_exc(), None))
+
+
+def spawn(target, world, args_of, deadline):
+    """Runs ``target(*args_of(rank, results))`` in ``world`` spawned processes; each puts ``(rank, error text or None,
+    payload)`` on ``results`` (as ``run`` does). Returns the payloads by rank; fails with every rank's error, or when a
+    rank sends nothing within ``deadline`` seconds. Every wait is bounded, so a failure cannot hang pytest."""
+    import multiprocessing as mp
+    import queue
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=args_of(rank, results)) for rank in range(world)]
+    for p in procs:
+        p.start()
+    failures, payloads = [], {}
+    try:
+        for _ in range(world):
+            try:
+                rank, error, payload = results.get(timeout=deadline)
+            except queue.Empty:
+                failures.append(f"no result within {deadline} s")
+                break
+            if error:
+                failures.append(f"rank {rank}:\n{error}")
+            payloads[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert not failures, "\n".join(failures)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return payloads
 
 
 def save_rank(rank, world, rendezvous, path, async_path):

@@ -10,10 +10,8 @@ DCKPT_TEST_MANAGER_LONG=1 adds longer runs (many steps, larger states).
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pathlib
-import queue
 import re
 import shutil
 import subprocess
@@ -24,6 +22,7 @@ import numpy as np
 import pytest
 
 import _manager_workers as mw
+import _workers
 import distckpt
 
 DEADLINE = 180  # seconds for a whole group of workers
@@ -32,31 +31,7 @@ LONG = os.environ.get("DCKPT_TEST_MANAGER_LONG") == "1"
 
 def run_job(fn, world, cfg):
     """Runs ``fn`` on ``world`` spawned ranks; returns what each returned, by rank. Fails with every rank's error."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=mw.run, args=(fn, rank, world, cfg, results)) for rank in range(world)]
-    for p in procs:
-        p.start()
-    failures, payloads = [], {}
-    try:
-        for _ in range(world):
-            try:
-                rank, error, payload = results.get(timeout=DEADLINE)
-            except queue.Empty:
-                failures.append(f"no result within {DEADLINE} s")
-                break
-            if error:
-                failures.append(f"rank {rank}:\n{error}")
-            payloads[rank] = payload
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    assert not failures, "\n".join(failures)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    return payloads
+    return _workers.spawn(mw.run, world, lambda rank, results: (fn, rank, world, cfg, results), DEADLINE)
 
 
 def job(root, **cfg):

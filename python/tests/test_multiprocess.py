@@ -6,8 +6,6 @@ temporary directory. Every wait is bounded, so a failure cannot hang pytest.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import queue
 
 import numpy as np
 import pytest
@@ -19,29 +17,7 @@ DEADLINE = 180  # seconds for a whole group of workers
 
 
 def run_ranks(fn, world, *args):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_workers.run, args=(fn, rank, (world, *args), results)) for rank in range(world)]
-    for p in procs:
-        p.start()
-    failures = []
-    try:
-        for _ in range(world):
-            try:
-                rank, error = results.get(timeout=DEADLINE)
-            except queue.Empty:
-                failures.append(f"no result within {DEADLINE} s")
-                break
-            if error:
-                failures.append(f"rank {rank}:\n{error}")
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    assert not failures, "\n".join(failures)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    _workers.spawn(_workers.run, world, lambda rank, results: (fn, rank, (world, *args), results), DEADLINE)
 
 
 def test_three_ranks_save_two_ranks_load_resharded(tmp_path):
