@@ -144,8 +144,8 @@ bool ByteLess(std::string_view a, std::string_view b) { return a.compare(b) < 0;
 // Runs the semantic checks of FORMAT.md "Reader obligations" over a buffer that passed the FlatBuffers verifier.
 class Validator {
  public:
-  Validator(const fb::Metadata* m, size_t buffer_size, const std::string& context)
-      : m_(m), buffer_size_(buffer_size), context_(context) {}
+  Validator(const fb::Metadata* m, size_t buffer_size, const std::string& context, bool foreign)
+      : m_(m), buffer_size_(buffer_size), context_(context), foreign_(foreign) {}
 
   Status Run() {
     DCKPT_RETURN_IF_ERROR(CheckHeader());
@@ -222,10 +222,17 @@ class Validator {
     if (!IsPowerOfTwo(block_size_) || block_size_ < 4096) {
       return Bad("checksum_block_size " + std::to_string(block_size_) + " is not a power of two >= 4096");
     }
+    DCKPT_RETURN_IF_ERROR(CheckText(m_->source(), Named("source")));
+    if (!foreign_ && !View(m_->source()).empty()) {
+      return Bad("metadata sets source " + Quote(View(m_->source())) +
+                 ", which only a reader's in-memory description of a foreign checkpoint may (FORMAT.md 2.4)");
+    }
+    if (foreign_ && View(m_->source()).empty()) return Bad("a foreign checkpoint's description names no source");
     alignment_ = m_->alignment();
-    if (!IsPowerOfTwo(alignment_) || alignment_ < kChunkAlignment) {
+    const uint64_t min_alignment = foreign_ ? 1 : kChunkAlignment;
+    if (!IsPowerOfTwo(alignment_) || alignment_ < min_alignment) {
       return Bad("alignment " + std::to_string(alignment_) + " is not a power of two >= " +
-                 std::to_string(kChunkAlignment));
+                 std::to_string(min_alignment));
     }
     DCKPT_RETURN_IF_ERROR(CheckText(m_->writer(), Named("writer")));
     DCKPT_RETURN_IF_ERROR(CheckText(m_->structure(), Named("structure")));
@@ -404,8 +411,14 @@ class Validator {
         return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " + length " + std::to_string(length) +
                    " exceeds the size " + std::to_string(file_size) + " of data file " + FileName(file));
       }
-      const uint64_t nb = NumChecksumBlocks(length, block_size_);
       const uint32_t first = loc->first_block();
+      if (foreign_) {  // no checksums at all
+        if (first != kNoBlockTable || loc->checksum() != 0) {
+          return Bad(ChunkWhere(i) + "has a checksum, which a foreign checkpoint's chunks never have");
+        }
+        continue;
+      }
+      const uint64_t nb = NumChecksumBlocks(length, block_size_);
       if (nb == 1) {
         if (first != kNoBlockTable) {
           return Bad(ChunkWhere(i) + "has a single checksum block but a block table (first_block " +
@@ -461,6 +474,7 @@ class Validator {
   const std::string& context_;
   uint64_t block_size_ = 0;
   uint64_t alignment_ = 0;
+  const bool foreign_;
   uint64_t visited_bytes_ = 0;
   std::string_view entry_name_;  // the entry being checked, for messages
   std::vector<Box> boxes_;       // reused across entries
@@ -509,6 +523,19 @@ Result<MetadataView> MetadataView::Parse(std::shared_ptr<const std::string> buff
 
 Result<MetadataView> MetadataView::Parse(std::shared_ptr<const void> owner, const void* bytes, size_t size,
                                          const std::string& context) {
+  return ParseImpl(std::move(owner), bytes, size, context, /*foreign=*/false);
+}
+
+Result<MetadataView> MetadataView::ParseForeign(std::shared_ptr<const std::string> buffer,
+                                                const std::string& context) {
+  if (buffer == nullptr) return Status(StatusCode::kInvalidArgument, "MetadataView::ParseForeign: null buffer");
+  const void* data = buffer->data();
+  const size_t size = buffer->size();
+  return ParseImpl(std::shared_ptr<const void>(std::move(buffer)), data, size, context, /*foreign=*/true);
+}
+
+Result<MetadataView> MetadataView::ParseImpl(std::shared_ptr<const void> owner, const void* bytes, size_t size,
+                                             const std::string& context, bool foreign) {
   auto fail = [&context](StatusCode code, const std::string& msg) {
     return Status(code, context.empty() ? msg : context + ": " + msg);
   };
@@ -589,7 +616,7 @@ Result<MetadataView> MetadataView::Parse(std::shared_ptr<const void> owner, cons
                                           std::to_string(root->format_minor()) +
                                           " has no checksum trailer: the file is truncated or damaged");
   }
-  DCKPT_RETURN_IF_ERROR(Validator(root, size, context).Run());
+  DCKPT_RETURN_IF_ERROR(Validator(root, size, context, foreign).Run());
   return MetadataView(std::move(owner), checksum ? size + kMetadataTrailerBytes : size, root, checksum);
 }
 
@@ -665,6 +692,7 @@ std::optional<std::string_view> MetadataView::FindUser(std::string_view key) con
 }
 
 std::string_view MetadataView::structure() const { return View(Root(root_)->structure()); }
+std::string_view MetadataView::source() const { return View(Root(root_)->source()); }
 
 MetadataRecord MetadataView::ToRecord() const {
   MetadataRecord r;
@@ -672,6 +700,7 @@ MetadataRecord MetadataView::ToRecord() const {
   r.checksum_block_size = checksum_block_size();
   r.alignment = alignment();
   r.structure = std::string(structure());
+  r.source = std::string(source());
   r.files.reserve(num_files());
   for (size_t i = 0; i < num_files(); ++i) r.files.push_back({std::string(file_name(i)), file_size(i)});
   r.user.reserve(num_user());
@@ -766,7 +795,7 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   std::sort(record.entries.begin(), record.entries.end(),
             [](const EntryRecord& a, const EntryRecord& b) { return a.name < b.name; });
   std::sort(record.user.begin(), record.user.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  DCKPT_RETURN_IF_ERROR(CanonicalizeBlockTables(&record));
+  if (record.source.empty()) DCKPT_RETURN_IF_ERROR(CanonicalizeBlockTables(&record));
   const uint64_t estimate = EstimateEncodedSize(record);
   if (estimate >= kMaxMetadataBytes) {
     return InvalidArgument("metadata would be about " + std::to_string(estimate) + " bytes; the format's limit is " +
@@ -836,15 +865,18 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   const auto files_vec = b.CreateVector(files);
   if (entries_vec.IsNull()) entries_vec = b.CreateVector(entries);
   const auto user_vec = b.CreateVector(user);
+  const auto source = record.source.empty() ? 0 : b.CreateString(record.source);
   const auto root = fb::CreateMetadata(b, kFormatMajor, kFormatMinor, writer, record.checksum_block_size,
-                                       record.alignment, files_vec, entries_vec, user_vec, structure);
+                                       record.alignment, files_vec, entries_vec, user_vec, structure, source);
   fb::FinishMetadataBuffer(b, root);
 
   // A writer must never produce a file its reader rejects: run the full reader over the result.
   auto buffer = std::make_shared<std::string>(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize());
   AppendMetadataTrailer(buffer.get());
   {
-    Result<MetadataView> check = MetadataView::Parse(buffer, "metadata being written");
+    Result<MetadataView> check = record.source.empty()
+                                     ? MetadataView::Parse(buffer, "metadata being written")
+                                     : MetadataView::ParseForeign(buffer, "foreign checkpoint's description");
     if (!check.ok()) return Status(StatusCode::kInvalidArgument, check.status().message());
   }
   return std::move(*buffer);

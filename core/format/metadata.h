@@ -78,6 +78,11 @@ struct MetadataRecord {
   std::vector<EntryRecord> entries;  ///< Any order; EncodeMetadata sorts by name.
   std::vector<std::pair<std::string, std::string>> user;  ///< Free-form key/values (step, framework, ...).
   std::string structure;  ///< Opaque description a binding uses to rebuild nested state (JSON by convention).
+  /// Empty for a distckpt checkpoint. The format of a foreign checkpoint described in memory to be read in place
+  /// ("safetensors", "torch-dcp"): its chunks carry no checksums (checksum 0, no block tables) and may lie at any
+  /// offset (alignment 1 or more). Such a record is encoded only to be parsed with MetadataView::ParseForeign;
+  /// MetadataView::Parse refuses it, so no metadata file can turn verification off.
+  std::string source;
 };
 
 /// Serialises `record` (entries sorted by name, user keys sorted) into the bytes of a metadata file: a FlatBuffers
@@ -118,6 +123,10 @@ class MetadataView {
   /// The same over `size` bytes at `data` (8-byte aligned, e.g. a mapped file) that live as long as `owner`.
   static Result<MetadataView> Parse(std::shared_ptr<const void> owner, const void* data, size_t size,
                                     const std::string& context);
+  /// As Parse, for the encoded description of a foreign checkpoint (MetadataRecord::source set), which Parse
+  /// refuses: chunks may lie at any offset and carry no checksums. Only a reader that built the description itself
+  /// from a foreign checkpoint calls this, never on bytes read from a file.
+  static Result<MetadataView> ParseForeign(std::shared_ptr<const std::string> buffer, const std::string& context);
 
   uint16_t format_major() const;
   uint16_t format_minor() const;
@@ -139,6 +148,10 @@ class MetadataView {
   std::pair<std::string_view, std::string_view> user(size_t i) const;
   std::optional<std::string_view> FindUser(std::string_view key) const;
   std::string_view structure() const;
+  /// "" for a distckpt checkpoint; the foreign format otherwise ("safetensors", "torch-dcp").
+  std::string_view source() const;
+  /// Whether chunks carry checksums (false for foreign checkpoints: nothing can be verified).
+  bool checksummed() const { return source().empty(); }
 
   /// Size of the whole metadata file, trailer included.
   size_t buffer_size() const { return size_; }
@@ -150,6 +163,8 @@ class MetadataView {
   MetadataRecord ToRecord() const;
 
  private:
+  static Result<MetadataView> ParseImpl(std::shared_ptr<const void> owner, const void* data, size_t size,
+                                        const std::string& context, bool foreign);
   MetadataView(std::shared_ptr<const void> owner, size_t size, const void* root, std::optional<uint64_t> checksum)
       : owner_(std::move(owner)), size_(size), root_(root), checksum_(checksum) {}
   std::shared_ptr<const void> owner_;  // keeps the buffer alive

@@ -689,5 +689,76 @@ TEST(MetadataTest, ManyChunksRoundTrip) {
   for (size_t i = 0; i < r.entries.size(); ++i) ExpectEntryMatches(r.entries[i], view->entry(i));
 }
 
+
+// ---- Foreign checkpoints' descriptions (FORMAT.md 2.4) ----
+
+namespace {
+
+// A safetensors-like description: two tensors at unaligned offsets of one file, no checksums.
+MetadataRecord ForeignRecord() {
+  MetadataRecord r;
+  r.writer = "safetensors";
+  r.source = "safetensors";
+  r.alignment = 1;
+  r.files = {{"model.safetensors", 8 + 120 + 24 + 6}};
+  EntryRecord a;
+  a.name = "a";
+  a.dtype = DType::kF32;
+  a.shape = {2, 3};
+  a.chunk_offsets = {0, 0};
+  a.chunk_lengths = {2, 3};
+  a.chunks = {ChunkLocation{128, 24, 0, 0, kNoBlockTable}};
+  EntryRecord b;
+  b.name = "b";
+  b.dtype = DType::kF16;
+  b.shape = {3};
+  b.chunk_offsets = {0};
+  b.chunk_lengths = {3};
+  b.chunks = {ChunkLocation{152, 6, 0, 0, kNoBlockTable}};
+  r.entries = {b, a};
+  return r;
+}
+
+}  // namespace
+
+TEST(MetadataTest, ForeignDescriptionParsesOnlyAsForeign) {
+  Result<std::string> buf = EncodeMetadata(ForeignRecord());
+  ASSERT_TRUE(buf.ok()) << buf.status().ToString();
+  auto shared = Share(*buf);
+  Result<MetadataView> view = MetadataView::ParseForeign(shared, "ckpt");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->source(), "safetensors");
+  EXPECT_FALSE(view->checksummed());
+  EXPECT_EQ(view->alignment(), 1u);
+  EXPECT_EQ(view->entry(1).chunk(0).offset, 152u);  // unaligned, kept
+  EXPECT_EQ(view->ToRecord().source, "safetensors");
+  // The same bytes as a file: refused, so that no metadata file can turn verification off.
+  Result<MetadataView> as_file = ParseString(*buf);
+  ASSERT_FALSE(as_file.ok());
+  EXPECT_EQ(as_file.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(as_file.status().message().find("source"), std::string::npos) << as_file.status().ToString();
+  // A distckpt record is not a foreign one, and its files keep their checksums.
+  Result<std::string> native = EncodeMetadata(ValidRecord());
+  ASSERT_TRUE(native.ok());
+  Result<MetadataView> parsed = ParseString(*native);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(parsed->checksummed());
+  EXPECT_FALSE(MetadataView::ParseForeign(Share(*native), "ckpt").ok());
+}
+
+TEST(MetadataTest, ForeignDescriptionRefusesChecksumsAndBadBounds) {
+  MetadataRecord r = ForeignRecord();
+  r.entries[0].chunks[0].checksum = 5;
+  EXPECT_FALSE(EncodeMetadata(r).ok());
+  r = ForeignRecord();
+  r.entries[0].chunks[0].offset = 155;  // runs past the end of the file
+  Result<std::string> bad = EncodeMetadata(r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("exceeds the size"), std::string::npos) << bad.status().ToString();
+  r = ForeignRecord();
+  r.alignment = 3;
+  EXPECT_FALSE(EncodeMetadata(r).ok());
+}
+
 }  // namespace
 }  // namespace distckpt
