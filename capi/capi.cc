@@ -580,6 +580,10 @@ int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
     out->total_bytes = total;
     out->metadata_bytes = m.buffer_size();
     out->checksum_block_size = m.checksum_block_size();
+    if (out->version >= 2) {
+      out->source = BorrowedCString(m.source());
+      out->checksummed = m.checksummed() ? 1 : 0;
+    }
     return DCKPT_OK;
   })
 }

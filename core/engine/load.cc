@@ -84,6 +84,8 @@ Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, Stat
                         const ReadOptions& options, const ProgressFn& progress) {
   const auto start = std::chrono::steady_clock::now();
   const bool collective = comm != nullptr && comm->size() > 1;
+  // The reader's own options say whether to verify: never for a foreign checkpoint, which has no checksums.
+  const bool verify = reader != nullptr ? reader->options().verify : options.verify;
   std::unique_ptr<ReadBatch> batch;
   if (st.ok()) {
     batch = std::make_unique<ReadBatch>(reader);
@@ -101,14 +103,14 @@ Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, Stat
     // reads, for the fan-out, or else the ones it verifies, for shared verification. At the end the outcome.
     VerifyClaim claim;
     FanoutNeeds needs;
-    needs.verify = options.verify;
+    needs.verify = verify;
     needs.always = options.fanout == FanoutMode::kAlways;
     needs.round_bytes = options.fanout_round_bytes;
     if (st.ok() && options.fanout != FanoutMode::kOff) {
       auto made = Needs(reader, batch.get(), &needs);
       if (!made.ok()) st = made;
     }
-    if (st.ok() && options.verify && options.share_verification) {
+    if (st.ok() && verify && options.share_verification) {
       auto made = Claim(reader, batch.get());
       if (made.ok()) claim = std::move(made).value();
       else st = made.status();

@@ -10,12 +10,20 @@
 #include "core/base/wire.h"
 #include "core/engine/read_executor.h"
 #include "core/engine/save.h"
+#include "core/foreign/foreign.h"
 
 namespace distckpt {
 
-Reader::Reader(std::string path, MetadataView meta, const ReadOptions& options, std::unique_ptr<Directory> dir)
-    : path_(std::move(path)), meta_(std::move(meta)), options_(options), dir_(std::move(dir)) {
+Reader::Reader(std::string path, std::string dir_path, MetadataView meta, const ReadOptions& options,
+               std::unique_ptr<Directory> dir)
+    : path_(std::move(path)),
+      dir_path_(std::move(dir_path)),
+      meta_(std::move(meta)),
+      options_(options),
+      dir_(std::move(dir)) {
   storage_ = options.storage ? options.storage : DefaultStorage();
+  // A foreign checkpoint carries no checksums: there is nothing to verify (VerifyAll says so).
+  if (!meta_.checksummed()) options_.verify = false;
   files_.resize(meta_.num_files());
   file_errors_.resize(meta_.num_files());
   indexes_.resize(meta_.num_entries());
@@ -76,61 +84,125 @@ Status CheckSameMetadata(Directory* dir, const std::string& path, const std::str
   return OkStatus();
 }
 
+
+// What a reader reads a checkpoint through: the bytes of its metadata file (mapped or read), or the encoded
+// description of a foreign checkpoint (then `owner` is a std::string).
+struct Description {
+  std::shared_ptr<const void> owner;
+  const char* data = nullptr;
+  size_t size = 0;
+  bool foreign = false;
+};
+
+// The metadata of the checkpoint at `path` (directory `dir`), or of the one safetensors file `single_file` in it.
+Result<Description> ReadDescription(Storage* storage, Directory* dir, const std::string& path,
+                                    const std::string& single_file, bool map) {
+  Description d;
+  std::optional<MetadataRecord> foreign;
+  if (!single_file.empty()) {
+    DCKPT_ASSIGN_OR_RETURN(MetadataRecord record, DescribeSafetensorsFile(dir, single_file, path));
+    foreign = std::move(record);
+  } else {
+    auto file = OpenMetadataFile(dir, path);
+    if (file.ok()) {
+      // One process: map the metadata file instead of copying it into fresh memory (at 1M chunks, 63 MiB: the copy
+      // and the page faults of the new buffer cost more than verifying and validating it; bench/NOTES.md).
+      if (map && (*file)->Map() != nullptr) {
+        d.data = (*file)->Map();
+        d.size = static_cast<size_t>((*file)->size());
+        d.owner = std::shared_ptr<const ReadableFile>(std::move(file).value());
+      } else {
+        DCKPT_ASSIGN_OR_RETURN(std::string read, ReadWhole(**file));
+        auto bytes = std::make_shared<std::string>(std::move(read));
+        d.data = bytes->data();
+        d.size = bytes->size();
+        d.owner = std::move(bytes);
+      }
+      return d;
+    }
+    auto staging = dir->Exists(kStagingMarkerName);
+    if (file.status().code() != StatusCode::kNotFound || (staging.ok() && *staging)) return file.status();
+    DCKPT_ASSIGN_OR_RETURN(foreign, DescribeForeignDirectory(storage, dir, path));
+    if (!foreign) {
+      return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName +
+                      ", and it is not a safetensors or PyTorch DCP checkpoint either");
+    }
+  }
+  const std::string source = foreign->source;
+  auto encoded = EncodeMetadata(std::move(*foreign));
+  if (!encoded.ok()) {
+    return Corrupt("checkpoint '" + path + "' (" + source + "): " + encoded.status().message());
+  }
+  auto bytes = std::make_shared<std::string>(std::move(encoded).value());
+  d.data = bytes->data();
+  d.size = bytes->size();
+  d.owner = std::move(bytes);
+  d.foreign = true;
+  return d;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicator* comm, const ReadOptions& options,
                                              FilePinning pinning) {
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  auto dir = OpenCheckpointDirectory(storage, path);
+  // A path naming one safetensors file is read in place: its directory is opened, and only that file read.
+  std::string dir_path = path, single_file;
+  if (IsSafetensorsFilePath(path)) {
+    auto is_dir = storage->IsDirectory(path);
+    if (is_dir.ok() && !*is_dir) {
+      const size_t slash = path.find_last_of('/');
+      dir_path = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+      single_file = slash == std::string::npos ? path : path.substr(slash + 1);
+    }
+  }
+  auto dir = OpenCheckpointDirectory(storage, dir_path);
   const std::string context = path + "/" + kMetadataFileName;
-  std::shared_ptr<const void> owner;  // whatever holds the metadata bytes
-  const char* data = nullptr;
-  size_t size = 0;
+  Description desc;
   if (comm != nullptr && comm->size() > 1) {
     // Rank 0 reads the metadata once and broadcasts it: one read of the shared filesystem instead of one per rank,
     // and every rank sees the same bytes (or the same error).
     WireWriter w;
     if (comm->rank() == 0) {
-      Result<std::string> bytes = [&]() -> Result<std::string> {
+      Result<Description> read = [&]() -> Result<Description> {
         if (!dir.ok()) return dir.status();
-        DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, OpenMetadataFile(dir->get(), path));
-        return ReadWhole(*file);
+        return ReadDescription(storage, dir->get(), path, single_file, /*map=*/false);
       }();
-      PutStatus(&w, bytes.status());
-      if (bytes.ok()) w.Str(*bytes);
+      PutStatus(&w, read.status());
+      if (read.ok()) {
+        w.U8(read->foreign ? 1 : 0);
+        w.Str(std::string_view(read->data, read->size));
+      }
     }
     std::string msg = w.Take();
     DCKPT_RETURN_IF_ERROR(comm->Broadcast(&msg, 0, options.timeout).WithContext("opening '" + path + "'"));
     WireReader in(msg);
     Status st;
+    uint8_t foreign = 0;
     auto bytes = std::make_shared<std::string>();
     if (!GetStatus(&in, &st)) return Internal("opening '" + path + "': malformed metadata broadcast");
     if (!st.ok()) return st;
-    if (!in.Str(bytes.get())) return Internal("opening '" + path + "': malformed metadata broadcast");
+    if (!in.U8(&foreign) || !in.Str(bytes.get())) return Internal("opening '" + path + "': malformed metadata broadcast");
     if (!dir.ok()) return dir.status();
-    if (comm->rank() != 0) DCKPT_RETURN_IF_ERROR(CheckSameMetadata(dir->get(), path, *bytes));
-    data = bytes->data();
-    size = bytes->size();
-    owner = std::move(bytes);
+    // A foreign checkpoint has no metadata file to compare; its data files' sizes are checked against the
+    // description when they are opened.
+    if (comm->rank() != 0 && !foreign) DCKPT_RETURN_IF_ERROR(CheckSameMetadata(dir->get(), path, *bytes));
+    desc.foreign = foreign != 0;
+    desc.data = bytes->data();
+    desc.size = bytes->size();
+    desc.owner = std::move(bytes);
   } else {
     if (!dir.ok()) return dir.status();
-    DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, OpenMetadataFile(dir->get(), path));
-    // One process: map the metadata file instead of copying it into fresh memory (at 1M chunks, 63 MiB: the copy
-    // and the page faults of the new buffer cost more than verifying and validating it; bench/NOTES.md).
-    if (options.map_files && file->Map() != nullptr) {
-      data = file->Map();
-      size = static_cast<size_t>(file->size());
-      owner = std::shared_ptr<const ReadableFile>(std::move(file));
-    } else {
-      DCKPT_ASSIGN_OR_RETURN(std::string read, ReadWhole(*file));
-      auto bytes = std::make_shared<std::string>(std::move(read));
-      data = bytes->data();
-      size = bytes->size();
-      owner = std::move(bytes);
-    }
+    DCKPT_ASSIGN_OR_RETURN(desc, ReadDescription(storage, dir->get(), path, single_file, options.map_files));
   }
-  DCKPT_ASSIGN_OR_RETURN(MetadataView meta, MetadataView::Parse(std::move(owner), data, size, context));
-  std::unique_ptr<Reader> reader(new Reader(path, std::move(meta), options, std::move(dir).value()));
+  Result<MetadataView> parsed =
+      desc.foreign ? MetadataView::ParseForeign(std::shared_ptr<const std::string>(
+                                                    desc.owner, static_cast<const std::string*>(desc.owner.get())),
+                                                "checkpoint '" + path + "'")
+                   : MetadataView::Parse(std::move(desc.owner), desc.data, desc.size, context);
+  DCKPT_RETURN_IF_ERROR(parsed.status());
+  MetadataView meta = std::move(parsed).value();
+  std::unique_ptr<Reader> reader(new Reader(path, dir_path, std::move(meta), options, std::move(dir).value()));
   if (pinning == FilePinning::kAllAtOpen) {
     reader->dir_->ExpectOpenFiles(reader->meta_.num_files());
     for (uint32_t i = 0; i < reader->meta_.num_files(); ++i) {
@@ -163,7 +235,7 @@ Status Reader::EntryError(size_t entry, const std::string& msg) const {
 
 Result<std::unique_ptr<ReadableFile>> Reader::OpenDataFile(uint32_t index) {
   const std::string name(meta_.file_name(index));
-  const std::string fpath = path_ + "/" + name;
+  const std::string fpath = dir_path_ + "/" + name;
   auto opened = dir_->OpenFile(name);
   if (!opened.ok()) {
     if (opened.status().code() == StatusCode::kNotFound) {
@@ -274,7 +346,17 @@ Result<uint64_t> Reader::ReadBytes(std::string_view name, void* dst, uint64_t ca
   return size;
 }
 
+Status Reader::NoChecksums() const {
+  const std::string format = meta_.source() == "torch-dcp" ? "PyTorch DCP" : std::string(meta_.source());
+  return Status(StatusCode::kUnsupported,
+                "checkpoint '" + path_ + "' is a " + format +
+                    " checkpoint: the format carries no checksums, so its bytes cannot be verified (its structure "
+                    "was checked when it was opened: every tensor lies inside its file, with the size its shape "
+                    "needs)");
+}
+
 Status Reader::VerifyAll(const ProgressFn& progress) {
+  if (!meta_.checksummed()) return NoChecksums();
   ReadExecutor ex(this);
   for (size_t i = 0; i < meta_.num_entries(); ++i) {
     EntryView e = meta_.entry(i);
@@ -316,6 +398,7 @@ Status Reader::VerifyChunk(size_t entry, uint32_t chunk, const ProgressFn& progr
     return InvalidArgument("checkpoint '" + path_ + "': no chunk #" + std::to_string(chunk) + " in entry #" +
                            std::to_string(entry));
   }
+  if (!meta_.checksummed()) return NoChecksums();
   ReadExecutor ex(this);
   ex.AddVerify(entry, chunk);
   return ex.Run(progress);

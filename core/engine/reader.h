@@ -157,6 +157,10 @@ class Reader {
   /// the metadata and the data files inside it, never through a link. With a communicator of several ranks the call
   /// is collective: rank 0 reads the metadata file once and broadcasts it, every rank verifies and validates it
   /// itself and checks that its own directory holds the same metadata file.
+  /// A directory without metadata.dckpt that is a Hugging Face safetensors checkpoint (an index and its shards, or
+  /// .safetensors files) or a PyTorch DCP one (.metadata), and a path naming one .safetensors file, are read in
+  /// place through a description of them (core/foreign, FORMAT.md 2.4): every read path works on them, without
+  /// verification (those formats carry no checksums).
   static Result<std::unique_ptr<Reader>> Open(const std::string& path, Communicator* comm, const ReadOptions& options,
                                               FilePinning pinning = FilePinning::kAllAtOpen);
   ~Reader();
@@ -180,6 +184,7 @@ class Reader {
   /// Reads a bytes entry. Returns its size; kBufferTooSmall (nothing copied) when capacity is too small.
   Result<uint64_t> ReadBytes(std::string_view name, void* dst, uint64_t capacity);
   /// Reads and checks every chunk of every entry, reporting progress. Returns the first corruption found.
+  /// kUnsupported for a foreign checkpoint (no checksums), saying so.
   Status VerifyAll(const ProgressFn& progress);
   /// Whole-checkpoint load for zero-copy readers (inference servers): every chunk of the entries listed (all entries
   /// when `entries` is empty) is read into the page cache, mapped into this process and verified in place, spread
@@ -204,12 +209,15 @@ class Reader {
 
  private:
   friend class ReadExecutor;
-  Reader(std::string path, MetadataView meta, const ReadOptions& options, std::unique_ptr<Directory> dir);
+  Reader(std::string path, std::string dir_path, MetadataView meta, const ReadOptions& options,
+         std::unique_ptr<Directory> dir);
   Result<std::unique_ptr<ReadableFile>> OpenDataFile(uint32_t index);
   Status EntryError(size_t entry, const Status& st) const;
   Status EntryError(size_t entry, const std::string& msg) const;  // kInvalidArgument
+  Status NoChecksums() const;  // kUnsupported: a foreign checkpoint has nothing to verify
 
-  std::string path_;
+  std::string path_;      // as the caller named it (a directory, or one safetensors file)
+  std::string dir_path_;  // the directory holding the data files (path_, or a single file's directory)
   MetadataView meta_;
   ReadOptions options_;
   Storage* storage_;

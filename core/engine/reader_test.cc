@@ -229,7 +229,8 @@ TEST(ReaderTest, AMissingCheckpointOrAnUnfinishedSaveIsNotFound) {
   EXPECT_NE(half.status().message().find("incomplete checkpoint"), std::string::npos) << half.status().ToString();
 }
 
-// Rank 1 of a two-rank open, whose broadcast delivers what rank 0 read: `bytes` (a metadata file).
+// Rank 1 of a two-rank open, whose broadcast delivers what rank 0 read: `bytes` (a metadata file), in
+// Reader::Open's broadcast message.
 class RankOneOfTwo final : public Communicator {
  public:
   explicit RankOneOfTwo(std::string bytes) : bytes_(std::move(bytes)) {}
@@ -245,6 +246,7 @@ class RankOneOfTwo final : public Communicator {
   Status Broadcast(std::string* data, int, std::chrono::milliseconds) override {
     WireWriter w;
     PutStatus(&w, OkStatus());
+    w.U8(0);  // a distckpt checkpoint, not a foreign one's description
     w.Str(bytes_);
     *data = w.Take();
     return OkStatus();

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/base/utf8.h"
 #include "core/format/checksum.h"
 
 namespace distckpt {
@@ -125,39 +126,6 @@ bool FindOverlap(const std::vector<Box>& tiles, size_t* a, size_t* b) {
 
 // Entry names: non-empty, at most this long, UTF-8 without NUL (FORMAT.md; the metadata validator enforces the same).
 constexpr size_t kMaxEntryNameBytes = 1 << 16;
-
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n;  // continuation bytes
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= n) return false;  // truncated sequence
-    for (size_t k = 1; k <= n; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong encodings, surrogates and values past U+10FFFF are invalid.
-    static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
 
 uint64_t AlignDown(uint64_t v, uint64_t alignment) { return v & ~(alignment - 1); }
 

@@ -713,7 +713,9 @@ DCKPT_API int dckpt_load(dckpt_io_stats *stats, const char *path, dckpt_state *s
 typedef struct dckpt_reader dckpt_reader;
 
 /* Opens a committed checkpoint; the metadata is verified and validated before use. With a communicator the call is
- * collective (rank 0 reads the metadata and broadcasts it). */
+ * collective (rank 0 reads the metadata and broadcasts it). Checkpoints other libraries wrote are read in place, with
+ * no conversion: a Hugging Face safetensors directory (an index and its shards, or .safetensors files), one
+ * .safetensors file, or a PyTorch DCP directory (capi/API.md, "Foreign checkpoints"); so are dckpt_load's. */
 DCKPT_API int dckpt_reader_open(dckpt_reader **out, const char *path, dckpt_comm *comm,
                                 const dckpt_read_options *opts);
 /* Closes the reader (NULL is fine). What it lent (info strings, mapped chunks) is invalid afterwards; must not race
@@ -727,7 +729,7 @@ DCKPT_API void dckpt_reader_free(dckpt_reader *reader);
 DCKPT_API int dckpt_reader_load(dckpt_io_stats *stats, dckpt_reader *reader, dckpt_state *state, dckpt_comm *comm,
                                 dckpt_progress_fn progress, void *progress_user_data);
 
-#define DCKPT_CHECKPOINT_INFO_VERSION 1
+#define DCKPT_CHECKPOINT_INFO_VERSION 2
 typedef struct dckpt_checkpoint_info {
   unsigned version;
   unsigned format_major;
@@ -738,8 +740,13 @@ typedef struct dckpt_checkpoint_info {
   uint64_t total_bytes;         /* data bytes */
   uint64_t metadata_bytes;
   uint64_t checksum_block_size;
+  /* version >= 2 (foreign checkpoints read in place: capi/API.md, "Foreign checkpoints") */
+  const char *source;           /* borrowed; "" for a distckpt checkpoint, else the format read in place:
+                                 * "safetensors" or "torch-dcp" (never NULL) */
+  int checksummed;              /* 1 when every chunk carries checksums (distckpt); 0 for a foreign checkpoint,
+                                 * whose bytes cannot be verified (dckpt_reader_verify: DCKPT_EUNSUPPORTED) */
 } dckpt_checkpoint_info;
-#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0}
+#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0, NULL, 0}
 /* The checkpoint's summary (set out->version first, e.g. with DCKPT_CHECKPOINT_INFO_INIT); `writer` is borrowed. */
 DCKPT_API int dckpt_reader_info(dckpt_checkpoint_info *out, const dckpt_reader *reader);
 
@@ -813,7 +820,8 @@ DCKPT_API int dckpt_reader_user_get(const char **value, const dckpt_reader *read
  * NULL). */
 DCKPT_API int dckpt_reader_structure(const char **data, size_t *size, const dckpt_reader *reader);
 
-/* Reads and checks every chunk; DCKPT_ECORRUPT names the entry, chunk, file and byte range of the first bad block. */
+/* Reads and checks every chunk; DCKPT_ECORRUPT names the entry, chunk, file and byte range of the first bad block.
+ * DCKPT_EUNSUPPORTED, saying so, for a foreign checkpoint (safetensors, DCP): those formats carry no checksums. */
 DCKPT_API int dckpt_reader_verify(dckpt_reader *reader, dckpt_progress_fn progress, void *user_data);
 /* Reads and checks one chunk (entry and chunk indices as in dckpt_reader_chunk). Lets a tool check chunks in its
  * own order and in parallel, and report every bad one. */

@@ -19,7 +19,7 @@ pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 6;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
 pub const DCKPT_IO_STATS_VERSION: u32 = 3;
-pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 1;
+pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 2;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
@@ -2932,12 +2932,14 @@ pub struct dckpt_checkpoint_info {
     pub total_bytes: u64,
     pub metadata_bytes: u64,
     pub checksum_block_size: u64,
+    pub source: *const ::std::os::raw::c_char,
+    pub checksummed: ::std::os::raw::c_int,
 }
 #[test]
 fn bindgen_test_layout_dckpt_checkpoint_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_checkpoint_info>(),
-        64usize,
+        80usize,
         concat!("Size of: ", stringify!(dckpt_checkpoint_info))
     );
     assert_eq!(
@@ -3098,6 +3100,40 @@ fn bindgen_test_layout_dckpt_checkpoint_info() {
         );
     }
     test_field_checksum_block_size();
+    fn test_field_source() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).source) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(source)
+            )
+        );
+    }
+    test_field_source();
+    fn test_field_checksummed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).checksummed) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(checksummed)
+            )
+        );
+    }
+    test_field_checksummed();
 }
 extern "C" {
     pub fn dckpt_reader_info(

@@ -1,0 +1,31 @@
+// Checkpoints other libraries wrote, read in place: a reader that finds no metadata.dckpt asks this package whether
+// the directory (or file) is a Hugging Face safetensors checkpoint or a PyTorch DCP one, and gets back a description
+// in distckpt's schema (FORMAT.md 2.4) over the foreign files as they are. Nothing is converted or copied.
+#ifndef DISTCKPT_CORE_FOREIGN_FOREIGN_H_
+#define DISTCKPT_CORE_FOREIGN_FOREIGN_H_
+
+#include <optional>
+#include <string>
+
+#include "core/base/status.h"
+#include "core/format/metadata.h"
+#include "core/storage/storage.h"
+
+namespace distckpt {
+
+/// The description of the foreign checkpoint in directory `dir` (at `path` on `storage`), which holds no
+/// metadata.dckpt: a PyTorch DCP checkpoint if it holds `.metadata`, else a safetensors one if it holds an index or
+/// `.safetensors` files. nullopt if it is neither. Errors name `path` and the file at fault.
+Result<std::optional<MetadataRecord>> DescribeForeignDirectory(Storage* storage, Directory* dir,
+                                                               const std::string& path);
+
+/// The description of the single safetensors file `name` in directory `dir`; `path` (the file's own path) names it
+/// in errors.
+Result<MetadataRecord> DescribeSafetensorsFile(Directory* dir, const std::string& name, const std::string& path);
+
+/// Whether `path` names one safetensors file (rather than a checkpoint directory): it ends in ".safetensors".
+bool IsSafetensorsFilePath(const std::string& path);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CORE_FOREIGN_FOREIGN_H_
