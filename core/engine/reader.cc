@@ -84,7 +84,6 @@ Status CheckSameMetadata(Directory* dir, const std::string& path, const std::str
   return OkStatus();
 }
 
-
 // What a reader reads a checkpoint through: the bytes of its metadata file (mapped or read), or the encoded
 // description of a foreign checkpoint (then `owner` is a std::string).
 struct Description {
@@ -182,7 +181,8 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
     auto bytes = std::make_shared<std::string>();
     if (!GetStatus(&in, &st)) return Internal("opening '" + path + "': malformed metadata broadcast");
     if (!st.ok()) return st;
-    if (!in.U8(&foreign) || !in.Str(bytes.get())) return Internal("opening '" + path + "': malformed metadata broadcast");
+    if (!in.U8(&foreign) || !in.Str(bytes.get()))
+      return Internal("opening '" + path + "': malformed metadata broadcast");
     if (!dir.ok()) return dir.status();
     // A foreign checkpoint has no metadata file to compare; its data files' sizes are checked against the
     // description when they are opened.
