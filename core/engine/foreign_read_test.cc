@@ -102,8 +102,8 @@ TEST_F(ForeignReadTest, MappingsShowTheFileInPlace) {
 
 TEST_F(ForeignReadTest, VerifySaysThereAreNoChecksums) {
   DCKPT_ASSERT_OK_AND_ASSIGN(auto reader, Reader::Open(dir_, nullptr, ReadOptions()));
-  EXPECT_TRUE(StatusIs(reader->VerifyAll(nullptr), StatusCode::kUnsupported,
-                       {dir_, "safetensors checkpoint", "no checksums"}));
+  EXPECT_TRUE(
+      StatusIs(reader->VerifyAll(nullptr), StatusCode::kUnsupported, {dir_, "safetensors checkpoint", "no checksums"}));
   EXPECT_TRUE(StatusIs(reader->VerifyChunk(0, 0), StatusCode::kUnsupported, {"no checksums"}));
 }
 
@@ -117,8 +117,8 @@ TEST_F(ForeignReadTest, OneFileOpensOnItsOwn) {
   box.length[0] = 5;
   DCKPT_ASSERT_OK(reader->ReadRegion("b", box, b.data(), 40));
   EXPECT_EQ(b, b_);
-  EXPECT_TRUE(StatusIs(Reader::Open(dir_ + "/nope.safetensors", nullptr, ReadOptions()).status(),
-                       StatusCode::kNotFound, {"nope.safetensors"}));
+  EXPECT_TRUE(StatusIs(Reader::Open(dir_ + "/nope.safetensors", nullptr, ReadOptions()).status(), StatusCode::kNotFound,
+                       {"nope.safetensors"}));
 }
 
 TEST_F(ForeignReadTest, DamageNamesTheCheckpointAndTheFile) {
@@ -143,8 +143,8 @@ TEST_F(ForeignReadTest, AShardReplacedAfterOpenIsRefused) {
   Box box;
   box.ndim = 1;
   box.length[0] = 5;
-  EXPECT_TRUE(StatusIs(reader->ReadRegion("b", box, b.data(), 40), StatusCode::kCorrupt,
-                       {"model-00002-of-00002.safetensors"}));
+  EXPECT_TRUE(
+      StatusIs(reader->ReadRegion("b", box, b.data(), 40), StatusCode::kCorrupt, {"model-00002-of-00002.safetensors"}));
 }
 
 }  // namespace

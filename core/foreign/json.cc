@@ -29,8 +29,8 @@ class Parser {
  private:
   bool Fail(const std::string& what) {
     if (error_.ok()) {
-      error_ = Corrupt((context_.empty() ? "" : context_ + ": ") + "invalid JSON at byte " + std::to_string(i_) +
-                       ": " + what);
+      error_ = Corrupt((context_.empty() ? "" : context_ + ": ") + "invalid JSON at byte " + std::to_string(i_) + ": " +
+                       what);
     }
     return false;
   }

@@ -20,8 +20,8 @@ struct JsonValue {
   enum class Kind : uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
   bool boolean = false;
-  std::string text;  ///< a string's value, or a number's text as written
-  std::vector<JsonValue> items;  ///< array elements
+  std::string text;                                        ///< a string's value, or a number's text as written
+  std::vector<JsonValue> items;                            ///< array elements
   std::vector<std::pair<std::string, JsonValue>> members;  ///< object members in document order (names may repeat)
 
   bool is_object() const { return kind == Kind::kObject; }

@@ -10,10 +10,10 @@ namespace distckpt {
 namespace {
 
 TEST(JsonTest, ParsesDocuments) {
-  DCKPT_ASSERT_OK_AND_ASSIGN(JsonValue v,
-                             ParseJson(R"( {"a": [1, 18446744073709551615, -2, 0.5, 1e3], "b": {"c": "x\"\u00e9\ud83d\ude00"},
+  DCKPT_ASSERT_OK_AND_ASSIGN(
+      JsonValue v, ParseJson(R"( {"a": [1, 18446744073709551615, -2, 0.5, 1e3], "b": {"c": "x\"\u00e9\ud83d\ude00"},
                                            "d": true, "e": false, "f": null}   )",
-                                       "doc"));
+                             "doc"));
   ASSERT_TRUE(v.is_object());
   ASSERT_EQ(v.members.size(), 5u);
   const JsonValue* a = v.Find("a");
@@ -32,10 +32,29 @@ TEST(JsonTest, ParsesDocuments) {
 
 TEST(JsonTest, RefusesWhatRfc8259Refuses) {
   const char* bad[] = {
-      "",        "{",         "{\"a\":1,}",   "[1,]",           "{'a':1}",         "{\"a\" 1}",   "01",
-      "1.",      ".5",        "-",            "1e",             "NaN",             "[1] [2]",     "\"\\x\"",
-      "\"\x01\"", "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "tru",
-      "{\"a\":1 \"b\":2}", "\"abc",
+      "",
+      "{",
+      "{\"a\":1,}",
+      "[1,]",
+      "{'a':1}",
+      "{\"a\" 1}",
+      "01",
+      "1.",
+      ".5",
+      "-",
+      "1e",
+      "NaN",
+      "[1] [2]",
+      "\"\\x\"",
+      "\"\x01\"",
+      "\"\\ud800\"",
+      "\"\\udc00\"",
+      "\"\\ud800\\u0041\"",
+      "\"\xc0\xaf\"",
+      "\"\xed\xa0\x80\"",
+      "tru",
+      "{\"a\":1 \"b\":2}",
+      "\"abc",
   };
   for (const char* s : bad) {
     auto r = ParseJson(s, "doc");

@@ -23,10 +23,12 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 // safetensors' dtype names; those distckpt has no type for (F4, F6_*, F8_E8M0) are refused by name.
 DType SafetensorsDType(std::string_view name) {
   static const std::pair<const char*, DType> kTable[] = {
-      {"BOOL", DType::kBool}, {"U8", DType::kU8},   {"I8", DType::kI8},     {"U16", DType::kU16},
-      {"I16", DType::kI16},   {"U32", DType::kU32}, {"I32", DType::kI32},   {"U64", DType::kU64},
-      {"I64", DType::kI64},   {"F16", DType::kF16}, {"BF16", DType::kBF16}, {"F32", DType::kF32},
-      {"F64", DType::kF64},   {"C64", DType::kC64}, {"F8_E4M3", DType::kF8E4M3FN}, {"F8_E5M2", DType::kF8E5M2},
+      {"BOOL", DType::kBool},      {"U8", DType::kU8},     {"I8", DType::kI8},
+      {"U16", DType::kU16},        {"I16", DType::kI16},   {"U32", DType::kU32},
+      {"I32", DType::kI32},        {"U64", DType::kU64},   {"I64", DType::kI64},
+      {"F16", DType::kF16},        {"BF16", DType::kBF16}, {"F32", DType::kF32},
+      {"F64", DType::kF64},        {"C64", DType::kC64},   {"F8_E4M3", DType::kF8E4M3FN},
+      {"F8_E5M2", DType::kF8E5M2},
   };
   for (const auto& [n, d] : kTable) {
     if (name == n) return d;
@@ -106,13 +108,13 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json, uint64_t
     if (shape->items.size() > kMaxDims) {
       return Status(StatusCode::kUnsupported, "safetensors file '" + file + "': tensor " + Q(name) + " has " +
                                                   std::to_string(shape->items.size()) +
-                                                  " dimensions; distckpt supports at most " +
-                                                  std::to_string(kMaxDims));
+                                                  " dimensions; distckpt supports at most " + std::to_string(kMaxDims));
     }
     for (const JsonValue& d : shape->items) {
       const auto n = d.AsU64();
-      if (!n) return where("shape holds " + (d.text.empty() ? std::string(d.KindName()) : d.text) +
-                           ", not a non-negative integer");
+      if (!n)
+        return where("shape holds " + (d.text.empty() ? std::string(d.KindName()) : d.text) +
+                     ", not a non-negative integer");
       t.shape.push_back(*n);
     }
     if (!offsets->is_array() || offsets->items.size() != 2 || !offsets->items[0].AsU64() ||
@@ -121,8 +123,9 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json, uint64_t
     }
     t.begin = *offsets->items[0].AsU64();
     t.end = *offsets->items[1].AsU64();
-    if (t.end < t.begin) return where("data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                                      "] end before they begin");
+    if (t.end < t.begin)
+      return where("data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                   "] end before they begin");
     auto bytes = CheckedVolume(Span<const uint64_t>(t.shape.data(), t.shape.size()), DTypeSize(t.dtype));
     if (!bytes.ok()) return where("shape's byte size overflows 64 bits");
     if (*bytes != t.end - t.begin) {

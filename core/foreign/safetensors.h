@@ -29,7 +29,7 @@ struct SafetensorsTensor {
 };
 
 struct SafetensorsHeader {
-  uint64_t data_start = 0;  ///< 8 + the header's length: where the byte buffer starts in the file
+  uint64_t data_start = 0;                 ///< 8 + the header's length: where the byte buffer starts in the file
   std::vector<SafetensorsTensor> tensors;  ///< sorted by begin
   std::vector<std::pair<std::string, std::string>> metadata;  ///< "__metadata__", as written
 };
@@ -51,8 +51,8 @@ Result<SafetensorsHeader> ReadSafetensorsHeader(const ReadableFile& file);
 /// without an index, every `*.safetensors` file in it. Empty if it holds neither. `listing` is the directory's
 /// entries.
 struct SafetensorsLayout {
-  std::string index;               ///< the index file's name, or "" without one
-  std::vector<std::string> files;  ///< data files, sorted
+  std::string index;                                            ///< the index file's name, or "" without one
+  std::vector<std::string> files;                               ///< data files, sorted
   std::vector<std::pair<std::string, std::string>> weight_map;  ///< the index's (tensor, file) pairs
 };
 Result<SafetensorsLayout> FindSafetensorsLayout(Directory* dir, const std::string& dir_path,
@@ -62,8 +62,7 @@ Result<SafetensorsLayout> FindSafetensorsLayout(Directory* dir, const std::strin
 /// per tensor, its one chunk where the file holds it. With an index, every tensor the index maps must be in the file
 /// it names, and no tensor may be in two files. "__metadata__" becomes user key/values (a key two files give
 /// different values keeps the first). `context` (the checkpoint's path) starts every error.
-Result<MetadataRecord> DescribeSafetensors(Directory* dir, const SafetensorsLayout& layout,
-                                           const std::string& context);
+Result<MetadataRecord> DescribeSafetensors(Directory* dir, const SafetensorsLayout& layout, const std::string& context);
 
 }  // namespace distckpt
 

@@ -34,9 +34,8 @@ Result<SafetensorsHeader> Parse(const std::string& file) {
   return ParseSafetensorsHeader(json, n, file.size(), "x.safetensors");
 }
 
-const char kTwo[] =
-    R"({"b":{"dtype":"F16","shape":[3],"data_offsets":[24,30]},)"
-    R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"__metadata__":{"format":"pt"}})";
+const char kTwo[] = R"({"b":{"dtype":"F16","shape":[3],"data_offsets":[24,30]},)"
+                    R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"__metadata__":{"format":"pt"}})";
 
 TEST(SafetensorsTest, ParsesAValidHeader) {
   const std::string f = File(kTwo, std::string(30, 'x'));
@@ -98,9 +97,9 @@ TEST(SafetensorsTest, RefusesWhatSafetensorsRefuses) {
   }
   EXPECT_TRUE(StatusIs(Parse(File(R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", "x")).status(),
                        StatusCode::kUnsupported, {"F4"}));
-  EXPECT_TRUE(StatusIs(
-      Parse(File(R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", "x")).status(),
-      StatusCode::kUnsupported, {"9 dimensions"}));
+  EXPECT_TRUE(
+      StatusIs(Parse(File(R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", "x")).status(),
+               StatusCode::kUnsupported, {"9 dimensions"}));
 }
 
 TEST(SafetensorsTest, RefusesBadHeaderLengths) {
@@ -112,8 +111,8 @@ TEST(SafetensorsTest, RefusesBadHeaderLengths) {
   for (int i = 0; i < 8; ++i) huge[i] = static_cast<char>(n >> (8 * i));
   EXPECT_TRUE(StatusIs(ParseSafetensorsHeader("", n, 1ull << 40, "x.safetensors").status(), StatusCode::kCorrupt,
                        {"over safetensors' limit"}));
-  EXPECT_TRUE(StatusIs(ParseSafetensorsHeader("", 0, 4, "x.safetensors").status(), StatusCode::kCorrupt,
-                       {"too short"}));
+  EXPECT_TRUE(
+      StatusIs(ParseSafetensorsHeader("", 0, 4, "x.safetensors").status(), StatusCode::kCorrupt, {"too short"}));
 }
 
 // Any damage to any byte of the header or its length: a clean error, or a header whose tensors still tile the data
