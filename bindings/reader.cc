@@ -47,13 +47,53 @@ class Reader {
     dckpt_reader_free(reader_);
   }
 
+  /// Closes; while arrays mapped from the files are alive (MapChunk), the native reader, and so its mappings, stays
+  /// until the last of them goes: the Python reader is closed either way.
   void Close() {
     py::gil_scoped_release nogil;
     std::unique_lock<std::shared_mutex> lock(mu_);
-    dckpt_reader_free(reader_);
-    reader_ = nullptr;
+    closed_ = true;
+    if (pins_ == 0) {
+      dckpt_reader_free(reader_);
+      reader_ = nullptr;
+    }
   }
-  bool closed() const { return reader_ == nullptr; }
+  bool closed() const { return closed_; }
+
+  /// Pages in, maps and (when the reader verifies) checks every chunk of `entries` (every entry when None):
+  /// dckpt_map_all.
+  void MapAll(std::optional<std::vector<size_t>> entries, py::object progress) {
+    auto prog = MakeProgress(progress);
+    dckpt_map_all_options o = DCKPT_MAP_ALL_OPTIONS_INIT;
+    if (entries) {
+      o.entries = entries->data();
+      o.num_entries = entries->size();
+    }
+    o.progress = prog ? &ProgressTrampoline : nullptr;
+    o.progress_user_data = prog.get();
+    const uint64_t mark = Mark();
+    int rc = kClosed;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (!closed_) rc = dckpt_reader_map_all(reader_, &o);
+    }
+    if (rc == kClosed) CheckOpen(rc, mark);
+    CheckCall(rc, prog.get(), nullptr, storage_.get(), mark);
+  }
+
+  /// The bytes of chunk `chunk` of entry `entry` where the reader maps its data file (dckpt_reader_map_chunk), as a
+  /// read-only buffer that keeps the mapping alive however long it lives, even past close().
+  py::object MapChunk(py::object self, size_t entry, size_t chunk);
+
+  void Unpin() {
+    py::gil_scoped_release nogil;
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    if (--pins_ == 0 && closed_ && reader_ != nullptr) {
+      dckpt_reader_free(reader_);
+      reader_ = nullptr;
+    }
+  }
 
   py::dict Info() {
     Locked r = Acquire();
@@ -68,6 +108,8 @@ class Reader {
     d["total_bytes"] = info.total_bytes;
     d["metadata_bytes"] = info.metadata_bytes;
     d["checksum_block_size"] = info.checksum_block_size;
+    d["source"] = std::string(info.source ? info.source : "");
+    d["checksummed"] = info.checksummed != 0;
     return d;
   }
 
@@ -120,7 +162,7 @@ class Reader {
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (reader_) {
+      if (!closed_) {
         rc = dckpt_reader_read(reader_, name.c_str(), offsets.size(), offsets.data(), lengths.data(), buf.data(),
                                buf.size());
       }
@@ -143,7 +185,7 @@ class Reader {
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (reader_) {
+      if (!closed_) {
         rc = dckpt_reader_read_ex(reader_, name.c_str(), offsets.size(), offsets.data(), lengths.data(),
                                   reinterpret_cast<void*>(ptr), nbytes, &o);
       }
@@ -165,7 +207,7 @@ class Reader {
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (reader_) rc = dckpt_reader_read_bytes(&size, reader_, name.c_str(), out.data(), out.size());
+      if (!closed_) rc = dckpt_reader_read_bytes(&size, reader_, name.c_str(), out.data(), out.size());
     }
     CheckOpen(rc, mark);
     return py::bytes(out.data(), size);
@@ -201,7 +243,7 @@ class Reader {
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (reader_) rc = dckpt_reader_verify(reader_, prog ? &ProgressTrampoline : nullptr, prog.get());
+      if (!closed_) rc = dckpt_reader_verify(reader_, prog ? &ProgressTrampoline : nullptr, prog.get());
     }
     if (rc == kClosed) CheckOpen(rc, mark);
     CheckCall(rc, prog.get(), nullptr, storage_.get(), mark);
@@ -218,7 +260,7 @@ class Reader {
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (reader_) {
+      if (!closed_) {
         rc = dckpt_reader_load(&stats, reader_, state.get(), c, prog ? &ProgressTrampoline : nullptr, prog.get());
       }
     }
@@ -233,7 +275,7 @@ class Reader {
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (reader_) rc = dckpt_reader_verify_chunk(reader_, entry, chunk);
+      if (!closed_) rc = dckpt_reader_verify_chunk(reader_, entry, chunk);
     }
     CheckOpen(rc, mark);
   }
@@ -257,7 +299,7 @@ class Reader {
   };
   Locked Acquire() {
     std::shared_lock<std::shared_mutex> lock(mu_);
-    if (reader_ == nullptr) throw NativeError(DCKPT_ESTATE, "the reader is closed");
+    if (closed_) throw NativeError(DCKPT_ESTATE, "the reader is closed");
     return Locked{std::move(lock), reader_};
   }
   uint64_t Mark() const { return storage_->Mark(); }
@@ -270,14 +312,65 @@ class Reader {
     storage_->Annotate(message, cause, mark);
     throw NativeError(rc, std::move(message), std::move(cause));
   }
+  friend class MappedChunk;
   dckpt_reader* reader_;
+  bool closed_ = false;  // by close(); reader_ stays while pins_ > 0
+  size_t pins_ = 0;      // MappedChunk buffers alive
   std::shared_mutex mu_;
   std::unique_ptr<StorageCall> storage_;  // the storage's callbacks must outlive the reader
 };
 
+/// A mapped chunk's bytes, exposed through the buffer protocol (numpy.frombuffer takes them without a copy). Holds
+/// the Python reader and a pin on its native reader, so the mapping outlives close() while any view of it lives.
+class MappedChunk {
+ public:
+  MappedChunk(Reader* reader, py::object owner, const void* data, uint64_t size)
+      : reader_(reader), owner_(std::move(owner)), data_(data), size_(size) {}
+  MappedChunk(const MappedChunk&) = delete;
+  MappedChunk& operator=(const MappedChunk&) = delete;
+  ~MappedChunk() { reader_->Unpin(); }
+  py::buffer_info Buffer() const {
+    return py::buffer_info(const_cast<void*>(data_), 1, py::format_descriptor<uint8_t>::format(), 1,
+                           {static_cast<py::ssize_t>(size_)}, {static_cast<py::ssize_t>(1)}, /*readonly=*/true);
+  }
+  uint64_t size() const { return size_; }
+
+ private:
+  Reader* reader_;
+  py::object owner_;  // keeps reader_ alive
+  const void* data_;
+  uint64_t size_;
+};
+
+py::object Reader::MapChunk(py::object self, size_t entry, size_t chunk) {
+  const void* data = nullptr;
+  uint64_t size = 0;
+  {
+    py::gil_scoped_release nogil;
+    std::unique_lock<std::shared_mutex> lock(mu_);  // exclusive: pins_ changes
+    if (closed_) {
+      lock.unlock();
+      py::gil_scoped_acquire gil;
+      throw NativeError(DCKPT_ESTATE, "the reader is closed");
+    }
+    const int rc = dckpt_reader_map_chunk(&data, &size, reader_, entry, chunk);
+    if (rc != DCKPT_OK) {
+      std::string message = dckpt_error_last();
+      lock.unlock();
+      py::gil_scoped_acquire gil;
+      throw NativeError(rc, std::move(message));
+    }
+    ++pins_;
+  }
+  return py::cast(std::make_unique<MappedChunk>(this, std::move(self), data, size));
+}
+
 }  // namespace
 
 void RegisterReader(py::module_& m) {
+  py::class_<MappedChunk>(m, "MappedChunk", py::buffer_protocol())
+      .def_buffer(&MappedChunk::Buffer)
+      .def("__len__", &MappedChunk::size);
   py::class_<Reader>(m, "Reader")
       .def_static("open", &Reader::Open, py::arg("path"), py::arg("comm").none(true), py::arg("verify"),
                   py::arg("io_threads"), py::arg("timeout_ms"), py::arg("map_files") = true,
@@ -285,6 +378,11 @@ void RegisterReader(py::module_& m) {
                   py::arg("fanout") = static_cast<int>(DCKPT_FANOUT_AUTO), py::arg("storage").none(true) = nullptr)
       .def("load", &Reader::Load, py::arg("state"), py::arg("comm").none(true), py::arg("progress"))
       .def("close", &Reader::Close)
+      .def("map_all", &Reader::MapAll, py::arg("entries").none(true), py::arg("progress"))
+      .def(
+          "map_chunk",
+          [](py::object self, size_t entry, size_t chunk) { return self.cast<Reader&>().MapChunk(self, entry, chunk); },
+          py::arg("entry"), py::arg("chunk"))
       .def_property_readonly("closed", &Reader::closed)
       .def("info", &Reader::Info)
       .def("entries", &Reader::Entries)

@@ -4,7 +4,7 @@
 # Targets (default: all):
 #   metadata            MetadataView::Parse: trailer, FlatBuffers verifier, validator (core/format/fuzz/)
 #   load_plan           ChunkIndex + PlanTensorRead on valid but adversarial metadata (core/plan/fuzz/)
-#   safetensors_header  the safetensors importer's header parser (tests/fuzz/, atheris)
+#   safetensors_header  the core's safetensors header parser, core/foreign/safetensors.cc (core/foreign/fuzz/)
 #   dcp_metadata        the restricted reader of DCP .metadata pickles (tests/fuzz/, atheris)
 # C++ targets are built outside Bazel with clang-14 -fsanitize=fuzzer,address,undefined; Python targets run with
 # atheris (a libFuzzer engine for Python) from the repo's .venv, installed there from PyPI when missing.
@@ -32,7 +32,8 @@ read -r -a extra <<<"${FUZZ_FLAGS:-}"
 cxx=(clang++-14 -std=c++17 -O1 -g -fno-omit-frame-pointer -I"$root" -I"$build/gen")
 san=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 lib_srcs=(core/format/metadata.cc core/format/checksum.cc core/base/box.cc core/base/dtype.cc core/base/status.cc
-          core/plan/load_planner.cc core/plan/copy_plan.cc)
+          core/base/utf8.cc core/plan/load_planner.cc core/plan/copy_plan.cc core/foreign/json.cc
+          core/foreign/safetensors_header.cc)
 cpp_built=""
 build_cpp() {  # compiles the library once per run (objects reused when their source is older), then every C++ target
   [[ -n $cpp_built ]] && return "$cpp_built"
@@ -59,7 +60,7 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
     fi
   done
   for src in "${lib_srcs[@]}" core/format/metadata_test_util.cc core/format/fuzz/make_seeds.cc \
-             core/format/fuzz/metadata_fuzz.cc core/plan/fuzz/load_plan_fuzz.cc; do
+             core/format/fuzz/metadata_fuzz.cc core/plan/fuzz/load_plan_fuzz.cc core/foreign/fuzz/safetensors_fuzz.cc; do
     obj="$build/obj/${src//\//_}.o"
     objs+=("$obj")
     # Rebuild when the source or any header of the tree is newer than the object (headers are few and small).
@@ -77,6 +78,8 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
       -o "$build/metadata" || return 1
   "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "$(o core/plan/fuzz/load_plan_fuzz.cc)" \
       -o "$build/load_plan" || return 1
+  "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "$(o core/foreign/fuzz/safetensors_fuzz.cc)" \
+      -o "$build/safetensors_header" || return 1
   "${cxx[@]}" "${san[@]}" "${libs[@]}" "$(o core/format/metadata_test_util.cc)" "$(o core/format/fuzz/make_seeds.cc)" \
       -o "$build/make_seeds" || return 1
   cpp_built=0
@@ -107,17 +110,18 @@ for t in "${targets[@]}"; do
   mkdir -p "$seeds"
   regress="$root/tests/fuzz/regressions/$t"
   case $t in
-    metadata | load_plan)
+    metadata | load_plan | safetensors_header)
       if ! build_cpp; then
         echo "fuzz $t: build failed"; echo "fuzz $t: 0 passed, 1 failed"; bad=1; continue
       fi
       [[ $t == metadata ]] && "$build/make_seeds" "$seeds"
+      # safetensors_header: its seeds are the committed inputs (files the safetensors library wrote, and findings).
       [[ $t == load_plan ]] && for i in 1 2 3 4 5 6 7 8; do  # a few fixed byte patterns; the generator does the rest
         head -c $((64 * i)) /dev/zero | tr '\0' "\\$(printf '%03o' $((i * 37 % 256)))" >"$seeds/pattern-$i"
       done
       cmd=("$build/$t")
       ;;
-    safetensors_header | dcp_metadata)
+    dcp_metadata)
       if ! setup_python; then
         echo "fuzz $t: no atheris"; echo "fuzz $t: 0 passed, 1 failed"; bad=1; continue
       fi

@@ -95,11 +95,11 @@ struct Description {
 
 // The metadata of the checkpoint at `path` (directory `dir`), or of the one safetensors file `single_file` in it.
 Result<Description> ReadDescription(Storage* storage, Directory* dir, const std::string& path,
-                                    const std::string& single_file, bool map) {
+                                    const std::string& dir_path, const std::string& single_file, bool map) {
   Description d;
   std::optional<MetadataRecord> foreign;
   if (!single_file.empty()) {
-    DCKPT_ASSIGN_OR_RETURN(MetadataRecord record, DescribeSafetensorsFile(dir, single_file, path));
+    DCKPT_ASSIGN_OR_RETURN(MetadataRecord record, DescribeSafetensorsFile(dir, dir_path, single_file, path));
     foreign = std::move(record);
   } else {
     auto file = OpenMetadataFile(dir, path);
@@ -145,7 +145,8 @@ Result<Description> ReadDescription(Storage* storage, Directory* dir, const std:
 Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicator* comm, const ReadOptions& options,
                                              FilePinning pinning) {
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  // A path naming one safetensors file is read in place: its directory is opened, and only that file read.
+  // A path naming one safetensors file (or index) is read in place: its directory is opened, and only that file
+  // (and the shards the index names) read.
   std::string dir_path = path, single_file;
   if (IsSafetensorsFilePath(path)) {
     auto is_dir = storage->IsDirectory(path);
@@ -165,7 +166,7 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
     if (comm->rank() == 0) {
       Result<Description> read = [&]() -> Result<Description> {
         if (!dir.ok()) return dir.status();
-        return ReadDescription(storage, dir->get(), path, single_file, /*map=*/false);
+        return ReadDescription(storage, dir->get(), path, dir_path, single_file, /*map=*/false);
       }();
       PutStatus(&w, read.status());
       if (read.ok()) {
@@ -193,7 +194,7 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
     desc.owner = std::move(bytes);
   } else {
     if (!dir.ok()) return dir.status();
-    DCKPT_ASSIGN_OR_RETURN(desc, ReadDescription(storage, dir->get(), path, single_file, options.map_files));
+    DCKPT_ASSIGN_OR_RETURN(desc, ReadDescription(storage, dir->get(), path, dir_path, single_file, options.map_files));
   }
   Result<MetadataView> parsed =
       desc.foreign ? MetadataView::ParseForeign(std::shared_ptr<const std::string>(

@@ -15,15 +15,27 @@ Result<std::optional<MetadataRecord>> DescribeForeignDirectory(Storage* storage,
   return std::optional<MetadataRecord>(std::move(record));
 }
 
-Result<MetadataRecord> DescribeSafetensorsFile(Directory* dir, const std::string& name, const std::string& path) {
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Result<MetadataRecord> DescribeSafetensorsFile(Directory* dir, const std::string& dir_path, const std::string& name,
+                                               const std::string& path) {
   SafetensorsLayout layout;
-  layout.files = {name};
+  if (EndsWith(name, ".safetensors.index.json")) {
+    DCKPT_ASSIGN_OR_RETURN(layout, ReadSafetensorsIndex(dir, dir_path, name));
+  } else {
+    layout.files = {name};
+  }
   return DescribeSafetensors(dir, layout, path);
 }
 
 bool IsSafetensorsFilePath(const std::string& path) {
-  static const std::string kSuffix = ".safetensors";
-  return path.size() > kSuffix.size() && path.compare(path.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  return EndsWith(path, ".safetensors") || EndsWith(path, ".safetensors.index.json");
 }
 
 }  // namespace distckpt

@@ -19,11 +19,14 @@ namespace distckpt {
 Result<std::optional<MetadataRecord>> DescribeForeignDirectory(Storage* storage, Directory* dir,
                                                                const std::string& path);
 
-/// The description of the single safetensors file `name` in directory `dir`; `path` (the file's own path) names it
-/// in errors.
-Result<MetadataRecord> DescribeSafetensorsFile(Directory* dir, const std::string& name, const std::string& path);
+/// The description of the checkpoint one file `name` in directory `dir` stands for: a safetensors file on its own,
+/// or a safetensors index (`*.safetensors.index.json`) with the shards it names. `path` (the file's own path) names
+/// it in errors.
+Result<MetadataRecord> DescribeSafetensorsFile(Directory* dir, const std::string& dir_path, const std::string& name,
+                                               const std::string& path);
 
-/// Whether `path` names one safetensors file (rather than a checkpoint directory): it ends in ".safetensors".
+/// Whether `path` names a file that is a checkpoint on its own (rather than a checkpoint directory): it ends in
+/// ".safetensors" or ".safetensors.index.json".
 bool IsSafetensorsFilePath(const std::string& path);
 
 }  // namespace distckpt

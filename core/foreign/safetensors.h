@@ -1,7 +1,6 @@
-// Hugging Face safetensors files, read in place: the header parser (with safetensors' own validation rules) and the
-// description of a file, or of a hub-style directory of shards with its index, as a foreign checkpoint (FORMAT.md
-// 2.4) that every reader path (resharded loads, regions, mappings, device loads, the CLI) then reads directly.
-// This is the one safetensors parser of the project: Python, Rust and Go reach it through the C ABI.
+// Hugging Face safetensors checkpoints read in place: the description of a file, or of a hub-style directory of
+// shards with its index, as a foreign checkpoint (FORMAT.md 2.4) that every reader path (resharded loads, regions,
+// mappings, device loads, the CLI) then reads directly. Headers are parsed by safetensors_header.h.
 #ifndef DISTCKPT_CORE_FOREIGN_SAFETENSORS_H_
 #define DISTCKPT_CORE_FOREIGN_SAFETENSORS_H_
 
@@ -11,38 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/base/dtype.h"
 #include "core/base/status.h"
+#include "core/foreign/safetensors_header.h"
 #include "core/format/metadata.h"
 #include "core/storage/storage.h"
 
 namespace distckpt {
-
-/// safetensors' own limit on the JSON header.
-constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
-
-struct SafetensorsTensor {
-  std::string name;
-  DType dtype = DType::kInvalid;
-  std::vector<uint64_t> shape;
-  uint64_t begin = 0, end = 0;  ///< data_offsets: relative to the start of the byte buffer
-};
-
-struct SafetensorsHeader {
-  uint64_t data_start = 0;                 ///< 8 + the header's length: where the byte buffer starts in the file
-  std::vector<SafetensorsTensor> tensors;  ///< sorted by begin
-  std::vector<std::pair<std::string, std::string>> metadata;  ///< "__metadata__", as written
-};
-
-/// Parses and validates the header of a safetensors file of `file_size` bytes whose first 8 bytes give the header
-/// length `header_len` and whose next `header_len` bytes are `json`. The rules are safetensors' own: the length is at
-/// most kMaxSafetensorsHeader and inside the file; the header is a JSON object (trailing spaces allowed) of tensors
-/// {"dtype", "shape", "data_offsets"} and an optional "__metadata__" object of strings; every dtype is known and
-/// every size matches its shape; the tensors' byte ranges, in order, cover the byte buffer exactly (no overlap, no
-/// gap, nothing past its end). Stricter than safetensors: a name may appear once, and unknown member names are
-/// refused. Every error is kCorrupt (kUnsupported for a dtype or rank distckpt lacks) and starts with `file`.
-Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json, uint64_t header_len, uint64_t file_size,
-                                                 const std::string& file);
 
 /// Reads and parses the header of `file` (its first 8 + length bytes only).
 Result<SafetensorsHeader> ReadSafetensorsHeader(const ReadableFile& file);
@@ -57,6 +30,8 @@ struct SafetensorsLayout {
 };
 Result<SafetensorsLayout> FindSafetensorsLayout(Directory* dir, const std::string& dir_path,
                                                 const std::vector<std::string>& listing);
+/// The layout one index file `index` in `dir` gives (its weight_map's files).
+Result<SafetensorsLayout> ReadSafetensorsIndex(Directory* dir, const std::string& dir_path, const std::string& index);
 
 /// The description (MetadataRecord with source "safetensors") of the files of `layout` in `dir`: one tensor entry
 /// per tensor, its one chunk where the file holds it. With an index, every tensor the index maps must be in the file

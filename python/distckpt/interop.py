@@ -1,9 +1,9 @@
 """Interoperability: Hugging Face safetensors (export and import) and torch.distributed.checkpoint (import).
 
 The safetensors *exporter* is the C++ one behind the C ABI (``dckpt_export_safetensors``, core/tools/): it streams
-each tensor through a bounded buffer, so exporting never holds the checkpoint in memory. The importer here reads
-safetensors headers itself (validated like safetensors does) and saves memory-mapped tensor bytes, so neither the
-``safetensors`` package nor torch is needed, and memory stays bounded by the page cache.
+each tensor through a bounded buffer, so exporting never holds the checkpoint in memory. Safetensors files
+are read in place by the core (``distckpt.open`` opens them as they are; the importer saves their mapped bytes as a
+checkpoint with checksums), so neither the ``safetensors`` package nor torch is needed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _dcp_metadata, _dtypes, _native, _safetensors_header, _tree
+from . import _dcp_metadata, _dtypes, _native, _tree
 from . import storage as _storage
 from ._checkpoint import SaveSummary, save
 from .errors import (
@@ -102,38 +102,14 @@ def export_safetensors(
 
 # ---- Import ---------------------------------------------------------------------------------------------------------
 
-_ST_DTYPES = _safetensors_header.ST_DTYPES  # safetensors dtype -> distckpt C enum name
 
-
-def _safetensors_files(paths: Union[PathLike, Sequence[PathLike]]) -> List[str]:
-    """A file, a directory (its *.safetensors), an index.json, or a list of any of those -> .safetensors files."""
+def _safetensors_sources(paths: Union[PathLike, Sequence[PathLike]]) -> List[str]:
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    out: List[str] = []
-    for item in items:
-        p = os.fspath(item)
-        if os.path.isdir(p):
-            found = sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(".safetensors"))
-            if not found:
-                raise NotFoundError(f"directory '{p}' holds no .safetensors file")
-            out.extend(found)
-        elif p.endswith(".json"):
-            with open(p, encoding="utf-8") as f:
-                weight_map = json.load(f).get("weight_map", {})
-            base = os.path.dirname(p)
-            out.extend(os.path.join(base, n) for n in sorted(set(weight_map.values())))
-        elif os.path.exists(p):
-            out.append(p)
-        else:
+    out = [os.fspath(p) for p in items]
+    for p in out:
+        if not os.path.exists(p):
             raise NotFoundError(f"safetensors file '{p}' does not exist")
     return out
-
-
-def _read_header(path: str) -> Tuple[Dict[str, Any], int, int]:
-    """(header, data start, file size) of a safetensors file, with every offset checked before use."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        header, start = _safetensors_header.parse_header(f, size, path)
-    return header, start, size
 
 
 def import_safetensors(
@@ -144,41 +120,48 @@ def import_safetensors(
     user_metadata: Optional[Mapping[str, str]] = None,
     progress: Optional[ProgressFn] = None,
 ) -> SaveSummary:
-    """Saves the tensors of safetensors files as a distckpt checkpoint.
+    """Saves the tensors of safetensors files as a distckpt checkpoint (with checksums).
 
-    ``paths``: a .safetensors file, a directory, a ``*.safetensors.index.json``, or a list of those. Tensor names
-    are kept as entry names (``load(None, ckpt)`` returns a flat dict of them). The files' ``__metadata__`` becomes
-    the checkpoint's user metadata (``user_metadata`` wins on conflicts). Tensor bytes are memory-mapped, never
-    copied into Python.
+    ``paths``: a .safetensors file, a directory (its index and shards, or its .safetensors files), a
+    ``*.safetensors.index.json``, or a list of those. Each is read in place by the core, whose header parser applies
+    safetensors' own rules (``distckpt.open`` reads them the same way, without a copy: this import is needed only to
+    get checksums, or another layout). Tensor names are kept as entry names (``load(None, ckpt)`` returns a flat dict
+    of them). The files' ``__metadata__`` becomes the checkpoint's user metadata (``user_metadata`` wins on
+    conflicts). Tensor bytes go from the mapped files to the new checkpoint, never copied into Python.
     """
-    files = _safetensors_files(paths)
+    from .reader import open as _open  # noqa: PLC0415 - reader imports interop's neighbours
+
     state = _native.State()
     metadata: Dict[str, str] = {}
     seen: Dict[str, str] = {}
     items = []
-    for path in files:
-        header, start, size = _read_header(path)
-        mm = np.memmap(path, dtype=np.uint8, mode="r") if size > 0 else np.empty(0, np.uint8)
-        for name, info in header.items():
-            if name == "__metadata__":
-                for k, v in info.items():
-                    metadata.setdefault(k, v)
-                continue
-            if name in seen:
-                raise InvalidArgumentError(f"tensor '{name}' is in both '{seen[name]}' and '{path}'")
-            seen[name] = path
-            code = _dtypes.CODES[_ST_DTYPES[info["dtype"]]]
-            begin, end = info["data_offsets"]
-            shape = [int(d) for d in info["shape"]]
-            state.add_tensor(name, code, shape)
-            state.add_piece(name, [0] * len(shape), shape, mm[start + begin : start + end], False)
-            items.append([name, {"array": name}])
-    state.set_structure(_tree.dump_structure({"dict": items}))
-    metadata.update(user_metadata or {})
-    for k, v in metadata.items():
-        state.set_user(k, v)
-    ckpt_path = os.fspath(ckpt_path)
-    info = _native.save(ckpt_path, state, None, 0, overwrite, True, 0, 0, progress)
+    readers = []
+    try:
+        for source in _safetensors_sources(paths):
+            r = _open(source)
+            readers.append(r)
+            if r.metadata.format != "safetensors":
+                raise InvalidArgumentError(f"'{source}' is a {r.metadata.format} checkpoint, not safetensors")
+            for k, v in r.user_metadata.items():
+                metadata.setdefault(k, v)
+            mapped = r.map_all()
+            for name, entry in r.metadata.items():
+                if name in seen:
+                    raise InvalidArgumentError(f"tensor '{name}' is in both '{seen[name]}' and '{source}'")
+                seen[name] = source
+                state.add_tensor(name, _dtypes.code_of_name(entry.dtype), list(entry.shape))
+                data = mapped[name].reshape(-1).view(np.uint8)  # the mapped bytes, not a copy
+                state.add_piece(name, [0] * len(entry.shape), list(entry.shape), data, False)
+                items.append([name, {"array": name}])
+        state.set_structure(_tree.dump_structure({"dict": items}))
+        metadata.update(user_metadata or {})
+        for k, v in metadata.items():
+            state.set_user(k, v)
+        ckpt_path = os.fspath(ckpt_path)
+        info = _native.save(ckpt_path, state, None, 0, overwrite, True, 0, 0, progress)
+    finally:
+        for r in readers:
+            r.close()
     return SaveSummary(path=ckpt_path, **info)
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from . import _arrays, _dtypes, _native, _tree
+from . import _arrays, _dtypes, _mapped, _native, _tree
 from . import storage as _storage
 from .comm import Communicator, native_of
 from .errors import CorruptCheckpointError, InvalidArgumentError, NotFoundError
@@ -47,7 +47,7 @@ class EntryMetadata:
     """One entry: a tensor (dtype, global shape, chunks) or a bytes entry (an object saved by the Python API, or
     opaque bytes from another binding)."""
 
-    __slots__ = ("name", "kind", "dtype", "shape", "nbytes", "num_chunks", "_code", "_index", "_reader", "_chunks")
+    __slots__ = ("name", "kind", "dtype", "shape", "nbytes", "num_chunks", "index", "_code", "_reader", "_chunks")
 
     def __init__(self, reader: "_native.Reader", index: int, raw: Tuple[Any, ...]) -> None:
         name, kind, code, shape, nbytes, num_chunks = raw
@@ -57,8 +57,8 @@ class EntryMetadata:
         self.shape: Shape = tuple(shape)
         self.nbytes: int = nbytes
         self.num_chunks: int = num_chunks
+        self.index: int = index  #: position in the checkpoint's entries (sorted by name)
         self._code = code
-        self._index = index
         self._reader = reader
         self._chunks: Optional[Tuple[ChunkMetadata, ...]] = None
 
@@ -73,7 +73,7 @@ class EntryMetadata:
         if self._chunks is None:
             self._chunks = tuple(
                 ChunkMetadata(tuple(o), tuple(n), f, fo, ln, ck)
-                for o, n, f, fo, ln, ck in (self._reader.chunk(self._index, c) for c in range(self.num_chunks))
+                for o, n, f, fo, ln, ck in (self._reader.chunk(self.index, c) for c in range(self.num_chunks))
             )
         return self._chunks
 
@@ -94,6 +94,10 @@ class CheckpointMetadata(Mapping[str, EntryMetadata]):
         self.total_bytes: int = info["total_bytes"]  #: data bytes
         self.metadata_bytes: int = info["metadata_bytes"]
         self.checksum_block_size: int = info["checksum_block_size"]
+        #: "distckpt", or the format of a checkpoint another library wrote, read in place: "safetensors", "torch-dcp"
+        self.format: str = info["source"] or "distckpt"
+        #: False for a foreign checkpoint: those formats carry no checksums, so nothing read from them is verified
+        self.checksummed: bool = info["checksummed"]
         self.user: Dict[str, str] = dict(reader.user())  #: free-form key/values saved with the checkpoint
         self._entries: Dict[str, EntryMetadata] = {
             raw[0]: EntryMetadata(reader, i, raw) for i, raw in enumerate(reader.entries())
@@ -109,6 +113,8 @@ class CheckpointMetadata(Mapping[str, EntryMetadata]):
         return len(self._entries)
 
     def __repr__(self) -> str:
+        if self.format != "distckpt":
+            return f"<CheckpointMetadata {self.format} (read in place), {len(self)} entries, {self.total_bytes} bytes>"
         return (
             f"<CheckpointMetadata format {self.format_version[0]}.{self.format_version[1]}, {len(self)} entries, "
             f"{self.total_bytes} bytes in {self.num_files} files>"
@@ -403,8 +409,25 @@ class Reader(Mapping[str, Any]):
         return IoStats(s["bytes_read"], s["read_calls"], s["bytes_verified"], s["bytes_delivered"], s["bytes_mapped"])
 
     def verify(self, progress: Optional[Callable[[int, int], Any]] = None) -> None:
-        """Reads every chunk and checks its checksums; CorruptCheckpointError names the first bad block."""
+        """Reads every chunk and checks its checksums; CorruptCheckpointError names the first bad block.
+        UnsupportedError for a checkpoint another library wrote (safetensors, DCP), whose format has no checksums."""
         self._native.verify(progress)
+
+    def map_all(
+        self,
+        names: Optional[Sequence[str]] = None,
+        *,
+        lazy: bool = False,
+        progress: Optional[Callable[[int, int], Any]] = None,
+    ) -> "_mapped.MappedTensors":
+        """Every tensor (or those in ``names``) as read-only numpy arrays over the mapped data files: no copy, the
+        counterpart of Rust's ``map_all`` and of ``safetensors.safe_open`` (the result has ``keys()``,
+        ``get_tensor(name)`` and ``metadata()``). ``lazy=False`` pages everything in and, when the reader verifies
+        (``open(verify=True)``, the default), checks every checksum up front; ``lazy=True`` maps now and checks each
+        tensor's chunks the first time it is taken. A tensor stored as several chunks (saved sharded) cannot be one
+        view of a file: it is read into memory instead (``MappedTensors.copied`` names those). The arrays stay valid
+        after ``close()``: the mapping lives as long as any of them."""
+        return _mapped.MappedTensors(self, self._native, names, lazy, progress)
 
     def close(self) -> None:
         """Waits for reads in flight in other threads, then closes. Safe to call twice."""
@@ -443,6 +466,11 @@ def open(  # noqa: A001 - distckpt.open mirrors h5py.File / safetensors.safe_ope
     files (``capi/API.md``, "How data is read"); ``io_stats.bytes_mapped`` counts what came that way. ``storage``:
     where the checkpoint lives (:mod:`distckpt.storage`); None: the one ``path`` names (``s3://`` the core's S3,
     other URLs fsspec).
+
+    Checkpoints other libraries wrote open in place, with no conversion: a Hugging Face safetensors directory (an
+    index and its shards, or ``.safetensors`` files), one ``.safetensors`` file, or a PyTorch DCP directory
+    (``metadata.format`` says which; ``docs/foreign.md``). Those formats carry no checksums, so ``verify`` has no
+    effect on them and :meth:`Reader.verify` raises UnsupportedError saying so.
     """
     path = os.fspath(path)
     native_path, native_storage, _ = _storage.resolve(path, storage)
