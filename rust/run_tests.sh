@@ -17,11 +17,12 @@ cd "$(dirname "$0")"
 
 # The crates behind the optional features (half, serde; serde_json for tests) come from crates.io for users. There is
 # no crates.io here: Debian packages them (scripts/install_deps.sh) into a directory that cargo can use as a source,
-# so every cargo command of this script, and only these, replaces crates.io with it. The default build needs no
-# crate at all (checked at the end), but cargo resolves a workspace's optional dependencies even when their features
-# are off, so the workspace's own commands need the source whatever the features.
+# so every cargo command of this script, and only these, replaces crates.io with it (debian-registry.toml, which
+# cargo reads only when a command names it). The default build needs no crate at all (checked at the end), but cargo
+# resolves a workspace's optional dependencies even when their features are off, so the workspace's own commands
+# need the source whatever the features.
 debian_registry=/usr/share/cargo/registry
-debian_crates=(--config 'source.crates-io.replace-with="debian"' --config "source.debian.directory=\"$debian_registry\"")
+debian_crates=(--config "$PWD/debian-registry.toml")
 debian_version() {  # debian_version CRATE: the version of CRATE in Debian's registry (the newest, if several)
   compgen -G "$debian_registry/$1-[0-9]*" | sed "s|.*/$1-||" | sort -V | tail -1
 }
