@@ -23,6 +23,11 @@ sys.path.insert(0, HERE)
 import spec as specmod  # noqa: E402
 
 PY = sys.executable
+# The crates of the Rust crate's optional features come from Debian's packages where they are installed (this
+# project's machines reach no crates.io; rust/debian-registry.toml, as rust/run_tests.sh uses it): cargo resolves
+# them for the workspace even with the features off.
+CARGO_SOURCE = (["--config", os.path.join(ROOT, "rust", "debian-registry.toml")]
+                if os.path.isdir("/usr/share/cargo/registry") else [])
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -357,11 +362,11 @@ class Bench:
         lib = os.path.join(ROOT, "build", "dist", "lib")
         self.rust_env = dict(os.environ, DISTCKPT_LIB_DIR=lib, LD_LIBRARY_PATH=lib,
                              PKG_CONFIG_PATH=os.path.join(lib, "pkgconfig"))
-        cmd = ["cargo", "run", "--offline", "--release", "-q", "-p", "distckpt", "--example", "view_bench", "--",
-               "--gib", str(gib), "--dir", d, "--keep", "--reps", "2"]
+        cmd = ["cargo", "run", "--offline", *CARGO_SOURCE, "--release", "-q", "-p", "distckpt", "--example",
+               "view_bench", "--", "--gib", str(gib), "--dir", d, "--keep", "--reps", "2"]
         if build_only:
             try:
-                sh(["cargo", "build", "--offline", "--release", "-q", "-p", "distckpt", "--examples"],
+                sh(["cargo", "build", "--offline", *CARGO_SOURCE, "--release", "-q", "-p", "distckpt", "--examples"],
                    cwd=os.path.join(ROOT, "rust"), env=self.rust_env)
                 return cmd
             except subprocess.CalledProcessError as e:
@@ -426,7 +431,8 @@ class Bench:
     def model_bench_cmd(self):
         if self.view_bench_cmd(self.work, 0, build_only=True) is None:
             return None
-        return ["cargo", "run", "--offline", "--release", "-q", "-p", "distckpt", "--example", "model_bench", "--"]
+        return ["cargo", "run", "--offline", *CARGO_SOURCE, "--release", "-q", "-p", "distckpt", "--example",
+                "model_bench", "--"]
 
     # ---- main ----
     def run(self):

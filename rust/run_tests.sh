@@ -4,14 +4,33 @@
 # staleness and C layout checks, the safe crate's unit and integration tests against tests/fixtures and tests/golden,
 # the code blocks of README.md and ../README.md as doctests, the serve example compared with its reference, and
 # tests/s3.rs against a moto S3 server from ../.venv), then the same tests with the `shared` feature (libdistckpt.so),
-# then shows the serve example's output. Then a crate of a user's own (tests/consumers/rust), copied outside the
-# repository and every workspace, built with only the steps README.md gives, its binary copied to a fresh directory
-# and run with LD_LIBRARY_PATH unset and the install tree moved away; then the same crate with the `shared` feature;
-# each of its checks counts as a test. Before all that, `cargo fmt --check` against rustfmt.toml, one more test (or
-# SKIPPED, saying so, where rustfmt is not installed). Exits non-zero if anything failed. Last line:
-# "rust: N passed, M failed".
+# then with the `half` and `serde` features (tests/half.rs, tests/serde.rs and the unit tests behind them on top of
+# the rest), then shows the serve example's output. Then a crate of a user's own (tests/consumers/rust, which uses the
+# `half` and `serde` features), copied outside the repository and every workspace, built with only the steps README.md
+# gives, its binary copied to a fresh directory and run with LD_LIBRARY_PATH unset and the install tree moved away;
+# then the same crate with the `shared` feature; then a crate that uses distckpt without features, built with no crate
+# registry at all; each of their checks counts as a test. Before all that, `cargo fmt --check` against rustfmt.toml,
+# one more test (or SKIPPED, saying so, where rustfmt is not installed), and `cargo clippy` where it is installed
+# (warnings shown, not counted). Exits non-zero if anything failed. Last line: "rust: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")"
+
+# The crates behind the optional features (half, serde; serde_json for tests) come from crates.io for users. There is
+# no crates.io here: Debian packages them (scripts/install_deps.sh) into a directory that cargo can use as a source,
+# so every cargo command of this script, and only these, replaces crates.io with it (debian-registry.toml, which
+# cargo reads only when a command names it). The default build needs no crate at all (checked at the end), but cargo
+# resolves a workspace's optional dependencies even when their features are off, so the workspace's own commands
+# need the source whatever the features.
+debian_registry=/usr/share/cargo/registry
+debian_crates=(--config "$PWD/debian-registry.toml")
+debian_version() {  # debian_version CRATE: the version of CRATE in Debian's registry (the newest, if several)
+  compgen -G "$debian_registry/$1-[0-9]*" | sed "s|.*/$1-||" | sort -V | tail -1
+}
+if [[ -z $(debian_version half) || -z $(debian_version serde) || -z $(debian_version serde_json) ]]; then
+  echo "rust/run_tests.sh: Debian's Rust crates are missing from $debian_registry (scripts/install_deps.sh installs them)" >&2
+  echo "rust: 0 passed, 1 failed"
+  exit 1
+fi
 
 if ! root=$(../scripts/build_lib.sh); then
   echo "rust/run_tests.sh: building libdistckpt.so failed (scripts/build_lib.sh)" >&2
@@ -39,15 +58,23 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
   echo "SKIPPED: cargo fmt --check (rustfmt is not installed: rustup component add rustfmt); not counted"
 fi
+if cargo clippy --version >/dev/null 2>&1; then
+  echo "== cargo clippy --workspace --all-targets --features distckpt/half,distckpt/serde (shown, not counted)"
+  cargo clippy --offline "${debian_crates[@]}" -q --workspace --all-targets --features distckpt/half,distckpt/serde 2>&1 | tail -40
+fi
 echo "== cargo test --offline --workspace (static: libdistckpt.a from $DISTCKPT_LIB_DIR)"
-cargo test --offline --workspace 2>&1 | tee "$log" | grep -E "^(test |running|test result|     Running|error|warning: unused)|SKIPPED|panicked" || true
+cargo test --offline "${debian_crates[@]}" --workspace 2>&1 | tee "$log" | grep -E "^(test |running|test result|     Running|error|warning: unused)|SKIPPED|panicked" || true
 rc=${PIPESTATUS[0]}
 echo "== cargo test --offline --workspace --features distckpt/shared (libdistckpt.so)"
-cargo test --offline --workspace --features distckpt/shared 2>&1 | tee -a "$log" | grep -E "^(test result|     Running|error)|FAILED|SKIPPED" || true
+cargo test --offline "${debian_crates[@]}" --workspace --features distckpt/shared 2>&1 | tee -a "$log" | grep -E "^(test result|     Running|error)|FAILED|SKIPPED" || true
+[[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+echo "== cargo test --offline --workspace --features distckpt/half,distckpt/serde (Debian's half $(debian_version half), serde $(debian_version serde), serde_json $(debian_version serde_json))"
+cargo test --offline "${debian_crates[@]}" --workspace --features distckpt/half,distckpt/serde 2>&1 | tee -a "$log" |
+  grep -E "^(test result|     Running|error)|FAILED|SKIPPED|^test (float::tests::bf16|json::serde|dtype::tests::half)" || true
 [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 
 echo "== examples/serve.rs on tests/fixtures/mlp (tests/serve.rs compares it with reference.output)"
-if ! cargo run --offline -q -p distckpt --example serve; then
+if ! cargo run --offline "${debian_crates[@]}" -q -p distckpt --example serve; then
   echo "rust/run_tests.sh: the serve example failed" >&2
   [[ $rc -eq 0 ]] && rc=1
 fi
@@ -55,8 +82,9 @@ fi
 # A user's crate, as README.md "Use it from your own crate" sets one up: a copy of tests/consumers/rust in a fresh
 # temporary directory (no Cargo.lock, no workspace above it, no build.rs), its path dependency pointed at this
 # rust/distckpt. Built with the README's environment only: DISTCKPT_LIB_DIR, and nothing this script exported for the
-# workspace's tests (no LD_LIBRARY_PATH, no PKG_CONFIG_PATH). Its own CARGO_TARGET_DIR, inside the temporary
-# directory: the workspace's target/ stays untouched and the build starts cold (a few seconds: two small crates).
+# workspace's tests (no LD_LIBRARY_PATH, no PKG_CONFIG_PATH); its crates.io dependencies (half, serde, serde_json)
+# from Debian's registry, as above, standing in for the crates.io a user reaches. Its own CARGO_TARGET_DIR, inside the
+# temporary directory: the workspace's target/ stays untouched and the build starts cold.
 # The install tree it builds against is a private one in the temporary directory (tests/consumers/portable.sh says
 # why), so that it can be moved away while the binary runs.
 consumer_passed=0
@@ -82,11 +110,12 @@ private_tree "$dist"
 consumer_check "scripts/build_lib.sh lays out a private install tree ($dist)" $?
 cp -R ../tests/consumers/rust "$work/consumer"
 rm -rf "$work/consumer/target" "$work/consumer/Cargo.lock"
-sed -i "s|^distckpt = { path = \"[^\"]*\" }|distckpt = { path = \"$PWD/distckpt\" }|" "$work/consumer/Cargo.toml"
-[[ ! -e $work/consumer/build.rs ]]
-consumer_check "the crate has no build.rs" $?
-(cd "$work/consumer" && readme_env cargo build --offline 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
-consumer_check "cargo build --offline (DISTCKPT_LIB_DIR only)" $?
+sed -i "s|^\(distckpt = { path = \)\"[^\"]*\"|\1\"$PWD/distckpt\"|" "$work/consumer/Cargo.toml"
+grep -q "^distckpt = { path = \"$PWD/distckpt\", features = \[\"half\", \"serde\"\] }" "$work/consumer/Cargo.toml" &&
+  [[ ! -e $work/consumer/build.rs ]]
+consumer_check "the crate depends on distckpt with features half and serde, and has no build.rs" $?
+(cd "$work/consumer" && readme_env cargo build --offline "${debian_crates[@]}" 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
+consumer_check "cargo build --offline (DISTCKPT_LIB_DIR only; half, serde and serde_json from Debian's registry)" $?
 bin=$(fresh_copy "$work/target/debug/distckpt-consumer" "$work")
 self_contained "$bin"
 consumer_check "its binary names no libdistckpt and no rpath (readelf -d)" $?
@@ -95,14 +124,16 @@ tree_away "$dist"
 consumer_check "a copy in a fresh directory, install tree moved away, no LD_LIBRARY_PATH: views tests/fixtures/sharded (owned whole and chunk views)" $?
 (cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./distckpt-consumer "$fixtures/mlp")
 consumer_check "the same copy views tests/fixtures/mlp" $?
-(cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./distckpt-consumer "$python_values")
-consumer_check "the same copy reads the values of a checkpoint saved from Python" $?
+(cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./distckpt-consumer --fixture-values "$python_values")
+consumer_check "the same copy reads the values of a checkpoint saved from Python, into serde_json and Rust types (serde)" $?
+(cd "$(dirname "$bin")" && env -u LD_LIBRARY_PATH ./distckpt-consumer --fixture-values "$fixtures/dtypes")
+consumer_check "the same copy maps tests/fixtures/dtypes and views its BF16/F16 tensors as half types, values exact (half)" $?
 tree_back "$dist"
 
 # The `shared` feature (README.md): libdistckpt.so. `cargo run` works with no build.rs (distckpt-sys links the library
 # into its OUT_DIR, which cargo puts on the loader's path), but the binary started directly has no rpath: exit 127.
 # With the README's build.rs for the feature, it starts directly.
-(cd "$work/consumer" && readme_env cargo run --offline -q --features distckpt/shared -- "$fixtures/mlp" >/dev/null)
+(cd "$work/consumer" && readme_env cargo run --offline "${debian_crates[@]}" -q --features distckpt/shared -- "$fixtures/mlp" >/dev/null)
 consumer_check "--features distckpt/shared, no build.rs: cargo run works" $?
 if ldconfig -p 2>/dev/null | grep -q "libdistckpt\.so "; then
   echo "skip consumer: libdistckpt.so is installed where the loader looks by default, so the control below cannot fail"
@@ -114,18 +145,39 @@ else
 fi
 cp -R "$work/consumer" "$work/shared_build_rs"
 sed -i -e 's/^name = "distckpt-consumer"/name = "distckpt-consumer-shared"/' \
-  -e 's|^\(distckpt = { path = "[^"]*"\) }|\1, features = ["shared"] }|' "$work/shared_build_rs/Cargo.toml"
+  -e 's|^\(distckpt = { path = "[^"]*", features = \[\)|\1"shared", |' "$work/shared_build_rs/Cargo.toml"
 # The build.rs is README.md's own, the first code block after the sentence that introduces it, so that the file
 # tested here and the one users copy cannot differ.
 awk '/So add a `build.rs` beside your `Cargo.toml`:/ { after = 1 } after && /^```rust/ { inside = 1; next }
      inside && /^```$/ { exit } inside { print }' README.md > "$work/shared_build_rs/build.rs"
 grep -q "DEP_DISTCKPT_RS_LIB_DIR" "$work/shared_build_rs/build.rs"
 consumer_check "README.md's build.rs for the shared feature is found in README.md" $?
-(cd "$work/shared_build_rs" && readme_env cargo build --offline -q 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
+grep -q 'features = \["shared", "half", "serde"\]' "$work/shared_build_rs/Cargo.toml"
+consumer_check "the crate's copy for the shared feature asks for features shared, half and serde" $?
+(cd "$work/shared_build_rs" && readme_env cargo build --offline "${debian_crates[@]}" -q 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
 consumer_check "features = [\"shared\"] with README.md's build.rs: cargo build --offline" $?
 readelf -d "$work/target/debug/distckpt-consumer-shared" | grep -q "(NEEDED).*\[libdistckpt\.so\]" &&
   env -u LD_LIBRARY_PATH "$work/target/debug/distckpt-consumer-shared" "$fixtures/mlp" >/dev/null
 consumer_check "features = [\"shared\"] with README.md's build.rs: the binary needs libdistckpt.so and starts directly without LD_LIBRARY_PATH" $?
+
+# Without features, distckpt needs no crate: a user's crate that asks for none builds with no registry at all (a
+# CARGO_HOME of its own, holding no config and no cached crate, and no Debian source), and its lock file names
+# nothing but the path packages. Its code is this script's: it reads a tensor and compares a view with it.
+plain="$work/no_features"
+mkdir -p "$plain/src" "$work/empty_cargo_home"
+printf '%s\n' '[package]' 'name = "distckpt-no-features"' 'version = "0.1.0"' 'edition = "2021"' 'publish = false' '' \
+  '[dependencies]' "distckpt = { path = \"$PWD/distckpt\" }" > "$plain/Cargo.toml"
+printf '%s\n' 'fn main() {' \
+  '    let ckpt = distckpt::Checkpoint::open(std::env::args().nth(1).expect("a checkpoint")).expect("open");' \
+  '    let (view, read) = (ckpt.view::<f32>("fc1.weight").unwrap(), ckpt.read::<f32>("fc1.weight").unwrap());' \
+  '    assert!(view.len() == 64 * 32 && view[..] == read[..], "the view differs from the read");' \
+  '}' > "$plain/src/main.rs"
+(cd "$plain" && readme_env CARGO_HOME="$work/empty_cargo_home" cargo build --offline -q 2>&1 | tail -20; exit "${PIPESTATUS[0]}")
+consumer_check "without features: cargo build --offline with no crate registry and an empty CARGO_HOME" $?
+[[ "$(grep '^name = ' "$plain/Cargo.lock" | sort | tr '\n' ' ')" == 'name = "distckpt" name = "distckpt-no-features" name = "distckpt-sys" ' ]]
+consumer_check "without features: its Cargo.lock names only distckpt, distckpt-sys and the crate itself" $?
+env -u LD_LIBRARY_PATH "$work/target/debug/distckpt-no-features" "$fixtures/mlp"
+consumer_check "without features: the binary views tests/fixtures/mlp" $?
 
 passed=$(grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed" "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -oE "[0-9]+ failed;" "$log" | awk '{s += $1} END {print s + 0}')

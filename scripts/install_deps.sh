@@ -15,6 +15,8 @@ PACKAGES=(
   fio                                                 # measuring the disk in benchmarks
   pybind11-dev python3-dev python3-venv               # the Python extension (bindings/) and python/run_tests.sh
   bindgen libclang-dev                                # distckpt-sys: regenerating bindings, and the staleness test
+  librust-half-dev librust-serde-dev                  # the distckpt crate's optional features half and serde, and
+  librust-serde-derive-dev librust-serde-json-dev     #   its tests: /usr/share/cargo/registry (rust/run_tests.sh)
   patchelf                                            # the portable install tree (scripts/build_lib.sh) and the wheel
   clang-14 libclang-rt-14-dev                         # scripts/fuzz.sh: libFuzzer, ASan and UBSan
   clang-format                                        # scripts/format_check.sh (.clang-format), in scripts/test.sh

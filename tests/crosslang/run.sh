@@ -39,7 +39,10 @@ python=$repo/.venv/bin/python
 [[ -x $python ]] || python=python3
 (cd go/cmd/distckpt && go build -o "$work/distckpt" .) && (cd tests/crosslang/godigest && go build -o "$work/godigest" .)
 check "build the Go CLI and reader" $?
-(cd rust && cargo build -q --offline --example digest) && rust_digest=$(ls -t rust/target/debug/examples/digest | head -1)
+# The workspace resolves the crates of distckpt's optional features even with them off: from Debian's packages here
+# (rust/debian-registry.toml, as rust/run_tests.sh does), there being no crates.io.
+(cd rust && cargo build -q --offline --config debian-registry.toml --example digest) &&
+  rust_digest=$(ls -t rust/target/debug/examples/digest | head -1)
 check "build the Rust reader" $?
 
 digests() {  # digests LANG CKPT -> "name digest" lines

@@ -141,7 +141,8 @@ mod sealed {
 /// A Rust type that tensor data can be read into or viewed as: plain old data, valid for every bit pattern, with
 /// the size of its dtype. `u16` also holds the raw bits of `F16` and `BF16`, and `u8` those of `BOOL` and the two
 /// float8 formats; the entry's dtype tag says which (convert with the `float` module). Complex numbers are `[f32; 2]`
-/// and `[f64; 2]` (real, imaginary).
+/// and `[f64; 2]` (real, imaginary). With the `half` feature, `half::bf16` holds `BF16` and `half::f16` holds `F16`
+/// (each only its own dtype: a BF16 tensor is not readable as `half::f16`).
 ///
 /// Sealed: the zero-copy views reinterpret mapped bytes as `Self`, which is sound only for the types listed here.
 pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
@@ -177,12 +178,24 @@ element!(f32, Dtype::F32);
 element!(f64, Dtype::F64);
 element!([f32; 2], Dtype::C64);
 element!([f64; 2], Dtype::C128);
+// `#[repr(transparent)]` over `u16` in half, so plain old data like `u16`, valid for every bit pattern.
+#[cfg(feature = "half")]
+element!(half::bf16, Dtype::BF16);
+#[cfg(feature = "half")]
+element!(half::f16, Dtype::F16);
 
 // Each element type has exactly the size of the dtype it holds.
 const _: () = {
     assert!(std::mem::size_of::<[f32; 2]>() == Dtype::C64.size());
     assert!(std::mem::size_of::<[f64; 2]>() == Dtype::C128.size());
     assert!(std::mem::size_of::<u16>() == Dtype::BF16.size());
+};
+#[cfg(feature = "half")]
+const _: () = {
+    assert!(std::mem::size_of::<half::bf16>() == Dtype::BF16.size());
+    assert!(std::mem::align_of::<half::bf16>() == std::mem::align_of::<u16>());
+    assert!(std::mem::size_of::<half::f16>() == Dtype::F16.size());
+    assert!(std::mem::align_of::<half::f16>() == std::mem::align_of::<u16>());
 };
 
 /// What every tensor operation checks before it touches memory: that `T` holds `dtype`.
@@ -228,5 +241,15 @@ mod tests {
         assert!(!u16::holds(Dtype::I16) && !f32::holds(Dtype::BF16) && !i8::holds(Dtype::U8));
         assert!(u8::holds(Dtype::F8E4M3FN) && u8::holds(Dtype::Bool));
         assert!(check_element::<f32>(Dtype::F64, || "x".into()).is_err());
+    }
+
+    #[cfg(feature = "half")]
+    #[test]
+    fn half_types_hold_only_their_own_dtype() {
+        assert_eq!((half::bf16::DTYPE, half::f16::DTYPE), (Dtype::BF16, Dtype::F16));
+        assert!(half::bf16::holds(Dtype::BF16) && !half::bf16::holds(Dtype::F16) && !half::bf16::holds(Dtype::U16));
+        assert!(half::f16::holds(Dtype::F16) && !half::f16::holds(Dtype::BF16) && !half::f16::holds(Dtype::I16));
+        let err = check_element::<half::f16>(Dtype::BF16, || "tensor 'w'".into()).unwrap_err();
+        assert!(err.message().contains("stored as BF16") && err.message().contains("half"), "{err}");
     }
 }

@@ -19,10 +19,19 @@
 //! are not strings or start with `$` ([`Value::as_dict_items`]), `{"$bytes": "<base64>"}` ([`Value::as_bytes`]),
 //! `{"$float": "nan" | "inf" | "-inf"}` (understood by [`Value::as_f64`]) and `{"$complex": [re, im]}`
 //! ([`Value::as_complex`]).
+//!
+//! With the `serde` feature, [`Value`] is `serde::Serialize` and `serde::Deserialize` (the JSON as stored), and
+//! `from_value` reads a value into any `Deserialize` type with the tagged forms decoded. The parser stays this
+//! one either way: `serde_json` would read these texts differently (see rust/README.md, "The `serde` feature").
 
 use std::fmt;
 use std::ops::Index;
 use std::str::FromStr;
+
+#[cfg(feature = "serde")]
+mod serde_support;
+#[cfg(feature = "serde")]
+pub use serde_support::{from_value, DecodeError};
 
 /// How deeply arrays and objects may nest (the top-level value's own brackets count as 1). The same as CPython's
 /// default recursion limit: Python's `json` cannot read deeper documents either, so distckpt never writes them.

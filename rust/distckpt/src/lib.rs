@@ -29,6 +29,11 @@
 //! `"s3://bucket/prefix"` URL; [`S3Options`] to configure it in code), or a Rust [`Storage`]),
 //! [`error`].
 //!
+//! Features (none by default; the default build uses the standard library only): `half` makes `half::bf16` and
+//! `half::f16` element types (typed reads, zero-copy views and saves of BF16/F16 tensors); `serde` makes
+//! [`json::Value`] `Serialize`/`Deserialize` and adds `Checkpoint::value_as` and `json::from_value`, which read
+//! values saved from Python into any `Deserialize` type; `shared` links libdistckpt.so instead of the static archive.
+//!
 //! Threading follows capi/API.md: [`Checkpoint`] is `Send + Sync`; [`SaveState`]/[`LoadState`] and [`Comm`] are
 //! `Send` only; [`SaveFuture`] and [`StorageHandle`] are `Send + Sync`; views, owned views included, are `Send + Sync`. Every handle is
 //! freed on `Drop`.
@@ -51,6 +56,9 @@
 //   float      -> dtype, error
 //   dtype, util, version -> error
 //   error, json, copied  -> nothing in the crate
+//
+// External crates, each behind its feature: `half` (dtype: Element for half::bf16/f16; float's tests cross-check
+// against it) and `serde` (json::serde_support, and Checkpoint::value_as in values).
 //
 // Helpers shared across modules live at the bottom (util: C strings, paths, timeouts, volumes, locks; panic; version:
 // the ABI check), never in a module that uses others, so a new helper cannot close a circle.

@@ -87,6 +87,23 @@ impl Checkpoint {
         })
     }
 
+    /// The value of `name` ([`Checkpoint::value`]) read into `T` with Python's tagged forms decoded
+    /// ([`json::from_value`], feature `serde`): `let step: u64 = ckpt.value_as("step")?`, a tuple as `(u32, u32)`, a
+    /// list of dicts as `Vec<MyStruct>` (serde derive), anything as `serde_json::Value`. A value that breaks FORMAT.md
+    /// appendix A's rules for tagged forms is `Corrupt`; one that does not fit `T` is `InvalidArgument` with serde's
+    /// reason. Both name the checkpoint, the entry and `T`.
+    #[cfg(feature = "serde")]
+    pub fn value_as<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T> {
+        let value = self.value(name)?;
+        json::from_value(&value).map_err(|e| {
+            let code = match e {
+                json::DecodeError::Malformed(_) => ErrorCode::Corrupt,
+                json::DecodeError::Mismatch(_) => ErrorCode::InvalidArgument,
+            };
+            Error::new(code, format!("{}: cannot read it as {}: {e}", self.describe(name), std::any::type_name::<T>()))
+        })
+    }
+
     /// A 0-d tensor of a [`scalar_dtype`] read as the number it holds (see [`Checkpoint::value`]).
     fn scalar_value(&self, name: &str, dtype: Dtype) -> Result<json::Value> {
         let raw = self.read_raw(name)?;

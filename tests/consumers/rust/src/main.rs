@@ -3,14 +3,20 @@
 //!     distckpt-consumer [--fixture-values] CHECKPOINT
 //!
 //! For each F32 tensor: reads it, takes owned views of it (the whole tensor where it is one chunk, each chunk where it
-//! is sharded), checks every element of the views against the read on another thread, and prints a checksum. With
-//! `--fixture-values`, also checks the values tests/fixtures/sharded was written with. Then prints the bytes entries
-//! that hold JSON values and the user metadata's step. Exit status: 0 when everything matches, 1 on a mismatch, 2 on a
-//! usage or open error.
+//! is sharded), checks every element of the views against the read on another thread, and prints a checksum. Then,
+//! through the `half` feature, maps the whole checkpoint and views each BF16/F16 tensor as `&[half::bf16]` /
+//! `&[half::f16]`, checked against its raw bits; and through the `serde` feature, reads the bytes entries that hold
+//! JSON values into `serde_json::Value` and prints them, and the user metadata's step. With `--fixture-values`, also
+//! checks the values the fixture was written with: tests/fixtures/sharded's tensors, tests/fixtures/dtypes' BF16 and
+//! F16 codes against the exact f32 values beside them, or the values rust/distckpt/tests/data/python_values was saved
+//! with (read into Rust types with serde). Exit status: 0 when everything matches, 1 on a mismatch, 2 on a usage or
+//! open error.
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use distckpt::{Checkpoint, Dtype, OwnedChunkView, OwnedTensorView};
+use half::{bf16, f16};
+use serde::Deserialize;
 
 /// The zero-copy views of one tensor, owned: they keep the checkpoint open by themselves.
 enum Views {
@@ -66,6 +72,83 @@ fn compare(views: &Views, shape: &[u64], read: &[f32]) -> usize {
     }
 }
 
+/// Views every one-chunk BF16 and F16 tensor as half's types after mapping the whole checkpoint (`map_all`, as a
+/// server loads its weights: read, verified, resident), and compares the view with the raw bits `read()` gives; where
+/// `<stem>.expected` (F32) sits beside `<stem>.values`, as in tests/fixtures/dtypes, compares half's `to_f32` of every
+/// element with it. Returns (tensors viewed, of them checked against `.expected`, mismatches).
+fn check_half(ckpt: &Checkpoint) -> Result<(usize, usize, usize), String> {
+    ckpt.map_all().map_err(|e| e.to_string())?;
+    let (mut viewed, mut against_expected, mut bad) = (0, 0, 0);
+    for e in ckpt.entries().filter(|e| e.is_tensor() && e.num_chunks() == 1) {
+        let name = e.name();
+        let err = |e: distckpt::Error| e.to_string();
+        // Each view is `&[half::bf16]` / `&[half::f16]` straight out of the mapping.
+        let (kind, bits, values): (&str, Vec<u16>, Vec<f32>) = match e.dtype() {
+            Dtype::BF16 => {
+                let view: &[bf16] = &ckpt.view::<bf16>(name).map_err(err)?;
+                ("bf16", view.iter().map(|v| v.to_bits()).collect(), view.iter().map(|v| v.to_f32()).collect())
+            }
+            Dtype::F16 => {
+                let view: &[f16] = &ckpt.view::<f16>(name).map_err(err)?;
+                ("f16", view.iter().map(|v| v.to_bits()).collect(), view.iter().map(|v| v.to_f32()).collect())
+            }
+            _ => continue,
+        };
+        let raw: Vec<u16> = ckpt.read(name).map_err(err)?;
+        let mut wrong = usize::from(raw != bits);
+        let mut against = "";
+        if let Some(stem) = name.strip_suffix(".values").filter(|s| ckpt.contains(&format!("{s}.expected"))) {
+            let want: Vec<f32> = ckpt.read(&format!("{stem}.expected")).map_err(err)?;
+            let same = |(a, b): (&f32, &f32)| (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits();
+            wrong += values.len().abs_diff(want.len()) + values.iter().zip(&want).filter(|p| !same(*p)).count();
+            against = " and the exact values beside it";
+            against_expected += 1;
+        }
+        println!(
+            "{name}: {} values viewed as &[half::{kind}] ({}): {}",
+            values.len(),
+            values.iter().take(4).map(|v| v.to_string()).collect::<Vec<_>>().join(", "),
+            if wrong == 0 { format!("match read(){against}") } else { "MISMATCH".to_string() }
+        );
+        viewed += 1;
+        bad += wrong;
+    }
+    Ok((viewed, against_expected, bad))
+}
+
+/// `cfg[1]` of the Python values checkpoint, `{"a": {"b": [1]}}`, as a struct of the user's own.
+#[derive(Deserialize, Debug, PartialEq)]
+struct CfgEntry {
+    a: Inner,
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct Inner {
+    b: Vec<u32>,
+}
+
+/// The values rust/distckpt/tests/data/make_python_values.py saved, read into Rust types through the `serde` feature.
+/// Returns the number that differ.
+fn check_python_values(ckpt: &Checkpoint) -> Result<usize, String> {
+    let err = |e: distckpt::Error| e.to_string();
+    let step: u64 = ckpt.value_as("step").map_err(err)?;
+    let lr: f64 = ckpt.value_as("lr").map_err(err)?;
+    let shape: (u32, u32) = ckpt.value_as("shape").map_err(err)?;
+    let (_, cfg): (serde::de::IgnoredAny, CfgEntry) = ckpt.value_as("cfg").map_err(err)?;
+    let blob: Vec<u8> = ckpt.value_as("blob").map_err(err)?;
+    let big: u128 = ckpt.value_as("big").map_err(err)?;
+    let checks = [
+        step == 100 && ckpt.user("step") == Some("100"),
+        lr == 0.001,
+        shape == (2, 3),
+        cfg == CfgEntry { a: Inner { b: vec![1] } },
+        blob == [0, 1, 0xff],
+        big == (1 << 64) + 1,
+    ];
+    println!("python values into Rust types: step {step}, lr {lr}, shape {shape:?}, cfg[1] {cfg:?}, blob {blob:?}, big {big}");
+    Ok(checks.iter().filter(|ok| !**ok).count())
+}
+
 fn run(path: &str, fixture_values: bool) -> Result<usize, String> {
     let ckpt = Arc::new(Checkpoint::open(path).map_err(|e| e.to_string())?);
     println!("{path}: {} entries, written by {}, library {}", ckpt.len(), ckpt.info().writer, distckpt::library_version());
@@ -108,17 +191,30 @@ fn run(path: &str, fixture_values: bool) -> Result<usize, String> {
         }
         mismatches += bad + wrong_values;
     }
-    if fixture_values {
-        for name in ["sharded.rows", "sharded.cols", "whole"] {
-            if !names.iter().any(|n| n == name) {
-                return Err(format!("--fixture-values: {path} has no F32 tensor '{name}' (is it tests/fixtures/sharded?)"));
-            }
+    let (viewed, against_expected, bad) = check_half(&ckpt)?;
+    mismatches += bad;
+    // Values saved as JSON (Python's non-array leaves, or a config blob), into serde_json: printed. Skipped: a blob
+    // that is not JSON, and a value serde_json::Value cannot hold (a dict with tuple keys).
+    for e in ckpt.entries().filter(|e| !e.is_tensor()) {
+        if let Ok(v) = ckpt.value_as::<serde_json::Value>(e.name()) {
+            println!("{}: {v}", e.name());
         }
     }
-    // Values saved as JSON (Python's non-array leaves, or a config blob): printed; a blob that is not JSON is skipped.
-    for e in ckpt.entries().filter(|e| !e.is_tensor()) {
-        if let Ok(v) = ckpt.value(e.name()) {
-            println!("{}: {v}", e.name());
+    if fixture_values {
+        if ckpt.contains("sharded.rows") {
+            for name in ["sharded.rows", "sharded.cols", "whole"] {
+                if !names.iter().any(|n| n == name) {
+                    return Err(format!("--fixture-values: {path} has no F32 tensor '{name}'"));
+                }
+            }
+        } else if ckpt.contains("bf16.values") {
+            if (viewed, against_expected) != (2, 2) {
+                return Err(format!("--fixture-values: {viewed} BF16/F16 tensors viewed, {against_expected} checked against their exact values; want 2 and 2"));
+            }
+        } else if ckpt.contains("cfg") {
+            mismatches += check_python_values(&ckpt)?;
+        } else {
+            return Err(format!("--fixture-values: {path} is none of tests/fixtures/sharded, tests/fixtures/dtypes and python_values"));
         }
     }
     if let Some(step) = ckpt.user("step") {
