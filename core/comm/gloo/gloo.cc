@@ -298,7 +298,9 @@ class Exchange {
     }
     p.upstream_abort = (h.flags & kFlagAbort) != 0;
     std::string* dst = p.upstream_abort ? &p.abort_message : out;
-    dst->assign(static_cast<size_t>(h.size), '\0');  // May throw bad_alloc: reported as kNoMemory.
+    // Sized, not cleared: the receive overwrites every byte, and a buffer reused across calls (SendRecv rounds) at the
+    // same size is then not rewritten at all. May throw bad_alloc: reported as kNoMemory.
+    if (dst->size() != h.size) dst->resize(static_cast<size_t>(h.size));
     if (h.size > 0) {
       p.payload_pending = true;
       bool ok = CatchGloo(
