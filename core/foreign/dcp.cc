@@ -523,7 +523,17 @@ Result<MetadataRecord> DescribeTorchDcp(Storage* storage, const std::string& dir
   DCKPT_RETURN_IF_ERROR((*meta_file)->ReadAt(0, bytes.data(), bytes.size()));
   DCKPT_ASSIGN_OR_RETURN(DcpMetadata md, ParseDcpMetadata(bytes, meta_path));
   bytes = std::string();
+  return DescribeDcpMetadata(md, dir, [&d](const std::string& name) { return d->OpenFile(name); });
+}
 
+Result<MetadataRecord> DescribeDcpMetadata(const DcpMetadata& md, const std::string& dir,
+                                           const DcpFileOpener& open_file) {
+  const std::string where = "'" + dir + "'";
+  for (const DcpEntry& e : md.entries) {  // ParseDcpMetadata gives valid indices; a hand-made DcpMetadata may not
+    bool ok = !e.is_bytes || e.item < md.items.size();
+    for (const DcpChunk& c : e.chunks) ok = ok && c.item < md.items.size();
+    if (!ok) return InvalidArgument(where + ": entry " + Quote(e.fqn) + " refers to an item that does not exist");
+  }
   // The files the non-empty chunks and the bytes entries use, in name order.
   auto chunk_volume_nonzero = [](const DcpChunk& c) {
     for (uint64_t s : c.sizes) {
@@ -540,11 +550,11 @@ Result<MetadataRecord> DescribeTorchDcp(Storage* storage, const std::string& dir
   }
   MetadataRecord record;
   record.writer = kDcpWriter;
+  record.source = kDcpSource;
   record.alignment = 1;
   std::vector<std::unique_ptr<ReadableFile>> files;
-  d->ExpectOpenFiles(file_index.size());
   for (auto& [name, index] : file_index) {
-    auto f = d->OpenFile(name);
+    auto f = open_file(name);
     if (!f.ok()) {
       const std::string msg = where + ": data file '" + name + "' that the DCP metadata refers to: ";
       return Status(f.status().code(), msg + f.status().message());

@@ -8,6 +8,8 @@
 #define DISTCKPT_CORE_FOREIGN_DCP_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -89,6 +91,15 @@ Result<DcpMetadata> ParseDcpMetadata(std::string_view bytes, const std::string& 
 /// distckpt lacks, more than kMaxDims dimensions, non-C-order or non-little-endian tensor data, storage transforms;
 /// kCorrupt for the rest, chunks that do not tile their tensor included.
 Result<MetadataRecord> DescribeTorchDcp(Storage* storage, const std::string& dir);
+
+/// Opens the data file `name` (a plain name) of a DCP checkpoint.
+using DcpFileOpener = std::function<Result<std::unique_ptr<ReadableFile>>(const std::string& name)>;
+
+/// DescribeTorchDcp's second half, once .metadata is parsed: describes `md` (from ParseDcpMetadata), opening the data
+/// files it needs through `open_file`; `dir` names the checkpoint in messages. (For tests and fuzzing over files held
+/// in memory; readers call DescribeTorchDcp.)
+Result<MetadataRecord> DescribeDcpMetadata(const DcpMetadata& md, const std::string& dir,
+                                           const DcpFileOpener& open_file);
 
 }  // namespace distckpt
 

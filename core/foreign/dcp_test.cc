@@ -135,6 +135,23 @@ void CheckAgainstExpected(Storage* storage, const std::string& ck, const std::st
   EXPECT_EQ(r.files.size(), files);
 }
 
+// The description encoded as distckpt metadata and parsed back the way a reader does (MetadataView::ParseForeign),
+// then copied out again: what the reader would see.
+MetadataRecord ThroughView(const MetadataRecord& r) {
+  Result<std::string> encoded = EncodeMetadata(r);
+  EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
+  if (!encoded.ok()) return {};
+  auto buffer = std::make_shared<const std::string>(std::move(encoded).value());
+  Result<MetadataView> view = MetadataView::ParseForeign(buffer, "description");
+  EXPECT_TRUE(view.ok()) << view.status().ToString();
+  if (!view.ok()) return {};
+  EXPECT_EQ(view->source(), kDcpSource);
+  EXPECT_FALSE(view->checksummed());
+  // The same bytes as a metadata file: refused, so no file can switch verification off.
+  EXPECT_TRUE(StatusIs(MetadataView::Parse(buffer, "file").status(), StatusCode::kCorrupt, {"source"}));
+  return view->ToRecord();
+}
+
 TEST(DcpTest, DescribesWhatTorchWroteAsTorchLoadsIt) {
   std::unique_ptr<Storage> posix = NewPosixStorage();
   for (const char* ck : {"fsdp2_2ranks", "fsdp2_3ranks", "single_dtensor"}) {
@@ -142,6 +159,7 @@ TEST(DcpTest, DescribesWhatTorchWroteAsTorchLoadsIt) {
     const std::string dir = testing_util::RealCopyOfDcpFixture(ck);
     DCKPT_ASSERT_OK_AND_ASSIGN(MetadataRecord r, DescribeTorchDcp(posix.get(), dir));
     EXPECT_EQ(r.writer, kDcpWriter);
+    EXPECT_EQ(r.source, kDcpSource);
     EXPECT_EQ(r.alignment, 1u);
     EXPECT_TRUE(r.structure.empty());
     for (const EntryRecord& e : r.entries) {
@@ -152,6 +170,10 @@ TEST(DcpTest, DescribesWhatTorchWroteAsTorchLoadsIt) {
       }
     }
     CheckAgainstExpected(posix.get(), ck, dir, r);
+    // And as distckpt's reader sees it, after encoding and parsing.
+    const MetadataRecord seen = ThroughView(r);
+    EXPECT_EQ(seen.source, kDcpSource);
+    CheckAgainstExpected(posix.get(), ck, dir, seen);
   }
 }
 
@@ -269,6 +291,11 @@ TEST(DcpTest, EveryByteOfARealMetadataFlippedOrTruncated) {
     if (r.ok()) {
       ++still_valid;
       CheckConsistent(*r);
+      // Whatever is described, the format takes: it encodes and parses as a foreign description.
+      Result<std::string> encoded = EncodeMetadata(*r);
+      ASSERT_TRUE(encoded.ok()) << what << ": " << encoded.status().ToString();
+      ASSERT_TRUE(
+          MetadataView::ParseForeign(std::make_shared<const std::string>(std::move(encoded).value()), what).ok());
       return;
     }
     ++refused;
@@ -412,6 +439,7 @@ TEST_F(SynthTest, TwoChunksOfOneItemTile) {
   EXPECT_EQ(r.entries[0].chunks[0].offset, r.entries[0].chunks[1].offset);
   EXPECT_EQ(r.entries[0].chunks[0].length, 96u);
   EXPECT_EQ(FindUser(r, "torch_dcp.version"), "1.0.0");
+  EXPECT_EQ(ThroughView(r).entries.size(), 1u);
 }
 
 TEST_F(SynthTest, ChunksThatDoNotTileAreNamed) {
