@@ -79,7 +79,8 @@ const std::vector<PickleGlobal>& MetadataGlobals() {
   return *globals;
 }
 
-// The schema checker over a decoded pickle.
+// The schema checker over a decoded pickle. Messages are built only when something is wrong: `what` arguments are
+// callables that name the place being checked ("entry 'x' chunk #3 offsets").
 class Checker {
  public:
   Checker(std::string context, uint64_t budget) : context_(std::move(context)), budget_(budget) {}
@@ -87,7 +88,8 @@ class Checker {
   Result<DcpMetadata> Run(const PickleValue& root);
 
  private:
-  using Fields = std::unordered_map<std::string_view, PickleValue>;
+  // A dataclass's fields: few, so a vector searched from the back (the last value set wins, as for __dict__).
+  using Fields = std::vector<std::pair<std::string_view, PickleValue>>;
 
   Status Bad(const std::string& what) const { return Corrupt(context_ + ": DCP metadata: " + what); }
   Status Spend(uint64_t n) {
@@ -99,35 +101,31 @@ class Checker {
   }
 
   static bool IsClass(const PickleValue& v, std::string_view module, std::string_view name) {
-    return v.is(PickleKind::kObject) && v.module() == module && v.name() == name;
+    return v.is(PickleKind::kObject) && v.name() == name && v.module() == module;
   }
   static std::string Describe(const PickleValue& v) {
     if (v.is(PickleKind::kObject) || v.is(PickleKind::kGlobal)) return v.qualified_name();
     return PickleKindName(v.kind());
   }
-
+  static bool IsPlainOrderedDict(const PickleValue& v) {
+    return IsClass(v, "collections", "OrderedDict") && v.args().size() == 0 && !v.state().valid() &&
+           !v.list_items().valid();
+  }
+  static bool IsDictLike(const PickleValue& v) { return v.is(PickleKind::kDict) || IsPlainOrderedDict(v); }
   // A dict's pairs: a dict node, or an OrderedDict object's items (it pickles as REDUCE + SETITEMS).
   static PickleValue AsDict(const PickleValue& v) {
     if (v.is(PickleKind::kDict)) return v;
-    if (IsClass(v, "collections", "OrderedDict") && v.args().size() == 0 && !v.state().valid() &&
-        !v.list_items().valid()) {
-      return v.dict_items();  // invalid (size 0) when empty
-    }
+    if (IsPlainOrderedDict(v)) return v.dict_items();  // invalid (size 0) when empty
     return PickleValue();
   }
-  static bool IsDictLike(const PickleValue& v) {
-    return v.is(PickleKind::kDict) || (IsClass(v, "collections", "OrderedDict") && v.args().size() == 0 &&
-                                       !v.state().valid() && !v.list_items().valid());
-  }
 
-  // The fields of a dataclass instance of `module.cls` (its BUILD state; the last value wins for a key set twice, as
-  // setting __dict__ does).
-  Result<Fields> FieldsOf(const PickleValue& v, std::string_view module, std::string_view cls,
-                          const std::string& what) {
+  // The fields of a dataclass instance of `module.cls` (its BUILD state).
+  template <typename What>
+  Result<Fields> FieldsOf(const PickleValue& v, std::string_view module, std::string_view cls, const What& what) {
     if (!IsClass(v, module, cls)) {
-      return Bad(what + " is " + Describe(v) + ", not a " + std::string(module) + "." + std::string(cls));
+      return Bad(what() + " is " + Describe(v) + ", not a " + std::string(module) + "." + std::string(cls));
     }
-    if (v.list_items().valid() || v.dict_items().valid()) return Bad(what + " has items added to it");
+    if (v.list_items().valid() || v.dict_items().valid()) return Bad(what() + " has items added to it");
     PickleValue state = v.state();
     if (state.is(PickleKind::kTuple) && state.size() == 2 &&
         (state.item(0).is(PickleKind::kNone) || (state.item(0).is(PickleKind::kDict) && state.item(0).size() == 0))) {
@@ -135,55 +133,63 @@ class Checker {
     }
     Fields f;
     if (!state.valid() || state.is(PickleKind::kNone)) return f;
-    if (!state.is(PickleKind::kDict)) return Bad(what + " (" + std::string(cls) + ") has a state that is not a dict");
+    if (!state.is(PickleKind::kDict)) {
+      return Bad(what() + " (" + std::string(cls) + ") has a state that is not a dict");
+    }
     DCKPT_RETURN_IF_ERROR(Spend(state.size() + 1));
+    f.reserve(state.size());
     for (size_t i = 0; i < state.size(); ++i) {
-      if (!state.key(i).is(PickleKind::kString)) return Bad(what + " has a field name that is not a string");
-      f[state.key(i).str()] = state.value(i);
+      if (!state.key(i).is(PickleKind::kString)) return Bad(what() + " has a field name that is not a string");
+      f.emplace_back(state.key(i).str(), state.value(i));
     }
     return f;
   }
   static PickleValue Get(const Fields& f, std::string_view k) {
-    const auto it = f.find(k);
-    return it == f.end() ? PickleValue() : it->second;
+    for (size_t i = f.size(); i-- > 0;) {
+      if (f[i].first == k) return f[i].second;
+    }
+    return PickleValue();
   }
   static bool Absent(const PickleValue& v) { return !v.valid() || v.is(PickleKind::kNone); }
 
-  Result<std::string> String(const PickleValue& v, const std::string& what) {
-    if (!v.is(PickleKind::kString)) return Bad(what + " is " + Describe(v) + ", not a string");
+  template <typename What>
+  Result<std::string> String(const PickleValue& v, const What& what) {
+    if (!v.is(PickleKind::kString)) return Bad(what() + " is " + Describe(v) + ", not a string");
     return std::string(v.str());
   }
-  Result<uint64_t> Count(const PickleValue& v, const std::string& what) {
+  template <typename What>
+  Result<uint64_t> Count(const PickleValue& v, const What& what) {
     if (!v.is(PickleKind::kInt) || v.int_value() < 0) {
-      return Bad(what + " is " + v.DebugString(8) + ", not a non-negative integer");
+      return Bad(what() + " is " + v.DebugString(8) + ", not a non-negative integer");
     }
     return static_cast<uint64_t>(v.int_value());
   }
   // A torch.Size (or a plain tuple) of non-negative integers.
-  Result<std::vector<uint64_t>> Size(const PickleValue& v, const std::string& what) {
+  template <typename What>
+  Result<std::vector<uint64_t>> Size(const PickleValue& v, const What& what) {
     PickleValue t = v;
     if (IsClass(v, "torch", "Size")) {
       if (v.newobj() || v.state().valid() || v.list_items().valid() || v.dict_items().valid() || v.args().size() != 1) {
-        return Bad(what + " is a torch.Size built in an unexpected way");
+        return Bad(what() + " is a torch.Size built in an unexpected way");
       }
       t = v.args().item(0);
     }
     if (!t.is(PickleKind::kTuple) && !t.is(PickleKind::kList)) {
-      return Bad(what + " is " + Describe(v) + ", not a torch.Size");
+      return Bad(what() + " is " + Describe(v) + ", not a torch.Size");
     }
     DCKPT_RETURN_IF_ERROR(Spend(t.size() + 1));
-    if (t.size() > kMaxParseDims) return Bad(what + " has " + std::to_string(t.size()) + " dimensions");
+    if (t.size() > kMaxParseDims) return Bad(what() + " has " + std::to_string(t.size()) + " dimensions");
     std::vector<uint64_t> out;
     out.reserve(t.size());
     for (size_t i = 0; i < t.size(); ++i) {
-      DCKPT_ASSIGN_OR_RETURN(uint64_t x, Count(t.item(i), what + "[" + std::to_string(i) + "]"));
+      DCKPT_ASSIGN_OR_RETURN(uint64_t x, Count(t.item(i), [&] { return what() + "[" + std::to_string(i) + "]"; }));
       out.push_back(x);
     }
     return out;
   }
 
   Status Tensor(const PickleValue& md, DcpEntry* e);
-  Status Properties(const PickleValue& props, DcpEntry* e, const std::string& what);
+  Status Properties(const PickleValue& props, DcpEntry* e);
   Status StorageData(const PickleValue& sd, DcpMetadata* out);
 
   std::string context_;
@@ -191,9 +197,10 @@ class Checker {
   std::unordered_map<std::string_view, size_t> entry_index_;  // fqn -> index in entries
 };
 
-Status Checker::Properties(const PickleValue& props, DcpEntry* e, const std::string& what) {
+Status Checker::Properties(const PickleValue& props, DcpEntry* e) {
+  auto what = [e] { return "entry " + Quote(e->fqn); };
   if (!IsClass(props, kMetaModule, "TensorProperties")) {
-    return Bad(what + ".properties is " + Describe(props) + ", not a TensorProperties");
+    return Bad(what() + ".properties is " + Describe(props) + ", not a TensorProperties");
   }
   PickleValue dtype, layout;
   const PickleValue state = props.state();
@@ -202,20 +209,21 @@ Status Checker::Properties(const PickleValue& props, DcpEntry* e, const std::str
     dtype = state.item(0);
     layout = state.item(1);
   } else if (state.is(PickleKind::kDict)) {
-    DCKPT_ASSIGN_OR_RETURN(Fields f, FieldsOf(props, kMetaModule, "TensorProperties", what + ".properties"));
+    DCKPT_ASSIGN_OR_RETURN(Fields f,
+                           FieldsOf(props, kMetaModule, "TensorProperties", [&] { return what() + ".properties"; }));
     dtype = Get(f, "dtype");
     layout = Get(f, "layout");
   } else {
-    return Bad(what + ".properties has a state of the wrong form (" + state.DebugString(8) + ")");
+    return Bad(what() + ".properties has a state of the wrong form (" + state.DebugString(8) + ")");
   }
   if (!dtype.is(PickleKind::kGlobal) || dtype.module() != "torch") {
-    return Bad(what + " has no torch dtype (" + dtype.DebugString(8) + ")");
+    return Bad(what() + " has no torch dtype (" + dtype.DebugString(8) + ")");
   }
   e->torch_dtype = std::string(CanonicalTorchDTypeName(dtype.name()));
   if (!Absent(layout)) {
     if (!IsClass(layout, "torch.serialization", "_get_layout") || layout.args().size() != 1 ||
         !layout.args().item(0).is(PickleKind::kString)) {
-      return Bad(what + " has an invalid torch layout (" + layout.DebugString(8) + ")");
+      return Bad(what() + " has an invalid torch layout (" + layout.DebugString(8) + ")");
     }
     const std::string_view name = layout.args().item(0).str();
     if (name != "torch.strided") {
@@ -227,27 +235,27 @@ Status Checker::Properties(const PickleValue& props, DcpEntry* e, const std::str
 }
 
 Status Checker::Tensor(const PickleValue& md, DcpEntry* e) {
-  const std::string what = "entry " + Quote(e->fqn);
+  auto what = [e] { return "entry " + Quote(e->fqn); };
   DCKPT_ASSIGN_OR_RETURN(Fields f, FieldsOf(md, kMetaModule, "TensorStorageMetadata", what));
-  DCKPT_RETURN_IF_ERROR(Properties(Get(f, "properties"), e, what));
-  DCKPT_ASSIGN_OR_RETURN(e->shape, Size(Get(f, "size"), what + ".size"));
+  DCKPT_RETURN_IF_ERROR(Properties(Get(f, "properties"), e));
+  DCKPT_ASSIGN_OR_RETURN(e->shape, Size(Get(f, "size"), [&] { return what() + ".size"; }));
   const PickleValue chunks = Get(f, "chunks");
-  if (!chunks.is(PickleKind::kList)) return Bad(what + ".chunks is " + Describe(chunks) + ", not a list");
+  if (!chunks.is(PickleKind::kList)) return Bad(what() + ".chunks is " + Describe(chunks) + ", not a list");
   DCKPT_RETURN_IF_ERROR(Spend(chunks.size() + 1));
   e->chunks.reserve(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const std::string cw = what + " chunk #" + std::to_string(i);
+    auto cw = [&] { return what() + " chunk #" + std::to_string(i); };
     DCKPT_ASSIGN_OR_RETURN(Fields cf, FieldsOf(chunks.item(i), kMetaModule, "ChunkStorageMetadata", cw));
     DcpChunk c;
-    DCKPT_ASSIGN_OR_RETURN(c.offsets, Size(Get(cf, "offsets"), cw + " offsets"));
-    DCKPT_ASSIGN_OR_RETURN(c.sizes, Size(Get(cf, "sizes"), cw + " sizes"));
+    DCKPT_ASSIGN_OR_RETURN(c.offsets, Size(Get(cf, "offsets"), [&] { return cw() + " offsets"; }));
+    DCKPT_ASSIGN_OR_RETURN(c.sizes, Size(Get(cf, "sizes"), [&] { return cw() + " sizes"; }));
     if (c.offsets.size() != e->shape.size() || c.sizes.size() != e->shape.size()) {
-      return Bad(cw + " has " + std::to_string(c.offsets.size()) + " offsets and " + std::to_string(c.sizes.size()) +
+      return Bad(cw() + " has " + std::to_string(c.offsets.size()) + " offsets and " + std::to_string(c.sizes.size()) +
                  " sizes for a tensor of " + std::to_string(e->shape.size()) + " dimensions");
     }
     for (size_t d = 0; d < e->shape.size(); ++d) {
       if (c.offsets[d] > e->shape[d] || c.sizes[d] > e->shape[d] - c.offsets[d]) {
-        return Bad(cw + " at offsets " + Dims(c.offsets) + " of sizes " + Dims(c.sizes) +
+        return Bad(cw() + " at offsets " + Dims(c.offsets) + " of sizes " + Dims(c.sizes) +
                    " lies outside the tensor's size " + Dims(e->shape));
       }
     }
@@ -274,40 +282,44 @@ Status Checker::StorageData(const PickleValue& sd_in, DcpMetadata* out) {
   DCKPT_RETURN_IF_ERROR(Spend(sd.size() + 1));
   std::unordered_map<std::string, size_t> by_key;  // ItemKey -> item index
   by_key.reserve(sd.size());
+  out->items.reserve(sd.size());
   for (size_t i = 0; i < sd.size(); ++i) {
-    DCKPT_ASSIGN_OR_RETURN(Fields k, FieldsOf(sd.key(i), kMetaModule, "MetadataIndex", "a storage_data key"));
-    DCKPT_ASSIGN_OR_RETURN(std::string fqn, String(Get(k, "fqn"), "a storage_data key's fqn"));
-    const std::string what = "storage_data of entry " + Quote(fqn);
+    DCKPT_ASSIGN_OR_RETURN(
+        Fields k, FieldsOf(sd.key(i), kMetaModule, "MetadataIndex", [] { return std::string("a storage_data key"); }));
+    DCKPT_ASSIGN_OR_RETURN(std::string fqn,
+                           String(Get(k, "fqn"), [] { return std::string("a storage_data key's fqn"); }));
+    auto what = [&fqn] { return "storage_data of entry " + Quote(fqn); };
     const auto entry = entry_index_.find(fqn);
-    if (entry == entry_index_.end()) return Bad(what + ": state_dict_metadata has no such entry");
+    if (entry == entry_index_.end()) return Bad(what() + ": state_dict_metadata has no such entry");
     DcpEntry& e = out->entries[entry->second];
     std::vector<uint64_t> offsets;
     const PickleValue off = Get(k, "offset");
     if (!Absent(off)) {
-      DCKPT_ASSIGN_OR_RETURN(offsets, Size(off, what + " offset"));
+      DCKPT_ASSIGN_OR_RETURN(offsets, Size(off, [&] { return what() + " offset"; }));
     }
     const PickleValue index = Get(k, "index");
     if (!Absent(index)) {
-      DCKPT_RETURN_IF_ERROR(Count(index, what + " index").status());
+      DCKPT_RETURN_IF_ERROR(Count(index, [&] { return what() + " index"; }).status());
     }
     if (e.is_bytes != Absent(off)) {
-      return Bad(what + (e.is_bytes ? " has chunk offsets, but the entry is a bytes item"
-                                    : " has no chunk offsets, but the entry is a tensor"));
+      return Bad(what() + (e.is_bytes ? " has chunk offsets, but the entry is a bytes item"
+                                      : " has no chunk offsets, but the entry is a tensor"));
     }
     DCKPT_ASSIGN_OR_RETURN(Fields v, FieldsOf(sd.value(i), kFsModule, "_StorageInfo", what));
-    DCKPT_ASSIGN_OR_RETURN(std::string file, String(Get(v, "relative_path"), what + " relative_path"));
-    if (!IsValidFileName(file) || file == kDcpMetadataFileName || file == kMetadataFileName ||
-        file == kStagingMarkerName) {
-      return Bad(what + " names the file " + Quote(file) + ", which is not a data file inside the checkpoint");
-    }
     DcpItem item;
-    item.file = std::move(file);
-    DCKPT_ASSIGN_OR_RETURN(item.offset, Count(Get(v, "offset"), what + " offset in " + Quote(item.file)));
-    DCKPT_ASSIGN_OR_RETURN(item.length, Count(Get(v, "length"), what + " length in " + Quote(item.file)));
+    DCKPT_ASSIGN_OR_RETURN(item.file, String(Get(v, "relative_path"), [&] { return what() + " relative_path"; }));
+    if (!IsValidFileName(item.file) || item.file == kDcpMetadataFileName || item.file == kMetadataFileName ||
+        item.file == kStagingMarkerName) {
+      return Bad(what() + " names the file " + Quote(item.file) + ", which is not a data file inside the checkpoint");
+    }
+    DCKPT_ASSIGN_OR_RETURN(item.offset,
+                           Count(Get(v, "offset"), [&] { return what() + " offset in " + Quote(item.file); }));
+    DCKPT_ASSIGN_OR_RETURN(item.length,
+                           Count(Get(v, "length"), [&] { return what() + " length in " + Quote(item.file); }));
     const PickleValue transforms = Get(v, "transform_descriptors");
     if (!Absent(transforms)) {
       if (!transforms.is(PickleKind::kList) && !transforms.is(PickleKind::kTuple)) {
-        return Bad(what + " transform_descriptors is " + Describe(transforms) + ", not a list");
+        return Bad(what() + " transform_descriptors is " + Describe(transforms) + ", not a list");
       }
       if (transforms.size() != 0) {
         std::string names;
@@ -317,12 +329,11 @@ Status Checker::StorageData(const PickleValue& sd_in, DcpMetadata* out) {
         }
         return Unsupported(context_ + ": entry " + Quote(fqn) + " is stored through the transforms [" + names +
                            "] (e.g. compression) in " + Quote(item.file) +
-                           "; only untransformed items can be read "
-                           "in place");
+                           "; only untransformed items can be read in place");
       }
     }
     if (!by_key.emplace(ItemKey(fqn, e.is_bytes ? nullptr : &offsets), out->items.size()).second) {
-      return Bad(what + (e.is_bytes ? "" : " at offsets " + Dims(offsets)) + " is given twice");
+      return Bad(what() + (e.is_bytes ? "" : " at offsets " + Dims(offsets)) + " is given twice");
     }
     out->items.push_back(std::move(item));
   }
@@ -348,14 +359,14 @@ Status Checker::StorageData(const PickleValue& sd_in, DcpMetadata* out) {
     }
   }
   if (used != out->items.size()) {
-    // A tensor's chunks may share offsets only if they are duplicates, which the tiling check refuses later; an item
-    // no chunk uses is a storage_data entry for offsets the tensor has no chunk at.
+    // Two chunks of a tensor at the same offsets share an item (the tiling check refuses them later); otherwise an
+    // item no chunk uses is a storage_data entry for offsets the tensor has no chunk at.
     std::vector<bool> seen(out->items.size());
     for (const DcpEntry& e : out->entries) {
       if (e.is_bytes) seen[e.item] = true;
       for (const DcpChunk& c : e.chunks) seen[c.item] = true;
     }
-    for (size_t i = 0; i < sd.size(); ++i) {
+    for (size_t i = 0; i < out->items.size(); ++i) {
       if (!seen[i]) {
         return Bad("storage_data item #" + std::to_string(i) + " (in " + Quote(out->items[i].file) +
                    ") belongs to no chunk of its entry");
@@ -367,14 +378,16 @@ Status Checker::StorageData(const PickleValue& sd_in, DcpMetadata* out) {
 
 Result<DcpMetadata> Checker::Run(const PickleValue& root) {
   DcpMetadata out;
-  DCKPT_ASSIGN_OR_RETURN(Fields f, FieldsOf(root, kMetaModule, "Metadata", "the pickled object"));
+  DCKPT_ASSIGN_OR_RETURN(Fields f,
+                         FieldsOf(root, kMetaModule, "Metadata", [] { return std::string("the pickled object"); }));
   const PickleValue sdm_in = Get(f, "state_dict_metadata");
   if (!IsDictLike(sdm_in)) return Bad("state_dict_metadata is " + Describe(sdm_in) + ", not a dict");
   const PickleValue sdm = AsDict(sdm_in);
   DCKPT_RETURN_IF_ERROR(Spend(sdm.size() + 1));
   out.entries.reserve(sdm.size());
   for (size_t i = 0; i < sdm.size(); ++i) {
-    DCKPT_ASSIGN_OR_RETURN(std::string fqn, String(sdm.key(i), "an FQN of state_dict_metadata"));
+    DCKPT_ASSIGN_OR_RETURN(std::string fqn,
+                           String(sdm.key(i), [] { return std::string("an FQN of state_dict_metadata"); }));
     if (fqn.empty() || fqn.size() > kMaxFqnBytes || fqn.find('\0') != std::string::npos) {
       return Bad("the FQN " + Quote(fqn) + " is empty, longer than " + std::to_string(kMaxFqnBytes) +
                  " bytes or holds a NUL byte");
@@ -383,13 +396,15 @@ Result<DcpMetadata> Checker::Run(const PickleValue& root) {
     e.fqn = std::move(fqn);
     const PickleValue md = sdm.value(i);
     if (IsClass(md, kMetaModule, "BytesStorageMetadata")) {
-      DCKPT_RETURN_IF_ERROR(FieldsOf(md, kMetaModule, "BytesStorageMetadata", "entry " + Quote(e.fqn)).status());
+      DCKPT_RETURN_IF_ERROR(
+          FieldsOf(md, kMetaModule, "BytesStorageMetadata", [&e] { return "entry " + Quote(e.fqn); }).status());
       e.is_bytes = true;
     } else {
       DCKPT_RETURN_IF_ERROR(Tensor(md, &e));
     }
     out.entries.push_back(std::move(e));
   }
+  entry_index_.reserve(out.entries.size());
   for (size_t i = 0; i < out.entries.size(); ++i) {
     if (!entry_index_.emplace(out.entries[i].fqn, i).second) {
       return Bad("the FQN " + Quote(out.entries[i].fqn) + " appears twice in state_dict_metadata");
@@ -400,14 +415,16 @@ Result<DcpMetadata> Checker::Run(const PickleValue& root) {
     if (!IsDictLike(pd_in)) return Bad("planner_data is " + Describe(pd_in) + ", not a dict");
     const PickleValue pd = AsDict(pd_in);
     DCKPT_RETURN_IF_ERROR(Spend(pd.size() + 1));
+    out.planner_data.reserve(pd.size());
     for (size_t i = 0; i < pd.size(); ++i) {
-      DCKPT_ASSIGN_OR_RETURN(std::string fqn, String(pd.key(i), "an FQN of planner_data"));
+      DCKPT_ASSIGN_OR_RETURN(std::string fqn, String(pd.key(i), [] { return std::string("an FQN of planner_data"); }));
       const PickleValue path = pd.value(i);
       if (!path.is(PickleKind::kTuple) && !path.is(PickleKind::kList)) {
         return Bad("planner_data of " + Quote(fqn) + " is " + Describe(path) + ", not a tuple of keys");
       }
       DCKPT_RETURN_IF_ERROR(Spend(path.size() + 1));
       std::vector<DcpPathKey> keys;
+      keys.reserve(path.size());
       for (size_t k = 0; k < path.size(); ++k) {
         DcpPathKey key;
         if (path.item(k).is(PickleKind::kString)) {
@@ -428,15 +445,16 @@ Result<DcpMetadata> Checker::Run(const PickleValue& root) {
   DCKPT_RETURN_IF_ERROR(StorageData(Absent(sd) ? PickleValue() : sd, &out));
   const PickleValue meta = Get(f, "storage_meta");
   if (!Absent(meta)) {
-    DCKPT_ASSIGN_OR_RETURN(Fields m, FieldsOf(meta, kMetaModule, "StorageMeta", "storage_meta"));
+    DCKPT_ASSIGN_OR_RETURN(Fields m,
+                           FieldsOf(meta, kMetaModule, "StorageMeta", [] { return std::string("storage_meta"); }));
     const PickleValue save_id = Get(m, "save_id");
     if (!Absent(save_id)) {
-      DCKPT_ASSIGN_OR_RETURN(out.save_id, String(save_id, "storage_meta.save_id"));
+      DCKPT_ASSIGN_OR_RETURN(out.save_id, String(save_id, [] { return std::string("storage_meta.save_id"); }));
     }
   }
   const PickleValue version = Get(f, "version");
   if (!Absent(version)) {
-    DCKPT_ASSIGN_OR_RETURN(out.version, String(version, "version"));
+    DCKPT_ASSIGN_OR_RETURN(out.version, String(version, [] { return std::string("version"); }));
   }
   return out;
 }

@@ -547,11 +547,7 @@ uint64_t LoadLE(const char* p, size_t n) {
 
 class Decoder {
  public:
-  Decoder(std::string_view data, const PickleOptions& options) : data_(data), options_(options) {
-    allowed_.reserve(options.allowed_globals.size());
-    for (const PickleGlobal& g : options.allowed_globals) allowed_.emplace_back(g.module, g.name);
-    std::sort(allowed_.begin(), allowed_.end());
-  }
+  Decoder(std::string_view data, const PickleOptions& options) : data_(data), options_(options) {}
 
   Result<std::unique_ptr<Graph>> Run() {
     if (data_.size() > options_.max_input_bytes) {
@@ -560,6 +556,7 @@ class Decoder {
     }
     if (data_.size() >= kNoNode) return Corrupt(Prefix() + "the pickle is too large to decode");
     g_ = std::make_unique<Graph>();
+    g_->nodes.reserve(std::min<size_t>(data_.size() / 3 + 8, size_t{1} << 20));
     // Singletons first (see kNoneNode...).
     g_->nodes.push_back(Node{PickleKind::kNone, 0, 0});
     g_->nodes.push_back(Node{PickleKind::kBool, 0, 1});
@@ -739,13 +736,15 @@ class Decoder {
   // ---- Globals
   Status PushGlobal(std::string_view module, std::string_view name) {
     if (!ValidUtf8(module) || !ValidUtf8(name)) return Bad("the module or name of a global is not valid UTF-8");
-    const auto it = std::lower_bound(
-        allowed_.begin(), allowed_.end(), std::make_pair(module, name),
-        [](const std::pair<std::string, std::string>& a, const std::pair<std::string_view, std::string_view>& b) {
-          return std::string_view(a.first) < b.first ||
-                 (std::string_view(a.first) == b.first && std::string_view(a.second) < b.second);
-        });
-    if (it == allowed_.end() || it->first != module || it->second != name) {
+    // A linear scan: pickles name few globals (the memo repeats them), and lists are short.
+    bool allowed = false;
+    for (const PickleGlobal& g : options_.allowed_globals) {
+      if (g.name == name && g.module == module) {
+        allowed = true;
+        break;
+      }
+    }
+    if (!allowed) {
       std::string shown;
       shown.append(module.substr(0, 100)).append(".").append(name.substr(0, 100));
       if (module.size() > 100 || name.size() > 100) shown += "...";
@@ -818,7 +817,6 @@ class Decoder {
 
   std::string_view data_;
   const PickleOptions& options_;
-  std::vector<std::pair<std::string, std::string>> allowed_;
   std::unique_ptr<Graph> g_;
   std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;

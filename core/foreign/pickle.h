@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/span.h"
 #include "core/base/status.h"
 
 namespace distckpt {
@@ -112,8 +113,8 @@ struct PickleOptions {
   /// Prefixes every message (the file, and where in it): "'/ckpt/.metadata'".
   std::string context;
   /// The globals the pickle may name. Any other is refused (kCorrupt) naming the file and module.name, before anything
-  /// is done with it.
-  std::vector<PickleGlobal> allowed_globals;
+  /// is done with it. Borrowed: the list must outlive the DecodePickle call (a static table, usually).
+  Span<const PickleGlobal> allowed_globals;
   /// BINPERSID is refused unless this is set (torch.save's data.pkl refers to its storages that way).
   bool allow_persistent_ids = false;
   /// Inputs larger than this are refused before decoding.
