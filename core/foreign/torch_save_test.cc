@@ -248,7 +248,7 @@ std::vector<RealItem> RealItems(const std::string& checkpoint) {
 TEST(TorchSaveTest, LocatesEveryTensorItemTorchWrote) {
   std::unique_ptr<Storage> posix = NewPosixStorage();
   size_t n = 0;
-  for (const char* ck : {"fsdp2_2ranks", "fsdp2_3ranks", "single_dtensor"}) {
+  for (const char* ck : {"fsdp2_2ranks", "fsdp2_3ranks", "single_dtensor", "dtensor_2ranks"}) {
     for (const RealItem& it : RealItems(ck)) {
       SCOPED_TRACE(it.checkpoint + " " + it.fqn);
       DCKPT_ASSERT_OK_AND_ASSIGN(auto file, posix->OpenFile(it.file));
