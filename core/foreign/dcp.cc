@@ -459,6 +459,22 @@ Result<DcpMetadata> Checker::Run(const PickleValue& root) {
   return out;
 }
 
+// A data file whose reads are counted (DescribeDcpMetadata's read budget).
+class CountingFile : public ReadableFile {
+ public:
+  CountingFile(const ReadableFile& file, uint64_t* count) : file_(file), count_(count) {}
+  Status ReadAt(uint64_t offset, void* data, size_t size) const override {
+    *count_ += size;
+    return file_.ReadAt(offset, data, size);
+  }
+  uint64_t size() const override { return file_.size(); }
+  const std::string& path() const override { return file_.path(); }
+
+ private:
+  const ReadableFile& file_;
+  uint64_t* count_;
+};
+
 // ---- JSON for the planner_data user key -----------------------------------------------------------------------------
 
 void AppendJsonString(std::string* out, std::string_view s) {
@@ -512,7 +528,9 @@ Result<DcpMetadata> ParseDcpMetadata(std::string_view bytes, const std::string& 
   opts.max_input_bytes = kMaxDcpMetadataBytes;
   DCKPT_ASSIGN_OR_RETURN(DecodedPickle decoded, DecodePickle(bytes, opts));
   Checker checker(context, 16 * static_cast<uint64_t>(bytes.size()) + 1024);
-  return checker.Run(decoded.root());
+  DCKPT_ASSIGN_OR_RETURN(DcpMetadata md, checker.Run(decoded.root()));
+  md.metadata_bytes = bytes.size();
+  return md;
 }
 
 Result<MetadataRecord> DescribeTorchDcp(Storage* storage, const std::string& dir) {
@@ -581,6 +599,10 @@ Result<MetadataRecord> DescribeDcpMetadata(const DcpMetadata& md, const std::str
     record.files.push_back(DataFileRecord{name, (*f)->size()});
     files.push_back(std::move(f).value());
   }
+  // Legitimate items cost at most 8 KiB of reads each (their first and last 4 KiB) and over 100 bytes of metadata.
+  const uint64_t read_budget =
+      md.metadata_bytes > (uint64_t{1} << 48) ? UINT64_MAX : 256 * md.metadata_bytes + (uint64_t{1} << 20);
+  uint64_t bytes_read = 0;
   auto item_in_file = [&](const DcpItem& item, const std::string& what) -> Result<uint32_t> {
     const uint32_t fi = file_index.at(item.file);
     const uint64_t size = record.files[fi].size;
@@ -637,7 +659,12 @@ Result<MetadataRecord> DescribeDcpMetadata(const DcpMetadata& md, const std::str
       DCKPT_ASSIGN_OR_RETURN(uint32_t fi, item_in_file(item, "the item of " + cw));
       const std::string ctx = "'" + dir + "/" + item.file + "': the torch.save item of " + cw + " at [" +
                               std::to_string(item.offset) + ", +" + std::to_string(item.length) + ")";
-      DCKPT_ASSIGN_OR_RETURN(TorchSavedTensor t, LocateTorchSavedTensor(*files[fi], item.offset, item.length, ctx));
+      if (bytes_read > read_budget) {
+        return Corrupt(where + ": " + what + ": the metadata's items would take more than " +
+                       std::to_string(read_budget) + " bytes of zip structures to read, out of proportion to its size");
+      }
+      const CountingFile counted(*files[fi], &bytes_read);
+      DCKPT_ASSIGN_OR_RETURN(TorchSavedTensor t, LocateTorchSavedTensor(counted, item.offset, item.length, ctx));
       if (t.torch_dtype != e.torch_dtype) {
         return Corrupt(ctx + ": holds a tensor of " + t.torch_dtype + "; the metadata says " + e.torch_dtype);
       }

@@ -67,6 +67,9 @@ struct DcpMetadata {
   std::vector<std::pair<std::string, std::vector<DcpPathKey>>> planner_data;
   std::string version;  ///< Metadata.version ("1.0.0"), or "" where absent
   std::string save_id;  ///< storage_meta.save_id, or ""
+  /// The size of the .metadata file: describing it may read at most 256 times this (plus 1 MiB) of the data files'
+  /// zip structures, so that no metadata can make the work grow faster than its size.
+  uint64_t metadata_bytes = 0;
 };
 
 /// Decodes and checks the bytes of a .metadata file (no I/O). `context` (the file's path) starts every message.

@@ -526,5 +526,43 @@ TEST_F(SynthTest, SharedObjectsCannotMultiplyTheWork) {
                        {"'/ckpt/.metadata'", "more work than its size allows"}));
 }
 
+TEST_F(SynthTest, ReadsOfItemStructuresAreBoundedByTheMetadataSize) {
+  // 1000 chunks of one tensor that all name the same real item: legitimate in form (they tile), but 1.5 MB of item
+  // reads for metadata that claims to be 0 bytes.
+  DcpMetadata md;
+  md.items.push_back({"__0_0.distcp", item_.offset, item_.length});
+  DcpEntry e;
+  e.fqn = "w";
+  e.torch_dtype = "float32";
+  e.shape = {6000, 4};
+  for (uint64_t i = 0; i < 1000; ++i) e.chunks.push_back({{6 * i, 0}, {6, 4}, 0});
+  md.entries.push_back(e);
+  const std::string data = ReadFileToString(DcpFixtureDir("single_dtensor") + "/__0_0.distcp");
+  struct File : ReadableFile {
+    explicit File(const std::string* d) : d_(d) {}
+    Status ReadAt(uint64_t offset, void* out, size_t size) const override {
+      if (offset > d_->size() || size > d_->size() - offset) return Corrupt("past the end");
+      std::memcpy(out, d_->data() + offset, size);
+      return OkStatus();
+    }
+    uint64_t size() const override { return d_->size(); }
+    const std::string& path() const override { return path_; }
+    const std::string* d_;
+    std::string path_ = "f";
+  };
+  DcpFileOpener open = [&data](const std::string&) -> Result<std::unique_ptr<ReadableFile>> {
+    return std::unique_ptr<ReadableFile>(new File(&data));
+  };
+  EXPECT_TRUE(StatusIs(DescribeDcpMetadata(md, "/synth", open).status(), StatusCode::kCorrupt,
+                       {"'/synth'", "entry 'w'", "out of proportion"}));
+  md.metadata_bytes = 100000;  // 25 MB of budget: fine
+  DCKPT_ASSERT_OK_AND_ASSIGN(MetadataRecord r, DescribeDcpMetadata(md, "/synth", open));
+  EXPECT_EQ(r.entries[0].chunks.size(), 1000u);
+  // A hand-made DcpMetadata with an item index out of range is refused, not trusted.
+  md.entries[0].chunks[0].item = 7;
+  EXPECT_TRUE(StatusIs(DescribeDcpMetadata(md, "/synth", open).status(), StatusCode::kInvalidArgument,
+                       {"entry 'w'", "item that does not exist"}));
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <unordered_map>
 #include <utility>
 
 #include "core/foreign/pickle.h"
@@ -29,9 +30,10 @@ constexpr size_t kZip64EocdBytes = 56;
 constexpr size_t kCentralBytes = 46;
 constexpr size_t kLocalBytes = 30;
 constexpr uint64_t kMaxComment = 0xffff;
-// torch.save of one tensor writes about 7 records; an archive with a central directory beyond this is not one.
-constexpr uint64_t kMaxCentralDirectoryBytes = 1 << 20;
-constexpr uint64_t kMaxDataPklBytes = 1 << 20;
+// torch.save of one tensor writes about 7 records (a central directory of under 1 KiB) and a data.pkl of about 200
+// bytes; an archive with much more is not one. These bounds keep the work per item small whatever the item holds.
+constexpr uint64_t kMaxCentralDirectoryBytes = 64 << 10;
+constexpr uint64_t kMaxDataPklBytes = 64 << 10;
 // The item's first and last bytes are read once each and kept: they hold everything needed in archives torch writes.
 constexpr uint64_t kWindowBytes = 4096;
 
@@ -163,10 +165,8 @@ class ArchiveParser {
 
   // The record named `name`, or nullptr.
   const Record* Find(const std::string& name) const {
-    for (const Record& rec : records_) {
-      if (rec.name == name) return &rec;
-    }
-    return nullptr;
+    const auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : &records_[it->second];
   }
   const std::string& prefix() const { return prefix_; }
   uint64_t central_directory_offset() const { return cd_offset_; }
@@ -376,7 +376,9 @@ class ArchiveParser {
         }
         prefix_ = rec.name.substr(0, slash + 1);
       }
-      if (Find(rec.name) != nullptr) return Bad("record " + Quote(rec.name) + " appears twice");
+      if (!by_name_.emplace(rec.name, records_.size()).second) {
+        return Bad("record " + Quote(rec.name) + " appears twice");
+      }
       records_.push_back(std::move(rec));
       p += kCentralBytes + name_len + extra_len + comment_len;
     }
@@ -391,6 +393,7 @@ class ArchiveParser {
   ItemReader* r_;
   uint64_t entries_ = 0, cd_size_ = 0, cd_offset_ = 0;
   std::vector<Record> records_;
+  std::unordered_map<std::string, size_t> by_name_;  // index in records_
   std::string prefix_;
 };
 
