@@ -6,6 +6,8 @@
 #   load_plan           ChunkIndex + PlanTensorRead on valid but adversarial metadata (core/plan/fuzz/)
 #   safetensors_header  the core's safetensors header parser, core/foreign/safetensors.cc (core/foreign/fuzz/)
 #   dcp_metadata        the restricted reader of DCP .metadata pickles (tests/fuzz/, atheris)
+#   dcp_pickle          the C++ reader of DCP checkpoints: pickle decoder, .metadata schema + description against
+#                       the fixtures' data files, torch.save archives (core/foreign/fuzz/)
 # C++ targets are built outside Bazel with clang-14 -fsanitize=fuzzer,address,undefined; Python targets run with
 # atheris (a libFuzzer engine for Python) from the repo's .venv, installed there from PyPI when missing.
 #
@@ -15,12 +17,14 @@
 # "fuzz <target>: 1 passed, 0 failed" (or 0 passed, 1 failed). Exits non-zero if any target has a finding or fails
 # to build. A finding is reproduced with `$FUZZ_DIR/build/<target> <file>` (C++) or
 # `.venv/bin/python tests/fuzz/<target>_fuzz.py <file>`; fix it and copy the file to tests/fuzz/regressions/<target>/.
-# Extra libFuzzer flags: FUZZ_FLAGS (e.g. FUZZ_FLAGS=-runs=10000000).
+# Extra libFuzzer flags: FUZZ_FLAGS (e.g. FUZZ_FLAGS=-runs=10000000). DCP_PICKLE_MAX_LEN: dcp_pickle's -max_len
+# (default 4096, which takes the small fixtures' .metadata and every item whole; 20000 takes the largest .metadata
+# whole too, at about a tenth of the speed).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-60}"
 shift || true
-all=(metadata load_plan safetensors_header dcp_metadata)
+all=(metadata load_plan safetensors_header dcp_metadata dcp_pickle)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 work="${FUZZ_DIR:-/tmp/distckpt-fuzz}"
@@ -34,6 +38,9 @@ san=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 lib_srcs=(core/format/metadata.cc core/format/checksum.cc core/base/box.cc core/base/dtype.cc core/base/status.cc
           core/base/utf8.cc core/plan/load_planner.cc core/plan/copy_plan.cc core/foreign/json.cc
           core/foreign/safetensors_header.cc)
+# Linked into dcp_pickle only (the storage interface's own code: ReadableFile's defaults).
+foreign_srcs=(core/foreign/pickle.cc core/foreign/torch_save.cc core/foreign/dcp.cc core/storage/storage.cc
+              core/storage/object_commit.cc)
 cpp_built=""
 build_cpp() {  # compiles the library once per run (objects reused when their source is older), then every C++ target
   [[ -n $cpp_built ]] && return "$cpp_built"
@@ -59,13 +66,15 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
         return 1
     fi
   done
-  for src in "${lib_srcs[@]}" core/format/metadata_test_util.cc core/format/fuzz/make_seeds.cc \
-             core/format/fuzz/metadata_fuzz.cc core/plan/fuzz/load_plan_fuzz.cc core/foreign/fuzz/safetensors_fuzz.cc; do
+  for src in "${lib_srcs[@]}" "${foreign_srcs[@]}" core/format/metadata_test_util.cc core/format/fuzz/make_seeds.cc \
+             core/format/fuzz/metadata_fuzz.cc core/plan/fuzz/load_plan_fuzz.cc core/foreign/fuzz/dcp_pickle_fuzz.cc \
+             core/foreign/fuzz/make_seeds.cc core/foreign/fuzz/safetensors_fuzz.cc; do
     obj="$build/obj/${src//\//_}.o"
     objs+=("$obj")
     # Rebuild when the source or any header of the tree is newer than the object (headers are few and small).
     if [[ ! -f $obj || -n $(find "$root/core" -name '*.h' -newer "$obj" -print -quit) || $root/$src -nt $obj ]]; then
-      "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer-no-link -c "$root/$src" -o "$obj" &
+      # dcp_pickle_fuzz.cc finds the DCP fixtures' data files under the source tree wherever it runs.
+      "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer-no-link -DDCKPT_SOURCE_ROOT="\"$root\"" -c "$root/$src" -o "$obj" &
       pids+=($!)
       if ((${#pids[@]} >= 2)); then wait "${pids[0]}" || return 1; pids=("${pids[@]:1}"); fi
     fi
@@ -82,6 +91,12 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
       -o "$build/safetensors_header" || return 1
   "${cxx[@]}" "${san[@]}" "${libs[@]}" "$(o core/format/metadata_test_util.cc)" "$(o core/format/fuzz/make_seeds.cc)" \
       -o "$build/make_seeds" || return 1
+  local foreign=() f
+  for f in "${foreign_srcs[@]}"; do foreign+=("$(o "$f")"); done
+  "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "${foreign[@]}" "$(o core/foreign/fuzz/dcp_pickle_fuzz.cc)" \
+      -o "$build/dcp_pickle" || return 1
+  "${cxx[@]}" "${san[@]}" "${libs[@]}" "${foreign[@]}" "$(o core/foreign/fuzz/make_seeds.cc)" \
+      -o "$build/dcp_make_seeds" || return 1
   cpp_built=0
 }
 
@@ -101,7 +116,8 @@ setup_python() {
 }
 
 # ---- Run -------------------------------------------------------------------------------------------------------------
-declare -A max_len=([metadata]=65536 [load_plan]=4096 [safetensors_header]=16384 [dcp_metadata]=16384)
+declare -A max_len=([metadata]=65536 [load_plan]=4096 [safetensors_header]=16384 [dcp_metadata]=16384
+                    [dcp_pickle]=${DCP_PICKLE_MAX_LEN:-4096})
 bad=0
 for t in "${targets[@]}"; do
   corpus="$work/corpus/$t" seeds="$work/seeds/$t" findings="$work/findings/$t" log="$work/$t.log"
@@ -110,12 +126,19 @@ for t in "${targets[@]}"; do
   mkdir -p "$seeds"
   regress="$root/tests/fuzz/regressions/$t"
   case $t in
-    metadata | load_plan | safetensors_header)
+    metadata | load_plan | safetensors_header | dcp_pickle)
       if ! build_cpp; then
         echo "fuzz $t: build failed"; echo "fuzz $t: 0 passed, 1 failed"; bad=1; continue
       fi
       [[ $t == metadata ]] && "$build/make_seeds" "$seeds"
       # safetensors_header: its seeds are the committed inputs (files the safetensors library wrote, and findings).
+      if [[ $t == dcp_pickle ]]; then
+        "$build/dcp_make_seeds" "$root/tests/fixtures/dcp" "$seeds" >/dev/null
+        for f in "$root"/tests/fuzz/regressions/dcp_metadata/*; do  # the Python reader's findings, as pickles and metadata
+          { printf '\000'; cat "$f"; } >"$seeds/py-pickle-${f##*/}"
+          { printf '\001\000'; cat "$f"; } >"$seeds/py-meta-${f##*/}"
+        done
+      fi
       [[ $t == load_plan ]] && for i in 1 2 3 4 5 6 7 8; do  # a few fixed byte patterns; the generator does the rest
         head -c $((64 * i)) /dev/zero | tr '\0' "\\$(printf '%03o' $((i * 37 % 256)))" >"$seeds/pattern-$i"
       done

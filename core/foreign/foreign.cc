@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/foreign/dcp.h"
 #include "core/foreign/safetensors.h"
 
 namespace distckpt {
@@ -9,6 +10,10 @@ namespace distckpt {
 Result<std::optional<MetadataRecord>> DescribeForeignDirectory(Storage* storage, Directory* dir,
                                                                const std::string& path) {
   DCKPT_ASSIGN_OR_RETURN(std::vector<std::string> listing, storage->ListDir(path));
+  if (std::find(listing.begin(), listing.end(), kDcpMetadataFileName) != listing.end()) {
+    DCKPT_ASSIGN_OR_RETURN(MetadataRecord record, DescribeTorchDcp(storage, path));
+    return std::optional<MetadataRecord>(std::move(record));
+  }
   DCKPT_ASSIGN_OR_RETURN(SafetensorsLayout layout, FindSafetensorsLayout(dir, path, listing));
   if (layout.files.empty()) return std::optional<MetadataRecord>();
   DCKPT_ASSIGN_OR_RETURN(MetadataRecord record, DescribeSafetensors(dir, layout, path));
