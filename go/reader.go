@@ -7,6 +7,7 @@ package distckpt
 import "C"
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -36,6 +37,11 @@ type Reader struct {
 // Open opens the committed checkpoint in directory path (or at an "s3://bucket/prefix" URL). Its metadata is verified and validated first: a damaged or
 // truncated metadata file gives ErrCorrupt, an unsupported format version ErrVersion, a missing or uncommitted
 // (staging) checkpoint ErrNotFound.
+//
+// Checkpoints other libraries wrote are read in place, with no conversion (Info.Format says which): a Hugging Face
+// safetensors directory (a "*.safetensors.index.json" and its shards, or ".safetensors" files), one ".safetensors"
+// file, the index file's own path, or a PyTorch DCP directory. The library parses their files (this package has no
+// parser of its own) and every read serves them; they carry no checksums, so nothing read from them is verified.
 func Open(path string, opts *ReadOptions) (*Reader, error) {
 	var copts C.dckpt_read_options
 	if err := ccall(func() C.int { return C.dckpt_read_options_init(&copts, C.DCKPT_READ_OPTIONS_VERSION) }); err != nil {
@@ -103,6 +109,21 @@ func (r *Reader) release() {
 	runtime.KeepAlive(r)
 }
 
+// Format says who wrote a checkpoint: distckpt, or another library whose files the core reads in place with no
+// conversion (FORMAT.md section 2.4). Its values are the C ABI's dckpt_checkpoint_info.source, "" being distckpt.
+type Format string
+
+// The formats the library reads. A newer library may name others: treat an unknown one as foreign.
+const (
+	FormatDistckpt    Format = "distckpt"    // metadata.dckpt; every chunk carries checksums
+	FormatSafetensors Format = "safetensors" // a Hugging Face safetensors file, hub directory or index file
+	FormatTorchDCP    Format = "torch-dcp"   // a PyTorch Distributed Checkpoint directory
+)
+
+// Foreign reports whether another library wrote the checkpoint (anything but FormatDistckpt). Such a checkpoint
+// carries no checksums: what is read from it cannot be verified.
+func (f Format) Foreign() bool { return f != FormatDistckpt }
+
 // Info describes the checkpoint as a whole.
 type Info struct {
 	FormatMajor       int    `json:"format_major"`
@@ -113,6 +134,12 @@ type Info struct {
 	TotalBytes        uint64 `json:"total_bytes"` // data bytes
 	MetadataBytes     uint64 `json:"metadata_bytes"`
 	ChecksumBlockSize uint64 `json:"checksum_block_size"`
+	// Format is who wrote it: FormatDistckpt, or the format of a checkpoint another library wrote (a safetensors
+	// file or hub directory, a PyTorch DCP directory), read in place.
+	Format Format `json:"format"`
+	// Checksummed is true when every chunk carries checksums (distckpt); false for a foreign checkpoint, whose bytes
+	// cannot be verified: Verify then fails with ErrUnsupported saying so, and Chunk.Checksum is 0.
+	Checksummed bool `json:"checksummed"`
 }
 
 // Info returns the checkpoint's summary.
@@ -128,10 +155,26 @@ func (r *Reader) Info() (Info, error) {
 func readerInfo(p *C.dckpt_reader) (Info, error) {
 	var ci C.dckpt_checkpoint_info
 	ci.version = C.DCKPT_CHECKPOINT_INFO_VERSION
-	if err := ccall(func() C.int { return C.dckpt_reader_info(&ci, p) }); err != nil {
+	err := ccall(func() C.int { return C.dckpt_reader_info(&ci, p) })
+	if errors.Is(err, ErrVersion) {
+		// A library of the same ABI from before version 2 of the struct, which reads distckpt checkpoints only: it
+		// leaves source NULL (read below as distckpt, checksummed).
+		ci = C.dckpt_checkpoint_info{version: 1}
+		err = ccall(func() C.int { return C.dckpt_reader_info(&ci, p) })
+	}
+	if err != nil {
 		return Info{}, err
 	}
+	format, checksummed := FormatDistckpt, true
+	if ci.source != nil {
+		if s := C.GoString(ci.source); s != "" {
+			format = Format(s)
+		}
+		checksummed = ci.checksummed != 0
+	}
 	return Info{
+		Format:            format,
+		Checksummed:       checksummed,
 		FormatMajor:       int(ci.format_major),
 		FormatMinor:       int(ci.format_minor),
 		Writer:            C.GoString(ci.writer),
@@ -141,6 +184,20 @@ func readerInfo(p *C.dckpt_reader) (Info, error) {
 		MetadataBytes:     uint64(ci.metadata_bytes),
 		ChecksumBlockSize: uint64(ci.checksum_block_size),
 	}, nil
+}
+
+// Format says who wrote the checkpoint (Info.Format): FormatDistckpt, or FormatSafetensors or FormatTorchDCP for a
+// checkpoint another library wrote that the library reads in place. Every read works on either.
+func (r *Reader) Format() (Format, error) {
+	info, err := r.Info()
+	return info.Format, err
+}
+
+// Checksummed reports whether the checkpoint's chunks carry checksums (Info.Checksummed): false for a checkpoint
+// another library wrote, whose bytes cannot be verified (Verify fails with ErrUnsupported saying so).
+func (r *Reader) Checksummed() (bool, error) {
+	info, err := r.Info()
+	return info.Checksummed, err
 }
 
 // EntryKind tells a tensor from an opaque bytes entry.
@@ -250,7 +307,7 @@ type Chunk struct {
 	File       string // data file name inside the checkpoint directory
 	FileOffset uint64
 	Length     uint64 // bytes
-	Checksum   uint64 // XXH3-64, see FORMAT.md section 5
+	Checksum   uint64 // XXH3-64, see FORMAT.md section 5; 0 in a checkpoint another library wrote (it has none)
 }
 
 // Chunks lists the chunks of entry number `entry` (Entry.Index).

@@ -4,7 +4,8 @@ package distckpt_test
 // README or doc page is compiled or run by a test"). The convention, shared with the Python and C snippet tests
 // (docs/README.md): a block runs unless the line before its fence is `<!-- snippet: compile-only REASON -->`; paths
 // under /ckpt/ in a snippet are rewritten to a temporary directory that holds a checkpoint at step-100 (user
-// metadata step = "100", a JSON value `step`, an F32 tensor model.w [2, 3]).
+// metadata step = "100", a JSON value `step`, an F32 tensor model.w [2, 3]), and paths under /models/ to
+// tests/fixtures/safetensors (checkpoints the safetensors package wrote: hub/, single.safetensors).
 //
 // A block is compiled in a module of its own outside this one, which depends on this package through a replace
 // directive, as a user's module would (go/README.md, "Use it from your own module"):
@@ -30,6 +31,7 @@ import (
 	"testing"
 
 	distckpt "distckpt.dev/go"
+	"distckpt.dev/go/internal/fixtures"
 )
 
 // docFiles are the pages whose Go blocks are checked, relative to go/.
@@ -112,6 +114,7 @@ var knownImports = map[string]string{
 // snippetProgram turns a block into a Go file of package main, and says whether it is something that can run.
 func snippetProgram(code, ckptDir string) (string, bool, error) {
 	code = strings.ReplaceAll(code, `"/ckpt/`, `"`+filepath.ToSlash(ckptDir)+`/`)
+	code = strings.ReplaceAll(code, `"/models/`, `"`+filepath.ToSlash(fixtures.SafetensorsDir())+`/`)
 	if strings.HasPrefix(strings.TrimSpace(code), "package ") {
 		return code, true, nil
 	}

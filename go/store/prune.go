@@ -255,6 +255,9 @@ func plan(entries []*Checkpoint, p PrunePolicy, grace time.Duration) ([]PruneAct
 		if c.Status == Corrupt || c.Status == Unreadable {
 			keep(c, "metadata cannot be read: not touched (check it with ls/inspect)")
 		}
+		if c.Status == Foreign {
+			keep(c, "written by another library ("+foreignFormat(c)+"): not distckpt's to prune")
+		}
 		// NotACheckpoint: not ours, never mentioned. Committed: below.
 	}
 
@@ -391,4 +394,12 @@ func HumanDuration(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	}
+}
+
+// foreignFormat names the format of a Foreign checkpoint ("safetensors").
+func foreignFormat(c *Checkpoint) string {
+	if c.Info != nil {
+		return string(c.Info.Format)
+	}
+	return "foreign"
 }

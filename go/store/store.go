@@ -19,7 +19,8 @@
 // order and the policy of which committed checkpoints to keep.
 //
 // Nothing in this package follows a symbolic link to delete anything, and nothing deletes a directory that is not a
-// checkpoint or the leftover of one.
+// checkpoint or the leftover of one. Checkpoints other libraries wrote (a safetensors hub directory, which the library
+// reads in place) are listed as Foreign and never deleted.
 //
 // List, Stat and Prune also take a URL, "s3://bucket/prefix" (objects.go): the checkpoints are the prefixes below it,
 // each a set of objects committed by writing its metadata last (FORMAT.md section 6.2), and the library classifies
@@ -69,6 +70,10 @@ const (
 	Replaced Status = "replaced"
 	// Deleting: "<name>.dckpt-deleting-<nonce>", a checkpoint a prune renamed before removing it (garbage once idle).
 	Deleting Status = "deleting"
+	// Foreign: a checkpoint another library wrote, which the library reads in place (no metadata.dckpt, but a
+	// Hugging Face safetensors index or .safetensors files, or a PyTorch DCP checkpoint; Info.Format says which).
+	// Listed with its summary and user metadata; not distckpt's to manage, so Prune never touches it.
+	Foreign Status = "foreign"
 	// NotACheckpoint: any other directory. List reports these only with ListOptions.All; Prune never touches them.
 	NotACheckpoint Status = "not-a-checkpoint"
 )
@@ -123,13 +128,14 @@ type Checkpoint struct {
 	// stored ("" when there is none). Python's save records a top-level scalar such as {"step": 100} there as "100".
 	Step    *int64
 	StepRaw string
-	// Info and User are a committed checkpoint's summary and user metadata (nil otherwise).
+	// Info and User are a committed (or foreign) checkpoint's summary and user metadata (nil otherwise).
 	Info *distckpt.Info
 	User map[string]string
 	// DiskBytes is the sum of the sizes of the regular files under the directory.
 	DiskBytes uint64
-	// Date is when a committed checkpoint's metadata was written, or a staging directory's writer started (its
-	// marker's start time, else the directory's modification time).
+	// Date is when a committed checkpoint's metadata was written, a staging directory's writer started (its
+	// marker's start time, else the directory's modification time), or a foreign checkpoint's files were last
+	// modified (LastActive).
 	Date time.Time
 	// ModTime is the directory's own modification time; LastActive the newest modification time of the directory and
 	// of the entries directly in it (a writer's data files show its activity). Prune's grace period counts from
@@ -164,6 +170,11 @@ type ListOptions struct {
 // do not lead to a directory, are skipped. The error is the file system's (an *fs.PathError naming dir) when dir cannot
 // be read; a checkpoint whose metadata cannot be read is listed as Corrupt or Unreadable with its Err set.
 //
+// Checkpoints other libraries wrote are listed as Foreign: a sub-directory the library opens as one (a safetensors
+// hub directory, ...), and dir itself when it holds no checkpoint directory but is one (a hub directory given
+// directly). A store directory with a stray .safetensors file beside its checkpoints is listed as a store. A path to a
+// .safetensors or .safetensors.index.json file is listed as that one Foreign checkpoint.
+//
 // dir may be a URL ("s3://bucket/prefix"): the prefixes below it are listed the same way (a checkpoint, or only what
 // unfinished saves left: Incomplete), and a prefix with nothing below it is an error matching fs.ErrNotExist.
 func List(dir string, opts *ListOptions) ([]Checkpoint, error) {
@@ -181,11 +192,58 @@ func List(dir string, opts *ListOptions) ([]Checkpoint, error) {
 		}
 		return []Checkpoint{*c}, nil
 	}
+	if st, err := os.Stat(dir); err == nil && st.Mode().IsRegular() {
+		if c := foreignFile(dir); c != nil {
+			return []Checkpoint{*c}, nil
+		}
+	}
 	all, err := scan(dir, DefaultGrace)
 	if err != nil {
 		return nil, err
 	}
-	return listed(all, o.All), nil
+	shown := listed(all, o.All)
+	if !holdsCheckpoint(all) {
+		// No checkpoint directory below: dir may be a checkpoint another library wrote, given directly.
+		if c := classify(filepath.Clean(dir)); c.Status == Foreign {
+			if fi, symlink, err := lookAt(filepath.Clean(dir)); err == nil {
+				c.Symlink, c.fi = symlink, fi
+			}
+			return []Checkpoint{*c}, nil
+		}
+	}
+	return shown, nil
+}
+
+// holdsCheckpoint reports whether any of the directories found is a checkpoint, a foreign one, or a leftover of one.
+func holdsCheckpoint(found []*Checkpoint) bool {
+	for _, c := range found {
+		if c.Status != NotACheckpoint {
+			return true
+		}
+	}
+	return false
+}
+
+// foreignFile describes the one-file checkpoint at path (a .safetensors file, or an index and the shards it names) if
+// the library opens it as a foreign checkpoint, else nil.
+func foreignFile(path string) *Checkpoint {
+	r, err := distckpt.Open(path, &distckpt.ReadOptions{NoVerify: true})
+	if err != nil {
+		return nil
+	}
+	r.Close()
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	c := &Checkpoint{Name: filepath.Base(path), Path: path, DiskBytes: uint64(st.Size()), ModTime: st.ModTime(),
+		LastActive: st.ModTime(), Date: st.ModTime()}
+	readCommitted(c, nil)
+	if c.Status != Committed || c.Info == nil || !c.Info.Format.Foreign() {
+		return nil
+	}
+	c.Status = Foreign
+	return c
 }
 
 // Stat describes one directory (a checkpoint, a leftover, or anything else) the way List would. The error is the file
@@ -338,7 +396,7 @@ func classify(path string) *Checkpoint {
 	mst, err := os.Stat(filepath.Join(path, MetadataFile))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			c.Status = NotACheckpoint
+			classifyForeign(c)
 			return c
 		}
 		// The directory could not be looked inside (no search permission, an I/O error): whether it holds a
@@ -350,6 +408,22 @@ func classify(path string) *Checkpoint {
 	c.Date = mst.ModTime()
 	readCommitted(c, nil)
 	return c
+}
+
+// classifyForeign describes a directory without metadata.dckpt: Foreign if the library opens it as a checkpoint
+// another library wrote, Corrupt or Unreadable (with Err) if it holds such files but the library rejects them, else
+// NotACheckpoint. The library decides (it finds the safetensors index or files, or DCP's .metadata, and reads their
+// headers only); nothing here parses another library's files.
+func classifyForeign(c *Checkpoint) {
+	readCommitted(c, nil)
+	switch {
+	case c.Status == Committed && c.Info != nil && c.Info.Format.Foreign():
+		c.Status, c.Date = Foreign, c.LastActive
+	case c.Status == Committed || errors.Is(c.Err, distckpt.ErrNotFound):
+		// Not a checkpoint of any kind the library knows (or, without a metadata file, a distckpt checkpoint after
+		// all: it was removed meanwhile).
+		c.Status, c.Err, c.Info, c.User, c.Step, c.StepRaw = NotACheckpoint, nil, nil, nil, nil, ""
+	}
 }
 
 // readCommitted opens the checkpoint with a metadata file at c.Path (on storage: nil, the one the path names) and sets c's status, summary,

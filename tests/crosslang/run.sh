@@ -5,7 +5,8 @@
 # a Python save's non-array values (step, lr, a tuple, 2**70, ...) must read back exactly in Rust and Go, and Go's
 # `ls` must show its step. Then S3, through a moto server on loopback (python/tests/_s3_server.py) that every language
 # reaches through the core's S3 backend (s3:// URLs, AWS_* environment): Python saves to s3://, C (cdigest.c), Rust and
-# Go read it with the same digests; C saves to s3:// through the C ABI, Python, Rust and Go read it.
+# Go read it with the same digests; C saves to s3:// through the C ABI, Python, Rust and Go read it. Before S3, the
+# safetensors fixtures (tests/fixtures/safetensors), read in place by every language with the values safetensors loads.
 # Needs the language toolchains set up by python/, rust/ and go/run_tests.sh (scripts/test.sh runs those first).
 # Ends with "crosslang: N passed, M failed".
 set -uo pipefail
@@ -135,6 +136,82 @@ for path, lang in zip(sys.argv[1:], ("rust", "go")):
 sys.exit(0 if ok else 1)
 PY
 check "Rust and Go read Python's values exactly (step, lr, tuple, str, 2**70, int-keyed dict) and the step in user metadata" $?
+
+# ---- Checkpoints other libraries wrote ---------------------------------------------------------------------------
+# The safetensors fixtures (tests/fixtures/safetensors, written by the real safetensors package), read in place by
+# the core from each language: the hub directory, its index file and the single file must give, in Python, Rust and
+# Go, the digests of what safetensors itself loads (torch). Then a Python import of the hub: Rust and Go read the same
+# values from it, and Go's diff finds it the same as the hub. Go's verify says the format has no checksums (exit 3).
+st=tests/fixtures/safetensors
+"$python" - "$st" >"$work/st.reference" 2>&1 <<'PY'
+import json, os, sys
+import torch
+from safetensors.torch import load_file
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+root = sys.argv[1]
+index = json.load(open(os.path.join(root, "hub", "model.safetensors.index.json")))
+forms = {"hub": [os.path.join(root, "hub", f) for f in sorted(set(index["weight_map"].values()))],
+         "single": [os.path.join(root, "single.safetensors")]}
+for form, files in forms.items():
+    tensors = {}
+    for f in files:
+        tensors.update(load_file(f))
+    for name in sorted(tensors):
+        raw = tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        print(form, name, f"{fnv1a64(raw):016x}")
+PY
+check "safetensors (the library) loads the fixtures" $?
+for form in hub hub/model.safetensors.index.json single.safetensors; do
+  ref=${form%%/*}; ref=${ref%.safetensors}
+  awk -v f="$ref" '$1 == f {print $2, $3}' "$work/st.reference" >"$work/st.$ref.want"
+  for lang in python rust go; do
+    digests $lang "$st/$form" >"$work/st.$lang.txt" 2>&1
+    [[ -s "$work/st.$ref.want" ]] && cmp -s "$work/st.$ref.want" "$work/st.$lang.txt"
+    check "$lang reads $form in place as safetensors loads it (every tensor's digest)" $?
+  done
+done
+"$work/distckpt" verify --json "$st/hub" >"$work/st.verify.json" 2>"$work/st.verify.log"
+verify_rc=$?
+[[ $verify_rc -eq 3 ]] && "$python" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["format"] == "safetensors" and d["checksummed"] is False and d["error"]["code"] == "unsupported", d' \
+  "$work/st.verify.json"
+check "Go verify of the hub: no checksums, exit 3" $?
+"$python" -c '
+import sys, distckpt
+with distckpt.open(sys.argv[1]) as r:
+    assert r.metadata.format == "safetensors" and not r.metadata.checksummed
+    try:
+        r.verify()
+    except distckpt.UnsupportedError as e:
+        assert "no checksums" in str(e), e
+    else:
+        sys.exit("verify passed")' "$st/hub"
+check "Python verify of the hub: UnsupportedError, no checksums" $?
+"$work/distckpt" inspect --json --layout rope.bias "$st/hub" >"$work/st.inspect.go.json" 2>&1 &&
+  "$python" -m distckpt inspect --json --layout rope.bias "$st/hub" >"$work/st.inspect.py.json" 2>&1 &&
+  "$python" -c '
+import json, sys
+go, py = (json.load(open(p)) for p in sys.argv[1:])
+assert go == py and go["writer"] == "safetensors", (go, py)' "$work/st.inspect.go.json" "$work/st.inspect.py.json"
+check "Go and Python inspect --json print the same document for the hub (docs/cli.md)" $?
+"$python" -m distckpt -q import-safetensors "$st/hub" "$work/st.imported" >/dev/null 2>&1
+check "Python imports the hub (python -m distckpt import-safetensors)" $?
+digests python "$st/hub" >"$work/st.hub.py.txt" 2>&1
+for lang in rust go; do
+  digests $lang "$work/st.imported" >"$work/st.imported.$lang.txt" 2>&1
+  cmp -s "$work/st.hub.py.txt" "$work/st.imported.$lang.txt"
+  check "$lang reads Python's import of the hub with the hub's digests" $?
+done
+"$work/distckpt" diff "$work/st.imported" "$st/hub" >"$work/st.diff.log" 2>&1
+check "Go diff: Python's import and the hub are the same" $?
 
 # ---- S3 ----------------------------------------------------------------------------------------------------------
 cc -std=c99 -Wall -Wextra -Werror tests/crosslang/cdigest.c $(pkg-config --cflags --libs distckpt) -o "$work/cdigest"

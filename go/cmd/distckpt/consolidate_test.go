@@ -2,60 +2,56 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 
+	distckpt "distckpt.dev/go"
 	"distckpt.dev/go/internal/fixtures"
 )
 
-// readSafetensors parses a safetensors file: its tensors' dtype, shape and bytes, and its __metadata__.
+// readSafetensors reads a safetensors file through the library, which reads it in place (the core is the one
+// safetensors parser; python/tests/test_safetensors.py loads the exporter's files with the real safetensors package):
+// its tensors' dtype, shape and bytes, and its __metadata__ (the user metadata).
 func readSafetensors(t *testing.T, path string) (map[string]struct {
 	DType string
 	Shape []uint64
 	Data  []byte
 }, map[string]string) {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	r, err := distckpt.Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := binary.LittleEndian.Uint64(raw)
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(raw[8:8+n], &header); err != nil {
-		t.Fatalf("%s: header: %v", path, err)
+	defer r.Close()
+	if f, err := r.Format(); err != nil || f != distckpt.FormatSafetensors {
+		t.Fatalf("%s: format %q (%v)", path, f, err)
 	}
-	data := raw[8+n:]
+	entries, err := r.Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tensors := map[string]struct {
 		DType string
 		Shape []uint64
 		Data  []byte
 	}{}
-	meta := map[string]string{}
-	for name, v := range header {
-		if name == "__metadata__" {
-			if err := json.Unmarshal(v, &meta); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		var info struct {
-			DType   string   `json:"dtype"`
-			Shape   []uint64 `json:"shape"`
-			Offsets []uint64 `json:"data_offsets"`
-		}
-		if err := json.Unmarshal(v, &info); err != nil {
+	for _, e := range entries {
+		data, err := r.Read(e.Name)
+		if err != nil {
 			t.Fatal(err)
 		}
-		tensors[name] = struct {
+		tensors[e.Name] = struct {
 			DType string
 			Shape []uint64
 			Data  []byte
-		}{info.DType, info.Shape, data[info.Offsets[0]:info.Offsets[1]]}
+		}{e.DType.String(), e.Shape, data}
+	}
+	meta, err := r.UserMetadata()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return tensors, meta
 }

@@ -22,6 +22,11 @@ their checksums, one chunk (in slabs of at most 64 MiB per side) at a time, and 
 fail their checksum (or whose data file is missing) makes its entry differ, with "bad" saying on which side and why.
 When the layouts differ (saved with another sharding or checksum block size), the data are read from both and
 compared chunk by chunk, unless --no-data is given: then such entries are listed as "uncompared".
+A or B may be a checkpoint another library wrote, read in place (a safetensors directory or file: see inspect). Its
+format has no checksums, so its entries are always compared by reading the data of both sides (with --no-data they
+are "uncompared"), and nothing read from it is verified. Its user metadata is the files' __metadata__ (safetensors'
+"format": "pt" included), compared like a distckpt checkpoint's: a distckpt checkpoint and its export-safetensors
+copy hold the same tensors but differ there, and in the bytes entries safetensors cannot hold ("removed").
 Exit status: 0 the same (every compared entry and the user metadata), 1 they differ (or a chunk read to compare them
 is bad); a checkpoint that cannot be opened gives the status of its failure (4 not found, 5 corrupt metadata, ...:
 see "distckpt help").
@@ -112,7 +117,9 @@ func compareData(a, b *distckpt.Reader, ea, eb distckpt.Entry, mode dataMode) (m
 	if err != nil {
 		return "", 0, nil, err
 	}
-	if mode != readAlways && checksumsComparable(ca, cb, ia.ChecksumBlockSize, ib.ChecksumBlockSize) {
+	// A checkpoint another library wrote has no checksums (all 0): its data are only ever compared by reading them.
+	checksummed := ia.Checksummed && ib.Checksummed
+	if mode != readAlways && checksummed && checksumsComparable(ca, cb, ia.ChecksumBlockSize, ib.ChecksumBlockSize) {
 		for i := range ca {
 			if ca[i].Checksum != cb[i].Checksum {
 				differing++
@@ -391,7 +398,7 @@ func runDiff(c *ctx, args []string) int {
 		fmt.Fprintf(tw, "~ %s\t%s\t%s\n", ch.Name, entrySummary(ch.B), strings.Join(what, "; "))
 	}
 	for _, name := range out.Uncompared {
-		fmt.Fprintf(tw, "? %s\t%s\tstored in different layouts; data not compared (--no-data)\n", name,
+		fmt.Fprintf(tw, "? %s\t%s\tdata not compared (--no-data: stored in different layouts, or without checksums)\n", name,
 			entrySummary(toEntryJSON(mapA[name])))
 	}
 	tw.Flush()

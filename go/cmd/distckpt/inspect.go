@@ -18,6 +18,13 @@ where it is stored (data file, offset, length, checksum).
 
 "info" is another name for inspect (python -m distckpt's); both CLIs print the same JSON (docs/cli.md).
 
+CKPT may also be a checkpoint another library wrote, which the library reads in place: a Hugging Face safetensors
+directory (an index and its shards, or .safetensors files), one .safetensors file, or a *.safetensors.index.json
+path (PyTorch DCP directories too, once the library reads them). The "format" line says which, and that it has no
+checksums; its chunks are where the files hold the tensors (any offset), with checksum "-" in --layout. In JSON, such
+a checkpoint's "writer" is the format ("safetensors") and its checksums are 0 (the shared document has no field for
+the format yet: ls --json and verify --json give it).
+
 JSON: {"schema_version": 1, "path": str, "format_major": int, "format_minor": int, "writer": str, "num_entries": int,
   "num_files": int, "total_bytes": int, "metadata_bytes": int, "checksum_block_size": int,
   "user": {str: str},
@@ -54,6 +61,18 @@ type chunkJSON struct {
 	FileOffset uint64   `json:"file_offset"`
 	Length     uint64   `json:"length"`
 	Checksum   string   `json:"checksum"`
+}
+
+// formatName is how the text output names a checkpoint's format: "safetensors", "PyTorch DCP", or the library's name
+// for a format newer than this CLI.
+func formatName(f distckpt.Format) string {
+	switch f {
+	case distckpt.FormatTorchDCP:
+		return "PyTorch DCP"
+	case "":
+		return string(distckpt.FormatDistckpt)
+	}
+	return string(f)
 }
 
 // describe is "F32 [64, 32]" for a tensor and "bytes" for a bytes entry.
@@ -104,13 +123,25 @@ func runInspect(c *ctx, args []string) int {
 			Name   string      `json:"name"`
 			Chunks []chunkJSON `json:"chunks"`
 		}
+		// The fields docs/cli.md gives, in its order: python -m distckpt prints the same document (not all of
+		// distckpt.Info, which has grown fields that document does not have).
 		out := struct {
-			Path string `json:"path"`
-			distckpt.Info
-			User    map[string]string `json:"user"`
-			Entries []entryJSON       `json:"entries"`
-			Layout  *layoutJSON       `json:"layout"`
-		}{Path: pos[0], Info: info, User: user, Entries: []entryJSON{}}
+			Path              string            `json:"path"`
+			FormatMajor       int               `json:"format_major"`
+			FormatMinor       int               `json:"format_minor"`
+			Writer            string            `json:"writer"`
+			NumEntries        int               `json:"num_entries"`
+			NumFiles          int               `json:"num_files"`
+			TotalBytes        uint64            `json:"total_bytes"`
+			MetadataBytes     uint64            `json:"metadata_bytes"`
+			ChecksumBlockSize uint64            `json:"checksum_block_size"`
+			User              map[string]string `json:"user"`
+			Entries           []entryJSON       `json:"entries"`
+			Layout            *layoutJSON       `json:"layout"`
+		}{Path: pos[0], FormatMajor: info.FormatMajor, FormatMinor: info.FormatMinor, Writer: info.Writer,
+			NumEntries: info.NumEntries, NumFiles: info.NumFiles, TotalBytes: info.TotalBytes,
+			MetadataBytes: info.MetadataBytes, ChecksumBlockSize: info.ChecksumBlockSize, User: user,
+			Entries: []entryJSON{}}
 		for _, e := range entries {
 			out.Entries = append(out.Entries, toEntryJSON(e))
 		}
@@ -132,12 +163,23 @@ func runInspect(c *ctx, args []string) int {
 		}
 	}
 	fmt.Fprintf(c.stdout, "checkpoint  %s\n", pos[0])
-	fmt.Fprintf(c.stdout, "format      %d.%d, written by %s\n", info.FormatMajor, info.FormatMinor, info.Writer)
-	fmt.Fprintf(c.stdout, "contents    %s (%s, %s) in %s: %s data, %s metadata\n",
-		plural(info.NumEntries, "entry", "entries"), plural(tensors, "tensor", "tensors"),
-		plural(info.NumEntries-tensors, "bytes entry", "bytes entries"), plural(info.NumFiles, "data file", "data files"),
-		humanBytes(info.TotalBytes), humanBytes(info.MetadataBytes))
-	fmt.Fprintf(c.stdout, "checksums   XXH3-64 per %s block\n", humanBytes(info.ChecksumBlockSize))
+	if info.Format.Foreign() {
+		fmt.Fprintf(c.stdout, "format      %s (written by another library, read in place)\n", formatName(info.Format))
+		fmt.Fprintf(c.stdout, "contents    %s in %s: %s data\n", plural(tensors, "tensor", "tensors"),
+			plural(info.NumFiles, "data file", "data files"), humanBytes(info.TotalBytes))
+	} else {
+		fmt.Fprintf(c.stdout, "format      %d.%d, written by %s\n", info.FormatMajor, info.FormatMinor, info.Writer)
+		fmt.Fprintf(c.stdout, "contents    %s (%s, %s) in %s: %s data, %s metadata\n",
+			plural(info.NumEntries, "entry", "entries"), plural(tensors, "tensor", "tensors"),
+			plural(info.NumEntries-tensors, "bytes entry", "bytes entries"),
+			plural(info.NumFiles, "data file", "data files"), humanBytes(info.TotalBytes), humanBytes(info.MetadataBytes))
+	}
+	if info.Checksummed {
+		fmt.Fprintf(c.stdout, "checksums   XXH3-64 per %s block\n", humanBytes(info.ChecksumBlockSize))
+	} else {
+		fmt.Fprintf(c.stdout, "checksums   none: the %s format carries none, so its bytes cannot be verified\n",
+			formatName(info.Format))
+	}
 	if len(user) > 0 {
 		var kv []string
 		for _, k := range sortedKeys(user) {
@@ -164,7 +206,11 @@ func runInspect(c *ctx, args []string) int {
 			if laid.Kind == distckpt.BytesEntry {
 				box = "-"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%016x\n", ch.Index, box, ch.File, ch.FileOffset, ch.Length, ch.Checksum)
+			sum := fmt.Sprintf("%016x", ch.Checksum)
+			if !info.Checksummed {
+				sum = "-"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", ch.Index, box, ch.File, ch.FileOffset, ch.Length, sum)
 		}
 		tw.Flush()
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	distckpt "distckpt.dev/go"
 	"distckpt.dev/go/store"
 )
 
@@ -17,6 +18,7 @@ const (
 	statusUnrenamed = string(store.CompleteUnrenamed)
 	statusReplaced  = string(store.Replaced)
 	statusDeleting  = string(store.Deleting)
+	statusForeign   = string(store.Foreign)
 	statusOther     = string(store.NotACheckpoint)
 )
 
@@ -29,6 +31,10 @@ var lsCommand = &command{
 	summary: "list the checkpoints under DIR (or an s3:// prefix) with step, size, entries, date and status",
 	help: `
 Lists every checkpoint directory directly under DIR (or DIR itself if it is a checkpoint), in natural name order.
+Checkpoints other libraries wrote are listed too, as "foreign" with their format in the note: a directory below DIR
+that the library reads in place (a Hugging Face safetensors directory: an index and its shards, or .safetensors
+files), DIR itself when it is one and holds no checkpoint directory, or DIR naming one .safetensors (or index) file.
+Loose .safetensors files beside checkpoint directories are not listed (a store's checkpoints are directories).
 DIR may be an s3://bucket/prefix URL: there a checkpoint is a prefix whose metadata.dckpt is committed, one with only
 what unfinished saves left (STAGING.<nonce> markers, nonced data files) is incomplete, anything else
 not-a-checkpoint; SIZE is the bytes of the files distckpt wrote there, and DATE is not known ("-", JSON null).
@@ -37,7 +43,9 @@ STATUS is one of:
   incomplete          <name>.dckpt-staging-<nonce> with a STAGING marker: being written now, or abandoned by a
                       crashed writer (the note says whether the writer's process is still running)
   complete-unrenamed  a staging directory whose commit finished writing but was not renamed into place
-  corrupt             metadata.dckpt that the library rejects (damaged, truncated, or a newer format version)
+  foreign             a checkpoint another library wrote, read in place (no checksums; prune never touches it)
+  corrupt             metadata.dckpt that the library rejects (damaged, truncated, or a newer format version), or
+                      a directory of safetensors files whose header or index the library rejects
   unreadable          metadata.dckpt that could not be read (permissions, I/O error), or a directory that could not
                       be looked inside (so whether it holds a checkpoint is unknown); listed without --all
   replaced            <name>.dckpt-old-<nonce>: a checkpoint moved aside by an overwrite (garbage)
@@ -50,7 +58,9 @@ A listing is not a check: damaged checkpoints are listed with their status and l
 JSON: {"schema_version": 1, "directory": str, "checkpoints": [{
   "name": str, "path": str, "status": str (as above),
   "step": int|null (user metadata "step" when it is an integer), "step_raw": str|null,
-  "entries": int|null, "data_bytes": int|null (committed only), "bytes": int (on disk),
+  "entries": int|null, "data_bytes": int|null (committed and foreign only), "bytes": int (on disk),
+  "format": "distckpt"|"safetensors"|"torch-dcp"|null (committed and foreign only),
+  "checksummed": bool|null (committed and foreign only; false for foreign),
   "date": RFC 3339 UTC|null, "final_name": str|null (staging/replaced/deleting), "symlink": str|null,
   "writer": {"host": str, "pid": int, "final_path": str, "state": "running"|"exited"|"unknown",
              "started": RFC 3339 UTC|null}|null,
@@ -67,19 +77,21 @@ type lsWriterJSON struct {
 }
 
 type lsJSON struct {
-	Name      string        `json:"name"`
-	Path      string        `json:"path"`
-	Status    string        `json:"status"`
-	Step      *int64        `json:"step"`
-	StepRaw   *string       `json:"step_raw"`
-	Entries   *int          `json:"entries"`
-	DataBytes *uint64       `json:"data_bytes"`
-	Bytes     uint64        `json:"bytes"`
-	Date      *string       `json:"date"`
-	FinalName *string       `json:"final_name"`
-	Symlink   *string       `json:"symlink"`
-	Writer    *lsWriterJSON `json:"writer"`
-	Error     *jsonError    `json:"error"`
+	Name        string           `json:"name"`
+	Path        string           `json:"path"`
+	Status      string           `json:"status"`
+	Step        *int64           `json:"step"`
+	StepRaw     *string          `json:"step_raw"`
+	Entries     *int             `json:"entries"`
+	DataBytes   *uint64          `json:"data_bytes"`
+	Bytes       uint64           `json:"bytes"`
+	Format      *distckpt.Format `json:"format"`
+	Checksummed *bool            `json:"checksummed"`
+	Date        *string          `json:"date"`
+	FinalName   *string          `json:"final_name"`
+	Symlink     *string          `json:"symlink"`
+	Writer      *lsWriterJSON    `json:"writer"`
+	Error       *jsonError       `json:"error"`
 }
 
 func strOrNil(s string) *string {
@@ -97,6 +109,7 @@ func checkpointJSON(c *store.Checkpoint) lsJSON {
 	}
 	if c.Info != nil {
 		j.Entries, j.DataBytes = &c.Info.NumEntries, &c.Info.TotalBytes
+		j.Format, j.Checksummed = &c.Info.Format, &c.Info.Checksummed
 	}
 	if w := c.Writer; w != nil {
 		j.Writer = &lsWriterJSON{w.Host, w.PID, w.FinalPath, string(w.State), jsonTime(w.Started)}
@@ -133,6 +146,12 @@ func note(c *store.Checkpoint) string {
 		}
 	case store.CompleteUnrenamed:
 		parts = append(parts, fmt.Sprintf("complete; rename it to %q to commit it by hand", c.FinalName))
+	case store.Foreign:
+		format := "another library's format"
+		if c.Info != nil {
+			format = formatName(c.Info.Format)
+		}
+		parts = append(parts, format+", read in place (no checksums)")
 	case store.Corrupt, store.Unreadable:
 		parts = append(parts, errorJSON(c.Err).Message)
 	}

@@ -1,5 +1,6 @@
 // Command distckpt looks after checkpoint stores: list, inspect, verify, measure, compare, prune, export and
-// consolidate distckpt checkpoints. Every command takes --json for scripts; see `distckpt help COMMAND` for its
+// consolidate distckpt checkpoints. ls, inspect, du and diff also read checkpoints other libraries wrote, in place
+// (Hugging Face safetensors directories and files; reader.go's Open). Every command takes --json for scripts; see `distckpt help COMMAND` for its
 // fields. The store operations (ls, prune) are the library's: package distckpt.dev/go/store.
 //
 // Exit status, the same for a given failure whatever the command (exitStatus maps an error to it):
@@ -8,10 +9,13 @@
 //	1  the data are not what they should be: verify found a bad chunk (checksum mismatch, truncated or missing data
 //	   file), export-safetensors or diff met one while reading; diff: the checkpoints differ
 //	2  usage error (unknown command or flag, wrong arguments, bad flag value, a URL of a scheme other than s3://)
-//	3  failed for another reason (I/O error, out of memory, a removal in prune that failed, ...)
-//	4  not found: a checkpoint or directory that does not exist, is not a directory, is not a checkpoint (no
-//	   metadata.dckpt), or is an uncommitted staging directory; inspect --layout NAME: no entry NAME
-//	5  corrupt metadata: metadata.dckpt is damaged, truncated, or not a distckpt metadata file
+//	3  failed for another reason (I/O error, out of memory, a removal in prune that failed, ...); verify: the
+//	   checkpoint was written by another library (safetensors, DCP) whose format carries no checksums
+//	4  not found: a checkpoint or directory that does not exist, is not a directory (nor a .safetensors or index
+//	   file), is not a checkpoint (no metadata.dckpt, and no safetensors or DCP files), or is an uncommitted staging
+//	   directory; inspect --layout NAME: no entry NAME
+//	5  corrupt metadata: metadata.dckpt is damaged, truncated, or not a distckpt metadata file (or a safetensors
+//	   header or index the library rejects)
 //	6  unsupported format version: the checkpoint was written by a newer distckpt
 //	7  permission denied
 //
@@ -176,6 +180,9 @@ top-level "schema_version" (now 1; bumped only when a field is removed, renamed 
 JSON mode print {"schema_version": 1, "error": {"code": CODE, "message": TEXT}} and are repeated on stderr.
 Every CKPT and DIR may be an s3://bucket/prefix URL (S3 configured from the AWS_* environment: AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL); OUT is a local path.
+A CKPT may also be a checkpoint another library wrote, read in place: a Hugging Face safetensors directory (an
+index and its shards, or .safetensors files), one .safetensors file or its index's path (inspect shows the format;
+it has no checksums, so verify has nothing to check: exit 3).
 "distckpt --version" (or -V) is "distckpt version". -q (or --quiet) before COMMAND is --progress=none.
 "python -m distckpt" shares inspect (its "info"), export-safetensors and consolidate with the same names, flags,
 exit statuses and JSON: see docs/cli.md.
@@ -184,7 +191,8 @@ exit status (the same for a given failure in every command):
   0  success (verify: intact; diff: same)
   1  bad data: verify found a bad chunk (or export/diff met one); diff: the checkpoints differ
   2  usage error (a URL of a scheme other than s3:// too)
-  3  failed for another reason (I/O error, a removal that failed, ...)
+  3  failed for another reason (I/O error, a removal that failed, ...; verify: a safetensors or DCP
+     checkpoint, whose format carries no checksums)
   4  not found (missing, not a directory, not a checkpoint, uncommitted staging directory, no such entry)
   5  corrupt metadata
   6  unsupported format version (written by a newer distckpt)

@@ -18,10 +18,16 @@ Reads every chunk of CKPT and checks its XXH3-64 checksums, N chunks at a time, 
 chunks too: --progress=auto (the default) draws a bar on stderr when it is a terminal, bar always draws it, log prints
 a plain line to stderr every 10% or 5 seconds (for CI logs), none (or --no-progress) prints nothing.
 Exit status: 0 intact; 1 bad chunks (checksum mismatch, truncated or missing data file); 4 not found (or not
-committed); 5 corrupt metadata; 6 unsupported format version; 7 permission denied; 3 another failure.
+committed); 5 corrupt metadata; 6 unsupported format version; 7 permission denied; 3 another failure, and also:
+CKPT is a checkpoint another library wrote (a safetensors directory or file, a PyTorch DCP directory), which the
+library reads in place but whose format carries no checksums, so there is nothing to verify: verify checks nothing,
+says so ("NOT VERIFIED: ...", error code "unsupported", "checksummed": false), and exits 3: it is neither intact
+(0) nor damaged (1). A script tells this case from other failures by --json's "checksummed": false. Opening it
+checked its structure (every tensor inside its file, of the size its shape needs).
 
 JSON: {"schema_version": 1, "path": str, "ok": bool, "chunks": int (checked), "bytes": int
-  (checked), "seconds": float,
+  (checked), "seconds": float, "format": "distckpt"|"safetensors"|"torch-dcp"|null (null: CKPT did not open),
+  "checksummed": bool|null,
   "bad": [{"entry": str, "chunk": int, "file": str, "file_offset": int, "length": int,
            "code": str, "message": str}],
   "error": {"code": str, "message": str}|null (metadata or other failure before any chunk was checked)}`,
@@ -39,13 +45,15 @@ type badJSON struct {
 }
 
 type verifyJSON struct {
-	Path    string     `json:"path"`
-	OK      bool       `json:"ok"`
-	Chunks  int        `json:"chunks"`
-	Bytes   uint64     `json:"bytes"`
-	Seconds float64    `json:"seconds"`
-	Bad     []badJSON  `json:"bad"`
-	Error   *jsonError `json:"error"`
+	Path        string           `json:"path"`
+	OK          bool             `json:"ok"`
+	Chunks      int              `json:"chunks"`
+	Bytes       uint64           `json:"bytes"`
+	Seconds     float64          `json:"seconds"`
+	Format      *distckpt.Format `json:"format"`
+	Checksummed *bool            `json:"checksummed"`
+	Bad         []badJSON        `json:"bad"`
+	Error       *jsonError       `json:"error"`
 }
 
 func runVerify(c *ctx, args []string) int {
@@ -78,6 +86,31 @@ func runVerify(c *ctx, args []string) int {
 		return status
 	}
 	defer r.Close()
+	info, err := r.Info()
+	if err != nil {
+		out.Error = c.report(err, path)
+		if c.json {
+			c.writeJSON(out)
+		}
+		return exitStatus(err)
+	}
+	out.Format, out.Checksummed = &info.Format, &info.Checksummed
+	if !info.Checksummed {
+		// A checkpoint another library wrote: the library's own message (ErrUnsupported) says there is nothing to
+		// check. Not intact, not damaged: exit 3 (see the help).
+		_, err := r.Verify(nil)
+		if err == nil {
+			err = fmt.Errorf("checkpoint '%s' (%s) carries no checksums", path, info.Format)
+		}
+		out.Error, out.Seconds = c.report(err, path), time.Since(start).Seconds()
+		if c.json {
+			c.writeJSON(out)
+		} else {
+			fmt.Fprintf(c.stdout, "NOT VERIFIED: %s: a %s checkpoint, whose format carries no checksums: nothing "+
+				"to verify\n", path, formatName(info.Format))
+		}
+		return exitFailure
+	}
 
 	rep := newProgress(mode, c.stderr, "verifying "+path)
 	res, err := r.Verify(&distckpt.VerifyOptions{Workers: *workers, Progress: reportTo(rep)})

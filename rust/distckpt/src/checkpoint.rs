@@ -169,11 +169,61 @@ pub struct ChunkInfo<'a> {
     pub lengths: &'a [u64],
     /// Data file name inside the checkpoint directory.
     pub file: &'a str,
-    /// A multiple of the format's alignment (at least 4 KiB).
+    /// A multiple of the format's alignment (at least 4 KiB) in a distckpt checkpoint; any offset in a foreign one
+    /// (where the other library put the tensor).
     pub file_offset: u64,
     pub length: u64,
-    /// XXH3-64 checksum, as FORMAT.md section 5 defines it.
+    /// XXH3-64 checksum, as FORMAT.md section 5 defines it; 0 in a foreign checkpoint, which has none.
     pub checksum: u64,
+}
+
+/// What wrote a checkpoint: distckpt, or another library whose files the core reads in place, with no conversion
+/// (FORMAT.md section 2.4): `dckpt_checkpoint_info.source`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// A distckpt checkpoint (`metadata.dckpt`): every chunk carries checksums.
+    Distckpt,
+    /// Hugging Face safetensors: a hub directory (an index and its shards, or `.safetensors` files), one
+    /// `.safetensors` file, or a `*.safetensors.index.json` path. No checksums.
+    Safetensors,
+    /// A PyTorch Distributed Checkpoint (DCP) directory. No checksums.
+    TorchDcp,
+    /// A format of a library newer than this crate, by the name the library gives it.
+    Other(String),
+}
+
+impl Format {
+    /// The format of a `source` string of the C ABI ("" for distckpt).
+    pub fn from_source(source: &str) -> Format {
+        match source {
+            "" | "distckpt" => Format::Distckpt,
+            "safetensors" => Format::Safetensors,
+            "torch-dcp" => Format::TorchDcp,
+            other => Format::Other(other.to_string()),
+        }
+    }
+
+    /// "distckpt", "safetensors", "torch-dcp" (Python's `metadata.format`, the Go CLI's `format`), or the other name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Format::Distckpt => "distckpt",
+            Format::Safetensors => "safetensors",
+            Format::TorchDcp => "torch-dcp",
+            Format::Other(name) => name,
+        }
+    }
+
+    /// Whether another library wrote it (anything but [`Format::Distckpt`]): read in place, without checksums.
+    pub fn is_foreign(&self) -> bool {
+        *self != Format::Distckpt
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Summary of a checkpoint (`dckpt_checkpoint_info`).
@@ -189,6 +239,11 @@ pub struct CheckpointInfo {
     pub total_bytes: u64,
     pub metadata_bytes: u64,
     pub checksum_block_size: u64,
+    /// Who wrote it: distckpt, or a library whose checkpoint the core reads in place.
+    pub format: Format,
+    /// Whether its chunks carry checksums: true for distckpt; false for a foreign checkpoint, whose bytes cannot be
+    /// verified ([`Checkpoint::verify`] is then `Unsupported`, and reads are not checked).
+    pub checksummed: bool,
 }
 
 /// I/O counters (`dckpt_io_stats`).
@@ -286,8 +341,21 @@ impl Checkpoint {
     pub fn info(&self) -> CheckpointInfo {
         let mut raw: sys::dckpt_checkpoint_info = unsafe { std::mem::zeroed() };
         raw.version = sys::DCKPT_CHECKPOINT_INFO_VERSION;
-        // Cannot fail on a valid reader with a current struct version.
-        check(unsafe { sys::dckpt_reader_info(&mut raw, self.raw) }).expect("dckpt_reader_info");
+        let mut rc = unsafe { sys::dckpt_reader_info(&mut raw, self.raw) };
+        if rc == sys::DCKPT_EVERSION {
+            // A libdistckpt.so (feature `shared`) from before version 2 of the struct, which reads distckpt
+            // checkpoints only: it leaves `source` NULL, read below as distckpt, checksummed.
+            raw = unsafe { std::mem::zeroed() };
+            raw.version = 1;
+            rc = unsafe { sys::dckpt_reader_info(&mut raw, self.raw) };
+        }
+        // Cannot fail otherwise on a valid reader.
+        check(rc).expect("dckpt_reader_info");
+        let (format, checksummed) = if raw.source.is_null() {
+            (Format::Distckpt, true)
+        } else {
+            (Format::from_source(unsafe { borrowed_str(raw.source) }), raw.checksummed != 0)
+        };
         CheckpointInfo {
             format_major: raw.format_major,
             format_minor: raw.format_minor,
@@ -297,7 +365,23 @@ impl Checkpoint {
             total_bytes: raw.total_bytes,
             metadata_bytes: raw.metadata_bytes,
             checksum_block_size: raw.checksum_block_size,
+            format,
+            checksummed,
         }
+    }
+
+    /// Who wrote the checkpoint: [`Format::Distckpt`], or the format of a checkpoint another library wrote that the
+    /// core reads in place (a safetensors file or hub directory, a PyTorch DCP directory). Every read path (typed and
+    /// region reads, resharded loads, [`map_all`](Self::map_all) and views) works on either.
+    pub fn format(&self) -> Format {
+        self.info().format
+    }
+
+    /// Whether the checkpoint's chunks carry checksums (distckpt's do). A foreign checkpoint's do not: nothing read
+    /// from it is verified, [`verify`](Self::verify), [`verify_chunk`](Self::verify_chunk) and
+    /// [`view_verified`](Self::view_verified) are `Unsupported` saying so, and its [`ChunkInfo::checksum`]s are 0.
+    pub fn checksummed(&self) -> bool {
+        self.info().checksummed
     }
 
     /// Number of entries.
@@ -601,7 +685,8 @@ impl Checkpoint {
     }
 
     /// Reads and checks every chunk; a `Corrupt` error names the entry, chunk, file and byte range of the first bad
-    /// block.
+    /// block. A checkpoint another library wrote ([`checksummed`](Self::checksummed) false) has no checksums to check:
+    /// `Unsupported`, with the library's message saying so (its structure was checked when it was opened).
     pub fn verify(&self) -> Result<()> {
         check(unsafe { sys::dckpt_reader_verify(self.raw, None, std::ptr::null_mut()) })
             .map_err(|e| self.storage_error(e))

@@ -25,12 +25,13 @@
 //! [`OwnedChunkView`]) hold an `Arc<Checkpoint>` instead, so a struct can keep its views next to (or without) the
 //! checkpoint, move them across threads, and free the checkpoint when the last view drops.
 
+use std::borrow::Cow;
 use std::ffi::c_void;
 use std::ops::Deref;
 use std::os::raw::{c_int, c_long};
 use std::sync::Arc;
 
-use crate::checkpoint::{Checkpoint, ChunkInfo, Entry};
+use crate::checkpoint::{Checkpoint, ChunkInfo, Entry, Format};
 use crate::copied::CopiedChunk;
 use crate::dtype::{check_element, Dtype, Element};
 use crate::error::{check, Error, ErrorCode, Result};
@@ -507,9 +508,15 @@ impl Checkpoint {
     /// Like [`view`](Self::view), after checking the tensor's checksums: its pages are read in, mapped and hashed in
     /// place ([`map_entries`](Self::map_entries)), so the view is resident when it returns. Where the reader maps
     /// nothing (`map_files: false`) each chunk is checked with ordinary reads instead (`dckpt_reader_verify_chunk`).
+    /// A checkpoint another library wrote has no checksums: `Unsupported`, as from [`Checkpoint::verify`] (take
+    /// [`view`](Self::view) after [`map_all`](Self::map_all) there).
     pub fn view_verified<T: Element>(&self, name: &str) -> Result<TensorView<'_, T>> {
         let entry = self.entry(name)?;
         check_element::<T>(entry.dtype(), || self.describe(name))?;
+        if !self.checksummed() {
+            // The library's own message: the format, and that its structure was checked on open.
+            check(unsafe { distckpt_sys::dckpt_reader_verify(self.raw(), None, std::ptr::null_mut()) })?;
+        }
         match self.map_entries(Some(&[name]), None) {
             Err(e) if e.code() == ErrorCode::Unsupported => {
                 for c in 0..entry.num_chunks() {
@@ -519,6 +526,18 @@ impl Checkpoint {
             other => other?,
         }
         self.view_entry(entry)
+    }
+
+    /// A zero-copy view of the tensor where it has one ([`view`](Self::view)), else a copy ([`read`](Self::read)):
+    /// for loaders that take whatever checkpoint they are given. The copy is made where a view is `Unsupported`: a
+    /// tensor stored as several chunks, or one whose bytes are not aligned for `T` (a tensor that a foreign file, such
+    /// as a safetensors file with an unpadded header, put at an odd offset). Other errors are returned.
+    pub fn view_or_read<T: Element>(&self, name: &str) -> Result<Cow<'_, [T]>> {
+        match self.view::<T>(name) {
+            Ok(v) => Ok(Cow::Borrowed(v.as_slice())),
+            Err(e) if e.code() == ErrorCode::Unsupported => Ok(Cow::Owned(self.read::<T>(name)?)),
+            Err(e) => Err(e),
+        }
     }
 
     /// A zero-copy view of a tensor of any dtype as bytes (the safetensors/candle loading path: bytes + dtype +
@@ -768,20 +787,37 @@ impl Checkpoint {
         }
         let bytes = self.chunk_bytes(entry, chunk, info, len)?;
         let ptr = bytes.as_ptr();
+        // Checked before any `&[T]` exists: a misaligned reference is undefined behaviour even if never read.
         if (ptr as usize) % std::mem::align_of::<T>() != 0 {
-            return Err(Error::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "{}: chunk {chunk} at offset {} is not aligned for {}",
-                    self.describe(name),
-                    info.file_offset,
-                    std::any::type_name::<T>()
-                ),
-            ));
+            return Err(self.misaligned::<T>(entry, chunk, info));
         }
         // Sound: `len` bytes inside the reader's mapping (or a copy never removed from `copies`), both living as long
         // as `self`; aligned; every bit pattern is a valid `T` (Element is sealed to plain old data); read-only.
         Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), len / elem) })
+    }
+
+    /// The error for a chunk whose bytes do not start on a multiple of `T`'s alignment. distckpt puts every chunk on a
+    /// 4 KiB boundary; another library's file may put a tensor anywhere (safetensors does not require its header to
+    /// be padded), and a `&[T]` there would be a misaligned reference. Bytes have no alignment, and copies are
+    /// aligned.
+    fn misaligned<T>(&self, entry: &Entry<'_>, chunk: usize, info: &ChunkInfo<'_>) -> Error {
+        let written_by = match self.format() {
+            Format::Distckpt => "the writer".to_string(),
+            other => format!("the {other} file"),
+        };
+        Error::new(
+            ErrorCode::Unsupported,
+            format!(
+                "{}: chunk {chunk} starts at byte {} of file '{}', which is not a multiple of the {}-byte alignment \
+                 of {} ({written_by} put it there), so it has no zero-copy typed view: copy it with read() or \
+                 read_region_into() (view_or_read() does either), or view its bytes with view_bytes()",
+                self.describe(entry.name()),
+                info.file_offset,
+                info.file,
+                std::mem::align_of::<T>(),
+                std::any::type_name::<T>()
+            ),
+        )
     }
 
     /// The `len` bytes of chunk `chunk` of `entry`: the reader's mapping of its pinned data file, or, where the

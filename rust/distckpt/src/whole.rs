@@ -97,6 +97,10 @@ impl Checkpoint {
     /// return verified bytes that are already resident: touching them costs no I/O and no page fault. Nothing is
     /// copied; the process's resident set grows by the checkpoint's size (the pages are shared with the page cache).
     ///
+    /// A checkpoint another library wrote (safetensors, DCP) is paged in and mapped the same way, but has no
+    /// checksums to check ([`Checkpoint::checksummed`]); its typed views need their bytes aligned for their type
+    /// ([`Checkpoint::view_or_read`] copies where they are not).
+    ///
     /// `Unsupported` where nothing can be mapped (`map_files: false`, a storage without mappings): use
     /// [`read_all`](Self::read_all) there. A damaged block is a `Corrupt` error naming the entry, chunk, file and
     /// byte range; an I/O error while paging in is an `Io` error naming the file, never SIGBUS.
