@@ -579,7 +579,7 @@ int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
     for (size_t i = 0; i < m.num_entries(); ++i) total += m.entry(i).nbytes();
     out->total_bytes = total;
     out->metadata_bytes = m.buffer_size();
-    out->checksum_block_size = m.checksum_block_size();
+    out->checksum_block_size = m.checksummed() ? m.checksum_block_size() : 0;  // no checksums, no blocks
     if (out->version >= 2) {
       out->source = BorrowedCString(m.source());
       out->checksummed = m.checksummed() ? 1 : 0;

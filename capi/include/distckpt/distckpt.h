@@ -739,7 +739,7 @@ typedef struct dckpt_checkpoint_info {
   size_t num_files;
   uint64_t total_bytes;         /* data bytes */
   uint64_t metadata_bytes;
-  uint64_t checksum_block_size;
+  uint64_t checksum_block_size; /* 0 for a foreign checkpoint (no checksums) */
   /* version >= 2 (foreign checkpoints read in place: capi/API.md, "Foreign checkpoints") */
   const char *source;           /* borrowed; "" for a distckpt checkpoint, else the format read in place:
                                  * "safetensors" or "torch-dcp" (never NULL) */
