@@ -154,7 +154,8 @@ MetadataRecord ThroughView(const MetadataRecord& r) {
 
 TEST(DcpTest, DescribesWhatTorchWroteAsTorchLoadsIt) {
   std::unique_ptr<Storage> posix = NewPosixStorage();
-  for (const char* ck : {"fsdp2_2ranks", "fsdp2_3ranks", "single_dtensor", "dtensor_2ranks"}) {
+  for (const char* ck :
+       {"fsdp2_2ranks", "fsdp2_3ranks", "single_dtensor", "dtensor_2ranks", "torch24_dtensor_2ranks"}) {
     SCOPED_TRACE(ck);
     const std::string dir = testing_util::RealCopyOfDcpFixture(ck);
     DCKPT_ASSERT_OK_AND_ASSIGN(MetadataRecord r, DescribeTorchDcp(posix.get(), dir));

@@ -86,3 +86,18 @@ def test_a_hostile_metadata_pickle_is_refused_without_running(dcp_dir, tmp_path)
     with pytest.raises(distckpt.CorruptCheckpointError, match=r"\.metadata.*system"):
         distckpt.open(bad)
     assert not marker.exists()
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "dcp")
+
+
+@pytest.mark.parametrize("name", ["torch24_dtensor_2ranks", "dtensor_2ranks", "single_dtensor"])
+def test_committed_fixtures_of_other_torch_versions_read_in_place(name, tmp_path):
+    """tests/fixtures/dcp: checkpoints written by torch 2.4.1 (an older layout) and 2.15, against today's torch load."""
+    path = os.path.join(FIXTURES, name)
+    want = _torch_full_load(path)
+    with distckpt.open(path) as r:
+        assert r.metadata.format == "torch-dcp"
+        for fqn, t in want.items():
+            got = r.read(fqn)
+            assert got.tobytes() == t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(), fqn
