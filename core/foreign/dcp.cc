@@ -35,22 +35,7 @@ constexpr char kFsModule[] = "torch.distributed.checkpoint.filesystem";
 constexpr size_t kMaxFqnBytes = 1 << 16;  // distckpt's limit on entry names
 constexpr size_t kMaxParseDims = 64;      // sanity bound while parsing; distckpt itself takes kMaxDims
 
-std::string Quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s.substr(0, 200)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > 200) out += "...";
-  return out + "'";
-}
+std::string Quote(std::string_view s) { return QuoteForMessage(s); }
 
 std::string Dims(const std::vector<uint64_t>& v) {
   std::string s = "[";

@@ -211,26 +211,79 @@ PickleValue PickleValue::persistent_id() const {
 
 namespace {
 
-void AppendQuoted(std::string* out, std::string_view s, char quote, size_t max_chars) {
+// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. (CPython's unpickler lets encoded
+// surrogates through; nothing torch writes has them, and names with them could not be stored in distckpt's format.)
+bool ValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (n - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// The length of the valid UTF-8 character at the start of `s`, or 0.
+size_t Utf8CharLength(std::string_view s) {
+  if (s.empty()) return 0;
+  const auto c = static_cast<unsigned char>(s[0]);
+  const size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+  return len != 0 && len <= s.size() && ValidUtf8(s.substr(0, len)) ? len : 0;
+}
+
+// Appends `s` quoted for a message: printable ASCII and (unless ascii_only) valid UTF-8 characters as they are,
+// everything else as \xNN, and at most about max_chars characters of output (then "..."), never cutting a character.
+// So a message is always valid UTF-8, of bounded size, whatever the pickle held.
+void AppendQuoted(std::string* out, std::string_view s, char quote, size_t max_chars, bool ascii_only) {
   static const char kHex[] = "0123456789abcdef";
   out->push_back(quote);
-  size_t n = 0;
-  for (char ch : s) {
-    if (n++ == max_chars) {
+  const size_t start = out->size();
+  for (size_t i = 0; i < s.size();) {
+    if (out->size() - start >= max_chars) {
       out->append("...");
       break;
     }
-    const auto c = static_cast<unsigned char>(ch);
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = c >= 0x80 && !ascii_only ? Utf8CharLength(s.substr(i)) : 1;
     if (c == '\\' || c == static_cast<unsigned char>(quote)) {
       out->push_back('\\');
-      out->push_back(ch);
-    } else if (c < 0x20 || c == 0x7f) {
+      out->push_back(s[i]);
+    } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && len == 0) || (c >= 0x80 && ascii_only)) {
       out->append("\\x");
       out->push_back(kHex[c >> 4]);
       out->push_back(kHex[c & 15]);
     } else {
-      out->push_back(ch);
+      out->append(s.data() + i, len);
+      i += len;
+      continue;
     }
+    ++i;
   }
   out->push_back(quote);
 }
@@ -275,11 +328,11 @@ void Render(const PickleValue& v, int depth, size_t* budget, std::string* out) {
       return;
     }
     case PickleKind::kString:
-      AppendQuoted(out, v.str(), '\'', 200);
+      AppendQuoted(out, v.str(), '\'', 200, /*ascii_only=*/false);
       return;
     case PickleKind::kBytes:
       out->append("b");
-      AppendQuoted(out, v.str(), '\'', 200);
+      AppendQuoted(out, v.str(), '\'', 200, /*ascii_only=*/true);
       return;
     case PickleKind::kList:
       seq(v, "[", "]");
@@ -501,43 +554,15 @@ const char* OpcodeName(uint8_t op) {
   }
 }
 
-// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. (CPython's unpickler lets encoded
-// surrogates through; nothing torch writes has them, and names with them could not be stored in distckpt's format.)
-bool ValidUtf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3f);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;
-    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += len;
-  }
-  return true;
+}  // namespace
+
+std::string QuoteForMessage(std::string_view s, size_t max_chars) {
+  std::string out;
+  AppendQuoted(&out, s, '\'', max_chars, /*ascii_only=*/false);
+  return out;
 }
+
+namespace {
 
 uint64_t LoadLE(const char* p, size_t n) {
   uint64_t v = 0;
@@ -723,8 +748,7 @@ class Decoder {
     return OkStatus();
   }
   Result<uint64_t> ParseDecimal(std::string_view s) {
-    if (s.empty() || s.size() > 18)
-      return Bad("its decimal argument '" + std::string(s.substr(0, 20)) + "' is invalid");
+    if (s.empty() || s.size() > 18) return Bad("its decimal argument " + QuoteForMessage(s, 20) + " is invalid");
     uint64_t v = 0;
     for (char c : s) {
       if (c < '0' || c > '9') return Bad("its decimal argument is not a number");
@@ -745,11 +769,10 @@ class Decoder {
       }
     }
     if (!allowed) {
-      std::string shown;
-      shown.append(module.substr(0, 100)).append(".").append(name.substr(0, 100));
-      if (module.size() > 100 || name.size() > 100) shown += "...";
-      return Corrupt(Prefix() + "the pickle refers to " + shown + " (opcode " + OpcodeName(op_) + " at byte " +
-                     std::to_string(op_pos_) +
+      std::string shown(module);
+      shown.append(".").append(name);
+      return Corrupt(Prefix() + "the pickle refers to " + QuoteForMessage(shown) + " (opcode " + OpcodeName(op_) +
+                     " at byte " + std::to_string(op_pos_) +
                      "), which this file never holds; refused without running anything (a pickle can run code, and "
                      "this one may be hostile)");
     }

@@ -103,6 +103,11 @@ class PickleValue {
   uint32_t id_ = 0;
 };
 
+/// `s` in single quotes for an error message: printable ASCII and valid UTF-8 characters as they are, anything else
+/// as \xNN, cut (with "...") after about `max_chars` characters at a character boundary. The result is valid UTF-8
+/// whatever `s` holds.
+std::string QuoteForMessage(std::string_view s, size_t max_chars = 200);
+
 /// A global a pickle may name: GLOBAL or STACK_GLOBAL with exactly this module and name.
 struct PickleGlobal {
   std::string module;

@@ -461,6 +461,34 @@ TEST(PickleTest, EveryByteFlipDecodesOrFailsCleanly) {
   EXPECT_GT(ok, 0u);  // flips inside strings and numbers still decode
 }
 
+TEST(PickleTest, PrintingIsBoundedAndValidUtf8) {
+  // A fuzz finding: a list of 300 references to one bytes object of control bytes printed as 85 KB, because each byte
+  // became a 4-character escape after the cut at 200 bytes. Now the cut counts characters printed.
+  P p;
+  p.op(0x80).le(4, 1).op(']').op('(').op('B').le(255, 4).raw(std::string(255, '\x01')).op(0x94);
+  for (int i = 0; i < 300; ++i) p.op('h').le(0, 1);
+  p.op('e').stop();
+  DCKPT_ASSERT_OK_AND_ASSIGN(DecodedPickle d, Decode(p.bytes()));
+  const std::string s = d.root().DebugString(256);
+  EXPECT_LT(s.size(), 256u * 230);
+  // Bytes print as Python does (escapes above 0x7f too); strings keep their characters and are never cut inside one.
+  DCKPT_ASSERT_OK_AND_ASSIGN(DecodedPickle b, Decode(P().op('C')
+                                                         .le(3, 1)
+                                                         .raw(std::string("\xff\x00"
+                                                                          "a",
+                                                                          3))
+                                                         .stop()
+                                                         .bytes()));
+  EXPECT_EQ(b.root().DebugString(), "b'\\xff\\x00a'");
+  const std::string lambdas(300, 'x');
+  EXPECT_EQ(QuoteForMessage("\xce\xbb\xce\xbb\xce\xbb", 3), "'\xce\xbb\xce\xbb...'");  // whole lambdas only
+  EXPECT_EQ(QuoteForMessage("a\xff"
+                            "b\nc"),
+            "'a\\xffb\\x0ac'");
+  EXPECT_EQ(QuoteForMessage(lambdas, 10), "'xxxxxxxxxx...'");
+  EXPECT_EQ(QuoteForMessage("\xe2\x82"), "'\\xe2\\x82'");  // a truncated character is escaped, not copied
+}
+
 TEST(PickleTest, AccessorsOfTheWrongKindAreEmpty) {
   DCKPT_ASSERT_OK_AND_ASSIGN(DecodedPickle d, Decode(P().i1(3).stop().bytes()));
   const PickleValue v = d.root();

@@ -43,22 +43,7 @@ uint64_t LE(const char* p, size_t n) {
   return v;
 }
 
-std::string Quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s.substr(0, 200)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > 200) out += "...";
-  return out + "'";
-}
+std::string Quote(std::string_view s) { return QuoteForMessage(s); }
 
 // Reads ranges of the item, relative to its start; every range is checked against the item's length first.
 class ItemReader {

@@ -128,7 +128,8 @@ void FuzzPickle(const std::string& bytes) {
   if (!p.ok()) return;
   if (p->num_nodes() > bytes.size() + 8) std::abort();  // the documented bound
   const std::string s = p->root().DebugString(256);
-  if (s.size() > 256 * 256 + 4096) std::abort();  // 256 nodes, each printed in at most ~200 characters
+  // 256 nodes, each printed in at most about 230 characters (strings are cut after 200), as valid UTF-8.
+  if (s.size() > 256 * 256 || distckpt::QuoteForMessage(s, s.size() + 16).size() < s.size()) std::abort();
   size_t budget = 4096;
   uint64_t sink = s.size();
   Walk(p->root(), 0, &budget, &sink);
