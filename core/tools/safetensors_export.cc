@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <map>
 #include <memory>
@@ -75,6 +76,9 @@ constexpr uint64_t kMaxDecimalDigits = 20;
 constexpr uint64_t kPage = 4096;
 // The smallest buffer: a multiple of the largest element (8 bytes), so that no buffer boundary splits an element.
 constexpr uint64_t kMinBufferBytes = 8;
+// Buffers per writing thread where the budget allows: up to three writes in flight while the fourth is filled, so a
+// fill that is late (a busy CPU) does not leave the disk idle.
+constexpr size_t kRing = 4;
 
 struct TensorToExport {
   size_t entry = 0;  // index in the metadata
@@ -180,54 +184,63 @@ class FileWriter {
     std::chrono::steady_clock::duration fill{}, wait{}, sync{};
   };
 
-  // Writes `file` to `path` as a stream of `half`-byte buffers, two of them at `bufs`: the next is filled while the
-  // previous is being written, every write but the last a whole buffer at a multiple of `half`. The file is synced
-  // and closed on success.
-  Status Write(const ShardFile& file, const std::string& path, char* bufs[2], uint64_t half, Times* times) {
+  // Writes `file` to `path` as a stream of whole `size`-byte buffers from `bufs` (used round robin), each write at a
+  // multiple of `size`: up to bufs.size() - 1 writes are in flight while the next buffer is filled. Once every byte
+  // is written, the file is truncated to its size, synced and closed on a thread of its own, so that the sync
+  // overlaps the next file's writes: `finish` receives that work, and the caller waits for it.
+  Status Write(const ShardFile& file, const std::string& path, const std::vector<char*>& bufs, uint64_t size,
+               Times* times, std::vector<std::future<Status>>* finish) {
     auto created = storage_->CreateFile(path);
     if (!created.ok()) return created.status();
-    std::unique_ptr<WritableFile> out = std::move(*created);
+    std::shared_ptr<WritableFile> out(std::move(*created));
     out->ExpectWrites({{0, file.size}});
     DCKPT_RETURN_IF_ERROR(out->Preallocate(file.size));
-    std::future<Status> pending;
-    uint64_t pending_tensor_bytes = 0;
-    auto flush = [&]() -> Status {
-      if (!pending.valid()) return OkStatus();
+    struct Pending {
+      std::future<Status> write;
+      uint64_t tensor_bytes;
+    };
+    std::deque<Pending> pending;  // oldest first; buffer k holds the k-th write of the file (mod bufs.size())
+    auto wait_oldest = [&]() -> Status {
+      Pending p = std::move(pending.front());
+      pending.pop_front();
       const auto t0 = std::chrono::steady_clock::now();
-      Status st = pending.get();
+      Status st = p.write.get();
       times->wait += std::chrono::steady_clock::now() - t0;
       DCKPT_RETURN_IF_ERROR(st);
-      return Written(pending_tensor_bytes);
+      return Written(p.tensor_bytes);
     };
     Status st;
-    int next = 0;
-    for (uint64_t pos = 0; st.ok() && pos < file.size; pos += half) {
+    size_t k = 0;
+    for (uint64_t pos = 0; st.ok() && pos < file.size; pos += size, ++k) {
       if (stop_.load()) {
         st = Status(StatusCode::kPeer, "stopped: another writing thread failed");
         break;
       }
-      const uint64_t len = std::min(half, file.size - pos);
-      char* buf = bufs[next];
-      next ^= 1;
+      if (pending.size() + 1 >= bufs.size() && !(st = wait_oldest()).ok()) break;  // this buffer's previous write
+      const uint64_t len = std::min(size, file.size - pos);
+      char* buf = bufs[k % bufs.size()];
       const auto t0 = std::chrono::steady_clock::now();
       uint64_t tensor_bytes = 0;
       st = Fill(file, pos, len, buf, &tensor_bytes);
       times->fill += std::chrono::steady_clock::now() - t0;
       if (!st.ok()) break;
-      st = flush();
-      if (!st.ok()) break;
       WritableFile* f = out.get();
-      pending = std::async(std::launch::async, [f, pos, buf, len] { return f->WriteAt(pos, buf, len); });
-      pending_tensor_bytes = tensor_bytes;
+      pending.push_back(
+          {std::async(std::launch::async, [f, pos, buf, len] { return f->WriteAt(pos, buf, len); }), tensor_bytes});
     }
-    Status flushed = flush();  // always wait for the write in flight before touching the file again
-    if (st.ok()) st = flushed;
-    if (st.ok()) st = out->Truncate(file.size);
-    const auto t0 = std::chrono::steady_clock::now();
-    if (st.ok()) st = out->Sync();
-    times->sync += std::chrono::steady_clock::now() - t0;
-    if (st.ok()) st = out->Close();
-    return st;
+    // Every write in flight ends before the file is touched again (or the buffers reused), whatever happened.
+    while (!pending.empty()) {
+      Status w = wait_oldest();
+      if (st.ok()) st = w;
+    }
+    DCKPT_RETURN_IF_ERROR(st);
+    const uint64_t file_size = file.size;
+    finish->push_back(std::async(std::launch::async, [out, file_size]() -> Status {
+      DCKPT_RETURN_IF_ERROR(out->Truncate(file_size));
+      DCKPT_RETURN_IF_ERROR(out->Sync());
+      return out->Close();
+    }));
+    return OkStatus();
   }
 
   void Stop() { stop_.store(true); }
@@ -525,34 +538,54 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
   std::stable_sort(mine.begin(), mine.end(), [](const ShardFile* a, const ShardFile* b) { return a->size > b->size; });
   const size_t threads = std::max<size_t>(
       1, std::min<size_t>(options.io_threads ? options.io_threads : 1, std::max<size_t>(mine.size(), 1)));
-  // Each thread's two buffers: whole pages where the budget allows, never more than the largest file needs.
-  uint64_t half = std::max<uint64_t>(kMinBufferBytes, options.buffer_bytes / (2 * threads));
-  half = half >= kPage ? half / kPage * kPage : half / kMinBufferBytes * kMinBufferBytes;
+  // Each thread's ring of buffers: kRing of them where the budget gives each whole pages, else two; never larger
+  // than the largest file needs. One buffer's worth of the budget is left for the checkpoint's pages the reader has
+  // mapped while it fills a buffer (it releases them once copied), so that the whole stays within buffer_bytes.
   uint64_t largest = 0;
   for (const ShardFile* f : mine) largest = std::max(largest, f->size);
-  half = std::min(half, std::max<uint64_t>(kMinBufferBytes, (largest + kPage - 1) / kPage * kPage));
+  const uint64_t share = options.buffer_bytes / threads;
+  const size_t ring = share / (kRing + 1) >= kPage ? kRing : 2;
+  uint64_t bytes = std::max<uint64_t>(kMinBufferBytes, share / (ring + 1));
+  bytes = bytes >= kPage ? bytes / kPage * kPage : bytes / kMinBufferBytes * kMinBufferBytes;
+  bytes = std::min(bytes, std::max<uint64_t>(kMinBufferBytes, (largest + kPage - 1) / kPage * kPage));
 
   FileWriter writer(reader.get(), storage, options, total_here);
   std::vector<Status> statuses(threads);
   std::vector<FileWriter::Times> times(threads);
   std::atomic<size_t> next{0};
   auto work = [&](size_t id) {
-    AlignedBuffer a(mine.empty() ? kPage : half), b(mine.empty() ? kPage : half);
-    if (a.p == nullptr || b.p == nullptr) {
-      statuses[id] = Status(StatusCode::kNoMemory, "cannot allocate two export buffers of " + std::to_string(half) +
-                                                       " bytes (SafetensorsExportOptions::buffer_bytes)");
-      writer.Stop();
-      return;
-    }
-    char* bufs[2] = {a.p, b.p};
-    for (size_t i; (i = next.fetch_add(1)) < mine.size();) {
-      Status st = writer.Write(*mine[i], path_of(*mine[i]), bufs, half, &times[id]);
-      if (!st.ok()) {
-        statuses[id] = st.WithContext("writing '" + mine[i]->name + "'");
+    std::vector<std::unique_ptr<AlignedBuffer>> owned;
+    std::vector<char*> bufs;
+    for (size_t b = 0; b < ring && !mine.empty(); ++b) {
+      owned.push_back(std::make_unique<AlignedBuffer>(bytes));
+      bufs.push_back(owned.back()->p);
+      if (bufs.back() == nullptr) {
+        statuses[id] = Status(StatusCode::kNoMemory, "cannot allocate " + std::to_string(ring) + " export buffers of " +
+                                                         std::to_string(bytes) + " bytes (buffer_bytes)");
         writer.Stop();
         return;
       }
     }
+    std::vector<std::future<Status>> finish;
+    std::vector<const ShardFile*> started;
+    for (size_t i; (i = next.fetch_add(1)) < mine.size();) {
+      started.push_back(mine[i]);
+      Status st = writer.Write(*mine[i], path_of(*mine[i]), bufs, bytes, &times[id], &finish);
+      if (!st.ok()) {
+        statuses[id] = st.WithContext("writing '" + mine[i]->name + "'");
+        writer.Stop();
+        break;
+      }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t f = 0; f < finish.size(); ++f) {
+      Status st = finish[f].get();
+      if (!st.ok() && statuses[id].ok()) {
+        statuses[id] = st.WithContext("syncing '" + started[f]->name + "'");
+        writer.Stop();
+      }
+    }
+    times[id].sync += std::chrono::steady_clock::now() - t0;
   };
   if (threads == 1) {
     work(0);
@@ -576,9 +609,10 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
       std::fprintf(stderr, "[distckpt export] rank %d thread %zu: %s\n", rank, id,
                    FileWriter::Trace(times[id]).c_str());
     }
-    std::fprintf(stderr, "[distckpt export] rank %d: %zu files, %llu bytes in %.3f s (buffers 2 x %llu bytes x %zu)\n",
-                 rank, mine.size(), static_cast<unsigned long long>(summary.bytes_written_here),
-                 Seconds(std::chrono::steady_clock::now() - started), static_cast<unsigned long long>(half), threads);
+    std::fprintf(
+        stderr, "[distckpt export] rank %d: %zu files, %llu bytes in %.3f s (buffers %zu x %llu bytes x %zu)\n", rank,
+        mine.size(), static_cast<unsigned long long>(summary.bytes_written_here),
+        Seconds(std::chrono::steady_clock::now() - started), ring, static_cast<unsigned long long>(bytes), threads);
   }
 
   // 4. Every rank's files are durable (or someone failed: then each rank removes its own, and no index appears).
