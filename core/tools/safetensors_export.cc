@@ -17,6 +17,7 @@
 #include "core/base/box.h"
 #include "core/engine/coordinator_round.h"
 #include "core/engine/reader.h"
+#include "core/engine/save.h"
 #include "core/format/metadata.h"
 
 namespace distckpt {
@@ -76,6 +77,8 @@ constexpr uint64_t kMaxDecimalDigits = 20;
 constexpr uint64_t kPage = 4096;
 // The smallest buffer: a multiple of the largest element (8 bytes), so that no buffer boundary splits an element.
 constexpr uint64_t kMinBufferBytes = 8;
+// The reader's read unit (read_executor.cc's segment): what each of its I/O threads may hold in a buffer of its own.
+constexpr uint64_t kReaderSegmentBytes = 8ull << 20;
 // Buffers per writing thread where the budget allows: up to three writes in flight while the fourth is filled, so a
 // fill that is late (a busy CPU) does not leave the disk idle.
 constexpr size_t kRing = 4;
@@ -511,6 +514,10 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
   ro.verify = options.verify;
   ro.storage = options.storage;
   ro.timeout = timeout;
+  // The reader reads what is not in the page cache through buffers of its own, one segment (8 MiB) per I/O thread:
+  // as many threads as the budget has room for (a quarter of it), at least one, at most the default.
+  ro.io_threads =
+      static_cast<size_t>(std::clamp<uint64_t>(options.buffer_bytes / 4 / kReaderSegmentBytes, 1, DefaultIoThreads()));
   DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<Reader> reader,
                          Reader::Open(ckpt_path, comm->size() > 1 ? comm : nullptr, ro));
 
