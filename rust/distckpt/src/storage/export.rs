@@ -74,10 +74,8 @@ pub fn export_safetensors(
     for (pattern, replacement) in &opts.rename {
         strings.push((cstring(pattern, "rename pattern")?, cstring(replacement, "rename replacement")?));
     }
-    let rules: Vec<sys::dckpt_rename_rule> = strings
-        .iter()
-        .map(|(p, r)| sys::dckpt_rename_rule { pattern: p.as_ptr(), replacement: r.as_ptr() })
-        .collect();
+    let rules: Vec<sys::dckpt_rename_rule> =
+        strings.iter().map(|(p, r)| sys::dckpt_rename_rule { pattern: p.as_ptr(), replacement: r.as_ptr() }).collect();
     raw.rename_rules = if rules.is_empty() { std::ptr::null() } else { rules.as_ptr() };
     raw.num_rename_rules = rules.len();
     raw.buffer_bytes = opts.buffer_bytes;
