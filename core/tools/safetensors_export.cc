@@ -187,64 +187,107 @@ class FileWriter {
     std::chrono::steady_clock::duration fill{}, wait{}, sync{};
   };
 
-  // Writes `file` to `path` as a stream of whole `size`-byte buffers from `bufs` (used round robin), each write at a
-  // multiple of `size`: up to bufs.size() - 1 writes are in flight while the next buffer is filled. Once every byte
-  // is written, the file is truncated to its size, synced and closed on a thread of its own, so that the sync
-  // overlaps the next file's writes: `finish` receives that work, and the caller waits for it.
-  Status Write(const ShardFile& file, const std::string& path, const std::vector<char*>& bufs, uint64_t size,
-               Times* times, std::vector<std::future<Status>>* finish) {
-    auto created = storage_->CreateFile(path);
-    if (!created.ok()) return created.status();
-    std::shared_ptr<WritableFile> out(std::move(*created));
-    out->ExpectWrites({{0, file.size}});
-    DCKPT_RETURN_IF_ERROR(out->Preallocate(file.size));
+  // One writing thread's pipeline, across the files it writes: a ring of whole `size`-byte buffers used round robin,
+  // each written at a multiple of `size` in its file, with up to bufs.size() - 1 writes in flight while the next
+  // buffer is filled. A file's end does not drain the pipeline: once its last write completes, the file is truncated
+  // to its size, synced and closed on a thread of its own while the next file's writes go on.
+  class Stream {
+   public:
+    Stream(FileWriter* writer, std::vector<char*> bufs, uint64_t size, Times* times)
+        : w_(writer), bufs_(std::move(bufs)), size_(size), times_(times) {}
+    ~Stream() { (void)Finish(); }
+
+    // Queues every byte of `file` (created at `path`); returns once its last buffer is queued.
+    Status Write(const ShardFile& file, const std::string& path) {
+      auto created = w_->storage_->CreateFile(path);
+      if (!created.ok()) return created.status();
+      std::shared_ptr<WritableFile> out(std::move(*created));
+      out->ExpectWrites({{0, file.size}});
+      DCKPT_RETURN_IF_ERROR(out->Preallocate(file.size));
+      for (uint64_t pos = 0; pos < file.size; pos += size_) {
+        if (w_->stop_.load()) return Status(StatusCode::kPeer, "stopped: another writing thread failed");
+        while (writes_ + 1 >= bufs_.size()) DCKPT_RETURN_IF_ERROR(WaitOldest());  // frees the next buffer
+        const uint64_t len = std::min(size_, file.size - pos);
+        char* buf = bufs_[next_buf_];
+        next_buf_ = (next_buf_ + 1) % bufs_.size();
+        const auto t0 = std::chrono::steady_clock::now();
+        uint64_t tensor_bytes = 0;
+        Status st = w_->Fill(file, pos, len, buf, &tensor_bytes);
+        times_->fill += std::chrono::steady_clock::now() - t0;
+        DCKPT_RETURN_IF_ERROR(st);
+        WritableFile* f = out.get();
+        pending_.push_back({std::async(std::launch::async, [f, pos, buf, len] { return f->WriteAt(pos, buf, len); }),
+                            tensor_bytes, nullptr, 0, &file});
+        ++writes_;
+      }
+      pending_.push_back({std::future<Status>(), 0, std::move(out), file.size, &file});  // then finish the file
+      return OkStatus();
+    }
+
+    // Waits for every write and every file's sync; the first failure (naming its file), else OK.
+    Status Finish() {
+      Status first;
+      while (!pending_.empty()) {
+        Status st = WaitOldest();
+        if (first.ok() && !st.ok()) first = st;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      for (auto& [file, done] : finishing_) {
+        Status st = done.get();
+        if (first.ok() && !st.ok()) first = st.WithContext("syncing '" + file->name + "'");
+      }
+      finishing_.clear();
+      times_->sync += std::chrono::steady_clock::now() - t0;
+      return first;
+    }
+
+   private:
     struct Pending {
-      std::future<Status> write;
+      std::future<Status> write;  // a write, or (invalid) the marker after a file's last write
       uint64_t tensor_bytes;
+      std::shared_ptr<WritableFile> out;  // marker: the file to finish
+      uint64_t size;
+      const ShardFile* file;
     };
-    std::deque<Pending> pending;  // oldest first; buffer k holds the k-th write of the file (mod bufs.size())
-    auto wait_oldest = [&]() -> Status {
-      Pending p = std::move(pending.front());
-      pending.pop_front();
+
+    // Waits for the oldest write and reports its bytes; or, for a marker, starts finishing its file (every write of
+    // it has completed: they are older). After a failure, files are closed without being synced.
+    Status WaitOldest() {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      if (!p.write.valid()) {
+        if (failed_) return OkStatus();
+        std::shared_ptr<WritableFile> out = std::move(p.out);
+        const uint64_t size = p.size;
+        finishing_.emplace_back(p.file, std::async(std::launch::async, [out, size]() -> Status {
+                                  DCKPT_RETURN_IF_ERROR(out->Truncate(size));
+                                  DCKPT_RETURN_IF_ERROR(out->Sync());
+                                  return out->Close();
+                                }));
+        return OkStatus();
+      }
+      --writes_;
       const auto t0 = std::chrono::steady_clock::now();
       Status st = p.write.get();
-      times->wait += std::chrono::steady_clock::now() - t0;
-      DCKPT_RETURN_IF_ERROR(st);
-      return Written(p.tensor_bytes);
-    };
-    Status st;
-    size_t k = 0;
-    for (uint64_t pos = 0; st.ok() && pos < file.size; pos += size, ++k) {
-      if (stop_.load()) {
-        st = Status(StatusCode::kPeer, "stopped: another writing thread failed");
-        break;
+      times_->wait += std::chrono::steady_clock::now() - t0;
+      if (st.ok()) st = w_->Written(p.tensor_bytes);
+      if (!st.ok()) {
+        failed_ = true;
+        return st.WithContext("writing '" + p.file->name + "'");
       }
-      if (pending.size() + 1 >= bufs.size() && !(st = wait_oldest()).ok()) break;  // this buffer's previous write
-      const uint64_t len = std::min(size, file.size - pos);
-      char* buf = bufs[k % bufs.size()];
-      const auto t0 = std::chrono::steady_clock::now();
-      uint64_t tensor_bytes = 0;
-      st = Fill(file, pos, len, buf, &tensor_bytes);
-      times->fill += std::chrono::steady_clock::now() - t0;
-      if (!st.ok()) break;
-      WritableFile* f = out.get();
-      pending.push_back(
-          {std::async(std::launch::async, [f, pos, buf, len] { return f->WriteAt(pos, buf, len); }), tensor_bytes});
+      return OkStatus();
     }
-    // Every write in flight ends before the file is touched again (or the buffers reused), whatever happened.
-    while (!pending.empty()) {
-      Status w = wait_oldest();
-      if (st.ok()) st = w;
-    }
-    DCKPT_RETURN_IF_ERROR(st);
-    const uint64_t file_size = file.size;
-    finish->push_back(std::async(std::launch::async, [out, file_size]() -> Status {
-      DCKPT_RETURN_IF_ERROR(out->Truncate(file_size));
-      DCKPT_RETURN_IF_ERROR(out->Sync());
-      return out->Close();
-    }));
-    return OkStatus();
-  }
+
+    FileWriter* w_;
+    const std::vector<char*> bufs_;
+    const uint64_t size_;
+    Times* times_;
+    std::deque<Pending> pending_;  // oldest first
+    size_t writes_ = 0;            // writes in pending_
+    size_t next_buf_ = 0;
+    bool failed_ = false;
+    std::vector<std::pair<const ShardFile*, std::future<Status>>> finishing_;
+  };
 
   void Stop() { stop_.store(true); }
 
@@ -573,26 +616,20 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
         return;
       }
     }
-    std::vector<std::future<Status>> finish;
-    std::vector<const ShardFile*> started;
+    FileWriter::Stream stream(&writer, std::move(bufs), bytes, &times[id]);
     for (size_t i; (i = next.fetch_add(1)) < mine.size();) {
-      started.push_back(mine[i]);
-      Status st = writer.Write(*mine[i], path_of(*mine[i]), bufs, bytes, &times[id], &finish);
+      Status st = stream.Write(*mine[i], path_of(*mine[i]));
       if (!st.ok()) {
         statuses[id] = st.WithContext("writing '" + mine[i]->name + "'");
         writer.Stop();
         break;
       }
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    for (size_t f = 0; f < finish.size(); ++f) {
-      Status st = finish[f].get();
-      if (!st.ok() && statuses[id].ok()) {
-        statuses[id] = st.WithContext("syncing '" + started[f]->name + "'");
-        writer.Stop();
-      }
+    Status st = stream.Finish();
+    if (!st.ok()) {
+      if (statuses[id].ok()) statuses[id] = st;
+      writer.Stop();
     }
-    times[id].sync += std::chrono::steady_clock::now() - t0;
   };
   if (threads == 1) {
     work(0);

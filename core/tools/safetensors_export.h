@@ -29,12 +29,14 @@ struct SafetensorsExportOptions {
   uint64_t max_shard_bytes = kDefaultSafetensorsShardBytes;
   std::string prefix = "model";  ///< file name prefix: a plain name (no '/')
   bool verify = true;            ///< check checksums while reading
-  /// Bytes of tensor data this process holds in memory at once, all its writing threads together (each thread gets
-  /// two buffers of buffer_bytes / (2 * io_threads)). Files are streamed through them whatever their size, so the
-  /// export's memory is this plus the metadata and the reader's own read buffers.
+  /// Bytes of tensor data this process holds in memory at once, all its writing threads together: each thread
+  /// streams its files through a ring of four buffers of buffer_bytes / io_threads / 5 (the fifth share is for the
+  /// checkpoint pages the reader maps while filling one), and the reader gets buffer_bytes / 16 MiB I/O threads (each
+  /// may hold an 8 MiB segment of data not in the page cache). Files of any size stream through them, so the export's
+  /// memory is about this plus the metadata.
   uint64_t buffer_bytes = kDefaultExportBufferBytes;
-  /// Files this process writes at once, each by a thread of its own (0: 1). Every thread keeps one write in flight
-  /// while it reads the next buffer.
+  /// Files this process writes at once, each by a thread of its own (0: 1). Every thread keeps up to three writes in
+  /// flight while it fills the next buffer.
   size_t io_threads = 0;
   /// Rename rules (core/tools/name_rules.h: ECMAScript patterns matched against the whole name, first match wins,
   /// \1 or \g<N> in replacements, an empty replacement drops the tensor). Applied to every tensor name before the
