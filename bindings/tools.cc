@@ -1,4 +1,5 @@
-// distckpt._distckpt.export_safetensors, scan_leftovers, remove_leftover: the offline tools of the C ABI.
+// distckpt._distckpt.export_safetensors (collective with a Comm), scan_leftovers, remove_leftover: the offline tools of
+// the C ABI.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -8,6 +9,7 @@
 
 #include "bindings/binding_util.h"
 #include "bindings/calls.h"
+#include "bindings/comm.h"
 #include "bindings/register.h"
 #include "bindings/storage.h"
 
@@ -16,7 +18,9 @@ namespace {
 
 void ExportSafetensors(const std::string& ckpt_path, const std::string& out_dir, uint64_t max_shard_bytes,
                        std::optional<std::string> prefix, bool verify, py::object progress,
-                       std::shared_ptr<Storage> storage, std::shared_ptr<Storage> out_storage) {
+                       std::shared_ptr<Storage> storage, std::shared_ptr<Storage> out_storage,
+                       const std::vector<std::pair<std::string, std::string>>& rename_rules, uint64_t buffer_bytes,
+                       unsigned io_threads, std::shared_ptr<Comm> comm, uint64_t timeout_ms) {
   auto prog = MakeProgress(progress);
   dckpt_export_options o;
   Check(dckpt_export_options_init(&o, DCKPT_EXPORT_OPTIONS_VERSION));
@@ -30,14 +34,28 @@ void ExportSafetensors(const std::string& ckpt_path, const std::string& out_dir,
     o.progress = &ProgressTrampoline;
     o.progress_user_data = prog.get();
   }
+  // The rules are handed to the core as they are: the core compiles, checks and applies them.
+  std::vector<dckpt_rename_rule> rules;
+  for (const auto& [pattern, replacement] : rename_rules) rules.push_back({pattern.c_str(), replacement.c_str()});
+  o.rename_rules = rules.data();
+  o.num_rename_rules = rules.size();
+  o.buffer_bytes = buffer_bytes;
+  o.io_threads = io_threads;
+  o.timeout_ms = timeout_ms;
+  Comm::Use use(comm);
+  dckpt_comm* c = use.get();
   int rc;
   {
     py::gil_scoped_release nogil;
-    rc = dckpt_export_safetensors(ckpt_path.c_str(), out_dir.c_str(), &o);
+    rc = dckpt_export_safetensors_collective(ckpt_path.c_str(), out_dir.c_str(), c, &o);
   }
   if (rc == DCKPT_OK) return;
   std::string message = dckpt_error_last();
   py::object cause = prog ? prog->errors.Take() : py::none();
+  if (comm) {
+    py::object comm_cause = comm->errors()->Take();
+    if (cause.is_none()) cause = comm_cause;
+  }
   in_call.Annotate(message, cause);
   if (out_call.storage() != in_call.storage()) out_call.Annotate(message, cause);
   throw NativeError(rc, std::move(message), std::move(cause));
@@ -107,7 +125,9 @@ void RegisterTools(py::module_& m) {
   m.def("remove_leftover", &RemoveLeftover, py::arg("path"), py::arg("grace_seconds"));
   m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"), py::arg("max_shard_bytes"),
         py::arg("prefix"), py::arg("verify"), py::arg("progress"), py::arg("storage").none(true) = nullptr,
-        py::arg("out_storage").none(true) = nullptr);
+        py::arg("out_storage").none(true) = nullptr,
+        py::arg("rename_rules") = std::vector<std::pair<std::string, std::string>>(), py::arg("buffer_bytes") = 0,
+        py::arg("io_threads") = 0, py::arg("comm").none(true) = nullptr, py::arg("timeout_ms") = 0);
 }
 
 }  // namespace distckpt_python

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	distckpt "distckpt.dev/go"
@@ -64,5 +65,52 @@ func TestExportMissingCheckpoint(t *testing.T) {
 	err := distckpt.ExportSafetensors(filepath.Join(t.TempDir(), "missing"), t.TempDir(), nil)
 	if !errors.Is(err, distckpt.ErrNotFound) {
 		t.Fatalf("missing checkpoint: %v", err)
+	}
+}
+
+func TestExportRenameRulesAreAppliedByTheCore(t *testing.T) {
+	ckpt := writeFixture(t, fixtures.Options{Step: 5})
+	out := t.TempDir()
+	err := distckpt.ExportSafetensors(ckpt, out, &distckpt.ExportOptions{
+		Rename: []distckpt.RenameRule{
+			{Pattern: `optim\..*`, Replacement: ""}, // left out
+			{Pattern: `model\.layers\.(\d+)\.w`, Replacement: `layers.\1.weight`},
+		},
+		BufferBytes: 8192, IOThreads: 2, MaxShardBytes: 10000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := os.ReadFile(filepath.Join(out, "model.safetensors.index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(idx, &index); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"layers.0.weight", "layers.1.weight", "model.embed", "model.layers.0.bias", "model.norm"}
+	if len(index.WeightMap) != len(want) {
+		t.Fatalf("weight_map %v, want the names %v", index.WeightMap, want)
+	}
+	for _, name := range want {
+		if _, ok := index.WeightMap[name]; !ok {
+			t.Fatalf("weight_map %v lacks %s", index.WeightMap, name)
+		}
+	}
+
+	// Two tensors onto one name: ErrInvalid naming both, nothing written.
+	out2 := t.TempDir()
+	err = distckpt.ExportSafetensors(ckpt, out2, &distckpt.ExportOptions{
+		Rename: []distckpt.RenameRule{{Pattern: `model\.layers\.\d+\.w`, Replacement: "w"}},
+	})
+	if !errors.Is(err, distckpt.ErrInvalid) || !strings.Contains(err.Error(), "'model.layers.0.w'") ||
+		!strings.Contains(err.Error(), "'model.layers.1.w'") {
+		t.Fatalf("clash: %v", err)
+	}
+	if entries, _ := os.ReadDir(out2); len(entries) != 0 {
+		t.Fatalf("a refused export wrote %v", entries)
 	}
 }

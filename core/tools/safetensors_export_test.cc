@@ -9,13 +9,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/base/testing/read_file.h"
 #include "core/base/testing/temp_dir.h"
+#include "core/comm/gloo/gloo.h"
+#include "core/comm/gloo/gloo_test_util.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
 
@@ -451,6 +456,275 @@ TEST(SafetensorsExportTest, NeverReadsThroughALinkInsideTheCheckpoint) {
         << r.status().ToString();
     EXPECT_TRUE(ListDir(out).empty());
   }
+}
+
+// ---- Rename rules, buffers of every size, file size limits, several threads and several ranks ----
+
+// Reads every file of an export through its index: name -> bytes; checks that the index lists exactly the files
+// (and the tensors) there are, and that no temporary file is left.
+std::map<std::string, std::string> ReadExport(const std::string& out, const std::string& prefix = "model") {
+  Json index;
+  std::string text = ReadFileToString(out + "/" + prefix + ".safetensors.index.json");
+  EXPECT_TRUE(JsonParser(text).Parse(&index)) << text;
+  std::map<std::string, std::string> got;
+  std::set<std::string> files;
+  for (const auto& [name, file] : index["weight_map"].members) files.insert(file.str);
+  for (const std::string& f : files) {
+    for (auto& [name, bytes] : CheckFile(out + "/" + f)) {
+      EXPECT_EQ(got.count(name), 0u) << name << " is in two files";
+      EXPECT_EQ(index["weight_map"][name].str, f) << name;
+      got[name] = bytes;
+    }
+  }
+  EXPECT_EQ(got.size(), index["weight_map"].members.size());
+  for (const std::string& name : ListDir(out)) EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
+  return got;
+}
+
+TEST(SafetensorsExportTest, RenameRulesRenameDropAndAreCheckedBeforeWriting) {
+  std::vector<TestTensor> tensors = {
+      MakeTensor("params.layers_0.kernel", DType::kF32, {4, 3}),
+      MakeTensor("params.layers_1.kernel", DType::kBF16, {5, 2}),
+      MakeTensor("params.embed", DType::kF16, {7}),
+      MakeTensor("opt.mu.layers_0", DType::kF32, {4, 3}),
+      MakeTensor("opt.nu.complex", DType::kC128, {2}),  // dropped by a rule: no longer refused
+  };
+  const std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  const std::string out = MakeTempDir("st_export_out_");
+  SafetensorsExportOptions opts;
+  opts.rename_rules = {{R"(params\.layers_(\d+)\.kernel)", R"(model.layers.\1.weight)"},
+                       {R"(params\.(.*))", R"(model.\1)"},
+                       {R"(opt\..*)", ""}};
+  auto r = ExportSafetensors(ckpt, out, opts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->num_tensors, 3u);
+  EXPECT_EQ(r->dropped_tensors, 2u);
+  EXPECT_EQ(r->total_size, tensors[0].data.size() + tensors[1].data.size() + tensors[2].data.size());
+  auto got = ReadExport(out);
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{"model.layers.0.weight", Bytes(tensors[0])},
+                                                     {"model.layers.1.weight", Bytes(tensors[1])},
+                                                     {"model.embed", Bytes(tensors[2])}}));
+
+  // Two tensors onto one name: refused before anything is written, naming both.
+  const std::string out2 = MakeTempDir("st_export_out_");
+  SafetensorsExportOptions clash;
+  clash.rename_rules = {{R"(params\.layers_\d+\.kernel)", "kernel"}};
+  r = ExportSafetensors(ckpt, out2, clash);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  for (const char* m : {"'params.layers_0.kernel'", "'params.layers_1.kernel'", "'kernel'", ckpt.c_str()}) {
+    EXPECT_NE(r.status().message().find(m), std::string::npos) << m << " in " << r.status().message();
+  }
+  EXPECT_TRUE(ListDir(out2).empty());
+  // A bad pattern, likewise.
+  SafetensorsExportOptions bad;
+  bad.rename_rules = {{"opt.[", ""}};
+  r = ExportSafetensors(ckpt, out2, bad);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("rule 1"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(ListDir(out2).empty());
+  // The C128 tensor not dropped: refused by name.
+  SafetensorsExportOptions keep;
+  keep.rename_rules = {{R"(opt\.mu\..*)", ""}};
+  r = ExportSafetensors(ckpt, out2, keep);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("opt.nu.complex"), std::string::npos) << r.status().message();
+}
+
+// Odd shapes read through buffers of every size, from one element to more than a file: every buffer boundary falls
+// somewhere else inside the tensors (the flat-range-to-boxes split), with one writing thread or several.
+TEST(SafetensorsExportTest, EveryBufferSizeAndThreadCountWritesTheSameBytes) {
+  std::vector<TestTensor> tensors = {
+      MakeTensor("a", DType::kF64, {3, 5, 7}),
+      MakeTensor("b", DType::kF32, {11, 13}),
+      MakeTensor("c", DType::kBF16, {2, 3, 5, 7}),
+      MakeTensor("d", DType::kU8, {1001}),
+      MakeTensor("e", DType::kI64, {}),
+      MakeTensor("f", DType::kC64, {9, 1, 3}),
+      MakeTensor("g", DType::kBool, {0, 5}),
+      MakeTensor("h", DType::kI16, {1, 1, 37}),
+      MakeTensor("i", DType::kF32, {64, 64, 3}),
+      MakeTensor("j", DType::kF8E5M2, {3}),
+  };
+  const std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  std::map<std::string, std::string> want;
+  for (const TestTensor& t : tensors) want[t.name] = Bytes(t);
+  for (uint64_t buffer : {16ull, 48ull, 200ull, 4096ull * 2, 8200ull * 2, 1ull << 20}) {
+    for (size_t threads : {1, 3}) {
+      SCOPED_TRACE("buffer " + std::to_string(buffer) + ", threads " + std::to_string(threads));
+      const std::string out = MakeTempDir("st_export_out_");
+      SafetensorsExportOptions opts;
+      opts.buffer_bytes = buffer;
+      opts.io_threads = threads;
+      opts.max_shard_bytes = 20000;
+      auto r = ExportSafetensors(ckpt, out, opts);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_GE(r->files.size(), 3u);
+      EXPECT_EQ(r->files_written_here, r->files.size());
+      EXPECT_EQ(ReadExport(out), want);
+    }
+  }
+}
+
+// Files never pass the limit (header included) unless one tensor alone does, and each file is nearly as full as it can
+// be: the next file's first tensor would not have fitted (give or take the header entries' worst-case estimate).
+TEST(SafetensorsExportTest, FilesStayWithinTheSizeLimit) {
+  std::vector<TestTensor> tensors;
+  for (int i = 0; i < 40; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "layer.%02d.w", i);
+    tensors.push_back(MakeTensor(name, i % 3 ? DType::kF32 : DType::kBF16, {static_cast<uint64_t>(8 + i * 5), 9}));
+  }
+  tensors.push_back(MakeTensor("zz.huge", DType::kF32, {200, 50}));  // 40000 bytes: more than a file may hold
+  const std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  for (uint64_t limit : {3000ull, 7777ull, 30000ull}) {
+    SCOPED_TRACE("limit " + std::to_string(limit));
+    const std::string out = MakeTempDir("st_export_out_");
+    SafetensorsExportOptions opts;
+    opts.max_shard_bytes = limit;
+    auto r = ExportSafetensors(ckpt, out, opts);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<std::vector<std::string>> names_of(r->files.size());
+    std::string last;
+    for (size_t i = 0; i < r->files.size(); ++i) {
+      const std::string path = out + "/" + r->files[i];
+      const uint64_t size = ReadFileToString(path).size();
+      auto in_file = CheckFile(path);
+      for (const auto& [name, bytes] : in_file) names_of[i].push_back(name);
+      if (in_file.size() == 1 && in_file.begin()->second.size() + 64 > limit) continue;  // a tensor too big alone
+      EXPECT_LE(size, limit) << r->files[i];
+      // Names run in order across the files.
+      EXPECT_LT(last, names_of[i].front());
+      last = names_of[i].back();
+      if (i + 1 < r->files.size()) {
+        const std::string next = CheckFile(out + "/" + r->files[i + 1]).begin()->first;
+        uint64_t next_bytes = 0;
+        for (const TestTensor& t : tensors) {
+          if (t.name == next) next_bytes = t.data.size();
+        }
+        // The planner counts each header entry at its largest (20-digit offsets): up to ~160 bytes of slack here.
+        EXPECT_GT(size + next_bytes + 160, limit) << r->files[i + 1] << " starts with " << next << ", which fits";
+      }
+    }
+    std::map<std::string, std::string> want;
+    for (const TestTensor& t : tensors) want[t.name] = Bytes(t);
+    EXPECT_EQ(ReadExport(out), want);
+  }
+}
+
+// Runs `fn(rank, comm)` on `world` threads, each with its own Gloo communicator over loopback.
+void OnRanks(int world, const std::function<void(int, Communicator*)>& fn) {
+  const std::string rendezvous = "file://" + MakeTempDir("st_export_rdv_");
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto comm = NewGlooCommunicator(gloo_testing::Loopback(rank, world, rendezvous, std::chrono::seconds(30)));
+      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+      fn(rank, comm->get());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<TestTensor> ManyTensors(int n) {
+  std::vector<TestTensor> tensors;
+  for (int i = 0; i < n; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "t%02d", i);
+    tensors.push_back(MakeTensor(name, DType::kF32, {static_cast<uint64_t>(100 + 37 * i), 8}));
+  }
+  return tensors;
+}
+
+TEST(SafetensorsExportTest, RanksSplitTheFilesByBytesAndRankZeroIndexesThem) {
+  std::vector<TestTensor> tensors = ManyTensors(20);
+  const std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  const std::string out = MakeTempDir("st_export_out_");
+  const int world = 3;
+  std::vector<Result<SafetensorsExportSummary>> results(world, Internal("not run"));
+  OnRanks(world, [&](int rank, Communicator* comm) {
+    SafetensorsExportOptions opts;
+    opts.comm = comm;
+    opts.max_shard_bytes = 20000;
+    opts.buffer_bytes = 4096 * 4;
+    opts.io_threads = 2;
+    opts.timeout = std::chrono::seconds(30);
+    results[rank] = ExportSafetensors(ckpt, out, opts);
+  });
+  uint64_t files = 0, bytes = 0, most = 0, least = UINT64_MAX;
+  for (int rank = 0; rank < world; ++rank) {
+    ASSERT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank].status().ToString();
+    EXPECT_EQ(results[rank]->files, results[0]->files);
+    EXPECT_GE(results[rank]->files_written_here, 1u) << "rank " << rank << " wrote nothing";
+    files += results[rank]->files_written_here;
+    bytes += results[rank]->bytes_written_here;
+    most = std::max(most, results[rank]->bytes_written_here);
+    least = std::min(least, results[rank]->bytes_written_here);
+  }
+  EXPECT_GE(results[0]->files.size(), 6u);
+  EXPECT_EQ(files, results[0]->files.size());
+  uint64_t on_disk = 0;
+  for (const std::string& f : results[0]->files) on_disk += ReadFileToString(out + "/" + f).size();
+  EXPECT_EQ(bytes, on_disk);
+  EXPECT_LE(most - least, 20000u) << "balanced by bytes: the spread is at most one file";
+  std::map<std::string, std::string> want;
+  for (const TestTensor& t : tensors) want[t.name] = Bytes(t);
+  EXPECT_EQ(ReadExport(out), want);
+}
+
+// One rank fails while writing: every rank fails, no index appears, every temporary file is removed, and the export
+// that was there before is left complete (its index and its files).
+TEST(SafetensorsExportTest, AFailedRankLeavesNoIndexAndThePreviousExportIntact) {
+  std::vector<TestTensor> tensors = ManyTensors(12);
+  const std::string ckpt = MakeTempDir("st_export_ckpt_") + "/ckpt";
+  SaveCheckpoint(ckpt, tensors);
+  std::map<std::string, std::string> want;
+  for (const TestTensor& t : tensors) want[t.name] = Bytes(t);
+
+  const std::string fresh = MakeTempDir("st_export_out_");
+  const std::string previous = MakeTempDir("st_export_out_");
+  SafetensorsExportOptions first;
+  first.max_shard_bytes = 20000;
+  ASSERT_TRUE(ExportSafetensors(ckpt, previous, first).ok());
+  const std::vector<std::string> before = ListDir(previous);
+
+  for (const std::string& out : {fresh, previous}) {
+    const int world = 3;
+    std::vector<Status> statuses(world);
+    OnRanks(world, [&](int rank, Communicator* comm) {
+      SafetensorsExportOptions opts;
+      opts.comm = comm;
+      opts.max_shard_bytes = 7000;  // other file names than the previous export's
+      opts.buffer_bytes = 4096 * 2;
+      opts.timeout = std::chrono::seconds(30);
+      if (rank == 1) opts.progress = [](uint64_t done, uint64_t) { return done > 0 ? 1 : 0; };
+      statuses[rank] = ExportSafetensors(ckpt, out, opts).status();
+    });
+    EXPECT_EQ(statuses[1].code(), StatusCode::kUser) << statuses[1].ToString();
+    for (int rank : {0, 2}) {
+      EXPECT_EQ(statuses[rank].code(), StatusCode::kPeer) << statuses[rank].ToString();
+      EXPECT_NE(statuses[rank].message().find("rank 1"), std::string::npos) << statuses[rank].ToString();
+    }
+    for (const std::string& name : ListDir(out)) EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
+  }
+  EXPECT_TRUE(ListDir(fresh).empty());
+  EXPECT_EQ(ListDir(previous), before);
+  EXPECT_EQ(ReadExport(previous), want);
+
+  // A later export into the same directory replaces the index: it lists only the new files.
+  SafetensorsExportOptions again;
+  again.max_shard_bytes = 7000;
+  auto r = ExportSafetensors(ckpt, previous, again);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(ReadExport(previous), want);
+  Json index;
+  ASSERT_TRUE(JsonParser(ReadFileToString(previous + "/model.safetensors.index.json")).Parse(&index));
+  std::set<std::string> listed;
+  for (const auto& [name, file] : index["weight_map"].members) listed.insert(file.str);
+  EXPECT_EQ(listed, std::set<std::string>(r->files.begin(), r->files.end()));
 }
 
 TEST(SafetensorsExportTest, JsonQuoteEscapes) {

@@ -1,6 +1,7 @@
 """``python -m distckpt``: offline conversions that need Python libraries, and a quick look inside a checkpoint.
 
-    python -m distckpt export-safetensors CKPT OUT_DIR [--max-shard-size 5GB] [--prefix model] [--json]
+    python -m distckpt export-safetensors CKPT OUT_DIR [--max-shard-size 5GB] [--prefix model] [--rename P=R]...
+        [--buffer-size 64MiB] [--io-threads N] [--json]
     python -m distckpt import-safetensors SRC [SRC ...] CKPT [--overwrite]
     python -m distckpt import-dcp DCP_DIR CKPT [--overwrite] [--allow-pickle]
     python -m distckpt consolidate CKPT OUT [--format torch|safetensors] [--max-memory 256MiB] [--overwrite] [--json]
@@ -25,10 +26,10 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, TextIO
+from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
-from . import (CorruptCheckpointError, Error, NotFoundError, StorageError, VersionError, export_safetensors,
-               import_safetensors, import_torch_dcp)  # fmt: skip
+from . import (CorruptCheckpointError, Error, InvalidArgumentError, NotFoundError, StorageError, VersionError,
+               export_safetensors, import_safetensors, import_torch_dcp)  # fmt: skip
 from . import open as open_checkpoint
 from .consolidate import consolidate, import_torch_save
 from .interop import parse_size
@@ -203,11 +204,20 @@ def _reading(path: str, run: Callable[[], Any]) -> Any:
 def _cmd_export(args: argparse.Namespace) -> int:
     _open_first(args.checkpoint)
     start = time.monotonic()
-    files = _reading(args.checkpoint, lambda: _with_progress(
-        "export", args,
-        lambda p: export_safetensors(args.checkpoint, args.out_dir, args.max_shard_size, prefix=args.prefix,
-                                     verify=not args.no_verify, progress=p),
-    ))  # fmt: skip
+    rename = [_rename_rule(r) for r in args.rename]
+    try:
+        files = _reading(args.checkpoint, lambda: _with_progress(
+            "export", args,
+            lambda p: export_safetensors(args.checkpoint, args.out_dir, args.max_shard_size, prefix=args.prefix,
+                                         verify=not args.no_verify, progress=p, rename=rename,
+                                         buffer_size=args.buffer_size, io_threads=args.io_threads),
+        ))  # fmt: skip
+    except CommandFailed as f:
+        # A rule the core refuses (bad pattern, two tensors renamed to one name) is a bad flag value, as in the Go CLI.
+        if rename and isinstance(f.err, InvalidArgumentError) and "rename" in str(f.err):
+            print(f"distckpt export-safetensors: --rename: {f.err}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
     seconds = time.monotonic() - start
     if args.json:
         index_name = args.prefix + ".safetensors.index.json"
@@ -221,6 +231,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     for f in files:
         print(f)
     return 0
+
+
+def _rename_rule(text: str) -> Tuple[str, str]:
+    """Splits "PATTERN=REPLACEMENT" at the first '=' (write a '=' inside a pattern as \\x3d)."""
+    pattern, _, replacement = text.partition("=")
+    return pattern, replacement
 
 
 def _cmd_import_safetensors(args: argparse.Namespace) -> int:
@@ -366,6 +382,17 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--max-shard-size", default="5GB", help="largest file, e.g. 5GB (default), 500MB, 4GiB")
     e.add_argument("--prefix", default="model", help="file name prefix (default: model)")
     e.add_argument("--no-verify", action="store_true", help="skip checksum verification while reading")
+    e.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="PATTERN=REPLACEMENT",
+        help="rename tensors (repeatable, first match wins; split at the first '='): PATTERN an ECMAScript "
+        "regex matching the whole name, REPLACEMENT with \\1 or \\g<N> for groups; an empty "
+        "REPLACEMENT leaves the tensors out (capi/API.md, 'Export to the Hugging Face hub')",
+    )
+    e.add_argument("--buffer-size", default=None, help="tensor bytes held in memory at once (default 64MiB)")
+    e.add_argument("--io-threads", type=int, default=0, help="files written at once (default 1)")
     e.set_defaults(run=_cmd_export)
 
     i = sub.add_parser("import-safetensors", parents=[progress], help="save safetensors files as a checkpoint")
@@ -421,13 +448,18 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Bad flag values are usage errors (exit status 2), as in the Go CLI, not failures of the command."""
-    for flag in ("max_shard_size", "max_memory"):
+    for flag in ("max_shard_size", "max_memory", "buffer_size"):
         value = getattr(args, flag, None)
         if value is not None:
             try:
                 parse_size(value)
             except Error as e:
                 parser.error(f"--{flag.replace('_', '-')}: {e}")
+    for rule in getattr(args, "rename", None) or []:
+        if "=" not in rule:
+            parser.error(f"--rename {rule!r}: expected PATTERN=REPLACEMENT (an empty REPLACEMENT drops the tensors)")
+    if getattr(args, "io_threads", 0) < 0:
+        parser.error("--io-threads must be >= 0")
     prefix = getattr(args, "prefix", None)
     if prefix is not None and (not prefix or os.path.basename(prefix) != prefix):
         parser.error("--prefix must be a plain file name prefix")

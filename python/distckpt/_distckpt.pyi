@@ -4,7 +4,7 @@ Buffers are any C-contiguous objects with the buffer protocol; for loads they mu
 milliseconds, 0 meaning the library default. Callbacks run on distckpt threads with the GIL held.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 # Any object with the buffer protocol (numpy arrays, bytes, bytearray, memoryview).
 Buffer = Any
@@ -177,6 +177,11 @@ def export_safetensors(
     progress: Optional[ProgressFn],
     storage: Optional[Storage] = None,
     out_storage: Optional[Storage] = None,
+    rename_rules: Sequence[Tuple[str, str]] = (),
+    buffer_bytes: int = 0,
+    io_threads: int = 0,
+    comm: Optional[Comm] = None,
+    timeout_ms: int = 0,
 ) -> None: ...
 
 class Storage:

@@ -19,6 +19,7 @@ import numpy as np
 from . import _dcp_metadata, _dtypes, _native, _tree
 from . import storage as _storage
 from ._checkpoint import SaveSummary, save
+from .comm import Communicator, native_of
 from .errors import (
     CorruptCheckpointError,
     Error,
@@ -63,6 +64,11 @@ def export_safetensors(
     progress: Optional[ProgressFn] = None,
     storage: Optional["_storage.Storage"] = None,
     out_storage: Optional["_storage.Storage"] = None,
+    rename: Optional[Sequence[Tuple[str, str]]] = None,
+    buffer_size: Union[int, str, None] = None,
+    io_threads: int = 0,
+    comm: Optional[Communicator] = None,
+    timeout: Optional[float] = None,
 ) -> List[str]:
     """Writes every tensor of a checkpoint as safetensors files plus an index, the layout ``transformers`` loads.
 
@@ -71,8 +77,27 @@ def export_safetensors(
     ``weight_map``. Each file's ``__metadata__`` holds the checkpoint's user metadata plus ``"format": "pt"`` unless
     the user metadata sets a format. Bytes entries (objects) are skipped; a C128 tensor has no safetensors dtype
     and fails the export (UnsupportedError naming it) before anything is written. ``out_dir`` is created if needed
-    (on the POSIX file system); files with the same names are replaced. ``ckpt_path`` and ``out_dir`` may be URLs
-    (``"s3://..."``), or paths on ``storage`` and ``out_storage`` (:mod:`distckpt.storage`).
+    (on the POSIX file system); files with the same names are replaced (an earlier index first, so no index ever
+    lists a mix of old and new files). ``ckpt_path`` and ``out_dir`` may be URLs (``"s3://..."``), or paths on
+    ``storage`` and ``out_storage`` (:mod:`distckpt.storage`).
+
+    ``rename``: ``(pattern, replacement)`` pairs that the C++ core applies to every tensor name (capi/API.md,
+    "Export to the Hugging Face hub"). The first pattern that matches the WHOLE name decides; names no pattern
+    matches are kept. Patterns are ECMAScript regular expressions (for ``.``, ``\\d``, ``[...]``, ``(...)``,
+    ``(?:...)``, ``|`` and the quantifiers the same as Python's ``re``; no named groups); replacements use ``\\1``
+    or ``\\g<1>`` for groups. An empty replacement leaves the matching tensors out (optimizer state, say). Two
+    tensors mapped to one name, a bad pattern or a bad replacement raise InvalidArgumentError naming them, before
+    anything is written. (Unlike :func:`rename_rules`, which maps the names of a ``load``'s targets to stored names,
+    these map stored names to exported names.)
+
+    ``buffer_size``: the tensor bytes held in memory at once (default 64 MiB; e.g. ``"256MiB"``), whatever the
+    checkpoint's size; ``io_threads``: files this process writes at once (0: one).
+
+    ``comm``: the ranks of a job export together (collective; every rank passes the same arguments and ``out_dir``
+    is one directory all ranks see): the files are split among the ranks, balanced by bytes, and written in
+    parallel; rank 0 writes the index once every rank's files are durable, so a failure on any rank leaves no index.
+    Every rank returns the same list or raises the same error. ``timeout`` (seconds) bounds each collective and must
+    cover the slowest rank's writing (default 10 minutes). ``progress`` counts this rank's files.
 
     Returns:
         The paths written: the .safetensors files in order, then the index.
@@ -82,6 +107,7 @@ def export_safetensors(
     native_out, native_out_storage, out = _storage.resolve(out_dir, out_storage)
     if native_out_storage is None and not _storage.is_core_url(native_out):
         os.makedirs(native_out, exist_ok=True)
+    rules = _rename_pairs(rename)
     _native.export_safetensors(
         native_ckpt,
         native_out,
@@ -91,6 +117,11 @@ def export_safetensors(
         progress,
         native_storage,
         native_out_storage,
+        rules,
+        0 if buffer_size is None else parse_size(buffer_size),
+        _count(io_threads, "io_threads"),
+        native_of(comm),
+        _native.timeout_ms(timeout),
     )
     index_name = f"{prefix}.safetensors.index.json"
     index = json.loads(_storage.read_file(native_out.rstrip("/") + "/" + index_name, out))
@@ -98,6 +129,30 @@ def export_safetensors(
     local = native_out_storage is None and not _storage.is_core_url(native_out)
     join = os.path.join if local else (lambda d, n: d.rstrip("/") + "/" + n)
     return [join(out_dir, name) for name in files] + [join(out_dir, index_name)]
+
+
+def _rename_pairs(rename: Optional[Sequence[Tuple[str, str]]]) -> List[Tuple[str, str]]:
+    """``rename`` checked for shape only (the core checks the rules themselves): a list of two-string pairs."""
+    if rename is None:
+        return []
+    if isinstance(rename, (str, bytes)) or isinstance(rename, Mapping) or callable(rename):
+        raise InvalidArgumentError(
+            "rename must be a list of (pattern, replacement) pairs, e.g. [(r'model\\.(.*)', r'\\1')]; the core "
+            f"applies them (not a {type(rename).__name__})"
+        )
+    pairs = []
+    for i, rule in enumerate(rename):
+        if not isinstance(rule, (tuple, list)) or len(rule) != 2 or not all(isinstance(x, str) for x in rule):
+            raise InvalidArgumentError(f"rename rule {i + 1} must be a (pattern, replacement) pair of strings, not "
+                                       f"{rule!r}")  # fmt: skip
+        pairs.append((rule[0], rule[1]))
+    return pairs
+
+
+def _count(n: int, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidArgumentError(f"{what} must be a non-negative int, not {n!r}")
+    return n
 
 
 # ---- Import ---------------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +34,20 @@ def test_export_import_and_info_from_the_command_line(tmp_path):
 
     r = cli("info", tmp_path / "c")
     assert "w  F32[8, 8]  1 chunk" in r.stdout and "step  bytes[1]" in r.stdout
+
+
+def test_export_rename_flags(tmp_path):
+    distckpt.save({"model": {"w": np.ones((2, 2), np.float32), "b": np.zeros(2, np.float32)}, "opt": {"m": np.ones(2)}},
+                  tmp_path / "c")  # fmt: skip
+    r = cli("export-safetensors", tmp_path / "c", tmp_path / "hf", "--rename", r"opt\..*=", "--rename",
+            r"model\.(\w+)=layer.\1", "--buffer-size", "64KiB", "--io-threads", "2", "--json")  # fmt: skip
+    assert json.loads(r.stdout)["tensors"] == 2
+    with open(tmp_path / "hf" / "model.safetensors.index.json", encoding="utf-8") as f:
+        assert sorted(json.load(f)["weight_map"]) == ["layer.b", "layer.w"]
+    # Rules the core refuses, and a flag without '=': usage errors (2) naming the problem, as in the Go CLI.
+    for rule, says in ((r"model\..=x", "'model.b'"), ("model.(=x", "rule 1"), ("no-equals", "PATTERN=REPLACEMENT")):
+        r = cli("export-safetensors", tmp_path / "c", tmp_path / "bad", "--rename", rule, check=False)
+        assert r.returncode == 2 and says in r.stderr, (rule, r.returncode, r.stderr)
 
 
 def test_errors_exit_with_the_shared_status_and_the_message(tmp_path):

@@ -863,7 +863,16 @@ DCKPT_API int dckpt_reader_map_all(dckpt_reader *reader, const dckpt_map_all_opt
 
 /* ---- Tools ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_EXPORT_OPTIONS_VERSION 2
+/* One rename rule of dckpt_export_options.rename_rules. Syntax (capi/API.md, "Export to the Hugging Face hub"):
+ * `pattern` is an ECMAScript regular expression that must match the WHOLE tensor name; `replacement` is literal text
+ * with \1..\9 or \g<N> for groups and \\ for a backslash. An empty (or NULL) replacement drops the tensors the
+ * pattern matches. */
+typedef struct dckpt_rename_rule {
+  const char *pattern;
+  const char *replacement;
+} dckpt_rename_rule;
+
+#define DCKPT_EXPORT_OPTIONS_VERSION 3
 typedef struct dckpt_export_options {
   unsigned version;
   uint64_t max_shard_bytes;   /* largest .safetensors file; 0: 5 GB (10^9 bytes per GB, as Hugging Face counts) */
@@ -874,8 +883,17 @@ typedef struct dckpt_export_options {
   /* version >= 2 */
   dckpt_storage *storage;     /* where the checkpoint is read from; NULL: the POSIX file system (default) */
   dckpt_storage *out_storage; /* where the safetensors files are written; NULL: the POSIX file system (default) */
+  /* version >= 3 */
+  /* tried in order, the first whose pattern matches decides; names no rule matches are kept. Two tensors mapped to
+   * one name: DCKPT_EINVAL naming both */
+  const dckpt_rename_rule *rename_rules;
+  size_t num_rename_rules;
+  uint64_t buffer_bytes;      /* tensor bytes this process holds in memory at once, all threads together; 0: 64 MiB */
+  unsigned io_threads;        /* files this process writes at once; 0: 1 */
+  uint64_t timeout_ms;        /* dckpt_export_safetensors_collective: each collective's limit, which must cover the
+                               * slowest rank's writing; 0: 10 minutes */
 } dckpt_export_options;
-#define DCKPT_EXPORT_OPTIONS_INIT {DCKPT_EXPORT_OPTIONS_VERSION, 0, NULL, 1, NULL, NULL, NULL, NULL}
+#define DCKPT_EXPORT_OPTIONS_INIT {DCKPT_EXPORT_OPTIONS_VERSION, 0, NULL, 1, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0}
 /* Sets `*opts` to DCKPT_EXPORT_OPTIONS_INIT with `version` (DCKPT_EXPORT_OPTIONS_VERSION, or an older one: then only
  * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
  * cannot expand the macro. */
@@ -883,9 +901,19 @@ DCKPT_API int dckpt_export_options_init(dckpt_export_options *opts, unsigned ver
 
 /* Writes every tensor of the checkpoint at `ckpt_path` into `out_dir` as safetensors files
  * "<prefix>-00001-of-0000N.safetensors" plus "<prefix>.safetensors.index.json" (a single file is still indexed).
- * User metadata goes into each file's "__metadata__"; bytes entries are not tensors and are skipped. `out_dir` must
- * exist; existing files of the same names are replaced. */
+ * User metadata goes into each file's "__metadata__"; bytes entries are not tensors and are skipped. Names are mapped
+ * by the rename rules first. Memory stays within buffer_bytes plus the metadata, whatever the checkpoint's size.
+ * `out_dir` must exist; existing files of the same names are replaced (an earlier index first, so that no index ever
+ * lists a mix). */
 DCKPT_API int dckpt_export_safetensors(const char *ckpt_path, const char *out_dir, const dckpt_export_options *opts);
+
+/* As dckpt_export_safetensors, collective over `comm` (NULL: this process alone), for a job that exports at the end
+ * of training: every rank calls it with the same arguments, and `out_dir` is one directory every rank sees. The files
+ * are split among the ranks, balanced by bytes, and each rank writes its own in parallel; once every rank reports
+ * its files durable, rank 0 moves them into place and writes the index. Every rank returns the same status; on
+ * failure no index is written (and this export's temporary files are removed). Progress counts this rank's files. */
+DCKPT_API int dckpt_export_safetensors_collective(const char *ckpt_path, const char *out_dir, dckpt_comm *comm,
+                                                  const dckpt_export_options *opts);
 
 /* ---- Checkpoint manager: a checkpoint every step, in tiers ------------------------------------------------------ */
 

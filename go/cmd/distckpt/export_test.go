@@ -53,3 +53,33 @@ func TestExportOfBrokenCheckpoints(t *testing.T) {
 		t.Fatalf("corrupt data: exit %d %+v", code, e.Error)
 	}
 }
+
+func TestExportRenameFlag(t *testing.T) {
+	ckpt := filepath.Join(newStore(t, 9), "step-9")
+	out := t.TempDir()
+	var o struct {
+		Tensors int
+	}
+	stdout, errOut, code := cli(t, "export-safetensors", "--json", "--rename", `optim\..*=`, "--rename",
+		`model\.(.*)=m.\1`, "--buffer-size", "64KiB", "--io-threads", "2", ckpt, out)
+	wantCode(t, code, exitOK, stdout, errOut)
+	cliJSON(t, &o, "export-safetensors", "--rename", `optim\..*=`, "--rename", `model\.(.*)=m.\1`, ckpt, out)
+	if o.Tensors != len(fixtures.Standard)-2 {
+		t.Fatalf("%+v: the two optim tensors should be left out", o)
+	}
+	idx, err := os.ReadFile(filepath.Join(out, "model.safetensors.index.json"))
+	if err != nil || !strings.Contains(string(idx), `"m.layers.0.w"`) || strings.Contains(string(idx), "optim") {
+		t.Fatalf("%v: %s", err, idx)
+	}
+	// Rules the core refuses, and a flag without '=': usage errors naming the problem.
+	for _, c := range []struct{ rule, says string }{
+		{`model\.layers\.\d+\.w=w`, "'model.layers.0.w'"},
+		{`model.(=x`, "rule 1"},
+		{`no-equals-sign`, "PATTERN=REPLACEMENT"},
+	} {
+		_, errOut, code := cli(t, "export-safetensors", "--rename", c.rule, ckpt, t.TempDir())
+		if code != exitUsage || !strings.Contains(errOut, c.says) {
+			t.Errorf("--rename %s: exit %d: %s", c.rule, code, errOut)
+		}
+	}
+}

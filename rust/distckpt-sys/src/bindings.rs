@@ -23,7 +23,7 @@ pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 2;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
-pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 2;
+pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 3;
 pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_RESTORE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_RESTORE_INFO_VERSION: u32 = 1;
@@ -3704,6 +3704,59 @@ extern "C" {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct dckpt_rename_rule {
+    pub pattern: *const ::std::os::raw::c_char,
+    pub replacement: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_dckpt_rename_rule() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_rename_rule>(),
+        16usize,
+        concat!("Size of: ", stringify!(dckpt_rename_rule))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_rename_rule>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_rename_rule))
+    );
+    fn test_field_pattern() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_rename_rule>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pattern) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_rename_rule),
+                "::",
+                stringify!(pattern)
+            )
+        );
+    }
+    test_field_pattern();
+    fn test_field_replacement() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_rename_rule>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).replacement) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_rename_rule),
+                "::",
+                stringify!(replacement)
+            )
+        );
+    }
+    test_field_replacement();
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct dckpt_export_options {
     pub version: ::std::os::raw::c_uint,
     pub max_shard_bytes: u64,
@@ -3713,12 +3766,17 @@ pub struct dckpt_export_options {
     pub progress_user_data: *mut ::std::os::raw::c_void,
     pub storage: *mut dckpt_storage,
     pub out_storage: *mut dckpt_storage,
+    pub rename_rules: *const dckpt_rename_rule,
+    pub num_rename_rules: usize,
+    pub buffer_bytes: u64,
+    pub io_threads: ::std::os::raw::c_uint,
+    pub timeout_ms: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_export_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_export_options>(),
-        64usize,
+        104usize,
         concat!("Size of: ", stringify!(dckpt_export_options))
     );
     assert_eq!(
@@ -3862,6 +3920,91 @@ fn bindgen_test_layout_dckpt_export_options() {
         );
     }
     test_field_out_storage();
+    fn test_field_rename_rules() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_export_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rename_rules) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_export_options),
+                "::",
+                stringify!(rename_rules)
+            )
+        );
+    }
+    test_field_rename_rules();
+    fn test_field_num_rename_rules() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_export_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_rename_rules) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_export_options),
+                "::",
+                stringify!(num_rename_rules)
+            )
+        );
+    }
+    test_field_num_rename_rules();
+    fn test_field_buffer_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_export_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).buffer_bytes) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_export_options),
+                "::",
+                stringify!(buffer_bytes)
+            )
+        );
+    }
+    test_field_buffer_bytes();
+    fn test_field_io_threads() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_export_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).io_threads) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_export_options),
+                "::",
+                stringify!(io_threads)
+            )
+        );
+    }
+    test_field_io_threads();
+    fn test_field_timeout_ms() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_export_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).timeout_ms) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_export_options),
+                "::",
+                stringify!(timeout_ms)
+            )
+        );
+    }
+    test_field_timeout_ms();
 }
 extern "C" {
     pub fn dckpt_export_options_init(
@@ -3873,6 +4016,14 @@ extern "C" {
     pub fn dckpt_export_safetensors(
         ckpt_path: *const ::std::os::raw::c_char,
         out_dir: *const ::std::os::raw::c_char,
+        opts: *const dckpt_export_options,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_export_safetensors_collective(
+        ckpt_path: *const ::std::os::raw::c_char,
+        out_dir: *const ::std::os::raw::c_char,
+        comm: *mut dckpt_comm,
         opts: *const dckpt_export_options,
     ) -> ::std::os::raw::c_int;
 }

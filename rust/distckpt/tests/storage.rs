@@ -555,6 +555,21 @@ fn memory_storage_and_export_to_a_rust_storage() {
     assert_eq!((hf.read::<f32>("w").unwrap(), hf.read::<f64>("b").unwrap()), (w.clone(), b.clone()));
     drop(hf);
 
+    // Rename rules, applied by the core: "w" becomes "model.w", "b" is left out; a clash names both tensors.
+    let renamed = ExportOptions {
+        rename: vec![(r"(w)".into(), r"model.\1".into()), ("b".into(), String::new())],
+        buffer_bytes: 4096,
+        ..opts.clone()
+    };
+    export_safetensors("m/ckpt", "hf/renamed", &renamed, None).unwrap();
+    let index = out.files.lock().unwrap()["hf/renamed/model.safetensors.index.json"].clone();
+    let index = String::from_utf8(index).unwrap();
+    assert!(index.contains("\"model.w\"") && !index.contains("\"b\""), "{index}");
+    let clash = ExportOptions { rename: vec![(".".into(), "x".into())], ..opts.clone() };
+    let e = export_safetensors("m/ckpt", "hf/clash", &clash, None).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("'w'") && e.to_string().contains("'b'"), "{e}");
+
     // Missing source: an error naming it.
     let e = export_safetensors("m/none", "hf/x", &opts, None).unwrap_err();
     assert!(e.to_string().contains("m/none"), "{e}");

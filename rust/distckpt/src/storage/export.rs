@@ -10,7 +10,7 @@ use distckpt_sys as sys;
 use crate::error::{check, Result};
 use crate::progress::{self, Progress, ProgressFn};
 use crate::storage::{annotate, raw_or_null, StorageHandle};
-use crate::util::{opt_cstring, path_cstring};
+use crate::util::{cstring, opt_cstring, path_cstring};
 use crate::version::check_abi;
 
 /// Options for [`export_safetensors`] (`dckpt_export_options`).
@@ -26,11 +26,28 @@ pub struct ExportOptions {
     pub storage: Option<StorageHandle>,
     /// Where the safetensors files are written; `None`: the POSIX file system.
     pub out_storage: Option<StorageHandle>,
+    /// Rename rules `(pattern, replacement)`, applied by the core (`dckpt_rename_rule`; capi/API.md, "Export to the
+    /// Hugging Face hub"): ECMAScript patterns matching the whole name, first match wins, `\1` or `\g<N>` in
+    /// replacements, an empty replacement leaves the tensors out. Unmatched names are kept.
+    pub rename: Vec<(String, String)>,
+    /// Tensor bytes held in memory at once; 0: 64 MiB.
+    pub buffer_bytes: u64,
+    /// Files written at once; 0: 1.
+    pub io_threads: u32,
 }
 
 impl Default for ExportOptions {
     fn default() -> Self {
-        ExportOptions { max_shard_bytes: 0, prefix: None, verify: true, storage: None, out_storage: None }
+        ExportOptions {
+            max_shard_bytes: 0,
+            prefix: None,
+            verify: true,
+            storage: None,
+            out_storage: None,
+            rename: Vec::new(),
+            buffer_bytes: 0,
+            io_threads: 0,
+        }
     }
 }
 
@@ -53,6 +70,16 @@ pub fn export_safetensors(
     raw.verify = opts.verify as c_int;
     raw.storage = raw_or_null(&opts.storage);
     raw.out_storage = raw_or_null(&opts.out_storage);
+    let mut strings = Vec::with_capacity(opts.rename.len());
+    for (pattern, replacement) in &opts.rename {
+        strings.push((cstring(pattern, "rename pattern")?, cstring(replacement, "rename replacement")?));
+    }
+    let rules: Vec<sys::dckpt_rename_rule> =
+        strings.iter().map(|(p, r)| sys::dckpt_rename_rule { pattern: p.as_ptr(), replacement: r.as_ptr() }).collect();
+    raw.rename_rules = if rules.is_empty() { std::ptr::null() } else { rules.as_ptr() };
+    raw.num_rename_rules = rules.len();
+    raw.buffer_bytes = opts.buffer_bytes;
+    raw.io_threads = opts.io_threads;
     let progress = progress.map(Progress::new);
     (raw.progress, raw.progress_user_data) = progress::c_pair(&progress);
     let rc = unsafe { sys::dckpt_export_safetensors(cin.as_ptr(), cout.as_ptr(), &raw) };
