@@ -11,31 +11,23 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
 #include "core/base/testing/status_matchers.h"
 #include "core/base/testing/temp_dir.h"
 #include "core/cuda/host_copy_engine.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
+#include "core/foreign/testing/safetensors_file.h"
 
 namespace distckpt {
 namespace {
 
-std::string SafetensorsFile(const std::string& header, const std::string& data) {
-  std::string h = header;
-  while ((8 + h.size()) % 8 != 0) h += ' ';
-  std::string out(8, '\0');
-  const uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
-  return out + h + data;
-}
+using testing_util::SafetensorsFile;
+using testing_util::WriteStringToFile;
 
 template <typename T>
 std::string Bytes(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-void Write(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 class ForeignReadTest : public ::testing::Test {
@@ -46,15 +38,15 @@ class ForeignReadTest : public ::testing::Test {
     std::iota(w_.begin(), w_.end(), 0.5f);
     b_ = {7, 8, 9, 10, 11};
     // Shard 1: a 1-byte tensor first, so that "w" starts at an odd offset of the data.
-    Write(dir_ + "/model-00001-of-00002.safetensors",
-          SafetensorsFile(R"({"pad":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
-                          R"("w":{"dtype":"F32","shape":[4,6],"data_offsets":[1,97]}})",
-                          "P" + Bytes(w_)));
-    Write(dir_ + "/model-00002-of-00002.safetensors",
-          SafetensorsFile(R"({"b":{"dtype":"I64","shape":[5],"data_offsets":[0,40]}})", Bytes(b_)));
-    Write(dir_ + "/model.safetensors.index.json",
-          R"({"metadata":{"total_size":137},"weight_map":{"pad":"model-00001-of-00002.safetensors",)"
-          R"("w":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
+    WriteStringToFile(dir_ + "/model-00001-of-00002.safetensors",
+                      SafetensorsFile(R"({"pad":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                                      R"("w":{"dtype":"F32","shape":[4,6],"data_offsets":[1,97]}})",
+                                      "P" + Bytes(w_)));
+    WriteStringToFile(dir_ + "/model-00002-of-00002.safetensors",
+                      SafetensorsFile(R"({"b":{"dtype":"I64","shape":[5],"data_offsets":[0,40]}})", Bytes(b_)));
+    WriteStringToFile(dir_ + "/model.safetensors.index.json",
+                      R"({"metadata":{"total_size":137},"weight_map":{"pad":"model-00001-of-00002.safetensors",)"
+                      R"("w":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
   }
   std::string dir_;
   std::vector<float> w_;
@@ -161,7 +153,8 @@ TEST_F(ForeignReadTest, AShardReplacedAfterOpenIsRefused) {
   // Same name, other size: the description no longer matches the file.
   const std::string shard = dir_ + "/model-00002-of-00002.safetensors";
   ASSERT_EQ(::unlink(shard.c_str()), 0);
-  Write(shard, SafetensorsFile(R"({"b":{"dtype":"I64","shape":[6],"data_offsets":[0,48]}})", std::string(48, 'z')));
+  WriteStringToFile(
+      shard, SafetensorsFile(R"({"b":{"dtype":"I64","shape":[6],"data_offsets":[0,48]}})", std::string(48, 'z')));
   std::vector<int64_t> b(5);
   Box box;
   box.ndim = 1;

@@ -8,23 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "core/base/testing/read_file.h"
 #include "core/base/testing/status_matchers.h"
 #include "core/base/testing/temp_dir.h"
 #include "core/foreign/foreign.h"
+#include "core/foreign/testing/safetensors_file.h"
 
 namespace distckpt {
 namespace {
 
-// A safetensors file: the 8-byte little-endian header length, the header padded with spaces to 8 bytes (as the
-// safetensors library writes), then `data`.
-std::string File(const std::string& header, const std::string& data) {
-  std::string h = header;
-  while ((8 + h.size()) % 8 != 0) h += ' ';
-  std::string out(8, '\0');
-  uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
-  return out + h + data;
-}
+using testing_util::SafetensorsFile;
+using testing_util::WriteStringToFile;
 
 Result<SafetensorsHeader> Parse(const std::string& file) {
   uint64_t n = 0;
@@ -38,7 +32,7 @@ const char kTwo[] = R"({"b":{"dtype":"F16","shape":[3],"data_offsets":[24,30]},)
                     R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"__metadata__":{"format":"pt"}})";
 
 TEST(SafetensorsTest, ParsesAValidHeader) {
-  const std::string f = File(kTwo, std::string(30, 'x'));
+  const std::string f = SafetensorsFile(kTwo, std::string(30, 'x'));
   DCKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader h, Parse(f));
   EXPECT_EQ(h.data_start % 8, 0u);
   ASSERT_EQ(h.tensors.size(), 2u);
@@ -54,11 +48,11 @@ TEST(SafetensorsTest, ParsesAValidHeader) {
 TEST(SafetensorsTest, ScalarsEmptyTensorsAndNoTensors) {
   DCKPT_ASSERT_OK_AND_ASSIGN(
       SafetensorsHeader h,
-      Parse(File(R"({"s":{"dtype":"I64","shape":[],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0,4],)"
-                 R"("data_offsets":[8,8]}})",
-                 std::string(8, '\0'))));
+      Parse(SafetensorsFile(R"({"s":{"dtype":"I64","shape":[],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0,4],)"
+                            R"("data_offsets":[8,8]}})",
+                            std::string(8, '\0'))));
   EXPECT_EQ(h.tensors.size(), 2u);
-  DCKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader empty, Parse(File("{}", "")));
+  DCKPT_ASSERT_OK_AND_ASSIGN(SafetensorsHeader empty, Parse(SafetensorsFile("{}", "")));
   EXPECT_TRUE(empty.tensors.empty());
 }
 
@@ -92,18 +86,18 @@ TEST(SafetensorsTest, RefusesWhatSafetensorsRefuses) {
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, "invalid JSON"},
   };
   for (const Case& c : cases) {
-    auto r = Parse(File(c.header, std::string(c.data, 'x')));
+    auto r = Parse(SafetensorsFile(c.header, std::string(c.data, 'x')));
     EXPECT_TRUE(StatusIs(r.status(), StatusCode::kCorrupt, {"safetensors file 'x.safetensors'", c.says})) << c.header;
   }
-  EXPECT_TRUE(StatusIs(Parse(File(R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", "x")).status(),
+  EXPECT_TRUE(StatusIs(Parse(SafetensorsFile(R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", "x")).status(),
                        StatusCode::kUnsupported, {"F4"}));
-  EXPECT_TRUE(
-      StatusIs(Parse(File(R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", "x")).status(),
-               StatusCode::kUnsupported, {"9 dimensions"}));
+  EXPECT_TRUE(StatusIs(
+      Parse(SafetensorsFile(R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}})", "x")).status(),
+      StatusCode::kUnsupported, {"9 dimensions"}));
 }
 
 TEST(SafetensorsTest, RefusesBadHeaderLengths) {
-  std::string f = File(kTwo, std::string(30, 'x'));
+  std::string f = SafetensorsFile(kTwo, std::string(30, 'x'));
   f[0] = static_cast<char>(0xff);  // longer than the file
   EXPECT_TRUE(StatusIs(Parse(f).status(), StatusCode::kCorrupt, {"runs past the end of the file"}));
   std::string huge(8, '\0');
@@ -118,7 +112,7 @@ TEST(SafetensorsTest, RefusesBadHeaderLengths) {
 // Any damage to any byte of the header or its length: a clean error, or a header whose tensors still tile the data
 // exactly (a flipped digit of a name, say). Never a tensor outside the file.
 TEST(SafetensorsTest, EveryFlippedByteFailsCleanlyOrStaysInBounds) {
-  const std::string good = File(kTwo, std::string(30, 'x'));
+  const std::string good = SafetensorsFile(kTwo, std::string(30, 'x'));
   const uint64_t data_len = 30;
   int refused = 0, accepted = 0;
   for (size_t i = 0; i < good.size() - data_len; ++i) {
@@ -143,23 +137,20 @@ TEST(SafetensorsTest, EveryFlippedByteFailsCleanlyOrStaysInBounds) {
   EXPECT_GT(accepted, 0);
 }
 
-void Write(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 class SafetensorsDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing_util::MakeTempDir("safetensors-");
-    Write(dir_ + "/model-00001-of-00002.safetensors",
-          File(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"format":"pt"}})",
-               std::string(8, 'a')));
-    Write(dir_ + "/model-00002-of-00002.safetensors",
-          File(R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", "bbb"));
+    WriteStringToFile(
+        dir_ + "/model-00001-of-00002.safetensors",
+        SafetensorsFile(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"format":"pt"}})",
+                        std::string(8, 'a')));
+    WriteStringToFile(dir_ + "/model-00002-of-00002.safetensors",
+                      SafetensorsFile(R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", "bbb"));
     Index(R"({"metadata":{"total_size":11},"weight_map":{"a":"model-00001-of-00002.safetensors",)"
           R"("b":"model-00002-of-00002.safetensors"}})");
   }
-  void Index(const std::string& json) { Write(dir_ + "/model.safetensors.index.json", json); }
+  void Index(const std::string& json) { WriteStringToFile(dir_ + "/model.safetensors.index.json", json); }
   Result<std::optional<MetadataRecord>> Describe() {
     Storage* s = DefaultStorage();
     DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<Directory> d, s->OpenDirectory(dir_));
@@ -196,7 +187,7 @@ TEST_F(SafetensorsDirTest, TheIndexMustMatchTheFiles) {
   EXPECT_TRUE(StatusIs(Describe().status(), StatusCode::kCorrupt, {"not a .safetensors file"}));
   Index(R"({"metadata":{}})");
   EXPECT_TRUE(StatusIs(Describe().status(), StatusCode::kCorrupt, {"no \"weight_map\""}));
-  Write(dir_ + "/other.safetensors.index.json", "{}");
+  WriteStringToFile(dir_ + "/other.safetensors.index.json", "{}");
   EXPECT_TRUE(StatusIs(Describe().status(), StatusCode::kInvalidArgument, {"several safetensors indexes"}));
 }
 
@@ -205,13 +196,14 @@ TEST_F(SafetensorsDirTest, WithoutAnIndexEveryFileAndNoTensorTwice) {
   DCKPT_ASSERT_OK_AND_ASSIGN(std::optional<MetadataRecord> r, Describe());
   ASSERT_TRUE(r);
   EXPECT_EQ(r->entries.size(), 2u);
-  Write(dir_ + "/model-00003.safetensors", File(R"({"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "c"));
+  WriteStringToFile(dir_ + "/model-00003.safetensors",
+                    SafetensorsFile(R"({"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "c"));
   EXPECT_TRUE(StatusIs(Describe().status(), StatusCode::kCorrupt, {"tensor \"b\" is in both"}));
 }
 
 TEST_F(SafetensorsDirTest, ASymlinkedShardIsNotFollowed) {
   const std::string outside = testing_util::MakeTempDir("outside-") + "/secret.safetensors";
-  Write(outside, File(R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", "sss"));
+  WriteStringToFile(outside, SafetensorsFile(R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", "sss"));
   ASSERT_EQ(::unlink((dir_ + "/model-00002-of-00002.safetensors").c_str()), 0);
   ASSERT_EQ(::symlink(outside.c_str(), (dir_ + "/model-00002-of-00002.safetensors").c_str()), 0);
   auto r = Describe();

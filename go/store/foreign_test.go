@@ -10,34 +10,13 @@ import (
 	"distckpt.dev/go/internal/fixtures"
 )
 
-// copyFiles copies the regular files of src into a new directory dst.
-func copyFiles(t *testing.T, src, dst string) {
-	t.Helper()
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // A checkpoint another library wrote is Foreign (the library opens it), one whose files the library rejects is
 // Corrupt with the library's error, and Prune leaves both alone.
 func TestForeignCheckpointsInAStore(t *testing.T) {
 	hub := filepath.Join(fixtures.SafetensorsDir(), "hub")
 	dir := newStore(t, 1, 2)
-	copyFiles(t, hub, filepath.Join(dir, "llm"))
-	copyFiles(t, hub, filepath.Join(dir, "truncated"))
+	fixtures.CopyDir(t, hub, filepath.Join(dir, "llm"))
+	fixtures.CopyDir(t, hub, filepath.Join(dir, "truncated"))
 	shard := filepath.Join(dir, "truncated", "model-00003-of-00003.safetensors")
 	st, err := os.Stat(shard)
 	if err != nil {

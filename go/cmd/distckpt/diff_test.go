@@ -127,27 +127,6 @@ func TestDiffUnreadable(t *testing.T) {
 	}
 }
 
-// copyCheckpoint copies the files of checkpoint src into a new directory dst.
-func copyCheckpoint(t *testing.T, src, dst string) {
-	t.Helper()
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // flipDataByte flips the first data byte of the first chunk of entry name in checkpoint dir.
 func flipDataByte(t *testing.T, dir, name string) {
 	t.Helper()
@@ -188,7 +167,7 @@ func TestDiffDataReadsTheBytes(t *testing.T) {
 		dir := t.TempDir()
 		a := write(t, dir, "a", fixtures.Options{Step: 1})
 		b := filepath.Join(dir, "b")
-		copyCheckpoint(t, a, b)
+		fixtures.CopyDir(t, a, b)
 		var o diffOut
 		if code := cliJSON(t, &o, "diff", "--data", a, b); code != exitOK || !o.Same {
 			t.Fatalf("limit %d: diff --data of an exact copy: %d %+v", limit, code, o)

@@ -27,28 +27,6 @@ func safetensorsPaths() [][2]string {
 	}
 }
 
-// copyDir copies the regular files of src into a new directory dst.
-func copyDir(t *testing.T, src, dst string) string {
-	t.Helper()
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dst
-}
-
 // importHub saves every tensor of the hub as a distckpt checkpoint at path, with the user metadata given (the hub's
 // is {"format": "pt"}): the same tensors and values in another format.
 func importHub(t *testing.T, path string, user map[string]string) {
@@ -203,7 +181,7 @@ func TestLsListsForeignCheckpointsAndPruneLeavesThemAlone(t *testing.T) {
 		total += uint64(w.Bytes)
 	}
 	dir := newStore(t, 1, 2, 3)
-	copyDir(t, hubDir(), filepath.Join(dir, "hf-model"))
+	fixtures.CopyDir(t, hubDir(), filepath.Join(dir, "hf-model"))
 	if err := os.MkdirAll(filepath.Join(dir, "notes"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +313,7 @@ func TestDiffOfADistckptCheckpointAndASafetensorsCheckpointWithTheSameTensors(t 
 func TestDiffOfTwoSafetensorsCheckpointsReadsTheirData(t *testing.T) {
 	// The same layout on both sides and no checksums (all 0): only reading the data can tell them apart.
 	want := fixtures.SafetensorsExpected(t, "hub")
-	changed := copyDir(t, hubDir(), filepath.Join(t.TempDir(), "hub"))
+	changed := fixtures.CopyDir(t, hubDir(), filepath.Join(t.TempDir(), "hub"))
 	w := want["token_type_ids"] // at an odd offset of the third shard
 	path := filepath.Join(changed, w.File)
 	raw, err := os.ReadFile(path)
@@ -355,7 +333,7 @@ func TestDiffOfTwoSafetensorsCheckpointsReadsTheirData(t *testing.T) {
 		t.Errorf("%+v", d)
 	}
 	var same diffDoc
-	if code := cliJSON(t, &same, "diff", hubDir(), copyDir(t, hubDir(), filepath.Join(t.TempDir(), "copy"))); code != exitOK ||
+	if code := cliJSON(t, &same, "diff", hubDir(), fixtures.CopyDir(t, hubDir(), filepath.Join(t.TempDir(), "copy"))); code != exitOK ||
 		!same.Same || same.Unchanged != len(want) || same.ByChecksum != 0 {
 		t.Errorf("an identical copy: exit %d %+v", code, same)
 	}
