@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/base/utf8.h"
+
 namespace distckpt {
 namespace internal_pickle {
 
@@ -211,50 +213,16 @@ PickleValue PickleValue::persistent_id() const {
 
 namespace {
 
-// Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. (CPython's unpickler lets encoded
-// surrogates through; nothing torch writes has them, and names with them could not be stored in distckpt's format.)
-bool ValidUtf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3f);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;
-    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += len;
-  }
-  return true;
-}
+// Strings must be strict UTF-8 (IsValidUtf8: no overlong forms, no surrogates, nothing above U+10FFFF). CPython's
+// unpickler lets encoded surrogates through; nothing torch writes has them, and names with them could not be stored in
+// distckpt's format.
 
 // The length of the valid UTF-8 character at the start of `s`, or 0.
 size_t Utf8CharLength(std::string_view s) {
   if (s.empty()) return 0;
   const auto c = static_cast<unsigned char>(s[0]);
   const size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-  return len != 0 && len <= s.size() && ValidUtf8(s.substr(0, len)) ? len : 0;
+  return len != 0 && len <= s.size() && IsValidUtf8(s.substr(0, len)) ? len : 0;
 }
 
 // Appends `s` quoted for a message: printable ASCII and (unless ascii_only) valid UTF-8 characters as they are,
@@ -759,7 +727,7 @@ class Decoder {
 
   // ---- Globals
   Status PushGlobal(std::string_view module, std::string_view name) {
-    if (!ValidUtf8(module) || !ValidUtf8(name)) return Bad("the module or name of a global is not valid UTF-8");
+    if (!IsValidUtf8(module) || !IsValidUtf8(name)) return Bad("the module or name of a global is not valid UTF-8");
     // A linear scan: pickles name few globals (the memo repeats them), and lists are short.
     bool allowed = false;
     for (const PickleGlobal& g : options_.allowed_globals) {
@@ -808,7 +776,7 @@ class Decoder {
   }
 
   Status PushString(std::string_view s) {
-    if (!ValidUtf8(s)) return Bad("the string is not valid UTF-8");
+    if (!IsValidUtf8(s)) return Bad("the string is not valid UTF-8");
     DCKPT_ASSIGN_OR_RETURN(uint32_t id, NewText(PickleKind::kString, s));
     Push(id);
     return OkStatus();
