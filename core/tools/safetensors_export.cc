@@ -215,9 +215,10 @@ class FileWriter {
         Status st = w_->Fill(file, pos, len, buf, &tensor_bytes);
         times_->fill += std::chrono::steady_clock::now() - t0;
         DCKPT_RETURN_IF_ERROR(st);
-        WritableFile* f = out.get();
-        pending_.push_back({std::async(std::launch::async, [f, pos, buf, len] { return f->WriteAt(pos, buf, len); }),
-                            tensor_bytes, nullptr, 0, &file});
+        // The write holds the file: a failure returns from here with writes still in flight (Finish waits for them).
+        pending_.push_back(
+            {std::async(std::launch::async, [out, pos, buf, len] { return out->WriteAt(pos, buf, len); }), tensor_bytes,
+             nullptr, 0, &file});
         ++writes_;
       }
       pending_.push_back({std::future<Status>(), 0, std::move(out), file.size, &file});  // then finish the file
