@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def hub_load_rank(rank, world, rendezvous, hub, expected_path):
-    """Loads row shards of every tensor of a safetensors hub directory, read in place, and checks them."""
+def hub_load_rank(rank, world, rendezvous, hub, expected_path, fanout="auto"):
+    """Loads row shards of every tensor of a safetensors hub directory, read in place, and checks them; with
+    fanout="always" every rank also loads the whole of every tensor, the bytes read once and fanned out."""
     import distckpt
     from _workers import split
 
@@ -24,6 +25,11 @@ def hub_load_rank(rank, world, rendezvous, hub, expected_path):
             np.testing.assert_array_equal(state[name].data, full[lo:hi], err_msg=name)
         with distckpt.open(hub, comm=comm, timeout=60) as r:
             assert r.metadata.format == "safetensors"
+        if fanout == "always":
+            whole = {name: np.zeros_like(full) for name, full in expected.items()}
+            distckpt.load(whole, hub, comm=comm, timeout=60, fanout="always")
+            for name, full in expected.items():
+                np.testing.assert_array_equal(whole[name], full, err_msg=name)
 
 
 def dcp_save_rank(rank, world, rendezvous_file, path):

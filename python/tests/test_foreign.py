@@ -111,7 +111,8 @@ def test_a_hub_directory_reads_as_transformers_loads_it(tmp_path):
         assert set(r) == set(names[2:4])
 
 
-def test_three_ranks_load_row_shards_of_a_hub_directory(tmp_path):
+@pytest.mark.parametrize("fanout", ["auto", "always"])
+def test_three_ranks_load_row_shards_of_a_hub_directory(tmp_path, fanout):
     rng = np.random.default_rng(11)
     arrays = {
         "a": rng.standard_normal((10, 6)).astype(np.float32),
@@ -126,7 +127,7 @@ def test_three_ranks_load_row_shards_of_a_hub_directory(tmp_path):
         lambda rank, results: (
             _foreign_workers.hub_load_rank,
             rank,
-            (3, f"file://{tmp_path}/rdv", str(hub), str(tmp_path / "expected.npz")),
+            (3, f"file://{tmp_path}/rdv", str(hub), str(tmp_path / "expected.npz"), fanout),
             results,
         ),
         DEADLINE,
