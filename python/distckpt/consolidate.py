@@ -117,8 +117,8 @@ def consolidate(
             (.safetensors; .pt, .pth, .bin: torch).
         format: "torch" or "safetensors".
         max_memory: bytes for the copy buffers, e.g. "256MiB" (default) or "1GB": tensors of any size are copied
-            through them piece by piece. The safetensors format goes through the C++ exporter, whose buffer is fixed
-            (64 MiB) and which does not use this.
+            through them piece by piece. The safetensors format goes through the C++ exporter, whose buffer this
+            is (``export_safetensors(buffer_size=...)``).
         overwrite: replace an existing file at ``out`` (otherwise AlreadyExistsError).
         allow_pickle: the checkpoint holds pickled values: load them (only for a checkpoint you trust). A torch file
             holding them then needs ``torch.load(weights_only=False)``.
@@ -142,7 +142,7 @@ def consolidate(
         raise NotFoundError(f"the directory of '{out}' ('{parent}') does not exist")
     start = time.monotonic()
     if fmt == "safetensors":
-        return _consolidate_safetensors(ckpt_path, out, parent, verify, progress, start)
+        return _consolidate_safetensors(ckpt_path, out, parent, budget, verify, progress, start)
     with _reader.open(ckpt_path, verify=verify, allow_pickle=allow_pickle, map_files=False) as r:
         return _consolidate_torch(r, out, parent, budget, allow_pickle, progress, start)
 
@@ -153,8 +153,8 @@ def consolidate(
 _UNLIMITED = 1 << 62
 
 
-def _consolidate_safetensors(ckpt_path: str, out: str, parent: str, verify: bool, progress: Optional[ProgressFn],
-                             start: float) -> ConsolidateSummary:  # fmt: skip
+def _consolidate_safetensors(ckpt_path: str, out: str, parent: str, budget: int, verify: bool,
+                             progress: Optional[ProgressFn], start: float) -> ConsolidateSummary:  # fmt: skip
     with _reader.open(ckpt_path, verify=False) as r:
         tensors = [n for n, e in r.metadata.items() if e.kind == "tensor"]
         skipped = tuple(n for n, e in r.metadata.items() if e.kind != "tensor")
@@ -162,7 +162,9 @@ def _consolidate_safetensors(ckpt_path: str, out: str, parent: str, verify: bool
     # `out` (same file system), whose single file is then renamed onto `out`.
     work = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=parent)
     try:
-        files = export_safetensors(ckpt_path, work, _UNLIMITED, prefix="model", verify=verify, progress=progress)
+        files = export_safetensors(
+            ckpt_path, work, _UNLIMITED, prefix="model", verify=verify, progress=progress, buffer_size=budget
+        )
         shards = [f for f in files if f.endswith(".safetensors")]
         if len(shards) != 1:
             raise CorruptCheckpointError(f"exporting '{ckpt_path}' gave {len(shards)} files instead of one")

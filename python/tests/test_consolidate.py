@@ -242,11 +242,11 @@ def test_consolidating_a_large_checkpoint_stays_within_max_memory(tmp_path):
     got = torch.load(tmp_path / "big.pt", weights_only=True, mmap=True)
     assert_same(got, _expected_torch(state))
     os.unlink(tmp_path / "big.pt")
-    # safetensors: the core's exporter, whose buffer is fixed (64 MiB) whatever --max-memory says.
+    # safetensors: the core's exporter, with --max-memory as its buffer (plus the reader's 8 MiB segment buffers).
     m = _measure(tmp_path, tmp_path / "big.safetensors", "16MiB")
     grew = m["peak"] - m["base"]
     print(f"safetensors: peak RSS grew {grew / 2**20:.1f} MiB in {m['seconds']:.2f}s")
-    assert grew < 128 * 2**20, grew
+    assert grew < 16 * 2**20 + 32 * 2**20, grew
     from safetensors import safe_open
 
     with safe_open(str(tmp_path / "big.safetensors"), "np") as f:
