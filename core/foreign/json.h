@@ -39,7 +39,8 @@ struct JsonValue {
 /// offset) and what; `context` (e.g. the file) prefixes them. Nesting deeper than `max_depth` is refused.
 Result<JsonValue> ParseJson(std::string_view text, const std::string& context, int max_depth = 64);
 
-/// `s` quoted as a JSON string (for messages and for writers).
+/// `s` as a JSON string literal, quotes included (escapes '"', '\\', and control characters, with the short forms where
+/// JSON has them; UTF-8 passes through). For messages and for writers (the safetensors exporter's headers and index).
 std::string JsonQuote(std::string_view s);
 
 }  // namespace distckpt

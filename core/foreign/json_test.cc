@@ -81,7 +81,7 @@ TEST(JsonTest, EveryPrefixOfADocumentFailsCleanly) {
 }
 
 TEST(JsonTest, QuotesForWriters) {
-  EXPECT_EQ(JsonQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\u000a\\u0001\"");
+  EXPECT_EQ(JsonQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
   DCKPT_ASSERT_OK_AND_ASSIGN(JsonValue v, ParseJson(JsonQuote("x\ty\"z\x1f"), "doc"));
   EXPECT_EQ(v.text, "x\ty\"z\x1f");
 }

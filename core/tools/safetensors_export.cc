@@ -18,57 +18,11 @@
 #include "core/engine/coordinator_round.h"
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
+#include "core/foreign/json.h"
 #include "core/format/metadata.h"
 
 namespace distckpt {
-namespace internal_safetensors {
-
-std::string JsonQuote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
-}
-
-}  // namespace internal_safetensors
-
 namespace {
-
-using internal_safetensors::JsonQuote;
 
 // Worst-case width of a uint64 in decimal; the shard-size estimate assumes it for both data offsets.
 constexpr uint64_t kMaxDecimalDigits = 20;

@@ -14,6 +14,7 @@
 #include "core/base/dtype.h"
 #include "core/base/status.h"
 #include "core/comm/communicator.h"
+#include "core/foreign/json.h"
 #include "core/storage/storage.h"
 #include "core/tools/name_rules.h"
 
@@ -93,8 +94,8 @@ Result<SafetensorsExportSummary> ExportSafetensors(const std::string& ckpt_path,
 
 namespace internal_safetensors {
 
-/// `s` as a JSON string literal, quotes included (escapes '"', '\\' and control characters; UTF-8 passes through).
-std::string JsonQuote(std::string_view s);
+/// `s` as a JSON string literal: core/foreign/json.h's, the one the project has.
+using ::distckpt::JsonQuote;
 
 }  // namespace internal_safetensors
 }  // namespace distckpt
