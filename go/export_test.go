@@ -24,19 +24,10 @@ func TestExportSafetensorsThroughTheCore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := os.ReadFile(filepath.Join(out, "m.safetensors.index.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var index struct {
-		WeightMap map[string]string `json:"weight_map"`
-	}
-	if err := json.Unmarshal(idx, &index); err != nil {
-		t.Fatal(err)
-	}
+	index := readIndex(t, filepath.Join(out, "m.safetensors.index.json"))
 	if len(index.WeightMap) != len(fixtures.Standard) {
-		t.Fatalf("index lists %d tensors, want %d (bytes entries are skipped): %s", len(index.WeightMap),
-			len(fixtures.Standard), idx)
+		t.Fatalf("index lists %d tensors, want %d (bytes entries are skipped): %v", len(index.WeightMap),
+			len(fixtures.Standard), index.WeightMap)
 	}
 	if progressed == 0 {
 		t.Fatal("no progress reported")
@@ -81,16 +72,7 @@ func TestExportRenameRulesAreAppliedByTheCore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := os.ReadFile(filepath.Join(out, "model.safetensors.index.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var index struct {
-		WeightMap map[string]string `json:"weight_map"`
-	}
-	if err := json.Unmarshal(idx, &index); err != nil {
-		t.Fatal(err)
-	}
+	index := readIndex(t, filepath.Join(out, "model.safetensors.index.json"))
 	want := []string{"layers.0.weight", "layers.1.weight", "model.embed", "model.layers.0.bias", "model.norm"}
 	if len(index.WeightMap) != len(want) {
 		t.Fatalf("weight_map %v, want the names %v", index.WeightMap, want)
@@ -113,4 +95,19 @@ func TestExportRenameRulesAreAppliedByTheCore(t *testing.T) {
 	if entries, _ := os.ReadDir(out2); len(entries) != 0 {
 		t.Fatalf("a refused export wrote %v", entries)
 	}
+}
+
+// readIndex reads the weight_map of a safetensors index the exporter wrote.
+func readIndex(t *testing.T, path string) (index struct {
+	WeightMap map[string]string `json:"weight_map"`
+}) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &index); err != nil {
+		t.Fatal(err)
+	}
+	return index
 }
