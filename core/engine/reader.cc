@@ -343,7 +343,7 @@ Result<uint64_t> Reader::ReadBytes(std::string_view name, void* dst, uint64_t ca
                                                    std::to_string(capacity));
   }
   Box box = Box::Whole(e.shape).value();
-  DCKPT_RETURN_IF_ERROR(ReadTargets(*idx, {ReadTarget{box, dst}}));
+  DCKPT_RETURN_IF_ERROR(ReadTargets(*idx, {ReadTarget{box, dst, {}}}));
   return size;
 }
 

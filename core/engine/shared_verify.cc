@@ -84,7 +84,10 @@ VerifyFilter MakeVerifyFilter(const std::vector<VerifyClaim>& claims, int me) {
     std::vector<FileRange> ranges;
   };
   auto sharing = std::make_shared<std::map<uint32_t, std::vector<Peer>>>();
-  for (const auto& [file, id] : claims[me].identities) {
+  for (const auto& identity : claims[me].identities) {
+    // Named copies, not structured bindings: a lambda may not capture those before C++20 (clang refuses).
+    const auto& file = identity.first;
+    const auto id = identity.second;
     if (id == 0) continue;
     std::vector<Peer> peers;
     for (size_t r = 0; r < claims.size(); ++r) {

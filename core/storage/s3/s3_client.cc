@@ -109,7 +109,7 @@ class S3Client final : public ObjectClient {
 
   Result<uint64_t> Size(const std::string& path) override {
     DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
-    HttpRequest req{"HEAD", url};
+    HttpRequest req{"HEAD", url, {}};
     DCKPT_ASSIGN_OR_RETURN(HttpResponse r, Send(&req, Call{"HEAD", path}));
     const std::string length = r.Header("content-length");
     char* end = nullptr;
@@ -176,7 +176,7 @@ class S3Client final : public ObjectClient {
       // Query parameters in the order Signature Version 4 signs them (sorted by name), values encoded.
       std::string query = token.empty() ? "" : "continuation-token=" + UriEncode(token, false) + "&";
       query += "delimiter=%2F&list-type=2&prefix=" + UriEncode(prefix, false);
-      HttpRequest req{"GET", ObjectUrl(config_, loc.bucket, "") + "?" + query};
+      HttpRequest req{"GET", ObjectUrl(config_, loc.bucket, "") + "?" + query, {}};
       DCKPT_ASSIGN_OR_RETURN(HttpResponse r, Send(&req, Call{"LIST", dir}));
       ListPage page = ParseListPage(r.body);
       for (const std::string& key : page.keys) {
@@ -199,7 +199,7 @@ class S3Client final : public ObjectClient {
 
   Status Remove(const std::string& path) override {
     DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
-    HttpRequest req{"DELETE", url};
+    HttpRequest req{"DELETE", url, {}};
     SendInfo info;
     Result<HttpResponse> r = Send(&req, Call{"DELETE", path}, &info);
     if (!r.ok() && r.status().code() == StatusCode::kNotFound && info.code != "NoSuchBucket") return OkStatus();
@@ -209,7 +209,7 @@ class S3Client final : public ObjectClient {
   Status Commit(const std::string& path, const std::string& data, bool replace) override {
     DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
     const Call call{replace ? "PUT" : "PUT (If-None-Match: *)", path};
-    HttpRequest req{"PUT", url};
+    HttpRequest req{"PUT", url, {}};
     if (!replace) req.headers.push_back("If-None-Match: *");
     req.body = data.data();
     req.body_size = data.size();
@@ -228,7 +228,7 @@ class S3Client final : public ObjectClient {
 
   Result<std::unique_ptr<ObjectPartUpload>> BeginParts(const std::string& path, uint64_t size_hint) override {
     DCKPT_ASSIGN_OR_RETURN(std::string url, UrlOf(path));
-    HttpRequest req{"POST", url + "?uploads="};
+    HttpRequest req{"POST", url + "?uploads=", {}};
     const Call call{"CreateMultipartUpload", path};
     DCKPT_ASSIGN_OR_RETURN(HttpResponse r, Send(&req, call));
     std::string id = XmlElement(r.body, "UploadId");
@@ -316,7 +316,7 @@ Status SingleUpload::Close(uint64_t size, bool discard) {
   if (discard) return OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
   data_.resize(size);
-  HttpRequest req{"PUT", object_url_};
+  HttpRequest req{"PUT", object_url_, {}};
   req.body = data_.data();
   req.body_size = data_.size();
   Status st = client_->Send(&req, Call{"PUT", url_}).status();
@@ -326,7 +326,7 @@ Status SingleUpload::Close(uint64_t size, bool discard) {
 
 Status PartUpload::UploadPart(unsigned number, const void* data, size_t size) {
   if (number == 0) return InvalidArgument("S3 part numbers start at 1");
-  HttpRequest req{"PUT", object_url_ + "?partNumber=" + std::to_string(number) + "&" + upload_query_};
+  HttpRequest req{"PUT", object_url_ + "?partNumber=" + std::to_string(number) + "&" + upload_query_, {}};
   req.body = data;
   req.body_size = size;
   DCKPT_ASSIGN_OR_RETURN(HttpResponse r,
@@ -367,7 +367,7 @@ Status PartUpload::Complete() {
 }
 
 Status PartUpload::Abort() {
-  HttpRequest req{"DELETE", object_url_ + "?" + upload_query_};
+  HttpRequest req{"DELETE", object_url_ + "?" + upload_query_, {}};
   SendInfo info;
   Result<HttpResponse> r = client_->Send(&req, Call{"AbortMultipartUpload", url_}, &info);
   if (!r.ok() && info.code == "NoSuchUpload") return OkStatus();
