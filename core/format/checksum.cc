@@ -2,36 +2,25 @@
 
 #include <cstring>
 
-// XXH3-64 built three times (xxh3/xxh3_{sse2,avx2,avx512}.c, xxhash's own code inlined from Debian's header), the
-// widest variant the CPU and OS support chosen once at load: ~4x faster than the baseline build of XXH3_64bits in
-// Debian's libxxhash on this hardware (bench/NOTES.md). Inlined rather than taken from libxxhash's run-time dispatch,
-// which exists only in its shared library: libdistckpt.so and libdistckpt.a carry no xxhash dependency.
-extern "C" {
-uint64_t distckpt_xxh3_sse2(const void* data, size_t size);
-uint64_t distckpt_xxh3_avx2(const void* data, size_t size);
-uint64_t distckpt_xxh3_avx512(const void* data, size_t size);
-}
+#include "core/format/xxh3/xxh3.h"
 
+// XXH3-64 built once per SIMD level (xxh3/: xxhash's own code inlined from Debian's header), the widest build the CPU
+// and OS support chosen once at load: on x86-64 ~4x faster than the baseline build of XXH3_64bits in Debian's
+// libxxhash on this hardware (bench/NOTES.md). Inlined rather than taken from libxxhash's run-time dispatch, which
+// exists only in its shared library: libdistckpt.so and libdistckpt.a carry no xxhash dependency.
 namespace distckpt {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "distckpt assumes a little-endian host");
 
 namespace {
 
-using Xxh3Fn = uint64_t (*)(const void*, size_t);
+using internal_xxh3::Xxh3Fn;
 
-Xxh3Fn PickXxh3() {
-  __builtin_cpu_init();  // libgcc's checks include the OS's XSAVE state for the AVX registers
-  if (__builtin_cpu_supports("avx512f")) return distckpt_xxh3_avx512;
-  if (__builtin_cpu_supports("avx2")) return distckpt_xxh3_avx2;
-  return distckpt_xxh3_sse2;
-}
-
-const Xxh3Fn kXxh3 = PickXxh3();
+const Xxh3Fn kXxh3 = internal_xxh3::Xxh3Variants().front().fn;
 
 // Before static initialisation has run (a checksum from another library's constructor) kXxh3 may still be null.
 inline uint64_t XXH3_64bits_dispatch(const void* data, size_t size) {
-  const Xxh3Fn fn = kXxh3 != nullptr ? kXxh3 : distckpt_xxh3_sse2;
+  const Xxh3Fn fn = kXxh3 != nullptr ? kXxh3 : distckpt_xxh3_scalar;
   return fn(data, size);
 }
 

@@ -1,4 +1,4 @@
-/* XXH3-64 built for one x86-64 SIMD level (SSE2); checksum.cc picks the widest one the CPU and OS support.
+/* XXH3-64 built for one x86-64 SIMD level (SSE2); checksum.cc picks the widest one the CPU and OS support (xxh3.h).
  * C, not C++: this file is compiled with its own -m flags, and a C++ file would emit weak copies of inline library
  * functions built for SSE2 that the linker could pick for the whole program. XXH_INLINE_ALL makes every xxhash
  * function static to this file. */
