@@ -10,6 +10,11 @@ filegroup(
 )
 
 filegroup(
+    name = "gcc_aarch64_wrappers",
+    srcs = ["cross-g++-aarch64"],
+)
+
+filegroup(
     name = "empty",
     srcs = [],
 )
@@ -91,3 +96,81 @@ cc_toolchain_suite(
     ("k8", "x86_64-linux-gnu"),
     ("aarch64", "aarch64-linux-gnu"),
 ]]
+
+# Debian's cross g++ for AArch64 (libstdc++), linking against the arm64 root's libraries (toolchains.bzl).
+cc_toolchain_suite(
+    name = "gcc_aarch64",
+    toolchains = {
+        "aarch64": ":gcc-aarch64",
+        "aarch64|gcc": ":gcc-aarch64",
+    },
+)
+
+cc_toolchain(
+    name = "gcc-aarch64",
+    all_files = ":gcc_aarch64_wrappers",
+    ar_files = ":gcc_aarch64_wrappers",
+    as_files = ":gcc_aarch64_wrappers",
+    compiler_files = ":gcc_aarch64_wrappers",
+    dwp_files = ":empty",
+    linker_files = ":gcc_aarch64_wrappers",
+    objcopy_files = ":empty",
+    strip_files = ":empty",
+    supports_param_files = 1,
+    toolchain_config = ":gcc-aarch64-config",
+    toolchain_identifier = "gcc-aarch64",
+)
+
+cc_toolchain_config(
+    name = "gcc-aarch64-config",
+    abi_libc_version = "glibc_2.36",
+    abi_version = "gcc",
+    compile_flags = [
+        "-fstack-protector",
+        "-Wall",
+        "-fno-omit-frame-pointer",
+        "-Wno-builtin-macro-redefined",
+        "-D__DATE__=\"redacted\"",
+        "-D__TIMESTAMP__=\"redacted\"",
+        "-D__TIME__=\"redacted\"",
+    ],
+    compiler = "gcc",
+    cpu = "aarch64",
+    cxx_builtin_include_directories = [
+        "/usr/lib/gcc-cross/aarch64-linux-gnu/12/include",
+        "/usr/aarch64-linux-gnu/include",
+        "/usr/include",
+    ],
+    cxx_flags = ["-std=c++17"],
+    dbg_compile_flags = ["-g"],
+    host_system_name = "x86_64-unknown-linux-gnu",
+    link_flags = ["-Wl,-z,relro,-z,now"],
+    link_libs = [
+        "-lstdc++",
+        "-lm",
+    ],
+    opt_compile_flags = [
+        "-O2",
+        "-DNDEBUG",
+        "-ffunction-sections",
+        "-fdata-sections",
+    ],
+    opt_link_flags = ["-Wl,--gc-sections"],
+    supports_start_end_lib = False,
+    target_libc = "glibc_2.36",
+    target_system_name = "aarch64-linux-gnu",
+    tool_paths = {
+        "gcc": "cross-g++-aarch64",
+        "cpp": "/usr/bin/aarch64-linux-gnu-cpp",
+        "ar": "/usr/bin/aarch64-linux-gnu-ar",
+        "ld": "/usr/bin/aarch64-linux-gnu-ld",
+        "nm": "/usr/bin/aarch64-linux-gnu-nm",
+        "objcopy": "/usr/bin/aarch64-linux-gnu-objcopy",
+        "objdump": "/usr/bin/aarch64-linux-gnu-objdump",
+        "strip": "/usr/bin/aarch64-linux-gnu-strip",
+        "gcov": "/bin/false",
+        "dwp": "/bin/false",
+        "llvm-cov": "/bin/false",
+    },
+    toolchain_identifier = "gcc-aarch64",
+)
