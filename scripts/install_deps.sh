@@ -20,6 +20,11 @@ PACKAGES=(
   patchelf                                            # the portable install tree (scripts/build_lib.sh) and the wheel
   clang-14 libclang-rt-14-dev                         # scripts/fuzz.sh: libFuzzer, ASan and UBSan
   clang-format                                        # scripts/format_check.sh (.clang-format), in scripts/test.sh
+  golang-go                                           # the Go package and CLI (go/), before pytest: its CLI tests
+  cmake                                               # tests/consumers/cmake (find_package(distckpt))
+  debootstrap                                         # tests/packaging: Debian 11 and arm64 roots (chroot.sh)
+  qemu-user-static                                    # tests/packaging/aarch64.sh: arm64 programs under qemu-user
+  g++-aarch64-linux-gnu binutils-aarch64-linux-gnu    # --config=gcc_aarch64 (the AArch64 Gloo plugin, tests)
 )
 
 missing=()
