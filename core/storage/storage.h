@@ -163,6 +163,12 @@ class Storage {
                                                                std::chrono::milliseconds timeout) = 0;
 };
 
+/// Creates directory `path` and every missing directory above it (mkdir -p), each new one made durable in its parent
+/// (SyncDir), so that a checkpoint saved below it survives a crash together with its path. OK if it exists as a
+/// directory; kExists naming the path if something else is in the way. Backends without directories (object stores,
+/// whose prefixes need no creating) are never asked: the commit protocol kMetadataLast does not call it.
+Status CreateDirectories(Storage* storage, const std::string& path);
+
 /// The real filesystem through POSIX calls (pread/pwrite, fsync, rename).
 std::unique_ptr<Storage> NewPosixStorage();
 /// An in-process filesystem for tests. Not durable, obviously.
