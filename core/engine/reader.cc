@@ -11,6 +11,7 @@
 #include "core/engine/read_executor.h"
 #include "core/engine/save.h"
 #include "core/foreign/foreign.h"
+#include "core/foreign/hub_cache.h"
 
 namespace distckpt {
 
@@ -93,6 +94,17 @@ struct Description {
   bool foreign = false;
 };
 
+// A directory without metadata.dckpt (nor a STAGING marker) in a Hugging Face hub cache is read where the cache
+// keeps its files (core/foreign/hub_cache.h): a snapshot through its links into blobs/, a repository at refs/main's
+// snapshot (`*dir_path` becomes the snapshot's). A distckpt checkpoint's own files are never read through links.
+Status ResolveInPlace(Storage* storage, const std::string& path, std::unique_ptr<Directory>* dir,
+                      std::string* dir_path) {
+  DCKPT_ASSIGN_OR_RETURN(bool has_metadata, (*dir)->Exists(kMetadataFileName));
+  DCKPT_ASSIGN_OR_RETURN(bool staging, (*dir)->Exists(kStagingMarkerName));
+  if (has_metadata || staging) return OkStatus();
+  return ResolveHubCache(dir, dir_path, path, storage);
+}
+
 // The metadata of the checkpoint at `path` (directory `dir`), or of the one safetensors file `single_file` in it.
 Result<Description> ReadDescription(Storage* storage, Directory* dir, const std::string& path,
                                     const std::string& dir_path, const std::string& single_file, bool map) {
@@ -121,7 +133,7 @@ Result<Description> ReadDescription(Storage* storage, Directory* dir, const std:
     }
     auto staging = dir->Exists(kStagingMarkerName);
     if (file.status().code() != StatusCode::kNotFound || (staging.ok() && *staging)) return file.status();
-    DCKPT_ASSIGN_OR_RETURN(foreign, DescribeForeignDirectory(storage, dir, path));
+    DCKPT_ASSIGN_OR_RETURN(foreign, DescribeForeignDirectory(storage, dir, dir_path, path));
     if (!foreign) {
       return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName +
                       ", and it is not a safetensors or PyTorch DCP checkpoint either");
@@ -157,6 +169,11 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
     }
   }
   auto dir = OpenCheckpointDirectory(storage, dir_path);
+  if (dir.ok()) {
+    // Every rank: where the directory is read, and through which links, is each rank's own to find.
+    Status resolved = ResolveInPlace(storage, path, &dir.value(), &dir_path);
+    if (!resolved.ok()) dir = resolved;
+  }
   const std::string context = path + "/" + kMetadataFileName;
   Description desc;
   if (comm != nullptr && comm->size() > 1) {

@@ -13,11 +13,12 @@
 
 namespace distckpt {
 
-/// The description of the foreign checkpoint in directory `dir` (at `path` on `storage`), which holds no
+/// The description of the foreign checkpoint in directory `dir` (at `dir_path` on `storage`), which holds no
 /// metadata.dckpt: a PyTorch DCP checkpoint if it holds `.metadata`, else a safetensors one if it holds an index or
-/// `.safetensors` files. nullopt if it is neither. Errors name `path` and the file at fault.
+/// `.safetensors` files. nullopt if it is neither. Errors name `path` (the checkpoint as the caller named it: the
+/// same as dir_path, or a hub cache repository whose snapshot dir is, hub_cache.h) and the file at fault.
 Result<std::optional<MetadataRecord>> DescribeForeignDirectory(Storage* storage, Directory* dir,
-                                                               const std::string& path);
+                                                               const std::string& dir_path, const std::string& path);
 
 /// The description of the checkpoint one file `name` in directory `dir` stands for: a safetensors file on its own,
 /// or a safetensors index (`*.safetensors.index.json`) with the shards it names. `path` (the file's own path) names

@@ -276,6 +276,11 @@ Status CreateDirectories(Storage* storage, const std::string& path) {
   return storage->SyncDir(parent);
 }
 
+Result<std::unique_ptr<Directory>> Directory::OpenSubdirectory(const std::string& name) {
+  return Status(StatusCode::kUnsupported,
+                "opening directory '" + name + "' inside '" + path() + "': this storage has no directories");
+}
+
 Status Storage::Publish(const std::string& path, const std::string& data, bool replace) {
   if (!replace) {
     DCKPT_ASSIGN_OR_RETURN(bool exists, Exists(path));
