@@ -39,6 +39,14 @@ Result<MetadataRecord> DescribeSafetensorsFile(Directory* dir, const std::string
   return DescribeSafetensors(dir, layout, path);
 }
 
+std::string_view ForeignFormatVersion(const MetadataView& metadata) {
+  if (metadata.source() != kDcpSource) return {};
+  for (size_t i = 0; i < metadata.num_user(); ++i) {
+    if (metadata.user(i).first == kDcpVersionKey) return metadata.user(i).second;
+  }
+  return {};
+}
+
 bool IsSafetensorsFilePath(const std::string& path) {
   return EndsWith(path, ".safetensors") || EndsWith(path, ".safetensors.index.json");
 }

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/base/status.h"
 #include "core/format/metadata.h"
@@ -25,6 +26,11 @@ Result<std::optional<MetadataRecord>> DescribeForeignDirectory(Storage* storage,
 /// it in errors.
 Result<MetadataRecord> DescribeSafetensorsFile(Directory* dir, const std::string& dir_path, const std::string& name,
                                                const std::string& path);
+
+/// The version a foreign format records of itself, as it records it: DCP's `.metadata` version ("1.0.0"). Empty for a
+/// format that records none (safetensors; DCP written before torch 2.5 had a version field) and for a distckpt
+/// checkpoint (whose version is its format_major and format_minor). Points into `metadata`'s buffer (NUL-terminated).
+std::string_view ForeignFormatVersion(const MetadataView& metadata);
 
 /// Whether `path` names a file that is a checkpoint on its own (rather than a checkpoint directory): it ends in
 /// ".safetensors" or ".safetensors.index.json".
