@@ -594,7 +594,8 @@ typedef struct dckpt_save_info {
 #define DCKPT_SAVE_INFO_INIT {DCKPT_SAVE_INFO_VERSION, 0, 0, 0, 0, 0, 0.0}
 
 /* Saves `state` to the directory `path`, atomically. Collective over `comm`: every rank calls it with the same path.
- * If any rank fails, every rank returns an error and nothing appears at `path`. `info` may be NULL. */
+ * If any rank fails, every rank returns an error and nothing appears at `path`. `info` may be NULL. On a file system,
+ * missing parent directories of `path` are made (mkdir -p, each made durable). */
 DCKPT_API int dckpt_save(dckpt_save_info *info, const char *path, const dckpt_state *state, dckpt_comm *comm,
                          const dckpt_save_options *opts);
 
