@@ -46,13 +46,13 @@ func TestHubCacheRefusesLinksOutOfItsBlobs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			repo, snapshot := fixtures.HubCache(t, t.TempDir(), "org/tiny")
-			must(t, os.Mkdir(filepath.Join(repo, "blobs", "adir"), 0o755))
+			fixtures.Must(t, os.Mkdir(filepath.Join(repo, "blobs", "adir"), 0o755))
 			shard := filepath.Join(snapshot, "model-00002-of-00003.safetensors")
 			target, err := os.Readlink(shard)
-			must(t, err)
-			must(t, os.Symlink(filepath.Base(target), filepath.Join(repo, "blobs", "alias")))
-			must(t, os.Remove(shard))
-			must(t, os.Symlink(tc.target, shard))
+			fixtures.Must(t, err)
+			fixtures.Must(t, os.Symlink(filepath.Base(target), filepath.Join(repo, "blobs", "alias")))
+			fixtures.Must(t, os.Remove(shard))
+			fixtures.Must(t, os.Symlink(tc.target, shard))
 			_, err = distckpt.Open(repo, nil)
 			var e *distckpt.Error
 			if !errors.Is(err, distckpt.ErrCorrupt) || !errors.As(err, &e) || !strings.Contains(e.Message, shard) ||
@@ -62,16 +62,9 @@ func TestHubCacheRefusesLinksOutOfItsBlobs(t *testing.T) {
 		})
 	}
 	repo, _ := fixtures.HubCache(t, t.TempDir(), "org/tiny")
-	must(t, os.WriteFile(filepath.Join(repo, "refs", "main"), []byte("../x"), 0o644))
+	fixtures.Must(t, os.WriteFile(filepath.Join(repo, "refs", "main"), []byte("../x"), 0o644))
 	_, err := distckpt.Open(repo, nil)
 	if !errors.Is(err, distckpt.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(repo, "refs", "main")) {
 		t.Fatalf("refs/main ../x: %v", err)
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 func TestLsAndInspectOfAHubCache(t *testing.T) {
 	cache := t.TempDir()
 	repo, snapshot := fixtures.HubCache(t, cache, "org/tiny")
-	must(t, os.MkdirAll(filepath.Join(cache, ".locks", "models--org--tiny"), 0o755)) // huggingface_hub's locks
+	fixtures.Must(t, os.MkdirAll(filepath.Join(cache, ".locks", "models--org--tiny"), 0o755)) // huggingface_hub's locks
 	for _, tc := range []struct{ dir, name string }{
 		{cache, "models--org--tiny"},
 		{repo, "models--org--tiny"},
@@ -62,8 +62,8 @@ func TestLsAndInspectOfAHubCache(t *testing.T) {
 
 	// A link out of the repository: ls says corrupt (and exits 0), inspect exits 5 naming the file.
 	shard := filepath.Join(snapshot, "model-00001-of-00003.safetensors")
-	must(t, os.Remove(shard))
-	must(t, os.Symlink("/etc/passwd", shard))
+	fixtures.Must(t, os.Remove(shard))
+	fixtures.Must(t, os.Symlink("/etc/passwd", shard))
 	out, errOut, code := cli(t, "ls", filepath.Join(repo, "snapshots"))
 	wantCode(t, code, exitOK, out, errOut)
 	if !strings.Contains(out, "corrupt") || !strings.Contains(out, "/etc/passwd") {
@@ -73,13 +73,6 @@ func TestLsAndInspectOfAHubCache(t *testing.T) {
 	wantCode(t, code, exitCorrupt, out, errOut)
 	if !strings.Contains(errOut, shard) || !strings.Contains(errOut, "does not lead to a file") {
 		t.Errorf("inspect: %s", errOut)
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
