@@ -164,3 +164,26 @@ def test_a_repository_without_refs_main_names_its_revisions(cache):
     (repo / "refs" / "main").unlink()
     with pytest.raises(distckpt.NotFoundError, match=f"has no refs/main.*'{REVISION}'"):
         distckpt.open(repo)
+
+
+@pytest.mark.parametrize("which", ["repository", "snapshot"])
+def test_three_ranks_load_row_shards_of_the_cache(cache, tmp_path, which):
+    """A collective open: rank 0 describes the checkpoint; every rank finds the cache's blobs through its own
+    directory (and, for the repository, its own refs/main)."""
+    import _foreign_workers
+    import _workers
+
+    root, repo, snapshot, tensors = cache
+    path = repo if which == "repository" else snapshot
+    np.savez(tmp_path / "expected.npz", **tensors)
+    _workers.spawn(
+        _workers.run,
+        3,
+        lambda rank, results: (
+            _foreign_workers.hub_load_rank,
+            rank,
+            (3, f"file://{tmp_path}/rdv", str(path), str(tmp_path / "expected.npz"), "always"),
+            results,
+        ),
+        180,
+    )
