@@ -110,6 +110,7 @@ class Reader {
     d["checksum_block_size"] = info.checksum_block_size;
     d["source"] = std::string(info.source ? info.source : "");
     d["checksummed"] = info.checksummed != 0;
+    d["source_version"] = std::string(info.source_version ? info.source_version : "");
     return d;
   }
 

@@ -20,6 +20,7 @@
 #include "core/engine/reader.h"
 #include "core/engine/save.h"
 #include "core/engine/save_async.h"
+#include "core/foreign/foreign.h"
 
 static_assert(DCKPT_VERSION_MAJOR == distckpt::kVersionMajor && DCKPT_VERSION_MINOR == distckpt::kVersionMinor &&
                   DCKPT_VERSION_PATCH == distckpt::kVersionPatch,
@@ -584,6 +585,7 @@ int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
       out->source = BorrowedCString(m.source());
       out->checksummed = m.checksummed() ? 1 : 0;
     }
+    if (out->version >= 3) out->source_version = BorrowedCString(distckpt::ForeignFormatVersion(m));
     return DCKPT_OK;
   })
 }

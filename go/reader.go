@@ -140,6 +140,11 @@ type Info struct {
 	// Checksummed is true when every chunk carries checksums (distckpt); false for a foreign checkpoint, whose bytes
 	// cannot be verified: Verify then fails with ErrUnsupported saying so, and Chunk.Checksum is 0.
 	Checksummed bool `json:"checksummed"`
+	// SourceVersion is the version a foreign format records of itself, as it records it ("1.0.0" for a DCP
+	// .metadata that has one); "" for safetensors (which records none), an older DCP checkpoint, and a distckpt
+	// checkpoint, whose format version is FormatMajor.FormatMinor (those of a foreign checkpoint describe the
+	// library's in-memory description of it, not the foreign format).
+	SourceVersion string `json:"source_version"`
 }
 
 // Info returns the checkpoint's summary.
@@ -156,10 +161,11 @@ func readerInfo(p *C.dckpt_reader) (Info, error) {
 	var ci C.dckpt_checkpoint_info
 	ci.version = C.DCKPT_CHECKPOINT_INFO_VERSION
 	err := ccall(func() C.int { return C.dckpt_reader_info(&ci, p) })
-	if errors.Is(err, ErrVersion) {
-		// A library of the same ABI from before version 2 of the struct, which reads distckpt checkpoints only: it
-		// leaves source NULL (read below as distckpt, checksummed).
-		ci = C.dckpt_checkpoint_info{version: 1}
+	for older := 2; errors.Is(err, ErrVersion) && older >= 1; older-- {
+		// A library of the same ABI from before this version of the struct: version 2 has no source_version (read
+		// as ""), and version 1, from a library that reads distckpt checkpoints only, leaves source NULL (read below
+		// as distckpt, checksummed).
+		ci = C.dckpt_checkpoint_info{version: C.uint(older)}
 		err = ccall(func() C.int { return C.dckpt_reader_info(&ci, p) })
 	}
 	if err != nil {
@@ -172,9 +178,14 @@ func readerInfo(p *C.dckpt_reader) (Info, error) {
 		}
 		checksummed = ci.checksummed != 0
 	}
+	sourceVersion := ""
+	if ci.version >= 3 && ci.source_version != nil {
+		sourceVersion = C.GoString(ci.source_version)
+	}
 	return Info{
 		Format:            format,
 		Checksummed:       checksummed,
+		SourceVersion:     sourceVersion,
 		FormatMajor:       int(ci.format_major),
 		FormatMinor:       int(ci.format_minor),
 		Writer:            C.GoString(ci.writer),

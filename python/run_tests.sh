@@ -17,9 +17,11 @@ if [[ ! -x $py ]]; then
 fi
 pip_q=(-m pip install -q --disable-pip-version-check)
 # fsspec, s3fs, boto3 and moto[server]: storage tests (memory://, and S3 on a moto server the tests start on loopback).
-if ! "$py" -c "import numpy, pytest, ml_dtypes, safetensors, setuptools, wheel, fsspec, s3fs, boto3, moto.server" \
-    2>/dev/null; then
-  "$py" "${pip_q[@]}" numpy pytest ml_dtypes safetensors setuptools wheel fsspec s3fs boto3 "moto[server]"
+# huggingface_hub: the hub cache tests lay out its cache with its own functions and check it with its scan_cache_dir.
+if ! "$py" -c "import numpy, pytest, ml_dtypes, safetensors, setuptools, wheel, fsspec, s3fs, boto3, moto.server, \
+huggingface_hub" 2>/dev/null; then
+  "$py" "${pip_q[@]}" numpy pytest ml_dtypes safetensors setuptools wheel fsspec s3fs boto3 "moto[server]" \
+    huggingface_hub
 fi
 # The frameworks distckpt plugs into (DCP, Lightning, Orbax): the real packages, from PyPI (torch's CUDA build; the
 # tests run it on CPU). A failed install is reported and their tests skip with the reason; it does not stop the suite.

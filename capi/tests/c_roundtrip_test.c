@@ -184,6 +184,7 @@ int main(void) {
   CHECK_OK(dckpt_reader_info(&ci, reader));
   CHECK(ci.num_entries == 4);
   CHECK(ci.format_major == 1);
+  CHECK(strcmp(ci.source, "") == 0 && strcmp(ci.source_version, "") == 0 && ci.checksummed == 1);
   size_t idx = 0;
   CHECK_OK(dckpt_reader_find(&idx, reader, "model.w"));
   dckpt_entry_info ei = DCKPT_ENTRY_INFO_INIT;

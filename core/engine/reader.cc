@@ -11,6 +11,7 @@
 #include "core/engine/read_executor.h"
 #include "core/engine/save.h"
 #include "core/foreign/foreign.h"
+#include "core/foreign/hub_cache.h"
 
 namespace distckpt {
 
@@ -93,13 +94,29 @@ struct Description {
   bool foreign = false;
 };
 
+// A directory without metadata.dckpt (nor a STAGING marker) in a Hugging Face hub cache is read where the cache
+// keeps its files (core/foreign/hub_cache.h): a snapshot through its links into blobs/, a repository at refs/main's
+// snapshot (`*dir_path` becomes the snapshot's). A distckpt checkpoint's own files are never read through links.
+// Only foreign checkpoints get here, so opening a distckpt one costs nothing more (on S3, no request more).
+Status ResolveInPlace(Storage* storage, const std::string& path, std::unique_ptr<Directory>* dir,
+                      std::string* dir_path) {
+  DCKPT_ASSIGN_OR_RETURN(bool has_metadata, (*dir)->Exists(kMetadataFileName));
+  DCKPT_ASSIGN_OR_RETURN(bool staging, (*dir)->Exists(kStagingMarkerName));
+  if (has_metadata || staging) return OkStatus();
+  return ResolveHubCache(dir, dir_path, path, storage);
+}
+
 // The metadata of the checkpoint at `path` (directory `dir`), or of the one safetensors file `single_file` in it.
-Result<Description> ReadDescription(Storage* storage, Directory* dir, const std::string& path,
-                                    const std::string& dir_path, const std::string& single_file, bool map) {
+// A foreign checkpoint's directory may be replaced (`*dir`, `*dir_path`: ResolveInPlace).
+Result<Description> ReadDescription(Storage* storage, std::unique_ptr<Directory>* dir_holder, const std::string& path,
+                                    std::string* dir_path, const std::string& single_file, bool map) {
   Description d;
   std::optional<MetadataRecord> foreign;
+  Directory* dir = dir_holder->get();
   if (!single_file.empty()) {
-    DCKPT_ASSIGN_OR_RETURN(MetadataRecord record, DescribeSafetensorsFile(dir, dir_path, single_file, path));
+    DCKPT_RETURN_IF_ERROR(ResolveInPlace(storage, path, dir_holder, dir_path));
+    DCKPT_ASSIGN_OR_RETURN(MetadataRecord record,
+                           DescribeSafetensorsFile(dir_holder->get(), *dir_path, single_file, path));
     foreign = std::move(record);
   } else {
     auto file = OpenMetadataFile(dir, path);
@@ -121,7 +138,8 @@ Result<Description> ReadDescription(Storage* storage, Directory* dir, const std:
     }
     auto staging = dir->Exists(kStagingMarkerName);
     if (file.status().code() != StatusCode::kNotFound || (staging.ok() && *staging)) return file.status();
-    DCKPT_ASSIGN_OR_RETURN(foreign, DescribeForeignDirectory(storage, dir, path));
+    DCKPT_RETURN_IF_ERROR(ResolveHubCache(dir_holder, dir_path, path, storage));  // no metadata.dckpt, no STAGING
+    DCKPT_ASSIGN_OR_RETURN(foreign, DescribeForeignDirectory(storage, dir_holder->get(), *dir_path, path));
     if (!foreign) {
       return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName +
                       ", and it is not a safetensors or PyTorch DCP checkpoint either");
@@ -166,7 +184,7 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
     if (comm->rank() == 0) {
       Result<Description> read = [&]() -> Result<Description> {
         if (!dir.ok()) return dir.status();
-        return ReadDescription(storage, dir->get(), path, dir_path, single_file, /*map=*/false);
+        return ReadDescription(storage, &dir.value(), path, &dir_path, single_file, /*map=*/false);
       }();
       PutStatus(&w, read.status());
       if (read.ok()) {
@@ -188,13 +206,16 @@ Result<std::unique_ptr<Reader>> Reader::Open(const std::string& path, Communicat
     // A foreign checkpoint has no metadata file to compare; its data files' sizes are checked against the
     // description when they are opened.
     if (comm->rank() != 0 && !foreign) DCKPT_RETURN_IF_ERROR(CheckSameMetadata(dir->get(), path, *bytes));
+    // Where a foreign checkpoint's files are (a hub cache's blobs/) each rank finds through its own directory.
+    if (comm->rank() != 0 && foreign) DCKPT_RETURN_IF_ERROR(ResolveInPlace(storage, path, &dir.value(), &dir_path));
     desc.foreign = foreign != 0;
     desc.data = bytes->data();
     desc.size = bytes->size();
     desc.owner = std::move(bytes);
   } else {
     if (!dir.ok()) return dir.status();
-    DCKPT_ASSIGN_OR_RETURN(desc, ReadDescription(storage, dir->get(), path, dir_path, single_file, options.map_files));
+    DCKPT_ASSIGN_OR_RETURN(desc,
+                           ReadDescription(storage, &dir.value(), path, &dir_path, single_file, options.map_files));
   }
   Result<MetadataView> parsed =
       desc.foreign ? MetadataView::ParseForeign(std::shared_ptr<const std::string>(

@@ -669,7 +669,7 @@ Result<MetadataRecord> DescribeDcpMetadata(const DcpMetadata& md, const std::str
     }
     record.entries.push_back(std::move(r));
   }
-  if (!md.version.empty()) record.user.emplace_back("torch_dcp.version", md.version);
+  if (!md.version.empty()) record.user.emplace_back(kDcpVersionKey, md.version);
   if (!md.save_id.empty()) record.user.emplace_back("torch_dcp.save_id", md.save_id);
   if (!md.planner_data.empty()) record.user.emplace_back("torch_dcp.planner_data", PlannerDataJson(md));
   return record;

@@ -28,6 +28,8 @@ constexpr uint64_t kMaxDcpMetadataBytes = (uint64_t{1} << 31) - 1;
 /// The writer a DCP description records, and its source (MetadataRecord::source).
 constexpr char kDcpWriter[] = "torch.distributed.checkpoint";
 constexpr char kDcpSource[] = "torch-dcp";
+/// The user key of a description that holds the `.metadata`'s own version (Metadata.version, "1.0.0"), when it has one.
+constexpr char kDcpVersionKey[] = "torch_dcp.version";
 
 /// One item of a .distcp file: DCP's _StorageInfo.
 struct DcpItem {

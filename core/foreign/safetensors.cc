@@ -107,7 +107,8 @@ Result<MetadataRecord> DescribeSafetensors(Directory* dir, const SafetensorsLayo
     if (!f.ok()) {
       if (f.status().code() == StatusCode::kNotFound) {
         return NotFound("checkpoint '" + context + "': safetensors file '" + name + "'" +
-                        (layout.index.empty() ? "" : " (named by '" + layout.index + "')") + " is missing");
+                        (layout.index.empty() ? "" : " (named by '" + layout.index + "')") + " is missing (" +
+                        f.status().message() + ")");
       }
       return f.status().WithContext("checkpoint '" + context + "'");
     }

@@ -154,7 +154,7 @@ class SafetensorsDirTest : public ::testing::Test {
   Result<std::optional<MetadataRecord>> Describe() {
     Storage* s = DefaultStorage();
     DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<Directory> d, s->OpenDirectory(dir_));
-    return DescribeForeignDirectory(s, d.get(), dir_);
+    return DescribeForeignDirectory(s, d.get(), dir_, dir_);
   }
   std::string dir_;
 };
@@ -215,7 +215,7 @@ TEST_F(SafetensorsDirTest, NotAForeignCheckpoint) {
   const std::string empty = testing_util::MakeTempDir("empty-");
   Storage* s = DefaultStorage();
   DCKPT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Directory> d, s->OpenDirectory(empty));
-  DCKPT_ASSERT_OK_AND_ASSIGN(std::optional<MetadataRecord> r, DescribeForeignDirectory(s, d.get(), empty));
+  DCKPT_ASSERT_OK_AND_ASSIGN(std::optional<MetadataRecord> r, DescribeForeignDirectory(s, d.get(), empty, empty));
   EXPECT_FALSE(r);
 }
 

@@ -25,13 +25,11 @@ Result<StagedCheckpoint> StagedCheckpoint::CreateMetadataLast(Storage* storage, 
                                                               const std::string& nonce, bool overwrite) {
   const std::string context = "starting a save to checkpoint '" + final_path + "'";
   if (storage->commit_protocol() == CommitProtocol::kRename) {
-    // A file system running this protocol: the checkpoint is a directory, made here (its parent must exist).
+    // A file system running this protocol: the checkpoint is a directory, made here (its parents too, if missing).
     const std::string parent = internal_storage::ParentDir(final_path);
-    DCKPT_ASSIGN_OR_RETURN(bool parent_is_dir, storage->IsDirectory(parent));
-    if (!parent_is_dir) {
-      return NotFound("parent directory '" + parent + "' of checkpoint '" + final_path +
-                      "' does not exist (create it first)");
-    }
+    DCKPT_RETURN_IF_ERROR(CreateDirectories(storage, parent)
+                              .WithContext("creating the parent directory '" + parent + "' of checkpoint '" +
+                                           final_path + "'"));
     Status made = storage->CreateDir(final_path);
     if (!made.ok() && made.code() != StatusCode::kExists) return made.WithContext(context);
   }

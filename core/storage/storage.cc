@@ -255,6 +255,32 @@ Status CheckReplaceable(Storage* storage, const std::string& path) {
 
 }  // namespace
 
+Status CreateDirectories(Storage* storage, const std::string& path) {
+  const std::string clean = StripTrailingSlashes(path);
+  DCKPT_ASSIGN_OR_RETURN(bool is_dir, storage->IsDirectory(clean));
+  if (is_dir) return OkStatus();
+  DCKPT_ASSIGN_OR_RETURN(bool exists, storage->Exists(clean));
+  const std::string in_the_way = "'" + clean + "' exists and is not a directory";
+  if (exists) return Status(StatusCode::kExists, in_the_way);
+  const std::string parent = ParentDir(clean);
+  if (parent == clean) return NotFound("directory '" + clean + "' does not exist");  // "/" or "." missing: no parent
+  DCKPT_RETURN_IF_ERROR(CreateDirectories(storage, parent));
+  Status made = storage->CreateDir(clean);
+  if (made.code() == StatusCode::kExists) {  // another process made it meanwhile (mkdir -p does the same)
+    DCKPT_ASSIGN_OR_RETURN(is_dir, storage->IsDirectory(clean));
+    return is_dir ? OkStatus() : Status(StatusCode::kExists, in_the_way);
+  }
+  DCKPT_RETURN_IF_ERROR(made);
+  // The new entry is durable only once its parent is synced: a crash must not lose the directory (and with it a
+  // checkpoint committed below it).
+  return storage->SyncDir(parent);
+}
+
+Result<std::unique_ptr<Directory>> Directory::OpenSubdirectory(const std::string& name) {
+  return Status(StatusCode::kUnsupported,
+                "opening directory '" + name + "' inside '" + path() + "': this storage has no directories");
+}
+
 Status Storage::Publish(const std::string& path, const std::string& data, bool replace) {
   if (!replace) {
     DCKPT_ASSIGN_OR_RETURN(bool exists, Exists(path));
@@ -291,12 +317,11 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
                   "checkpoint '" + final_clean + "' already exists; pass overwrite or choose another path");
   }
   if (exists) DCKPT_RETURN_IF_ERROR(CheckReplaceable(storage, final_clean));
+  // A missing parent is made, as torch.distributed.checkpoint and `mkdir -p` do (each new directory made durable).
   const std::string parent = ParentDir(final_clean);
-  DCKPT_ASSIGN_OR_RETURN(bool parent_is_dir, storage->IsDirectory(parent));
-  if (!parent_is_dir) {
-    return NotFound("parent directory '" + parent + "' of checkpoint '" + final_clean +
-                    "' does not exist (create it first)");
-  }
+  DCKPT_RETURN_IF_ERROR(CreateDirectories(storage, parent)
+                            .WithContext("creating the parent directory '" + parent + "' of checkpoint '" +
+                                         final_clean + "'"));
 
   // What the commit must still find at the final path (compare-and-swap against racing saves).
   DCKPT_ASSIGN_OR_RETURN(std::string expected, storage->Identity(final_clean));

@@ -90,6 +90,20 @@ class Directory {
   /// A hint that about `count` files are about to be opened and kept open (a reader pinning a checkpoint's data
   /// files). Backends that hold a descriptor per file prepare for them at once; the default does nothing.
   virtual void ExpectOpenFiles(size_t count) { (void)count; }
+  /// The directory `name` (a plain name) directly inside this one, never reached through a symbolic link. kNotFound
+  /// if it is missing; kCorrupt if it is a link or not a directory. The default (backends without directories):
+  /// kUnsupported.
+  virtual Result<std::unique_ptr<Directory>> OpenSubdirectory(const std::string& name);
+  /// This directory read as a snapshot of a Hugging Face hub cache repository, if it is one: the layout
+  /// huggingface_hub writes, `<repo>/snapshots/<revision>/<file>` (or a directory below the revision), where each
+  /// file is a relative symbolic link `../../blobs/<hash>` (one more `../` per level below the revision) into the
+  /// repository's `blobs/` directory. The returned Directory reads the same directory; its OpenFile follows such a
+  /// link, and only such a link: the link's text must be exactly that (a plain name after `blobs/`), and the blob is
+  /// opened inside the repository's own `blobs/` directory (held open, reached from this directory's descriptor, never
+  /// through a link) without following a link, and only if it is a regular file. Every other link is refused as
+  /// OpenFile refuses it, saying why. nullptr when this directory is not below a `snapshots/<revision>` beside a
+  /// `blobs/` directory; the default (backends without links): nullptr.
+  virtual Result<std::unique_ptr<Directory>> OpenAsHubCacheSnapshot() { return std::unique_ptr<Directory>(); }
 };
 
 /// Held while a commit moves a checkpoint into place (Storage::LockDirectory); destroying it releases the lock.
@@ -162,6 +176,12 @@ class Storage {
   virtual Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& dir,
                                                                std::chrono::milliseconds timeout) = 0;
 };
+
+/// Creates directory `path` and every missing directory above it (mkdir -p), each new one made durable in its parent
+/// (SyncDir), so that a checkpoint saved below it survives a crash together with its path. OK if it exists as a
+/// directory; kExists naming the path if something else is in the way. Backends without directories (object stores,
+/// whose prefixes need no creating) are never asked: the commit protocol kMetadataLast does not call it.
+Status CreateDirectories(Storage* storage, const std::string& path);
 
 /// The real filesystem through POSIX calls (pread/pwrite, fsync, rename).
 std::unique_ptr<Storage> NewPosixStorage();

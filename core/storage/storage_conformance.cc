@@ -478,17 +478,37 @@ TEST_P(StorageConformanceTest, CreateRefusesAnExistingCheckpoint) {
   EXPECT_EQ(names, std::vector<std::string>({"ckpt"})) << "a refused Create must not leave a staging directory";
 }
 
-TEST_P(StorageConformanceTest, CreateNeedsTheParentDirectoryAndAHexNonce) {
+TEST_P(StorageConformanceTest, CreateNeedsAHexNonce) {
   if (!Filesystem()) GTEST_SKIP() << "needs directories and rename";
-  const std::string parent = Path("no-such-parent");
-  auto created = StagedCheckpoint::Create(storage(), parent + "/ckpt", NewNonce(), false);
-  EXPECT_TRUE(StatusIs(created.status(), StatusCode::kNotFound, {"parent directory '" + parent + "'"}));
-  created = StagedCheckpoint::Create(storage(), Path("ckpt"), "not/a nonce", false);
+  auto created = StagedCheckpoint::Create(storage(), Path("ckpt"), "not/a nonce", false);
   EXPECT_TRUE(StatusIs(created.status(), StatusCode::kInvalidArgument, {Path("ckpt")}));
   created = StagedCheckpoint::Create(storage(), Path("ckpt"), "", false);
   EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
   DCKPT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, storage()->ListDir(root()));
   EXPECT_TRUE(names.empty());
+}
+
+// Issue 38: a save to a path whose parents do not exist makes them (mkdir -p), as torch.distributed.checkpoint does.
+TEST_P(StorageConformanceTest, SaveMakesMissingParentDirectories) {
+  if (!Filesystem()) GTEST_SKIP() << "needs directories and rename";
+  for (CommitProtocol protocol : {CommitProtocol::kRename, CommitProtocol::kMetadataLast}) {
+    const std::string top = Path(protocol == CommitProtocol::kRename ? "runs" : "runs-objects");
+    const std::string final_path = top + "/a/b/step-10";
+    DCKPT_ASSERT_OK_AND_ASSIGN(StagedCheckpoint staged,
+                               StagedCheckpoint::Create(storage(), final_path, NewNonce(), false, protocol));
+    DCKPT_ASSERT_OK(storage()->WriteFileDurably(staged.StagingFile(staged.FileName("data")), "bytes"));
+    DCKPT_ASSERT_OK(staged.CommitWithMetadata("v1"));
+    DCKPT_ASSERT_OK_AND_ASSIGN(bool is_dir, storage()->IsDirectory(top + "/a/b"));
+    EXPECT_TRUE(is_dir);
+    DCKPT_ASSERT_OK_AND_ASSIGN(std::string meta, storage()->ReadFile(final_path + "/metadata.dckpt", 100));
+    EXPECT_EQ(meta, "v1");
+  }
+  // Something other than a directory in the way is an error naming it, and nothing is made below it.
+  const std::string file = Path("a-file");
+  DCKPT_ASSERT_OK(storage()->WriteFileDurably(file, "x"));
+  auto created = StagedCheckpoint::Create(storage(), file + "/sub/ckpt", NewNonce(), false);
+  EXPECT_TRUE(StatusIs(created.status(), StatusCode::kExists,
+                       {"'" + file + "' exists and is not a directory", "checkpoint '" + file + "/sub/ckpt'"}));
 }
 
 TEST_P(StorageConformanceTest, OverwriteReplacesTheOldCheckpointAndLeavesNothingBehind) {

@@ -25,6 +25,7 @@ import errno
 import json
 import os
 import sys
+import textwrap
 import time
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
@@ -292,9 +293,39 @@ def _cmd_import_torch(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The formats both CLIs read, for their --help (docs/cli.md): distckpt's own, and those read in place. Wrapped here,
+#: not by argparse, which would break "models--ORG--NAME" at its hyphens.
+FORMATS_HELP = textwrap.fill(
+    "CKPT is a distckpt checkpoint, or a checkpoint another library wrote, read in place (docs/foreign.md): a "
+    "Hugging Face safetensors directory (an index and its shards, or .safetensors files), one .safetensors file or "
+    "*.safetensors.index.json, a Hugging Face hub cache snapshot (models--ORG--NAME/snapshots/REV) or repository "
+    "(models--ORG--NAME: its refs/main), or a PyTorch DCP directory (.metadata and .distcp files).",
+    width=100,
+    break_on_hyphens=False,
+)
+
+#: User values longer than this are cut in inspect's text output (--json has them whole).
+LONG_VALUE = 100
+
+
+def summarise(value: str) -> str:
+    """A user value as inspect's text shows it: whole if short, else its start and its size (the Go CLI's rule)."""
+    if len(value) <= LONG_VALUE:
+        return value
+    return f"{value[:LONG_VALUE]}… ({len(value.encode())} bytes; --json for all)"
+
+
+def format_version(m: Any) -> Optional[str]:
+    """inspect's "format_version": distckpt's MAJOR.MINOR, or the version a foreign format records (None if none)."""
+    if m.format == "distckpt":
+        return f"{m.format_version[0]}.{m.format_version[1]}"
+    return m.source_version
+
+
 def inspect_json(r: Any, path: str, layout: Optional[str] = None) -> Dict[str, Any]:
     """The document of ``inspect --json`` (docs/cli.md), from an open reader: the Go CLI prints the same one."""
     m = r.metadata
+    own = m.format == "distckpt"  # format_major/minor are distckpt's format version: a foreign format has none
 
     def entry(e: Any) -> Dict[str, Any]:
         tensor = e.kind == "tensor"
@@ -302,7 +333,9 @@ def inspect_json(r: Any, path: str, layout: Optional[str] = None) -> Dict[str, A
                 "shape": list(e.shape) if tensor else None, "bytes": e.nbytes, "chunks": e.num_chunks}  # fmt: skip
 
     doc: Dict[str, Any] = {
-        "path": path, "format_major": m.format_version[0], "format_minor": m.format_version[1], "writer": m.writer,
+        "path": path, "format": m.format, "format_version": format_version(m),
+        "format_major": m.format_version[0] if own else None, "format_minor": m.format_version[1] if own else None,
+        "writer": m.writer,
         "num_entries": len(m), "num_files": m.num_files, "total_bytes": m.total_bytes,
         "metadata_bytes": m.metadata_bytes, "checksum_block_size": m.checksum_block_size, "user": dict(m.user),
         "entries": [entry(e) for e in m.values()], "layout": None,
@@ -331,10 +364,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 write_json(inspect_json(r, args.checkpoint, args.layout))
                 return 0
             m = r.metadata
-            print(f"{r.path}: format {m.format_version[0]}.{m.format_version[1]}, written by {m.writer}")
+            if m.format == "distckpt":
+                print(f"{r.path}: format {format_version(m)}, written by {m.writer}")
+            else:
+                version = f" {m.source_version}" if m.source_version else ""
+                print(f"{r.path}: format {m.format}{version} (written by another library, read in place; "
+                      "no checksums)")  # fmt: skip
             print(f"{len(m)} entries, {_human(m.total_bytes)} in {m.num_files} data files")
             for k, v in sorted(m.user.items()):
-                print(f"  user {k} = {v}")
+                print(f"  user {k} = {summarise(v)}")
             for name, e in m.items():
                 if e.kind == "tensor":
                     print(f"  {name}  {e.dtype}{list(e.shape)}  {e.num_chunks} chunk{'s' if e.num_chunks != 1 else ''}")
@@ -351,7 +389,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m distckpt", description="distckpt checkpoint tools: conversions that "
+    p = argparse.ArgumentParser(prog="python -m distckpt", epilog=FORMATS_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="distckpt checkpoint tools: conversions that "
                                 "need Python; the Go CLI distckpt looks after stores (docs/cli.md)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress report (--progress none)")
     p.add_argument(
@@ -439,7 +479,13 @@ def _parser() -> argparse.ArgumentParser:
     # inspect is the Go CLI's name; info is the older one.
     for name, text in (("inspect", "list a checkpoint's entries and user metadata (also: info)"),
                        ("info", "the same as inspect (older name)")):  # fmt: skip
-        n = sub.add_parser(name, parents=[as_json], help=text)
+        n = sub.add_parser(
+            name,
+            parents=[as_json],
+            help=text,
+            description=FORMATS_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         n.add_argument("checkpoint")
         n.add_argument("--layout", metavar="NAME", help="also show the chunk layout of entry NAME")
         n.set_defaults(run=_cmd_inspect)

@@ -96,6 +96,9 @@ class CheckpointMetadata(Mapping[str, EntryMetadata]):
         self.checksum_block_size: int = info["checksum_block_size"]
         #: "distckpt", or the format of a checkpoint another library wrote, read in place: "safetensors", "torch-dcp"
         self.format: str = info["source"] or "distckpt"
+        #: the version a foreign format records of itself ("1.0.0" for a DCP .metadata that has one), or None: for
+        #: safetensors (no version), an older DCP checkpoint, and a distckpt checkpoint (see format_version)
+        self.source_version: Optional[str] = info["source_version"] or None
         #: False for a foreign checkpoint: those formats carry no checksums, so nothing read from them is verified
         self.checksummed: bool = info["checksummed"]
         self.user: Dict[str, str] = dict(reader.user())  #: free-form key/values saved with the checkpoint

@@ -100,9 +100,11 @@ def test_inspect_json_is_the_same_document_in_both(go_cli, ckpts):
     for name, doc in docs.items():
         assert doc == want, f"{name} differs from the Go CLI's inspect --json"
     # What the schema (docs/cli.md) promises, checked on the shared document.
-    assert set(want) == {"schema_version", "path", "format_major", "format_minor", "writer", "num_entries",
-                         "num_files", "total_bytes", "metadata_bytes", "checksum_block_size", "user", "entries",
-                         "layout"}  # fmt: skip
+    assert set(want) == {"schema_version", "path", "format", "format_version", "format_major", "format_minor",
+                         "writer", "num_entries", "num_files", "total_bytes", "metadata_bytes", "checksum_block_size",
+                         "user", "entries", "layout"}  # fmt: skip
+    assert (want["format"], want["format_version"], want["format_major"], want["format_minor"]) == ("distckpt", "1.1",
+                                                                                                    1, 1)  # fmt: skip
     assert want["user"]["framework"] == "numpy" and want["layout"] is None
     by_name = {e["name"]: e for e in want["entries"]}
     assert by_name["model.w"] == {"name": "model.w", "kind": "tensor", "dtype": "F32", "shape": [16, 8],
@@ -120,6 +122,48 @@ def test_inspect_json_is_the_same_document_in_both(go_cli, ckpts):
         chunk = go_doc["layout"]["chunks"][0]
         assert set(chunk) == {"index", "offsets", "lengths", "file", "file_offset", "length", "checksum"}
         assert len(chunk["checksum"]) == 16
+
+
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+@pytest.mark.parametrize(
+    "which, fmt, version",
+    [
+        ("dcp/fsdp2_2ranks", "torch-dcp", "1.0.0"),
+        ("dcp/torch24_dtensor_2ranks", "torch-dcp", None),  # torch 2.4 wrote no version into .metadata
+        ("safetensors/hub", "safetensors", None),
+        ("safetensors/single.safetensors", "safetensors", None),
+    ],
+)
+def test_inspect_of_a_foreign_checkpoint_names_its_format_in_both(go_cli, which, fmt, version):
+    """Issue 38: a foreign checkpoint's document says its format and that format's own version (never distckpt's);
+    the text output cuts long user values (DCP's planner data) and --json gives them whole."""
+    path = os.path.join(FIXTURES, which)
+    go, py = run_go(go_cli, "inspect", "--json", path), run_py("inspect", "--json", path)
+    assert go.returncode == py.returncode == OK, go.stderr + py.stderr
+    go_doc, py_doc = json.loads(go.stdout), json.loads(py.stdout)
+    assert go_doc == py_doc
+    assert (go_doc["format"], go_doc["format_version"], go_doc["format_major"], go_doc["format_minor"]) == (
+        fmt, version, None, None)  # fmt: skip
+    long_values = {k: v for k, v in go_doc["user"].items() if len(v) > 100}
+    if which == "dcp/fsdp2_2ranks":
+        assert len(long_values["torch_dcp.planner_data"]) > 2000
+    for text in (run_go(go_cli, "inspect", path).stdout, run_py("inspect", path).stdout):
+        assert max(len(line) for line in text.splitlines()) < 400, text
+        for value in long_values.values():
+            assert f"{value[:100]}\u2026 ({len(value.encode())} bytes; --json for all)" in text
+            assert value[:101] not in text
+
+
+def test_both_helps_name_every_foreign_format(go_cli):
+    go_help = run_go(go_cli, "--help").stderr + run_go(go_cli, "help", "inspect").stdout
+    py_help = run_py("--help").stdout + run_py("inspect", "--help").stdout
+    for text in (go_help, py_help):
+        flat = " ".join(text.split())
+        for fmt in ("safetensors directory", ".safetensors.index.json", "hub cache snapshot", "models--ORG--NAME",
+                    "PyTorch DCP directory"):  # fmt: skip
+            assert fmt in flat, text
 
 
 def test_inspect_exit_statuses_agree(go_cli, ckpts):

@@ -594,7 +594,8 @@ typedef struct dckpt_save_info {
 #define DCKPT_SAVE_INFO_INIT {DCKPT_SAVE_INFO_VERSION, 0, 0, 0, 0, 0, 0.0}
 
 /* Saves `state` to the directory `path`, atomically. Collective over `comm`: every rank calls it with the same path.
- * If any rank fails, every rank returns an error and nothing appears at `path`. `info` may be NULL. */
+ * If any rank fails, every rank returns an error and nothing appears at `path`. `info` may be NULL. On a file system,
+ * missing parent directories of `path` are made (mkdir -p, each made durable). */
 DCKPT_API int dckpt_save(dckpt_save_info *info, const char *path, const dckpt_state *state, dckpt_comm *comm,
                          const dckpt_save_options *opts);
 
@@ -729,7 +730,7 @@ DCKPT_API void dckpt_reader_free(dckpt_reader *reader);
 DCKPT_API int dckpt_reader_load(dckpt_io_stats *stats, dckpt_reader *reader, dckpt_state *state, dckpt_comm *comm,
                                 dckpt_progress_fn progress, void *progress_user_data);
 
-#define DCKPT_CHECKPOINT_INFO_VERSION 2
+#define DCKPT_CHECKPOINT_INFO_VERSION 3
 typedef struct dckpt_checkpoint_info {
   unsigned version;
   unsigned format_major;
@@ -745,8 +746,14 @@ typedef struct dckpt_checkpoint_info {
                                  * "safetensors" or "torch-dcp" (never NULL) */
   int checksummed;              /* 1 when every chunk carries checksums (distckpt); 0 for a foreign checkpoint,
                                  * whose bytes cannot be verified (dckpt_reader_verify: DCKPT_EUNSUPPORTED) */
+  /* version >= 3 */
+  const char *source_version;   /* borrowed; the version a foreign format records of itself, as it records it:
+                                 * "1.0.0" for a DCP .metadata that has one; "" for a format that records none
+                                 * (safetensors, older DCP) and for a distckpt checkpoint, whose format version is
+                                 * format_major.format_minor (never NULL). format_major and format_minor of a
+                                 * foreign checkpoint are those of its in-memory description, not the format's. */
 } dckpt_checkpoint_info;
-#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0, NULL, 0}
+#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0, NULL, 0, NULL}
 /* The checkpoint's summary (set out->version first, e.g. with DCKPT_CHECKPOINT_INFO_INIT); `writer` is borrowed. */
 DCKPT_API int dckpt_reader_info(dckpt_checkpoint_info *out, const dckpt_reader *reader);
 

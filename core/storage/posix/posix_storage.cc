@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -78,6 +79,17 @@ class ScopedFd {
   ScopedFd(const ScopedFd&) = delete;
   ScopedFd& operator=(const ScopedFd&) = delete;
   int get() const { return fd_; }
+  /// Gives up the descriptor (the caller closes it).
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  /// Closes the descriptor held, and holds `fd` instead.
+  void Reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
   /// Closes now and reports the error, which the destructor would swallow. See PosixWritableFile::Close on EINTR.
   Status Close(const std::string& path) {
     const int fd = fd_;
@@ -519,52 +531,161 @@ Status NotARegularFile(const std::string& path, mode_t mode) {
                  "(replace it with the file itself)");
 }
 
-// A directory held open by its descriptor; files inside are opened with openat, never through a link.
+// Opens the regular file `name` inside the directory `dir_fd` for reading, never through a link. `full` is the path
+// the file is known by (its ReadableFile's), `shown` names it in I/O errors, and `refused(mode)` is the error for
+// anything but a regular file (a link, a directory, a FIFO, a device).
+Result<std::unique_ptr<ReadableFile>> OpenRegularFileAt(int dir_fd, const std::string& name, const std::string& full,
+                                                        const std::string& shown,
+                                                        const std::function<Status(mode_t)>& refused) {
+  // Look first, so that a FIFO or a device is never opened (opening one can block, or act on the device).
+  struct stat st;
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return ErrnoError(errno, "opening " + shown + " for reading");
+  }
+  if (!S_ISREG(st.st_mode)) return refused(st.st_mode);
+  // O_NOFOLLOW and O_NONBLOCK cover a swap between the look and the open: a link is refused, and a FIFO put there
+  // meanwhile opens without blocking and is refused by the fstat below.
+  const int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
+  int fd = RetryOnEintr([&] { return ::openat(dir_fd, name.c_str(), flags); });
+  if (fd < 0 && errno == EMFILE && RaiseOpenFileLimit()) {
+    fd = RetryOnEintr([&] { return ::openat(dir_fd, name.c_str(), flags); });
+  }
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) return refused(S_IFLNK);
+    if (err == EMFILE) {
+      return ErrnoError(err, "opening " + shown + " for reading (this process has too many open files; "
+                                 "raise `ulimit -n`)");
+    }
+    return ErrnoError(err, "opening " + shown + " for reading");
+  }
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError(err, "reading the size of " + shown);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return refused(st.st_mode);
+  }
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, full, st));
+}
+
+bool IsPlainName(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
+// How deep below `<repo>/snapshots/<revision>` a directory read as a hub cache snapshot may be.
+constexpr int kMaxHubSnapshotDepth = 16;
+
+// `path` with its last `up` components removed, then `leaf` appended; lexically, for messages ("a/b/c", 2, "x" ->
+// "a/x"). Where the path has fewer plain components than that, the "../" are spelled out.
+std::string UpThenInto(const std::string& path, int up, const std::string& leaf) {
+  std::string p = path;
+  for (int i = 0; i < up; ++i) {
+    const size_t slash = p.find_last_of('/');
+    const std::string last = slash == std::string::npos ? p : p.substr(slash + 1);
+    if (last.empty() || last == "." || last == ".." || p == "/") {
+      std::string spelled = path;
+      for (int j = 0; j < up; ++j) spelled += "/..";
+      return spelled + "/" + leaf;
+    }
+    p = slash == std::string::npos ? "" : slash == 0 ? "/" : p.substr(0, slash);
+  }
+  if (p.empty()) return leaf;
+  return p == "/" ? "/" + leaf : p + "/" + leaf;
+}
+
+// A directory held open by its descriptor; files inside are opened with openat, never through a link. Read as a hub
+// cache snapshot (OpenAsHubCacheSnapshot), it also opens the blob a link "<link_prefix><name>" names, as <name> in the
+// repository's blobs directory it holds open (blobs_fd).
 class PosixDirectory final : public Directory {
  public:
   PosixDirectory(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  ~PosixDirectory() override { ::close(fd_); }
+  PosixDirectory(int fd, std::string path, int blobs_fd, std::string blobs_path, std::string link_prefix)
+      : fd_(fd),
+        path_(std::move(path)),
+        blobs_fd_(blobs_fd),
+        blobs_path_(std::move(blobs_path)),
+        link_prefix_(std::move(link_prefix)) {}
+  ~PosixDirectory() override {
+    ::close(fd_);
+    if (blobs_fd_ >= 0) ::close(blobs_fd_);
+  }
 
   const std::string& path() const override { return path_; }
 
   Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& name) override {
     const std::string full = path_ + "/" + name;
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+    if (!IsPlainName(name)) {
       return InvalidArgument("'" + name + "' is not a plain file name inside " + Quoted(path_));
     }
-    // Look first, so that a FIFO or a device is never opened (opening one can block, or act on the device).
-    struct stat st;
-    if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return ErrnoError(errno, "opening " + Quoted(full) + " for reading");
+    if (blobs_fd_ >= 0) {
+      struct stat st;
+      if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+        return OpenBlob(name, full);
+      }
     }
-    if (!S_ISREG(st.st_mode)) return NotARegularFile(full, st.st_mode);
-    // O_NOFOLLOW and O_NONBLOCK cover a swap between the look and the open: a link is refused, and a FIFO put there
-    // meanwhile opens without blocking and is refused by the fstat below.
-    const int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
-    int fd = RetryOnEintr([&] { return ::openat(fd_, name.c_str(), flags); });
-    if (fd < 0 && errno == EMFILE && RaiseOpenFileLimit()) {
-      fd = RetryOnEintr([&] { return ::openat(fd_, name.c_str(), flags); });
+    return OpenRegularFileAt(fd_, name, full, Quoted(full), [&](mode_t mode) { return NotARegularFile(full, mode); });
+  }
+
+  Result<std::unique_ptr<Directory>> OpenSubdirectory(const std::string& name) override {
+    const std::string full = path_ + "/" + name;
+    if (!IsPlainName(name)) {
+      return InvalidArgument("'" + name + "' is not a plain directory name inside " + Quoted(path_));
     }
+    const int fd =
+        RetryOnEintr([&] { return ::openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); });
     if (fd < 0) {
       const int err = errno;
-      if (err == ELOOP) return NotARegularFile(full, S_IFLNK);
-      if (err == EMFILE) {
-        return ErrnoError(err, "opening " + Quoted(full) + " for reading (this process has too many open files; "
-                                   "raise `ulimit -n`)");
+      struct stat st;
+      if ((err == ELOOP || err == ENOTDIR) && ::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        return Corrupt(Quoted(full) + " is " + FileTypeName(st.st_mode) +
+                       ", not a directory (distckpt does not follow links to directories here)");
       }
-      return ErrnoError(err, "opening " + Quoted(full) + " for reading");
+      return ErrnoError(err, "opening directory " + Quoted(full));
     }
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoError(err, "reading the size of " + Quoted(full));
+    return std::unique_ptr<Directory>(new PosixDirectory(fd, full));
+  }
+
+  // Walks up from this directory through its descriptors ("..", never a path), looking for the repository: the
+  // directory whose "snapshots" entry is the one just left (same device and inode, and not a link) and which has a
+  // "blobs" directory beside it.
+  Result<std::unique_ptr<Directory>> OpenAsHubCacheSnapshot() override {
+    struct stat cur_st;
+    if (::fstat(fd_, &cur_st) != 0) return ErrnoError(errno, "looking at directory " + Quoted(path_));
+    ScopedFd cur(::fcntl(fd_, F_DUPFD_CLOEXEC, 0));
+    if (cur.get() < 0) return ErrnoError(errno, "looking at directory " + Quoted(path_));
+    for (int up = 1; up <= kMaxHubSnapshotDepth + 1; ++up) {
+      ScopedFd parent(RetryOnEintr([&] { return ::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));
+      struct stat parent_st;
+      if (parent.get() < 0 || ::fstat(parent.get(), &parent_st) != 0) return std::unique_ptr<Directory>();
+      if (parent_st.st_dev == cur_st.st_dev && parent_st.st_ino == cur_st.st_ino) {
+        return std::unique_ptr<Directory>();  // the root: no repository above
+      }
+      struct stat snapshots, blobs;
+      if (up >= 2 && ::fstatat(parent.get(), "snapshots", &snapshots, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISDIR(snapshots.st_mode) && snapshots.st_dev == cur_st.st_dev && snapshots.st_ino == cur_st.st_ino &&
+          ::fstatat(parent.get(), "blobs", &blobs, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(blobs.st_mode)) {
+        const std::string blobs_path = UpThenInto(path_, up, "blobs");
+        const int blobs_fd = RetryOnEintr(
+            [&] { return ::openat(parent.get(), "blobs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); });
+        if (blobs_fd < 0) return ErrnoError(errno, "opening the hub cache blobs directory " + Quoted(blobs_path));
+        const int self = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+        if (self < 0) {
+          const int err = errno;
+          ::close(blobs_fd);
+          return ErrnoError(err, "looking at directory " + Quoted(path_));
+        }
+        std::string prefix;
+        for (int i = 0; i < up; ++i) prefix += "../";
+        return std::unique_ptr<Directory>(new PosixDirectory(self, path_, blobs_fd, blobs_path, prefix + "blobs/"));
+      }
+      cur_st = parent_st;
+      cur.Reset(parent.Release());
     }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return NotARegularFile(full, st.st_mode);
-    }
-    (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, full, st));
+    return std::unique_ptr<Directory>();
   }
 
   // The kernel grows a process's descriptor table by doubling it, and a process with several threads waits for an
@@ -592,8 +713,39 @@ class PosixDirectory final : public Directory {
   }
 
  private:
+  // The link `name` (at `full`) of a hub cache snapshot: its text must be link_prefix_ + a plain name, which is then
+  // opened in blobs_fd_ as a regular file, not through a link (a chain of links stops there).
+  Result<std::unique_ptr<ReadableFile>> OpenBlob(const std::string& name, const std::string& full) {
+    char buf[4096];
+    const ssize_t n = ::readlinkat(fd_, name.c_str(), buf, sizeof buf);
+    if (n < 0) return ErrnoError(errno, "reading the symbolic link " + Quoted(full));
+    const std::string target(buf, static_cast<size_t>(n));
+    const std::string what = Quoted(full) + " is a symbolic link to " + Quoted(target);
+    std::string blob;
+    if (static_cast<size_t>(n) < sizeof buf && target.compare(0, link_prefix_.size(), link_prefix_) == 0) {
+      blob = target.substr(link_prefix_.size());
+    }
+    if (!IsPlainName(blob)) {
+      return Corrupt(what + ", which does not lead to a file in its hub cache repository's blobs directory " +
+                     Quoted(blobs_path_) + ": in a hub cache snapshot distckpt follows only links that read \"" +
+                     link_prefix_ + "<blob>\", as huggingface_hub writes them (replace the link with the file itself)");
+    }
+    const std::string blob_path = blobs_path_ + "/" + blob;
+    return OpenRegularFileAt(blobs_fd_, blob, full, Quoted(full) + " (a link to " + Quoted(blob_path) + ")",
+                             [&](mode_t mode) {
+                               return Corrupt(what + ", and the blob " + Quoted(blob_path) + " is " +
+                                              FileTypeName(mode) + ", not a regular file" +
+                                              (S_ISLNK(mode) ? " (distckpt follows one link, from the snapshot into "
+                                                               "blobs/, never a chain of links)"
+                                                             : ""));
+                             });
+  }
+
   const int fd_;
   const std::string path_;
+  const int blobs_fd_ = -1;  // a hub cache snapshot's blobs directory, or -1
+  const std::string blobs_path_;
+  const std::string link_prefix_;  // "../../blobs/" and so on
 };
 
 class PosixDirectoryLock final : public DirectoryLock {

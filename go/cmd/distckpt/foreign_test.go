@@ -89,10 +89,16 @@ func TestInspectJSONOfASafetensorsCheckpointIsTheSharedDocument(t *testing.T) {
 	}
 	sort.Strings(keys)
 	// docs/cli.md's fields, no more: python -m distckpt prints the same document (python/tests/test_cli_agreement.py).
-	shared := []string{"checksum_block_size", "entries", "format_major", "format_minor", "layout", "metadata_bytes",
-		"num_entries", "num_files", "path", "schema_version", "total_bytes", "user", "writer"}
+	shared := []string{"checksum_block_size", "entries", "format", "format_major", "format_minor", "format_version",
+		"layout", "metadata_bytes", "num_entries", "num_files", "path", "schema_version", "total_bytes", "user",
+		"writer"}
 	if !reflect.DeepEqual(keys, shared) {
 		t.Fatalf("keys %v, want %v", keys, shared)
+	}
+	// Issue 38: the format, and no distckpt format version for a format that is not distckpt's (safetensors has none).
+	if doc["format"] != "safetensors" || doc["format_version"] != nil || doc["format_major"] != nil ||
+		doc["format_minor"] != nil {
+		t.Errorf("format fields: %v", doc)
 	}
 	var d struct {
 		Writer  string

@@ -18,14 +18,18 @@ where it is stored (data file, offset, length, checksum).
 
 "info" is another name for inspect (python -m distckpt's); both CLIs print the same JSON (docs/cli.md).
 
-CKPT may also be a checkpoint another library wrote, which the library reads in place: a Hugging Face safetensors
-directory (an index and its shards, or .safetensors files), one .safetensors file, or a *.safetensors.index.json
-path (PyTorch DCP directories too, once the library reads them). The "format" line says which, and that it has no
-checksums; its chunks are where the files hold the tensors (any offset), with checksum "-" in --layout. In JSON, such
-a checkpoint's "writer" is the format ("safetensors") and its checksums are 0 (the shared document has no field for
-the format yet: ls --json and verify --json give it).
+CKPT may also be a checkpoint another library wrote, which the library reads in place (` + foreignFormatsHelp + `).
+The "format" line says which, and that it has no checksums; its chunks are where the files hold the tensors (any
+offset), with checksum "-" in --layout. User values longer than 100 characters are cut in the text output, with
+their size; --json gives them whole.
 
-JSON: {"schema_version": 1, "path": str, "format_major": int, "format_minor": int, "writer": str, "num_entries": int,
+In JSON, "format" is "distckpt", "safetensors" or "torch-dcp"; "format_version" the version that format records
+of itself ("1.1" for distckpt, a DCP .metadata's "1.0.0"; null where it records none: safetensors, older DCP);
+"format_major" and "format_minor" are distckpt's format version, null for a checkpoint another library wrote. Such
+a checkpoint's "writer" is the library ("safetensors", "torch.distributed.checkpoint") and its checksums are 0.
+
+JSON: {"schema_version": 1, "path": str, "format": str, "format_version": str|null, "format_major": int|null,
+  "format_minor": int|null, "writer": str, "num_entries": int,
   "num_files": int, "total_bytes": int, "metadata_bytes": int, "checksum_block_size": int,
   "user": {str: str},
   "entries": [{"name": str, "kind": "tensor"|"bytes", "dtype": str|null, "shape": [int]|null, "bytes": int,
@@ -73,6 +77,28 @@ func formatName(f distckpt.Format) string {
 		return string(distckpt.FormatDistckpt)
 	}
 	return string(f)
+}
+
+// formatVersion is inspect's "format_version": distckpt's MAJOR.MINOR, or the version a foreign format records of
+// itself ("" where it records none).
+func formatVersion(info distckpt.Info) string {
+	if info.Format.Foreign() {
+		return info.SourceVersion
+	}
+	return fmt.Sprintf("%d.%d", info.FormatMajor, info.FormatMinor)
+}
+
+// longValue is the most of a user value inspect's text output shows (--json shows it whole).
+const longValue = 100
+
+// summarise is a user value as inspect's text shows it: whole if short, else its first longValue characters and
+// its size (python -m distckpt inspect has the same rule).
+func summarise(v string) string {
+	runes := []rune(v)
+	if len(runes) <= longValue {
+		return v
+	}
+	return fmt.Sprintf("%s… (%d bytes; --json for all)", string(runes[:longValue]), len(v))
 }
 
 // describe is "F32 [64, 32]" for a tensor and "bytes" for a bytes entry.
@@ -127,8 +153,10 @@ func runInspect(c *ctx, args []string) int {
 		// distckpt.Info, which has grown fields that document does not have).
 		out := struct {
 			Path              string            `json:"path"`
-			FormatMajor       int               `json:"format_major"`
-			FormatMinor       int               `json:"format_minor"`
+			Format            distckpt.Format   `json:"format"`
+			FormatVersion     *string           `json:"format_version"`
+			FormatMajor       *int              `json:"format_major"`
+			FormatMinor       *int              `json:"format_minor"`
 			Writer            string            `json:"writer"`
 			NumEntries        int               `json:"num_entries"`
 			NumFiles          int               `json:"num_files"`
@@ -138,10 +166,13 @@ func runInspect(c *ctx, args []string) int {
 			User              map[string]string `json:"user"`
 			Entries           []entryJSON       `json:"entries"`
 			Layout            *layoutJSON       `json:"layout"`
-		}{Path: pos[0], FormatMajor: info.FormatMajor, FormatMinor: info.FormatMinor, Writer: info.Writer,
+		}{Path: pos[0], Format: info.Format, FormatVersion: strOrNil(formatVersion(info)), Writer: info.Writer,
 			NumEntries: info.NumEntries, NumFiles: info.NumFiles, TotalBytes: info.TotalBytes,
 			MetadataBytes: info.MetadataBytes, ChecksumBlockSize: info.ChecksumBlockSize, User: user,
 			Entries: []entryJSON{}}
+		if !info.Format.Foreign() { // distckpt's own format version: a foreign format has none
+			out.FormatMajor, out.FormatMinor = &info.FormatMajor, &info.FormatMinor
+		}
 		for _, e := range entries {
 			out.Entries = append(out.Entries, toEntryJSON(e))
 		}
@@ -164,7 +195,12 @@ func runInspect(c *ctx, args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "checkpoint  %s\n", pos[0])
 	if info.Format.Foreign() {
-		fmt.Fprintf(c.stdout, "format      %s (written by another library, read in place)\n", formatName(info.Format))
+		version := ""
+		if info.SourceVersion != "" {
+			version = " " + info.SourceVersion
+		}
+		fmt.Fprintf(c.stdout, "format      %s%s (written by another library, read in place)\n", formatName(info.Format),
+			version)
 		fmt.Fprintf(c.stdout, "contents    %s in %s: %s data\n", plural(tensors, "tensor", "tensors"),
 			plural(info.NumFiles, "data file", "data files"), humanBytes(info.TotalBytes))
 	} else {
@@ -183,7 +219,7 @@ func runInspect(c *ctx, args []string) int {
 	if len(user) > 0 {
 		var kv []string
 		for _, k := range sortedKeys(user) {
-			kv = append(kv, fmt.Sprintf("%s=%s", k, user[k]))
+			kv = append(kv, fmt.Sprintf("%s=%s", k, summarise(user[k])))
 		}
 		fmt.Fprintf(c.stdout, "user        %s\n", strings.Join(kv, " "))
 	}

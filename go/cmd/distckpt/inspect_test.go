@@ -21,6 +21,48 @@ func TestInspectText(t *testing.T) {
 	}
 }
 
+// Issue 38: a DCP checkpoint's planner data is a user value of thousands of characters: the text output shows its
+// start and its size, --json all of it; the format is DCP's with its .metadata's version, never distckpt's.
+func TestInspectOfADCPCheckpointSummarisesLongValues(t *testing.T) {
+	dcp := filepath.Join(fixtures.SafetensorsDir(), "..", "dcp", "fsdp2_2ranks")
+	var doc struct {
+		Format        string            `json:"format"`
+		FormatVersion *string           `json:"format_version"`
+		FormatMajor   *int              `json:"format_major"`
+		FormatMinor   *int              `json:"format_minor"`
+		User          map[string]string `json:"user"`
+	}
+	if code := cliJSON(t, &doc, "inspect", "--json", dcp); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	planner := doc.User["torch_dcp.planner_data"]
+	if doc.Format != "torch-dcp" || doc.FormatVersion == nil || *doc.FormatVersion != "1.0.0" ||
+		doc.FormatMajor != nil || doc.FormatMinor != nil || len(planner) < 1000 {
+		t.Fatalf("%+v", doc)
+	}
+	out, errOut, code := cli(t, "inspect", dcp)
+	wantCode(t, code, exitOK, out, errOut)
+	cut := "torch_dcp.planner_data=" + planner[:100] + "… (" + itoa(len(planner)) + " bytes; --json for all)"
+	if !strings.Contains(out, cut) || strings.Contains(out, planner[:101]) ||
+		!strings.Contains(out, "format      PyTorch DCP 1.0.0 (written by another library, read in place)") {
+		t.Errorf("inspect text lacks %q:\n%s", cut, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 400 {
+			t.Errorf("a line of %d characters: %.120s...", len(line), line)
+		}
+	}
+	// A distckpt checkpoint: its own format version, in both forms.
+	ckpt := filepath.Join(newStore(t, 3), "step-3")
+	if code := cliJSON(t, &doc, "inspect", "--json", ckpt); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if doc.Format != "distckpt" || doc.FormatVersion == nil || *doc.FormatVersion != "1.1" || doc.FormatMajor == nil ||
+		*doc.FormatMajor != 1 || doc.FormatMinor == nil || *doc.FormatMinor != 1 {
+		t.Fatalf("%+v", doc)
+	}
+}
+
 func TestInspectJSONAndLayout(t *testing.T) {
 	ckpt := filepath.Join(newStore(t, 3), "step-3")
 	var o struct {

@@ -35,6 +35,10 @@ Checkpoints other libraries wrote are listed too, as "foreign" with their format
 that the library reads in place (a Hugging Face safetensors directory: an index and its shards, or .safetensors
 files), DIR itself when it is one and holds no checkpoint directory, or DIR naming one .safetensors (or index) file.
 Loose .safetensors files beside checkpoint directories are not listed (a store's checkpoints are directories).
+In a Hugging Face hub cache (~/.cache/huggingface/hub), ls of the cache lists each repository (models--ORG--NAME)
+as one checkpoint, read at the snapshot its refs/main names; ls of a repository lists it; ls of its snapshots/
+lists each revision. A snapshot's SIZE is 0 (its files are links into the repository's blobs/); a snapshot whose
+link leads anywhere but a file of its repository's blobs/ is corrupt, the note saying which link.
 DIR may be an s3://bucket/prefix URL: there a checkpoint is a prefix whose metadata.dckpt is committed, one with only
 what unfinished saves left (STAGING.<nonce> markers, nonced data files) is incomplete, anything else
 not-a-checkpoint; SIZE is the bytes of the files distckpt wrote there, and DATE is not known ("-", JSON null).

@@ -180,8 +180,7 @@ top-level "schema_version" (now 1; bumped only when a field is removed, renamed 
 JSON mode print {"schema_version": 1, "error": {"code": CODE, "message": TEXT}} and are repeated on stderr.
 Every CKPT and DIR may be an s3://bucket/prefix URL (S3 configured from the AWS_* environment: AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL); OUT is a local path.
-A CKPT may also be a checkpoint another library wrote, read in place: a Hugging Face safetensors directory (an
-index and its shards, or .safetensors files), one .safetensors file or its index's path (inspect shows the format;
+A CKPT may also be a checkpoint another library wrote, read in place (`+foreignFormatsHelp+`; inspect shows the format;
 it has no checksums, so verify has nothing to check: exit 3).
 "distckpt --version" (or -V) is "distckpt version". -q (or --quiet) before COMMAND is --progress=none.
 "python -m distckpt" shares inspect (its "info"), export-safetensors and consolidate with the same names, flags,
@@ -199,6 +198,13 @@ exit status (the same for a given failure in every command):
   7  permission denied
 `)
 }
+
+// foreignFormatsHelp names the formats of other libraries the CLI reads in place (python -m distckpt --help names
+// the same ones).
+const foreignFormatsHelp = `a Hugging Face safetensors directory (an index and
+its shards, or .safetensors files), one .safetensors file or *.safetensors.index.json, a Hugging Face hub cache
+snapshot (models--ORG--NAME/snapshots/REV) or repository (models--ORG--NAME: its refs/main), or a PyTorch DCP
+directory (.metadata and .distcp files)`
 
 func commandUsage(w io.Writer, c *command) {
 	fmt.Fprintf(w, "usage: distckpt %s %s\n\n%s\n", c.name, c.args, c.summary)

@@ -19,7 +19,7 @@ pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 6;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
 pub const DCKPT_IO_STATS_VERSION: u32 = 3;
-pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 2;
+pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 3;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
@@ -2934,12 +2934,13 @@ pub struct dckpt_checkpoint_info {
     pub checksum_block_size: u64,
     pub source: *const ::std::os::raw::c_char,
     pub checksummed: ::std::os::raw::c_int,
+    pub source_version: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_dckpt_checkpoint_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_checkpoint_info>(),
-        80usize,
+        88usize,
         concat!("Size of: ", stringify!(dckpt_checkpoint_info))
     );
     assert_eq!(
@@ -3134,6 +3135,23 @@ fn bindgen_test_layout_dckpt_checkpoint_info() {
         );
     }
     test_field_checksummed();
+    fn test_field_source_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).source_version) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(source_version)
+            )
+        );
+    }
+    test_field_source_version();
 }
 extern "C" {
     pub fn dckpt_reader_info(

@@ -244,6 +244,11 @@ pub struct CheckpointInfo {
     /// Whether its chunks carry checksums: true for distckpt; false for a foreign checkpoint, whose bytes cannot be
     /// verified ([`Checkpoint::verify`] is then `Unsupported`, and reads are not checked).
     pub checksummed: bool,
+    /// The version a foreign format records of itself, as it records it (`Some("1.0.0")` for a DCP `.metadata` that
+    /// has one); `None` for safetensors (which records none), an older DCP checkpoint, and a distckpt checkpoint,
+    /// whose format version is `format_major.format_minor` (those of a foreign checkpoint describe the library's
+    /// in-memory description of it, not the foreign format).
+    pub source_version: Option<String>,
 }
 
 /// I/O counters (`dckpt_io_stats`).
@@ -342,12 +347,15 @@ impl Checkpoint {
         let mut raw: sys::dckpt_checkpoint_info = unsafe { std::mem::zeroed() };
         raw.version = sys::DCKPT_CHECKPOINT_INFO_VERSION;
         let mut rc = unsafe { sys::dckpt_reader_info(&mut raw, self.raw) };
-        if rc == sys::DCKPT_EVERSION {
-            // A libdistckpt.so (feature `shared`) from before version 2 of the struct, which reads distckpt
-            // checkpoints only: it leaves `source` NULL, read below as distckpt, checksummed.
+        let mut older = 2;
+        while rc == sys::DCKPT_EVERSION && older >= 1 {
+            // A libdistckpt.so (feature `shared`) from before this version of the struct: version 2 has no
+            // `source_version` (read as None), and version 1, from a library that reads distckpt checkpoints only,
+            // leaves `source` NULL, read below as distckpt, checksummed.
             raw = unsafe { std::mem::zeroed() };
-            raw.version = 1;
+            raw.version = older;
             rc = unsafe { sys::dckpt_reader_info(&mut raw, self.raw) };
+            older -= 1;
         }
         // Cannot fail otherwise on a valid reader.
         check(rc).expect("dckpt_reader_info");
@@ -367,6 +375,11 @@ impl Checkpoint {
             checksum_block_size: raw.checksum_block_size,
             format,
             checksummed,
+            source_version: if raw.version >= 3 && !raw.source_version.is_null() {
+                Some(unsafe { borrowed_str(raw.source_version) }.to_string()).filter(|v| !v.is_empty())
+            } else {
+                None
+            },
         }
     }
 

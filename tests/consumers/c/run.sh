@@ -29,6 +29,16 @@ check "the program runs without LD_LIBRARY_PATH and reads back what it saved" $?
   env -u LD_LIBRARY_PATH ./my_tool_flags_first "$work/ckpt-flags-first")
 check "cc \$(pkg-config --cflags --libs distckpt) main.c (flags first) links and runs" $?
 
+# README.md's "Using it from C" program, as pasted (issue 38: it must compile as it stands), built with the README's
+# command; its "/ckpt/" becomes a directory of $work that does not exist yet, which the save makes.
+awk '/^## Using it from C/ { section = 1 } section && /^```c$/ { inside = 1; next } inside && /^```$/ { exit }
+     inside { print }' README.md | sed "s|\"/ckpt/|\"$work/readme-ckpt/|" >"$work/my_tool.c"
+grep -q "int main" "$work/my_tool.c"
+check "README.md's C snippet is a whole program (extracted to my_tool.c)" $?
+(cd "$work" && cc -std=c99 -Wall -Wextra -Werror -pedantic my_tool.c $(pkg-config --cflags --libs distckpt) -o my_tool_readme &&
+  env -u LD_LIBRARY_PATH ./my_tool_readme && [[ -f $work/readme-ckpt/step-100/metadata.dckpt ]])
+check "README.md's C program compiles as pasted, runs, and saves where no directory existed" $?
+
 # The static archive: the binary carries the library and needs only the C/C++ runtimes, libgloo0 and libhiredis0.14.
 dist="$work/dist"
 private_tree "$dist"
