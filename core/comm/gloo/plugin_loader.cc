@@ -213,24 +213,25 @@ const dckpt_gloo_plugin_api* TryLoad(Attempt* attempt) {
   return api;  // Never unloaded: communicators may outlive anything that would unload it.
 }
 
-Status NotLoaded(const std::vector<Attempt>& attempts, bool from_env) {
+// `binary`: the file holding the loader, where the plugin was looked for (without DCKPT_GLOO_PLUGIN).
+Status NotLoaded(const std::vector<Attempt>& attempts, bool from_env, const std::string& binary) {
   std::string tried;
   bool other_version = false;
   for (const Attempt& a : attempts) {
     tried += (tried.empty() ? "" : "; ") + a.path + ": " + a.reason;
     other_version |= a.other_version;
   }
-  const std::string build = std::string("distckpt ") + kVersionString;
+  const std::string plugin = std::string(DCKPT_GLOO_PLUGIN_FILE " of distckpt ") + kVersionString;
   std::string msg = "gloo: the Gloo communicator needs the plugin " DCKPT_GLOO_PLUGIN_FILE
                     " (Gloo and its libraries are loaded on demand, not linked into libdistckpt), and ";
   if (from_env) {
-    msg += std::string(kEnv) + "=" + tried + ". Point " + kEnv + " at the " DCKPT_GLOO_PLUGIN_FILE " of " + build +
-           ", or unset it to use the one beside libdistckpt.so";
+    msg += std::string(kEnv) + "=" + tried + ". Point " + kEnv + " at the " + plugin +
+           ", or unset it to use the one beside " + (binary.empty() ? "libdistckpt.so" : binary);
   } else {
     msg += "none could be loaded (tried " + (tried.empty() ? std::string("nothing: no binary found") : tried) +
-           "). Put the " DCKPT_GLOO_PLUGIN_FILE " of " + build +
-           " beside libdistckpt.so (scripts/build_lib.sh installs both in lib/; the Python package has it beside its "
-           "extension module), or set " +
+           "). Put the " + plugin + " beside " + (binary.empty() ? "libdistckpt.so" : binary) +
+           " with its distckpt.libs/ (scripts/build_lib.sh installs them beside libdistckpt.so in lib/; the Python "
+           "package has them beside its extension module), or set " +
            kEnv + "=/path/" DCKPT_GLOO_PLUGIN_FILE;
   }
   msg +=
@@ -276,7 +277,7 @@ Result<const dckpt_gloo_plugin_api*> LoadGlooPlugin() {
       return loaded;
     }
   }
-  return internal_gloo::NotLoaded(attempts, env != nullptr && env[0] != '\0');
+  return internal_gloo::NotLoaded(attempts, env != nullptr && env[0] != '\0', internal_gloo::ThisBinary());
 }
 
 Result<std::unique_ptr<Communicator>> NewGlooCommunicatorFromPlugin(const GlooOptions& options) {
