@@ -1,5 +1,5 @@
-// The communicator part of the C ABI: Gloo over TCP, NCCL (loaded at run time) and external (host-supplied)
-// collectives.
+// The communicator part of the C ABI: Gloo over TCP (the Gloo plugin, loaded at run time), NCCL (loaded at run time)
+// and external (host-supplied) collectives.
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -7,7 +7,7 @@
 #include "capi/capi_internal.h"
 #include "capi/include/distckpt/distckpt.h"
 #include "core/comm/external/external.h"
-#include "core/comm/gloo/gloo.h"
+#include "core/comm/gloo/plugin_loader.h"
 #include "core/comm/nccl/nccl.h"
 
 using distckpt::OkStatus;
@@ -16,8 +16,6 @@ using distckpt::capi::CheckVersion;
 using distckpt::capi::NotNull;
 using distckpt::capi::Report;
 using distckpt::capi::ReportException;
-
-
 
 extern "C" {
 
@@ -43,7 +41,7 @@ int dckpt_comm_new_gloo(dckpt_comm** out, const dckpt_gloo_options* opts) {
     }
     auto filled = distckpt::GlooOptionsFromEnv(o);
     if (!filled.ok()) return Report(filled.status());
-    auto comm = distckpt::NewGlooCommunicator(*filled);
+    auto comm = distckpt::NewGlooCommunicatorFromPlugin(*filled);
     if (!comm.ok()) return Report(comm.status());
     *out = new dckpt_comm{std::move(comm).value()};
     return DCKPT_OK;

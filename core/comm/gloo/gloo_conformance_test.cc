@@ -1,12 +1,13 @@
 // The shared communicator suite over Gloo: every rank is a forked process talking over loopback TCP, the group
-// formed through a FileStore directory or a real redis-server.
+// formed through a FileStore directory or a real redis-server. Built twice (BUILD.bazel): over the Gloo code linked in,
+// and through the Gloo plugin (gloo_plugin_conformance_test).
 #include <memory>
 #include <string>
 
 #include "core/base/testing/temp_dir.h"
 #include "core/comm/comm_conformance.h"
-#include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
+#include "core/comm/gloo/gloo_under_test.h"
 #include "gtest/gtest.h"
 
 namespace distckpt {
@@ -17,7 +18,7 @@ using comm_testing::RunRanks;
 // Runs the conformance suite on `n` ranks joined through `rendezvous`.
 void RunSuite(int n, const std::string& rendezvous, const std::string& prefix) {
   auto outcomes = RunRanks(n, std::chrono::seconds(60), [&](int rank) {
-    auto comm = NewGlooCommunicator(gloo_testing::Loopback(rank, n, rendezvous, std::chrono::seconds(20), prefix));
+    auto comm = gloo_testing::NewGlooForTest(gloo_testing::Loopback(rank, n, rendezvous, std::chrono::seconds(20), prefix));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     return comm_testing::ReportInChild(rank, comm_testing::RunConformance(comm->get()));
   });

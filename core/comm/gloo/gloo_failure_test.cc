@@ -1,6 +1,8 @@
 // Failure behaviour of the Gloo backend with real processes over loopback TCP: ranks that exit, stop (SIGSTOP) or
 // sleep before or during collectives must make the others fail within the timeout with an error naming them;
-// rendezvous problems must say what is wrong. Every rank is a forked child bounded by alarm().
+// rendezvous problems must say what is wrong. Every rank is a forked child bounded by alarm(). Built twice
+// (BUILD.bazel): over the Gloo code linked in, and through the Gloo plugin (gloo_plugin_failure_test), whose errors
+// must be the same.
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,8 +17,8 @@
 
 #include "core/base/testing/temp_dir.h"
 #include "core/comm/comm_conformance.h"
-#include "core/comm/gloo/gloo.h"
 #include "core/comm/gloo/gloo_test_util.h"
+#include "core/comm/gloo/gloo_under_test.h"
 #include "gtest/gtest.h"
 
 namespace distckpt {
@@ -28,6 +30,7 @@ using comm_testing::AllExitedZero;
 using comm_testing::Describe;
 using comm_testing::RunRanks;
 using gloo_testing::Loopback;
+using gloo_testing::NewGlooForTest;
 
 constexpr Millis kTimeout(2000);
 // The brief for a dead or stalled peer: every other rank returns an error naming it within ~2x the timeout.
@@ -61,7 +64,7 @@ TEST(GlooFailure, RankThatExitsBeforeABarrierIsNamedAtOnce) {
   const int n = 4;
   const std::string store = FreshStore();
   auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
-    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     if (rank == 3) _exit(0);  // Dies with its sockets: the kernel closes them.
     const auto start = Clock::now();
@@ -75,7 +78,7 @@ TEST(GlooFailure, RankThatAbortsIsNamedAtOnceAndStaysUsableForNothing) {
   const int n = 3;
   const std::string store = FreshStore();
   auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
-    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     if (rank == 2) {
       // A local failure before the collective: tell the others instead of letting them wait out the timeout.
@@ -96,7 +99,7 @@ TEST(GlooFailure, StoppedRankTimesOutAnAllGatherNamingIt) {
   auto outcomes = RunRanks(
       n, std::chrono::seconds(30),
       [&](int rank) {
-        auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+        auto comm = NewGlooForTest(Loopback(rank, n, store));
         if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
         if (rank == 3) raise(SIGSTOP);  // Alive, sockets open, never answers.
         const auto start = Clock::now();
@@ -112,7 +115,7 @@ TEST(GlooFailure, SleepingRankTimesOutTheGatherRootAndTheNextBarrierElsewhere) {
   const int n = 4;
   const std::string store = FreshStore();
   auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
-    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     if (rank == 3) {
       std::this_thread::sleep_for(Millis(6000));
@@ -135,7 +138,7 @@ TEST(GlooFailure, DeadBroadcastRootIsNamedThroughoutTheTree) {
   const int n = 4;
   const std::string store = FreshStore();
   auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
-    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     if (rank == 3) _exit(0);
     const auto start = Clock::now();
@@ -153,7 +156,7 @@ TEST(GlooFailure, StoppedBroadcastRootIsNamedThroughoutTheTree) {
   auto outcomes = RunRanks(
       n, std::chrono::seconds(30),
       [&](int rank) {
-        auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+        auto comm = NewGlooForTest(Loopback(rank, n, store));
         if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
         if (rank == 3) raise(SIGSTOP);
         const auto start = Clock::now();
@@ -172,7 +175,7 @@ TEST(GlooFailure, RankThatDiesMidStreamIsNamed) {
   const int n = 3;
   const std::string store = FreshStore();
   auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
-    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     const std::string mine(256 << 10, static_cast<char>('a' + rank));
     for (int i = 0; i < 40; ++i) {
@@ -198,7 +201,7 @@ TEST(GlooFailure, RankThatDiesDuringALargeTransferIsNamed) {
   const int n = 3;
   const std::string store = FreshStore();
   auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
-    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     const std::string mine(8 << 20, static_cast<char>('a' + rank));
     if (rank == 2) {
@@ -225,7 +228,7 @@ TEST(GlooFailure, RankThatStopsMidStreamIsNamed) {
   auto outcomes = RunRanks(
       n, std::chrono::seconds(30),
       [&](int rank) {
-        auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+        auto comm = NewGlooForTest(Loopback(rank, n, store));
         if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
         for (int i = 0; i < 40; ++i) {
           if (rank == 2 && i == 10) raise(SIGSTOP);
@@ -251,7 +254,7 @@ TEST(GlooFailure, RanksInDifferentCollectivesAreToldSo) {
   const int n = 2;
   const std::string store = FreshStore();
   auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
-    auto comm = NewGlooCommunicator(Loopback(rank, n, store));
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     const auto start = Clock::now();
     if (rank == 0) {
@@ -291,21 +294,21 @@ TEST(GlooRendezvous, RejectsMalformedUris) {
       {"redis://host:http", "not in 1..65535"},
   };
   for (const Case& c : cases) {
-    auto comm = NewGlooCommunicator(Loopback(0, 1, c.uri));
+    auto comm = NewGlooForTest(Loopback(0, 1, c.uri));
     ASSERT_FALSE(comm.ok()) << c.uri;
     EXPECT_EQ(comm.status().code(), StatusCode::kInvalidArgument) << comm.status().ToString();
     EXPECT_NE(comm.status().message().find(c.says), std::string::npos) << comm.status().ToString();
     EXPECT_NE(comm.status().message().find(c.uri), std::string::npos) << comm.status().ToString();
   }
   GlooOptions bad = Loopback(2, 2, "file:///tmp");
-  EXPECT_EQ(NewGlooCommunicator(bad).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewGlooForTest(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(GlooRendezvous, UnreachableRedisNamesTheAddress) {
   const int port = gloo_testing::FreeLoopbackPort();
   auto outcomes = RunRanks(1, std::chrono::seconds(20), [&](int rank) {
     const auto start = Clock::now();
-    auto comm = NewGlooCommunicator(Loopback(0, 1, "redis://127.0.0.1:" + std::to_string(port)));
+    auto comm = NewGlooForTest(Loopback(0, 1, "redis://127.0.0.1:" + std::to_string(port)));
     const Status st = comm.ok() ? OkStatus() : comm.status();
     int code = ExpectFailure(rank, st, {StatusCode::kIo}, -1, start);
     if (st.message().find("127.0.0.1:" + std::to_string(port)) == std::string::npos) code = 1;
@@ -319,7 +322,7 @@ TEST(GlooRendezvous, NamesTheRanksThatNeverArrive) {
   // A group of 4 where only ranks 0 and 1 start.
   auto outcomes = RunRanks(2, std::chrono::seconds(20), [&](int rank) {
     const auto start = Clock::now();
-    auto comm = NewGlooCommunicator(Loopback(rank, 4, store, Millis(1000)));
+    auto comm = NewGlooForTest(Loopback(rank, 4, store, Millis(1000)));
     const Status st = comm.ok() ? OkStatus() : comm.status();
     int code = ExpectFailure(rank, st, {StatusCode::kTimeout}, -1, start, Millis(950));
     if (st.message().find("ranks 2, 3 never published") == std::string::npos) code = 1;
@@ -334,7 +337,7 @@ TEST(GlooRendezvous, APrefixInUseIsRefusedAndAFinishedOneIsReusable) {
   // Two groups in a row with the same prefix: the first removes its keys once connected.
   for (int round = 0; round < 2; ++round) {
     auto outcomes = RunRanks(2, std::chrono::seconds(20), [&](int rank) {
-      auto comm = NewGlooCommunicator(Loopback(rank, 2, store, Millis(10000), "job-7"));
+      auto comm = NewGlooForTest(Loopback(rank, 2, store, Millis(10000), "job-7"));
       if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
       std::vector<std::string> all;
       return comm_testing::ReportInChild(rank, (*comm)->AllGather("r" + std::to_string(rank), &all, kTimeout));
@@ -355,7 +358,7 @@ TEST(GlooRendezvous, APrefixInUseIsRefusedAndAFinishedOneIsReusable) {
   auto outcomes = RunRanks(2, std::chrono::seconds(20), [&](int rank) {
     if (rank == 1) std::this_thread::sleep_for(Millis(300));
     const auto start = Clock::now();
-    auto comm = NewGlooCommunicator(Loopback(0, 2, store, Millis(1500), "job-8"));
+    auto comm = NewGlooForTest(Loopback(0, 2, store, Millis(1500), "job-8"));
     const Status st = comm.ok() ? OkStatus() : comm.status();
     if (rank == 0) return ExpectFailure(rank, st, {StatusCode::kTimeout}, -1, start);
     int code = ExpectFailure(rank, st, {StatusCode::kExists}, -1, start);
@@ -371,7 +374,7 @@ TEST(GlooRendezvous, UnknownInterfaceIsNamed) {
     GlooOptions o = Loopback(0, 1, store);
     o.iface = "nosuchif0";
     const auto start = Clock::now();
-    auto comm = NewGlooCommunicator(o);
+    auto comm = NewGlooForTest(o);
     const Status st = comm.ok() ? OkStatus() : comm.status();
     int code = ExpectFailure(rank, st, {StatusCode::kInvalidArgument}, -1, start);
     if (st.message().find("nosuchif0") == std::string::npos) code = 1;

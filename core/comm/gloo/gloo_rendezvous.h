@@ -1,6 +1,6 @@
-// Internal to the Gloo backend: how a rank joins its group. The rendezvous URI, the stores behind it (a shared
-// directory or a Redis server), the exchange of pair addresses through the store, and the connected transport it
-// yields; gloo.cc puts the communicator on top. GlooOptionsFromEnv (gloo.h) is defined with it.
+// Internal to the Gloo backend: how a rank joins its group. The stores behind the rendezvous URI (a shared directory
+// or a Redis server; the URI itself is parsed in gloo_options.h, without Gloo), the exchange of pair addresses
+// through the store, and the connected transport it yields; gloo.cc puts the communicator on top.
 #ifndef DISTCKPT_CORE_COMM_GLOO_GLOO_RENDEZVOUS_H_
 #define DISTCKPT_CORE_COMM_GLOO_GLOO_RENDEZVOUS_H_
 
@@ -10,23 +10,12 @@
 
 #include "core/base/status.h"
 #include "core/comm/collective_call.h"
-#include "core/comm/gloo/gloo.h"
+#include "core/comm/gloo/gloo_options.h"
 #include "gloo/transport/context.h"
 #include "gloo/transport/device.h"
 
 namespace distckpt {
 namespace internal_gloo {
-
-/// Where the ranks meet, parsed from GlooOptions::rendezvous.
-struct Target {
-  enum Kind { kFile, kRedis } kind = kFile;
-  std::string path;  // kFile
-  std::string host;  // kRedis
-  int port = 6379;   // kRedis
-};
-
-/// Parses "file:///abs/dir" or "redis://host[:port]" (IPv6 hosts in brackets); kInvalidArgument naming the URI.
-Result<Target> ParseRendezvous(const std::string& uri);
 
 /// One rank's transport once every pair is connected: the device (Gloo's event loop) and the context holding a
 /// pair per peer.

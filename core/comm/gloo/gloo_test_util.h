@@ -7,7 +7,7 @@
 #include <chrono>
 #include <string>
 
-#include "core/comm/gloo/gloo.h"
+#include "core/comm/gloo/gloo_options.h"
 
 namespace distckpt {
 namespace gloo_testing {
