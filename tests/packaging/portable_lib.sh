@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The portable install tree of scripts/build_lib.sh, checked as a machine without this checkout would see it:
-#   - lib/libdistckpt.so needs only the C/C++ runtimes and has no RUNPATH; lib/libdistckpt_gloo.so (the Gloo plugin)
+#   - lib/libdistckpt.so needs only the C library (libc, libm, libdl, libpthread, ld-linux) and has no RUNPATH, its
+#     newest symbol version is GLIBC_2.28 or older and it references no GLIBCXX_ (manylinux_2_28, PyTorch's floor);
+#     lib/libdistckpt.a's one object defines only dckpt_* globally and needs no C++ runtime symbol; lib/libdistckpt_gloo.so (the Gloo plugin)
 #     and every file in lib/distckpt.libs/ need only the runtimes and each other (readelf), find each other through
 #     $ORIGIN only, and each vendored file's soname is its file name; the plugin exports only its entry point;
 #   - share/distckpt/PORTABILITY names exactly the vendored files, and its newest GLIBC_ / GLIBCXX_ versions, of the
@@ -46,10 +48,21 @@ origin_only() {  # FILE: every RUNPATH/RPATH entry starts with $ORIGIN (else nam
 }
 
 plugin=$tree/lib/libdistckpt_gloo.so
-only_runtimes=$(needed "$so" | grep -Ev "$runtime_re")
-[[ -z $only_runtimes ]] || echo "  libdistckpt.so needs $only_runtimes"
-[[ -z $only_runtimes && -z $(search_path "$so") ]]
-check "libdistckpt.so needs only the C/C++ runtimes and has no RUNPATH" $?
+c_library_re='^(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|ld-linux-aarch64)\.so'
+beyond_c=$(needed "$so" | grep -Ev "$c_library_re")
+[[ -z $beyond_c ]] || echo "  libdistckpt.so needs $beyond_c"
+[[ -z $beyond_c && -z $(search_path "$so") ]]
+check "libdistckpt.so needs only the C library ($(needed "$so" | tr '\n' ' ')) and has no RUNPATH" $?
+glibc=$(objdump -T "$so" | grep -oE 'GLIBC_[0-9]+(\.[0-9]+)+' | sort -u -V | tail -1)
+[[ $(printf '%s\n' "$glibc" GLIBC_2.28 | sort -V | tail -1) == GLIBC_2.28 ]]
+check "libdistckpt.so's newest glibc symbol version is $glibc (<= GLIBC_2.28)" $?
+! objdump -T "$so" | grep -qE 'GLIBCXX_|CXXABI_'
+check "libdistckpt.so references no GLIBCXX_ or CXXABI_ version (libc++ is linked in)" $?
+archive_globals=$(nm -g --defined-only "$tree/lib/libdistckpt.a" 2>/dev/null | awk 'NF == 3 {print $3}' | grep -v '^dckpt_')
+archive_cxx=$(nm -u "$tree/lib/libdistckpt.a" | awk '{print $2}' | grep -E '^(_Z|_Unwind|__gxx)' | head -3)
+[[ -z $archive_globals && -z $archive_cxx ]] || echo "  libdistckpt.a defines ${archive_globals:0:200}; needs ${archive_cxx}"
+[[ -z $archive_globals && -z $archive_cxx ]]
+check "libdistckpt.a defines only dckpt_* globally and needs no C++ runtime symbol" $?
 deps_ok "$plugin" && [[ $(search_path "$plugin") == '$ORIGIN/distckpt.libs' ]]
 check "libdistckpt_gloo.so needs only the runtimes and distckpt.libs/; its RUNPATH is \$ORIGIN/distckpt.libs" $?
 [[ $(nm -D --defined-only "$plugin" | awk '{print $3}') == dckpt_gloo_plugin_entry ]]
@@ -76,6 +89,7 @@ for what in "glibc (libdistckpt.so)=GLIBC_ $so" "glibcxx (libdistckpt.so)=GLIBCX
   recorded=$(grep -F "$key: " "$record" | sed 's/.*: //')
   # shellcheck disable=SC2086  # the file list is meant to be split (and globbed)
   found=$(newest $args)
+  found=${found:-none}
   [[ -n $recorded && $recorded == "$found" ]]
   check "PORTABILITY's $key is $recorded; objdump finds nothing newer ($found)" $?
 done
