@@ -383,6 +383,25 @@ TEST(GlooRendezvous, UnknownInterfaceIsNamed) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
+// A host name that does not resolve crashed inside Gloo (it reads getaddrinfo's result after a failure): it is a
+// clear error naming the name and the variables that choose another. ".invalid" never resolves (RFC 2606).
+TEST(GlooRendezvous, UnresolvableHostNameIsNamed) {
+  const std::string store = FreshStore();
+  auto outcomes = RunRanks(1, std::chrono::seconds(20), [&](int rank) {
+    GlooOptions o = Loopback(0, 1, store);
+    o.hostname = "no-such-host.invalid";
+    const auto start = Clock::now();
+    auto comm = NewGlooForTest(o);
+    const Status st = comm.ok() ? OkStatus() : comm.status();
+    int code = ExpectFailure(rank, st, {StatusCode::kInvalidArgument}, -1, start);
+    for (const char* want : {"no-such-host.invalid", "does not resolve", "DCKPT_GLOO_HOSTNAME"}) {
+      if (st.message().find(want) == std::string::npos) code = 1;
+    }
+    return code;
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Options from the environment.
 

@@ -3,6 +3,8 @@
 #include "core/comm/gloo/gloo_rendezvous.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -239,6 +241,20 @@ Status Rendezvous::CreateDevice(std::shared_ptr<gloo::transport::Device>* device
   } else {
     attr.hostname = o_.hostname.empty() ? LocalHostName() : o_.hostname;
     what = o_.hostname.empty() ? "this host's name '" + attr.hostname + "'" : "address '" + o_.hostname + "'";
+    // Gloo resolves the name itself but reads an unset result when getaddrinfo fails (it only checks for -1), and
+    // crashes: a name that does not resolve (a container without /etc/hosts, a typo) is refused here first.
+    struct addrinfo hints = {};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    struct addrinfo* found = nullptr;
+    const int rc = getaddrinfo(attr.hostname.c_str(), nullptr, &hints, &found);
+    if (found != nullptr) freeaddrinfo(found);
+    if (rc != 0 || found == nullptr) {
+      return InvalidArgument("gloo: " + who_ + " cannot bind to " + what + ": it does not resolve to an address (" +
+                             (rc != 0 ? gai_strerror(rc) : "no address") +
+                             "); name the address or interface to bind with GlooOptions::hostname/iface or "
+                             "DCKPT_GLOO_HOSTNAME/DCKPT_GLOO_IFACE (e.g. DCKPT_GLOO_HOSTNAME=127.0.0.1 on one machine)");
+    }
   }
   std::string error;
   if (!CatchGloo([&] { *device = gloo::transport::tcp::CreateDevice(attr); }, &error)) {
