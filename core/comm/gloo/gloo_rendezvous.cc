@@ -250,10 +250,11 @@ Status Rendezvous::CreateDevice(std::shared_ptr<gloo::transport::Device>* device
     const int rc = getaddrinfo(attr.hostname.c_str(), nullptr, &hints, &found);
     if (found != nullptr) freeaddrinfo(found);
     if (rc != 0 || found == nullptr) {
-      return InvalidArgument("gloo: " + who_ + " cannot bind to " + what + ": it does not resolve to an address (" +
-                             (rc != 0 ? gai_strerror(rc) : "no address") +
-                             "); name the address or interface to bind with GlooOptions::hostname/iface or "
-                             "DCKPT_GLOO_HOSTNAME/DCKPT_GLOO_IFACE (e.g. DCKPT_GLOO_HOSTNAME=127.0.0.1 on one machine)");
+      return InvalidArgument(
+          "gloo: " + who_ + " cannot bind to " + what + ": it does not resolve to an address (" +
+          (rc != 0 ? gai_strerror(rc) : "no address") +
+          "); name the address or interface to bind with GlooOptions::hostname/iface or "
+          "DCKPT_GLOO_HOSTNAME/DCKPT_GLOO_IFACE (e.g. DCKPT_GLOO_HOSTNAME=127.0.0.1 on one machine)");
     }
   }
   std::string error;
