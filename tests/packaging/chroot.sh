@@ -5,7 +5,8 @@
 # named by a hash of what goes into them, so a clone reuses them and a change of packages makes a new one. Sourced.
 #
 #   dir=$(chroot_make SUITE ARCH VARIANT PACKAGE...)  # e.g. bullseye amd64 minbase python3 python3-venv
-#   chroot_run DIR HOSTDIR COMMAND...                 # COMMAND as root inside DIR, HOSTDIR mounted at /work
+#   chroot_run DIR HOSTDIR COMMAND...                 # COMMAND as root inside DIR, HOSTDIR mounted at /work, and
+#                                                     # each HOST:INSIDE of the array CHROOT_BINDS mounted too
 #   binfmt_aarch64                                    # lets this kernel run arm64 programs through qemu-user-static
 #
 # chroot_run works in a private mount namespace (unshare): /proc, /dev, a fresh /dev/shm and /tmp, and the bind mount
@@ -47,23 +48,31 @@ chroot_make() {
   echo "$dir"
 }
 
-# chroot_run DIR HOSTDIR COMMAND...: runs COMMAND in DIR with HOSTDIR at /work (read-write), HOME=/root.
+# chroot_run DIR HOSTDIR COMMAND...: runs COMMAND in DIR with HOSTDIR at /work (read-write), HOME=/root, and every
+# HOST:INSIDE of CHROOT_BINDS (an array, may be unset) bound at INSIDE.
 chroot_run() {
   local dir=$1 host=$2
   shift 2
+  local binds
+  binds=$(printf '%s\n' "${CHROOT_BINDS[@]+"${CHROOT_BINDS[@]}"}")
   unshare --mount --propagation private -- /bin/bash -c '
     set -e
-    d=$1 h=$2
-    shift 2
+    d=$1 h=$2 binds=$3
+    shift 3
     mount -t proc proc "$d/proc"
     mount --rbind /dev "$d/dev"
     mkdir -p "$d/dev/shm" "$d/work"
     mount -t tmpfs tmpfs "$d/dev/shm"
     mount -t tmpfs tmpfs "$d/tmp"
     mount --bind "$h" "$d/work"
+    while IFS=: read -r from to; do
+      [[ -n $from ]] || continue
+      mkdir -p "$d$to"
+      mount --bind "$from" "$d$to"
+    done <<<"$binds"
     cp /etc/resolv.conf "$d/etc/resolv.conf" 2>/dev/null || true
     exec chroot "$d" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin LANG=C.UTF-8 "$@"
-  ' chroot_run "$dir" "$host" "$@"
+  ' chroot_run "$dir" "$host" "$binds" "$@"
 }
 
 # binfmt_for ARCH: makes sure the kernel hands ARCH's ELF files to qemu-user-static (Debian's qemu-user-static ships
@@ -91,3 +100,12 @@ binfmt_for() {
   [[ $(head -1 "/proc/sys/fs/binfmt_misc/$name") == enabled ]] || { echo "binfmt_for: $name is disabled" >&2; return 1; }
 }
 binfmt_aarch64() { binfmt_for arm64; }
+
+# The roots the tests use, one definition each (build_lib.sh links the AArch64 plugin against the arm64 one).
+# Debian 11 (glibc 2.31, GCC 10's libstdc++, Python 3.9; no gloo or hiredis): where the portable core, the consumers
+# and the cp39 wheel must run. libc6-dev: the consumers are linked against its C library (--sysroot), as a user
+# building for older machines does.
+chroot_debian11() { chroot_make bullseye amd64 minbase python3 python3-venv libc6-dev; }
+# Debian 12 arm64, run by qemu-user: gloo and gtest to link the AArch64 plugin and C++ tests against, Python 3.11
+# (with its headers for the cp311 AArch64 wheel) to run the wheel.
+chroot_aarch64() { chroot_make bookworm arm64 minbase python3 python3-venv libpython3.11-dev libgloo-dev libgtest-dev; }
