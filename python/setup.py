@@ -20,9 +20,18 @@
    ``$ORIGIN`` (and the library the plugin beside itself): the installed package does not depend on the tree.
    ``DISTCKPT_PREBUILT=pkg-config`` takes the flags from ``pkg-config distckpt`` instead and links the library where
    it is installed (nothing is copied; the library finds the plugin installed beside it).
+   ``DISTCKPT_LINK=static`` links the tree's ``lib/libdistckpt.a`` (the core with libc++ inside, only ``dckpt_*``
+   global) into the extension instead: the module then needs the C library alone, and only the plugin and its
+   ``distckpt.libs/`` are copied beside it. ``scripts/build_wheel.sh`` builds the wheels this way.
+
+3. **From the sdist** (``scripts/build_wheel.sh --sdist``), which carries the binding's sources and the portable core
+   built for x86_64 and aarch64 (``prebuilt/<machine>/``: the static archive, the Gloo plugin and its libraries):
+   ``pip install distckpt-<version>.tar.gz`` compiles the binding against the core for this machine and links it in
+   statically, with only a C++17 compiler and this Python's headers (pybind11 comes as a build requirement).
 """
 
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -34,14 +43,39 @@ import setuptools
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+# The binding's sources and the header: beside this file in an sdist, one level up in a checkout.
+SDIST = (HERE / "bindings" / "module.cc").is_file()
+ROOT = HERE if SDIST else HERE.parent
 HEADER = ROOT / "capi" / "include" / "distckpt" / "distckpt.h"
+# An sdist's bundled portable cores, one tree per machine (scripts/build_wheel.sh --sdist).
+BUNDLED = HERE / "prebuilt"
 # The Gloo plugin: the core loads it, on the first Gloo communicator, from beside the binary that holds the core.
 GLOO_PLUGIN = "libdistckpt_gloo.so"
 
 
+def _bundled_tree() -> Path:
+    """The sdist's core for this machine (way 3)."""
+    machine = platform.machine()
+    tree = BUNDLED / {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+    if not (tree / "lib" / "libdistckpt.a").is_file():
+        have = sorted(p.name for p in BUNDLED.iterdir()) if BUNDLED.is_dir() else []
+        raise RuntimeError(
+            f"this sdist carries the distckpt core for {', '.join(have) or 'no machine'}, not for {machine}: build the "
+            "core from a source checkout (scripts/build_lib.sh) and install with DISTCKPT_PREBUILT=<its tree>"
+        )
+    return tree
+
+
+def _prebuilt() -> str:
+    """DISTCKPT_PREBUILT, or the sdist's bundled core when it is unset."""
+    where = os.environ.get("DISTCKPT_PREBUILT", "")
+    if not where and BUNDLED.is_dir():
+        return str(_bundled_tree())
+    return where
+
+
 def _version() -> str:
-    prebuilt = os.environ.get("DISTCKPT_PREBUILT")
+    prebuilt = _prebuilt()
     if prebuilt == "pkg-config":
         return subprocess.check_output(["pkg-config", "--modversion", "distckpt"], text=True).strip()
     header = Path(prebuilt) / "include" / "distckpt" / "distckpt.h" if prebuilt else HEADER
@@ -61,7 +95,7 @@ class BazelExtension(setuptools.Extension):
 
 class BazelBuildExt(build_ext):
     def run(self) -> None:
-        prebuilt = os.environ.get("DISTCKPT_PREBUILT")
+        prebuilt = _prebuilt()
         if prebuilt:
             for ext in self.extensions:
                 self._prebuilt(ext, prebuilt)
@@ -74,7 +108,7 @@ class BazelBuildExt(build_ext):
             self._build(ext)
 
     def _prebuilt(self, ext: BazelExtension, where: str) -> None:
-        """Turns `ext` into an ordinary C++ extension over an installed core (module docstring, way 2)."""
+        """Turns `ext` into an ordinary C++ extension over an installed core (module docstring, ways 2 and 3)."""
         # Every .cc file in bindings/ is a part of the one module (bindings/BUILD.bazel lists the same files).
         sources = sorted((ROOT / "bindings").glob("*.cc"))
         version_script = ROOT / "bindings" / "_distckpt.lds"
@@ -86,10 +120,13 @@ class BazelBuildExt(build_ext):
             library_dirs = [f[2:] for f in flags if f.startswith("-L")]
             link_args = [f for f in flags if not f.startswith(("-I", "-L", "-l"))]
             link_args += [f"-Wl,-rpath,{d}" for d in library_dirs]
+            libraries = ["distckpt"]
         else:
             tree = Path(where).resolve()
+            # The sdist's core is linked statically; an install tree as DISTCKPT_LINK says (shared by default).
+            static = os.environ.get("DISTCKPT_LINK", "static" if BUNDLED.is_dir() else "shared") == "static"
             header = tree / "include" / "distckpt" / "distckpt.h"
-            library = tree / "lib" / "libdistckpt.so"
+            library = tree / "lib" / ("libdistckpt.a" if static else "libdistckpt.so")
             for needed in (header, library):
                 if not needed.is_file():
                     raise RuntimeError(
@@ -97,12 +134,12 @@ class BazelBuildExt(build_ext):
                         "scripts/build_lib.sh, or point DISTCKPT_PREBUILT at an install prefix)"
                     )
             include_dirs = [str(tree / "include")]
-            library_dirs = [str(tree / "lib")]
-            # The library, the Gloo plugin and what the plugin vendors go into the package; the extension finds the
-            # library beside itself, and the library the plugin beside itself.
+            # The Gloo plugin and what it vendors go into the package, and the shared library unless the core is linked
+            # in: the extension finds the library beside itself, and the core the plugin beside itself.
             package_dir = Path(self.get_ext_fullpath(ext.name)).parent
             package_dir.mkdir(parents=True, exist_ok=True)
-            for native in (library, tree / "lib" / GLOO_PLUGIN):
+            (package_dir / "libdistckpt.so").unlink(missing_ok=True)
+            for native in ([] if static else [library]) + [tree / "lib" / GLOO_PLUGIN]:
                 (package_dir / native.name).unlink(missing_ok=True)
                 if native.is_file():  # A tree without the plugin still installs; Gloo then says what is missing.
                     shutil.copyfile(native, package_dir / native.name)
@@ -111,13 +148,23 @@ class BazelBuildExt(build_ext):
             shutil.rmtree(package_dir / vendored.name, ignore_errors=True)
             if vendored.is_dir():
                 shutil.copytree(vendored, package_dir / vendored.name)
-            link_args = ["-Wl,-rpath,$ORIGIN"]
+            if static:
+                # The archive holds the core and its C++ runtime with only dckpt_* global: the module needs the C
+                # library alone (libm, libdl, pthread for what the core loads at run time).
+                library_dirs = []
+                ext.extra_objects = [str(library)]
+                libraries = ["m", "dl", "pthread"]
+                link_args = []
+            else:
+                library_dirs = [str(tree / "lib")]
+                libraries = ["distckpt"]
+                link_args = ["-Wl,-rpath,$ORIGIN"]
         ext.sources = [str(source) for source in sources]
         ext.language = "c++"
         # ROOT: the parts include one another as "bindings/....h".
         ext.include_dirs = [str(ROOT)] + include_dirs + _pybind11_includes()
         ext.library_dirs = library_dirs
-        ext.libraries = ["distckpt"]
+        ext.libraries = libraries
         ext.extra_compile_args = ["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-missing-field-initializers"]
         ext.extra_link_args = [f"-Wl,--version-script={version_script}", *link_args]
 
