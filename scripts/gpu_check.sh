@@ -116,6 +116,8 @@ t=$(date +%s)
 {
   echo "ldd $kit/lib/libdistckpt.so:"
   env -u LD_LIBRARY_PATH ldd "$kit/lib/libdistckpt.so"
+  echo "ldd $kit/lib/libdistckpt_gloo.so (the Gloo plugin, loaded on the first Gloo communicator):"
+  env -u LD_LIBRARY_PATH ldd "$kit/lib/libdistckpt_gloo.so"
 } > "$log" 2>&1
 if grep -q "not found" "$log"; then
   record "library loads" 0 1 0 $(($(date +%s) - t)) "a dependency is missing: $(grep 'not found' "$log" | head -3 | tr '\n' ' ')"
@@ -145,7 +147,8 @@ if [[ $RC -ne 0 ]]; then
   echo "-- pip failed (exit $RC); compiling directly" >> "$log"
   mkdir -p "$site"
   cp -R "$kit/python/distckpt" "$site/"
-  cp "$kit/lib/libdistckpt.so" "$site/distckpt/" && cp -R "$kit/lib/distckpt.libs" "$site/distckpt/"
+  cp "$kit/lib/libdistckpt.so" "$kit/lib/libdistckpt_gloo.so" "$site/distckpt/" &&
+    cp -R "$kit/lib/distckpt.libs" "$site/distckpt/"
   inc=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
   suffix=$("$py" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
   pyb=$("$py" -c "import pybind11; print(pybind11.get_include())" 2>/dev/null || echo /usr/include)

@@ -3,7 +3,8 @@
 # compiler but no Bazel and no network (docs/gpu.md):
 #
 #   DIR/gpu_check.sh           the check: bash DIR/gpu_check.sh RESULTS_DIR
-#   DIR/include, DIR/lib       the portable install tree (scripts/build_lib.sh): libdistckpt.so + distckpt.libs/
+#   DIR/include, DIR/lib       the portable install tree (scripts/build_lib.sh): libdistckpt.so, the Gloo plugin
+#                              libdistckpt_gloo.so + its distckpt.libs/
 #   DIR/python, DIR/bindings   the Python package and the binding's sources (built there with DISTCKPT_PREBUILT)
 #   DIR/python/tests           the device tests (test_device.py) and the GPU cases (test_gpu_cases.py, with the C
 #                              program it compiles there against DIR/include and DIR/lib, _c_no_context.c)

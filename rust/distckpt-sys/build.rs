@@ -36,10 +36,10 @@ and point cargo at it with one of
 
 (rust/run_tests.sh does all of this and runs the tests).";
 
-/// What a static link needs besides libdistckpt.a, as scripts/build_lib.sh writes it into distckpt-static.pc: gloo
-/// and hiredis (Debian ships no static libgloo, so they stay shared: the system's libgloo0 and libhiredis0.14 at run
-/// time), the C++ runtime, and libdl for CUDA and NCCL, which the library loads at run time.
-const STATIC_SYSTEM_LIBS: &[&str] = &["gloo", "hiredis", "stdc++", "m", "dl"];
+/// What a static link needs besides libdistckpt.a, as scripts/build_lib.sh writes it into distckpt-static.pc: the C++
+/// runtime, and libdl for what the library loads at run time (the Gloo plugin libdistckpt_gloo.so, CUDA, NCCL,
+/// libcurl). A binary that uses Gloo finds the plugin beside itself or through DCKPT_GLOO_PLUGIN (README.md).
+const STATIC_SYSTEM_LIBS: &[&str] = &["stdc++", "m", "dl"];
 
 #[derive(Clone, Copy, PartialEq)]
 enum Link {
