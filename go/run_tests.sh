@@ -95,7 +95,7 @@ tree_back "$dist"
 # Static without pkg-config (link_static.go): both tags, the whole link given in CGO_LDFLAGS, as README.md shows.
 echo "== cmd/distckpt built with -tags \"distckpt_static distckpt_nopkgconfig\" and CGO_CFLAGS / CGO_LDFLAGS"
 (cd "$work/consumer" && env -u PKG_CONFIG_PATH CGO_CFLAGS="-I$dist/include" \
-   CGO_LDFLAGS="$dist/lib/libdistckpt.a -lstdc++ -lm -ldl -pthread" \
+   CGO_LDFLAGS="$dist/lib/libdistckpt.a -lm -ldl -pthread" \
    go build -tags "distckpt_static distckpt_nopkgconfig" -o "$work/distckpt-env" distckpt.dev/go/cmd/distckpt 2>&1 |
    tail -20; exit "${PIPESTATUS[0]}")
 consumer "go build -tags \"distckpt_static distckpt_nopkgconfig\" with the flags in the environment, no pkg-config" $?

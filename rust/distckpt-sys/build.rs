@@ -36,10 +36,11 @@ and point cargo at it with one of
 
 (rust/run_tests.sh does all of this and runs the tests).";
 
-/// What a static link needs besides libdistckpt.a, as scripts/build_lib.sh writes it into distckpt-static.pc: the C++
-/// runtime, and libdl for what the library loads at run time (the Gloo plugin libdistckpt_gloo.so, CUDA, NCCL,
-/// libcurl). A binary that uses Gloo finds the plugin beside itself or through DCKPT_GLOO_PLUGIN (README.md).
-const STATIC_SYSTEM_LIBS: &[&str] = &["stdc++", "m", "dl"];
+/// What a static link needs besides libdistckpt.a, as scripts/build_lib.sh writes it into distckpt-static.pc: parts
+/// of the C library only (the archive carries its C++ runtime, libc++, inside), libdl and pthread among them for what
+/// the library loads at run time (the Gloo plugin libdistckpt_gloo.so, CUDA, NCCL, libcurl). A binary that uses Gloo
+/// finds the plugin beside itself or through DCKPT_GLOO_PLUGIN (README.md).
+const STATIC_SYSTEM_LIBS: &[&str] = &["m", "dl", "pthread"];
 
 #[derive(Clone, Copy, PartialEq)]
 enum Link {
