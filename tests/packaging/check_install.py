@@ -3,7 +3,7 @@
 Run by tests/packaging/venvs.sh with a fresh venv's interpreter, in isolated mode (``python -I``: no PYTHONPATH, no
 user site, not even this script's directory on sys.path) and from a directory outside the checkout:
 
-    python -I check_install.py CHECKOUT WORKDIR
+    python -I check_install.py CHECKOUT WORKDIR [--gloo-optional]
 
 It imports nothing from the checkout. Prints one "ok   ..." or "FAIL ..." line per check (a traceback after a
 failure) and exits non-zero if any failed:
@@ -15,6 +15,11 @@ failure) and exits non-zero if any failed:
    (libdistckpt_gloo.so) and the gloo, hiredis, ibverbs and libnl it vendors mapped from the venv;
 4. 2 ranks load it with other shardings, and every value is checked;
 5. export_safetensors writes it as safetensors files, which the real ``safetensors`` package reads back exactly.
+
+With ``--gloo-optional`` (a system the Gloo plugin may not run on: tests/packaging/debian11.sh), steps 3 and 4 run in
+this one process without a communicator (the whole state saved, then each of 2 ranks' parts loaded resharded), and a
+Gloo group of one either forms or fails with the plugin's clear error: DCKPT_EUNSUPPORTED naming the plugin's file,
+why the dynamic loader refused it, and the alternatives.
 """
 
 from __future__ import annotations
@@ -84,23 +89,38 @@ def native_from_venv(gloo=False):
 def save_rank(rank, world, rendezvous, path):
     import distckpt
 
-    v = state_values()
-    rows, cols, head = part(12, world, rank), part(16, world, rank), part(6, world, rank)
     with distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=60) as comm:
         native_from_venv(gloo=True)
-        state = {
-            "layers": {
-                "w": distckpt.Shard(v["layers.w"][rows], (12, 10), (rows.start, 0)),  # row slabs
-                "emb": distckpt.Shard(v["layers.emb"][:, cols], (9, 16), (0, cols.start)),  # column slabs
-                "norm": v["layers.norm"],  # replicated on every rank: written once
-            },
-            "head": distckpt.Shard(v["head"][head], (6, 5), (head.start, 0)),
-            "step": 1000,
-        }
-        distckpt.save(state, path, comm=comm, timeout=60)
+        save_part(rank, world, comm, path)
+
+
+def save_part(rank, world, comm, path):
+    """Saves this rank's part of the state (the whole state when world is 1)."""
+    import distckpt
+
+    v = state_values()
+    rows, cols, head = part(12, world, rank), part(16, world, rank), part(6, world, rank)
+    state = {
+        "layers": {
+            "w": distckpt.Shard(v["layers.w"][rows], (12, 10), (rows.start, 0)),  # row slabs
+            "emb": distckpt.Shard(v["layers.emb"][:, cols], (9, 16), (0, cols.start)),  # column slabs
+            "norm": v["layers.norm"],  # replicated on every rank: written once
+        },
+        "head": distckpt.Shard(v["head"][head], (6, 5), (head.start, 0)),
+        "step": 1000,
+    }
+    distckpt.save(state, path, comm=comm, timeout=60)
 
 
 def load_rank(rank, world, rendezvous, path):
+    import distckpt
+
+    with distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=60) as comm:
+        load_part(rank, world, comm, path)
+
+
+def load_part(rank, world, comm, path):
+    """Loads this rank's part of the resharded state and checks every value."""
     import distckpt
 
     v = state_values()
@@ -108,17 +128,16 @@ def load_rank(rank, world, rendezvous, path):
     w = np.zeros((12, cols.stop - cols.start), np.float32)
     emb = np.full((rows.stop - rows.start, 16), -1, np.int64)
     head = np.zeros((6, 5), np.float32)  # whole, converted from f16
-    with distckpt.comm.gloo(rank, world, rendezvous=rendezvous, timeout=60) as comm:
-        state = {
-            "layers": {
-                "w": distckpt.Shard(w, (12, 10), (0, cols.start)),  # column slabs now
-                "emb": distckpt.Shard(emb, (9, 16), (rows.start, 0)),  # row slabs now
-                "norm": np.zeros(7),
-            },
-            "head": head,
-            "step": None,
-        }
-        distckpt.load(state, path, comm=comm, timeout=60)
+    state = {
+        "layers": {
+            "w": distckpt.Shard(w, (12, 10), (0, cols.start)),  # column slabs now
+            "emb": distckpt.Shard(emb, (9, 16), (rows.start, 0)),  # row slabs now
+            "norm": np.zeros(7),
+        },
+        "head": head,
+        "step": None,
+    }
+    distckpt.load(state, path, comm=comm, timeout=60)
     np.testing.assert_array_equal(w, v["layers.w"][:, cols])
     np.testing.assert_array_equal(emb, v["layers.emb"][rows])
     np.testing.assert_array_equal(state["layers"]["norm"], v["layers.norm"])
@@ -152,6 +171,26 @@ def run_ranks(fn, world, *args):
             p.join()
     codes = [p.exitcode for p in procs]
     assert not hung and codes == [0] * world, f"{fn.__name__}: exit codes {codes}, running after {DEADLINE} s: {hung}"
+
+
+def load_parts(world, path):
+    for rank in range(world):
+        load_part(rank, world, None, path)
+
+
+def gloo_or_clear_error(rendezvous):
+    import distckpt
+
+    try:
+        with distckpt.comm.gloo(0, 1, rendezvous=rendezvous, timeout=30):
+            return "it forms"
+    except distckpt.errors.UnsupportedError as e:
+        message = str(e)
+        for want in ("libdistckpt_gloo.so", "DCKPT_GLOO_PLUGIN", "external communicator"):
+            assert want in message, f"{want!r} is not in the error: {message}"
+        # The dynamic loader's own reason, e.g. "version `GLIBC_2.33' not found".
+        assert re.search(r"not found|cannot open|wrong ELF", message), message
+        return "refused: " + re.search(r"tried [^)]*\)", message).group(0)
 
 
 def export_read_back(path, out_dir):
@@ -194,9 +233,16 @@ def main():
 
     step("distckpt is imported from the venv, not the checkout", imported_from_venv, checkout)
     step("its native libraries are mapped from the venv, and nothing of Gloo yet", native_from_venv)
-    step("3 ranks save a sharded state over Gloo, the plugin and gloo mapped from the venv", run_ranks, save_rank, 3, f"file://{work}/rdv_save", path, checkout)
-    step("2 ranks load it resharded, every value checked", run_ranks, load_rank, 2, f"file://{work}/rdv_load", path,
-         checkout)
+    if "--gloo-optional" in sys.argv[3:]:
+        step("a Gloo group of one forms, or fails naming the plugin, the reason and the alternatives", gloo_or_clear_error,
+             f"file://{work}/rdv_one")
+        step("one process saves the whole state", save_part, 0, 1, None, path)
+        step("2 ranks' parts load resharded one after the other, every value checked", load_parts, 2, path)
+    else:
+        step("3 ranks save a sharded state over Gloo, the plugin and gloo mapped from the venv", run_ranks, save_rank,
+             3, f"file://{work}/rdv_save", path, checkout)
+        step("2 ranks load it resharded, every value checked", run_ranks, load_rank, 2, f"file://{work}/rdv_load",
+             path, checkout)
     step("export_safetensors, read back by the safetensors package", export_read_back, path, str(work / "st"))
     sys.exit(1 if failed else 0)
 
