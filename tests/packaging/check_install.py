@@ -190,6 +190,8 @@ def gloo_or_clear_error(rendezvous):
             assert want in message, f"{want!r} is not in the error: {message}"
         # The dynamic loader's own reason, e.g. "version `GLIBC_2.33' not found".
         assert re.search(r"not found|cannot open|wrong ELF", message), message
+        if re.search(r"version `GLIBC(XX)?_", message):  # the plugin is there, the system older: said so
+            assert "needs a newer C or C++ runtime than this system has" in message, message
         return "refused: " + re.search(r"tried [^)]*\)", message).group(0)
 
 

@@ -170,7 +170,8 @@ std::string Reason(const std::string& path, const char* error) {
 struct Attempt {
   std::string path;
   std::string reason;
-  bool other_version = false;  // A Gloo plugin, but not of this build.
+  bool other_version = false;    // A Gloo plugin, but not of this build.
+  bool runtime_too_old = false;  // The dynamic loader found the plugin but not the C/C++ runtime versions it needs.
 };
 
 // Loads one candidate; nullptr (with attempt->reason) if it is not this build's plugin, which is then unloaded.
@@ -180,6 +181,13 @@ const dckpt_gloo_plugin_api* TryLoad(Attempt* attempt) {
   void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     attempt->reason = Reason(path, ::dlerror());
+    // "version `GLIBC_2.34' not found", "version `GLIBCXX_3.4.30' not found": the file is there, the system is older.
+    for (const char* runtime : {"`GLIBC_", "`GLIBCXX_", "`CXXABI_"}) {
+      if (attempt->reason.find(runtime) != std::string::npos &&
+          attempt->reason.find("not found") != std::string::npos) {
+        attempt->runtime_too_old = true;
+      }
+    }
     return nullptr;
   }
   auto reject = [&](std::string reason, bool other_version) -> const dckpt_gloo_plugin_api* {
@@ -193,8 +201,8 @@ const dckpt_gloo_plugin_api* TryLoad(Attempt* attempt) {
     return reject(std::string("not a distckpt Gloo plugin: it has no symbol ") + DCKPT_GLOO_PLUGIN_ENTRY, false);
   }
   const dckpt_gloo_plugin_api* api = entry();
-  const std::string ours = std::string("distckpt ") + kVersionString + " (plugin ABI " +
-                           std::to_string(DCKPT_GLOO_PLUGIN_ABI) + ")";
+  const std::string ours =
+      std::string("distckpt ") + kVersionString + " (plugin ABI " + std::to_string(DCKPT_GLOO_PLUGIN_ABI) + ")";
   if (api == nullptr) return reject("its " + std::string(DCKPT_GLOO_PLUGIN_ENTRY) + "() returned no table", false);
   if (api->abi != DCKPT_GLOO_PLUGIN_ABI) {
     return reject("a Gloo plugin of plugin ABI " + std::to_string(api->abi) + ", but this library is " + ours, true);
@@ -217,9 +225,11 @@ const dckpt_gloo_plugin_api* TryLoad(Attempt* attempt) {
 Status NotLoaded(const std::vector<Attempt>& attempts, bool from_env, const std::string& binary) {
   std::string tried;
   bool other_version = false;
+  bool runtime_too_old = false;
   for (const Attempt& a : attempts) {
     tried += (tried.empty() ? "" : "; ") + a.path + ": " + a.reason;
     other_version |= a.other_version;
+    runtime_too_old |= a.runtime_too_old;
   }
   const std::string plugin = std::string(DCKPT_GLOO_PLUGIN_FILE " of distckpt ") + kVersionString;
   std::string msg = "gloo: the Gloo communicator needs the plugin " DCKPT_GLOO_PLUGIN_FILE
@@ -227,6 +237,12 @@ Status NotLoaded(const std::vector<Attempt>& attempts, bool from_env, const std:
   if (from_env) {
     msg += std::string(kEnv) + "=" + tried + ". Point " + kEnv + " at the " + plugin +
            ", or unset it to use the one beside " + (binary.empty() ? "libdistckpt.so" : binary);
+  } else if (runtime_too_old) {
+    msg += "it needs a newer C or C++ runtime than this system has (tried " + tried +
+           "): the plugin links the gloo of the system it was built on and carries that system's floor, higher than "
+           "the rest of distckpt's (share/distckpt/PORTABILITY, or PORTABILITY in the Python package, names it); "
+           "only the Gloo communicator is affected. Build the plugin on this system (scripts/build_lib.sh) and set " +
+           std::string(kEnv) + " to it";
   } else {
     msg += "none could be loaded (tried " + (tried.empty() ? std::string("nothing: no binary found") : tried) +
            "). Put the " + plugin + " beside " + (binary.empty() ? "libdistckpt.so" : binary) +
