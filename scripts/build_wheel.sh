@@ -67,6 +67,21 @@ DRIVER
   ln -sf cc "$1/c++"
 }
 
+# python_for X.Y: an interpreter of CPython X.Y: pyenv's newest X.Y.*, else pythonX.Y on PATH (pyenv's shims on PATH
+# answer for versions that are not selected only with an error, so they are not trusted).
+python_for() {
+  local interp=""
+  if command -v pyenv >/dev/null; then
+    interp=$(ls -d "$(pyenv root)"/versions/"$1".*/bin/"python$1" 2>/dev/null | sort -V | tail -1)
+  fi
+  [[ -n $interp ]] || interp=$(command -v "python$1" || true)
+  if [[ -z $interp ]] || ! "$interp" -c "" 2>/dev/null; then
+    echo "build_wheel.sh: no python$1 here (pyenv install $1)" >&2
+    return 1
+  fi
+  echo "$interp"
+}
+
 # finish RAW_WHEEL PLAT: repairs the wheel without the plugin, then puts the plugin back; prints the result line.
 finish() {
   local raw=$1 plat=$2 name pkg
@@ -146,11 +161,7 @@ if [[ $arch == x86_64 ]]; then
   tree=$(scripts/build_lib.sh)
   compilers "$work/zig" x86_64-linux-gnu.2.28 "$zig" "$zig_cache"
   for v in "${versions[@]}"; do
-    interp=$(command -v "python$v" || true)
-    if [[ -z $interp ]] && command -v pyenv >/dev/null; then
-      interp=$(ls -d "$(pyenv root)"/versions/"$v".*/bin/"python$v" 2>/dev/null | sort -V | tail -1)
-    fi
-    [[ -x $interp ]] || { echo "build_wheel.sh: no python$v here (pyenv install $v)" >&2; exit 1; }
+    interp=$(python_for "$v") || exit 1
     venv=build/wheel-venv-$v
     [[ -x $venv/bin/python ]] || "$interp" -m venv "$venv"
     if ! "$venv/bin/python" -c "import setuptools, wheel, pybind11" 2>/dev/null; then
