@@ -183,7 +183,7 @@ elif [[ $arch == aarch64 ]]; then
   [[ $tree == "$repo"/* ]] || { echo "build_wheel.sh: the AArch64 tree must be inside the checkout" >&2; exit 1; }
   # What the root's Python needs to build, from PyPI through this machine (the root has no network of its own to
   # rely on): pure-Python wheels.
-  wheelhouse=$HOME/.cache/distckpt/wheelhouse
+  wheelhouse=$HOME/.cache/distckpt/wheelhouse/build-tools
   mkdir -p "$wheelhouse"
   python3 -m pip download -q --disable-pip-version-check --only-binary=:all: -d "$wheelhouse" \
     "setuptools>=61" wheel "pybind11>=2.11"
