@@ -148,6 +148,12 @@ class BazelBuildExt(build_ext):
             shutil.rmtree(package_dir / vendored.name, ignore_errors=True)
             if vendored.is_dir():
                 shutil.copytree(vendored, package_dir / vendored.name)
+            # What the core and the plugin need of the system (their glibc floors), as the tree records it.
+            (package_dir / "PORTABILITY").unlink(missing_ok=True)
+            for record in (tree / "share" / "distckpt" / "PORTABILITY", tree / "PORTABILITY"):
+                if record.is_file():
+                    shutil.copyfile(record, package_dir / "PORTABILITY")
+                    break
             if static:
                 # The archive holds the core and its C++ runtime with only dckpt_* global: the module needs the C
                 # library alone (libm, libdl, pthread for what the core loads at run time).

