@@ -5,8 +5,10 @@
 #   bash KIT/gpu_check.sh RESULTS_DIR
 #
 # In one go, within 10 minutes (step 4's GPU cases have not been timed on a GPU yet; the rest took 2.5 on an H100):
-#   1. the machine: GPU, driver, Python, torch, glibc; the kit's library loads with its vendored dependencies only;
-#   2. builds the binding against this machine's python3 (setup.py with DISTCKPT_PREBUILT=KIT, no Bazel);
+#   1. the machine: GPU, driver, Python, torch, glibc; the kit's library for this machine (KIT for x86_64,
+#      KIT/aarch64 for AArch64 hosts such as Grace Hopper) loads with its vendored dependencies only;
+#   2. installs the kit's wheel for this machine and Python (KIT/dist: CPython 3.12 on x86_64, 3.11 on AArch64), or,
+#      where none fits, builds the binding against this machine's python3 (setup.py with DISTCKPT_PREBUILT, no Bazel);
 #   3. the device tests (python/tests/test_device.py): torch CUDA tensors, DTensor on a CUDA mesh, CuPy, JAX on GPU,
 #      round trips, resharded loads into device memory, async saves while kernels change the tensors (with and
 #      without device_snapshot), DCP's StorageReader loading into CUDA tensors; and the emulated device path;
@@ -25,6 +27,10 @@
 set -uo pipefail
 [[ $# -eq 1 ]] || { echo "usage: bash gpu_check.sh RESULTS_DIR" >&2; exit 2; }
 kit=$(cd "$(dirname "$0")" && pwd)
+# The install tree for this machine: the kit's top for x86_64, KIT/<machine> for the others it carries.
+machine=$(uname -m)
+tree=$kit
+[[ $machine == x86_64 ]] || tree=$kit/$machine
 mkdir -p "$1/logs" || exit 2
 out=$(cd "$1" && pwd)
 py=${PYTHON:-python3}
@@ -83,7 +89,7 @@ PY
   echo "host: $(uname -n), $(uname -sr), $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   echo "glibc: $(ldd --version 2>&1 | head -1)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); XXH3 build used:" \
-    "$(grep -qw avx512f /proc/cpuinfo && echo avx512 || { grep -qw avx2 /proc/cpuinfo && echo avx2 || echo sse2; })"
+    "$(if [[ $machine == aarch64 ]]; then echo neon; elif grep -qw avx512f /proc/cpuinfo; then echo avx512; elif grep -qw avx2 /proc/cpuinfo; then echo avx2; else echo sse2; fi)"
   if command -v nvidia-smi >/dev/null; then
     echo "gpus: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | paste -sd ';')"
   else
@@ -114,22 +120,24 @@ gpu_name=$(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --for
 log="$out/logs/library.log"
 t=$(date +%s)
 {
-  echo "ldd $kit/lib/libdistckpt.so:"
-  env -u LD_LIBRARY_PATH ldd "$kit/lib/libdistckpt.so"
-  echo "ldd $kit/lib/libdistckpt_gloo.so (the Gloo plugin, loaded on the first Gloo communicator):"
-  env -u LD_LIBRARY_PATH ldd "$kit/lib/libdistckpt_gloo.so"
+  echo "ldd $tree/lib/libdistckpt.so:"
+  env -u LD_LIBRARY_PATH ldd "$tree/lib/libdistckpt.so"
+  echo "ldd $tree/lib/libdistckpt_gloo.so (the Gloo plugin, loaded on the first Gloo communicator):"
+  env -u LD_LIBRARY_PATH ldd "$tree/lib/libdistckpt_gloo.so"
 } > "$log" 2>&1
-if grep -q "not found" "$log"; then
+if [[ ! -f $tree/lib/libdistckpt.so ]]; then
+  record "library loads" 0 1 0 0 "the kit has no library for this machine ($machine): it carries x86_64 and aarch64"
+elif grep -q "not found" "$log"; then
   record "library loads" 0 1 0 $(($(date +%s) - t)) "a dependency is missing: $(grep 'not found' "$log" | head -3 | tr '\n' ' ')"
 elif ! env -u LD_LIBRARY_PATH "$py" -c "
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 lib.dckpt_version_string.restype = ctypes.c_char_p
-print('dckpt_version', lib.dckpt_version_string().decode(), 'abi', lib.dckpt_abi_version())" "$kit/lib/libdistckpt.so" >> "$log" 2>&1; then
+print('dckpt_version', lib.dckpt_version_string().decode(), 'abi', lib.dckpt_abi_version())" "$tree/lib/libdistckpt.so" >> "$log" 2>&1; then
   record "library loads" 0 1 0 $(($(date +%s) - t)) "dlopen failed: $(tail -1 "$log")"
 else
   outside=$(awk '/=>/ && $3 ~ /^\// {print $3}' "$log" | grep -v "/distckpt.libs/" |
-    grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so' || true)
+    grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux-x86-64|ld-linux-aarch64)\.so' || true)
   if [[ -n $outside ]]; then
     record "library loads" 0 1 0 $(($(date +%s) - t)) "resolved outside the kit: $outside"
   else
@@ -137,33 +145,42 @@ else
   fi
 fi
 
-# ---- 2. the binding, built here -----------------------------------------------------------------------------------
+# ---- 2. the binding: the kit's wheel for this machine and Python, else built here ---------------------------------
 site="$work/site"
 log="$out/logs/build.log"
-run "build binding" "$log" env DISTCKPT_PREBUILT="$kit" "$py" -m pip install --no-build-isolation --no-deps \
-  --no-index --disable-pip-version-check --target "$site" "$kit/python"
-if [[ $RC -ne 0 ]]; then
+pytag=$("$py" -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
+wheel=$(ls "$kit"/dist/distckpt-*-"$pytag"-"$pytag"-*_"$machine".whl 2>/dev/null | head -1)
+if [[ -n $wheel ]]; then
+  step="install wheel"
+  run "$step" "$log" "$py" -m pip install --no-deps --no-index --disable-pip-version-check --target "$site" "$wheel"
+else
+  step="build binding"
+  echo "-- no wheel in the kit for $pytag on $machine: building the binding" >> "$log"
+  run "$step" "$log" env DISTCKPT_PREBUILT="$tree" "$py" -m pip install --no-build-isolation --no-deps \
+    --no-index --disable-pip-version-check --target "$site" "$kit/python"
+fi
+if [[ $RC -ne 0 && -z $wheel ]]; then
   # pip or setuptools missing: compile the binding's sources (every bindings/*.cc) directly, as setup.py would.
   echo "-- pip failed (exit $RC); compiling directly" >> "$log"
   mkdir -p "$site"
   cp -R "$kit/python/distckpt" "$site/"
-  cp "$kit/lib/libdistckpt.so" "$kit/lib/libdistckpt_gloo.so" "$site/distckpt/" &&
-    cp -R "$kit/lib/distckpt.libs" "$site/distckpt/"
+  cp "$tree/lib/libdistckpt.so" "$tree/lib/libdistckpt_gloo.so" "$site/distckpt/" &&
+    cp -R "$tree/lib/distckpt.libs" "$site/distckpt/"
   inc=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
   suffix=$("$py" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
   pyb=$("$py" -c "import pybind11; print(pybind11.get_include())" 2>/dev/null || echo /usr/include)
   t=$(date +%s)
-  ${CXX:-c++} -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -I"$kit" -I"$kit/include" -I"$inc" -I"$pyb" \
-    "$kit"/bindings/*.cc -L"$kit/lib" -ldistckpt -Wl,-rpath,'$ORIGIN' \
+  ${CXX:-c++} -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -I"$kit" -I"$tree/include" -I"$inc" -I"$pyb" \
+    "$kit"/bindings/*.cc -L"$tree/lib" -ldistckpt -Wl,-rpath,'$ORIGIN' \
     -Wl,--version-script="$kit/bindings/_distckpt.lds" -o "$site/distckpt/_distckpt$suffix" >> "$log" 2>&1
   RC=$?
   SECS=$((SECS + $(date +%s) - t))
 fi
 if [[ $RC -eq 0 ]] && PYTHONPATH="$site" "$py" -c "import distckpt, sys; print('imported', distckpt.__file__)" >> "$log" 2>&1; then
-  record "build binding" 1 0 0 "$SECS" "$(grep -c . "$log") log lines; $(tail -1 "$log")"
+  record "$step" 1 0 0 "$SECS" "${wheel:+$(basename "$wheel"); }$(grep -c . "$log") log lines; $(tail -1 "$log")"
   built=1
 else
-  record "build binding" 0 1 0 "$SECS" "$(grep -iE 'error|Error' "$log" | head -3 | tr '\n' ' ')"
+  record "$step" 0 1 0 "$SECS" "$(grep -iE 'error|Error' "$log" | head -3 | tr '\n' ' ')"
   built=0
 fi
 
@@ -216,7 +233,7 @@ if [[ $built -eq 1 ]]; then
   log="$out/logs/gpu_cases.log"
   step_timeout_all=$step_timeout
   step_timeout=${GPU_CASES_TIMEOUT:-420}
-  run "gpu cases (pytest)" "$log" env -C "$work" "$py" -m pytest "$kit/python/tests/test_gpu_cases.py" \
+  run "gpu cases (pytest)" "$log" env -C "$work" DISTCKPT_PREBUILT="$tree" "$py" -m pytest "$kit/python/tests/test_gpu_cases.py" \
     "$kit/python/tests/test_manager.py::test_torch_cuda_tensors_on_a_gpu" -v -rsxP \
     -p no:cacheprovider -o faulthandler_timeout=120 --junitxml="$out/gpu_cases.xml" -o junit_family=xunit1
   step_timeout=$step_timeout_all
@@ -241,7 +258,7 @@ fi
 echo "NCCL: ${DCKPT_NCCL_LIBRARY:-not found (the conformance suite will skip)}" >> "$out/environment.txt"
 for t in nccl_test nccl_gloo_test; do
   log="$out/logs/$t.log"
-  run "$t" "$log" env -C "$work" "$kit/bin/$t" --gtest_output="xml:$out/$t.xml"
+  run "$t" "$log" env -C "$work" "$tree/bin/$t" --gtest_output="xml:$out/$t.xml"
   read -r p f s < <(junit_counts "$out/$t.xml")
   if [[ $RC -ne 0 && $f -eq 0 ]]; then f=1; fi
   record "$t" "$p" "$f" "$s" "$SECS" "$(grep -E '^\[  (FAILED|SKIPPED) ' "$log" | sort -u | head -8 | tr '\n' ';')"

@@ -5,7 +5,11 @@
 #   DIR/gpu_check.sh           the check: bash DIR/gpu_check.sh RESULTS_DIR
 #   DIR/include, DIR/lib       the portable install tree (scripts/build_lib.sh): libdistckpt.so, the Gloo plugin
 #                              libdistckpt_gloo.so + its distckpt.libs/
-#   DIR/python, DIR/bindings   the Python package and the binding's sources (built there with DISTCKPT_PREBUILT)
+#   DIR/aarch64/{include,lib,bin}  the same for AArch64 hosts (Grace Hopper, Grace Blackwell), and its NCCL tests
+#   DIR/dist/                  the wheels the check installs: CPython 3.12 (the GPU machines' Python) and 3.11 for
+#                              x86_64, 3.11 for AArch64 (scripts/build_wheel.sh); a Python without one builds the binding
+#   DIR/python, DIR/bindings   the Python package and the binding's sources (built there with DISTCKPT_PREBUILT
+#                              where no wheel fits that machine's Python)
 #   DIR/python/tests           the device tests (test_device.py) and the GPU cases (test_gpu_cases.py, with the C
 #                              program it compiles there against DIR/include and DIR/lib, _c_no_context.c)
 #   DIR/bin/nccl_test          the NCCL communicator's tests, self-contained (core/comm/nccl/README.md)
@@ -24,27 +28,49 @@ kit=$(mkdir -p "$1" && cd "$1" && pwd)
 [[ $kit != "$repo" && $kit != / ]] || { echo "gpu_kit.sh: refusing to empty $kit" >&2; exit 2; }
 find "$kit" -mindepth 1 -delete
 
-# The portable library, laid out straight into the kit (no static archive: nothing there links one).
+# The portable library, laid out straight into the kit (no static archive: nothing there links one), for x86_64 at
+# the top and for AArch64 in aarch64/.
 DISTCKPT_DIST="$kit" scripts/build_lib.sh >/dev/null
-rm -f "$kit/lib/libdistckpt.a" "$kit/lib/pkgconfig/distckpt-static.pc"
+DISTCKPT_ARCH=aarch64 DISTCKPT_DIST="$kit/aarch64" scripts/build_lib.sh >/dev/null
+for tree in "$kit" "$kit/aarch64"; do
+  rm -f "$tree/lib/libdistckpt.a" "$tree/lib/pkgconfig/distckpt-static.pc"
+  rm -rf "$tree/lib/.debug"
+done
 
 # The NCCL tests: nccl_test is linked statically against everything of ours; nccl_gloo_test links gloo and hiredis,
-# which are pointed at the kit's vendored copies.
-if ! out=$(bazel build -c opt //core/comm/nccl:nccl_test //core/comm/nccl:nccl_gloo_test 2>&1); then
-  echo "$out" | grep -v linux-sandbox | tail -30 >&2
-  exit 1
-fi
-bin=$(bazel info -c opt bazel-bin 2>/dev/null)
-mkdir -p "$kit/bin"
-install -m 0755 "$bin/core/comm/nccl/nccl_test" "$bin/core/comm/nccl/nccl_gloo_test" "$kit/bin/"
-for f in "$kit"/bin/*; do
-  strip --strip-debug "$f"  # before patchelf: stripping a file patchelf rewrote can leave unaligned load segments
-  for needed in $(patchelf --print-needed "$f"); do
-    base=${needed%%.so*}
-    vendored=$(cd "$kit/lib/distckpt.libs" && ls "$base"-*.so* 2>/dev/null | head -1 || true)
-    if [[ -n $vendored ]]; then patchelf --replace-needed "$needed" "$vendored" "$f"; fi
+# which are pointed at the kit's vendored copies. For AArch64 they are built by the cross g++ (--config=gcc_aarch64).
+# shellcheck source=../tests/packaging/chroot.sh
+source tests/packaging/chroot.sh
+nccl_tests() {  # TREE STRIP CONFIG...: builds the NCCL tests with CONFIG into TREE/bin, linked to TREE's vendored gloo
+  local tree=$1 strip=$2 out bin f needed base vendored
+  shift 2
+  if ! out=$(bazel build -c opt "$@" //core/comm/nccl:nccl_test //core/comm/nccl:nccl_gloo_test 2>&1); then
+    echo "$out" | grep -v linux-sandbox | tail -30 >&2
+    exit 1
+  fi
+  bin=$(bazel info -c opt "$@" bazel-bin 2>/dev/null)
+  mkdir -p "$tree/bin"
+  install -m 0755 "$bin/core/comm/nccl/nccl_test" "$bin/core/comm/nccl/nccl_gloo_test" "$tree/bin/"
+  for f in "$tree"/bin/*; do
+    "$strip" --strip-debug "$f"  # before patchelf: stripping a file patchelf rewrote can leave unaligned segments
+    for needed in $(patchelf --print-needed "$f"); do
+      base=${needed%%.so*}
+      vendored=$(cd "$tree/lib/distckpt.libs" && ls "$base"-*.so* 2>/dev/null | head -1 || true)
+      if [[ -n $vendored ]]; then patchelf --replace-needed "$needed" "$vendored" "$f"; fi
+    done
+    patchelf --set-rpath '$ORIGIN/../lib/distckpt.libs' "$f"
   done
-  patchelf --set-rpath '$ORIGIN/../lib/distckpt.libs' "$f"
+}
+nccl_tests "$kit" strip
+nccl_tests "$kit/aarch64" aarch64-linux-gnu-strip --config=gcc_aarch64 "--repo_env=DISTCKPT_AARCH64_SYSROOT=$(chroot_aarch64)"
+
+# The wheels the check installs instead of compiling the binding there.
+mkdir -p "$kit/dist"
+for args in "3.11 3.12" "--arch aarch64"; do
+  # shellcheck disable=SC2086  # the arguments are meant to be split
+  for wheel in $(scripts/build_wheel.sh $args | sed -n 's/^wheel: \([^ ]*\) .*/\1/p'); do
+    cp "$wheel" "$kit/dist/"
+  done
 done
 
 # The Python package and the binding's sources, as setup.py expects them (ROOT/python, ROOT/bindings).
@@ -77,5 +103,7 @@ cp "$cache"/*.whl "$kit/wheels/"
   echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   cat "$kit/share/distckpt/PORTABILITY"
+  sed 's/^/aarch64: /' "$kit/aarch64/share/distckpt/PORTABILITY"
+  (cd "$kit/dist" && ls -l -- *.whl | awk '{print "wheel: " $NF " (" $5 " bytes)"}')
 } > "$kit/KIT"
 du -sh "$kit" | awk '{print "gpu_kit.sh: " $2 " is " $1}'

@@ -2,7 +2,8 @@
 # The GPU kit end to end on this machine (no GPU): scripts/gpu_kit.sh builds the kit, which is packed, unpacked in a
 # fresh directory and checked there by its own gpu_check.sh with the host copy engine standing in for CUDA
 # (DCKPT_TEST_CUDA_ON_HOST=1) and no usable Bazel (a `bazel` first on PATH that records any call and fails). What
-# does not need a GPU must pass, and what needs one must skip, saying why. Uses the repository's .venv (made by
+# does not need a GPU must pass, and what needs one must skip, saying why. The check installs the kit's wheel for
+# this Python instead of compiling the binding. Uses the repository's .venv (made by
 # python/run_tests.sh; torch, numpy, pybind11) as the machine's Python, or PYTHON. Ends with "gpu kit: N passed,
 # M failed".
 set -uo pipefail
@@ -61,11 +62,13 @@ check $rc "results.md, results.json and each suite's report are written"
 import json, sys
 r = json.load(open(sys.argv[1]))
 steps = {s["step"]: s for s in r["steps"]}
-need = ["library loads", "build binding", "golden checkpoints verify", "device tests (pytest)", "gpu cases (pytest)",
+need = ["library loads", "install wheel", "golden checkpoints verify", "device tests (pytest)", "gpu cases (pytest)",
         "nccl_test", "nccl_gloo_test", "gpu benchmark"]
 missing = [n for n in need if n not in steps]
 assert not missing, f"steps missing: {missing}"
-assert steps["library loads"]["passed"] == 1 and steps["build binding"]["passed"] == 1, steps
+assert steps["library loads"]["passed"] == 1 and steps["install wheel"]["passed"] == 1, steps
+# The kit's wheel for this Python (the repository's .venv: CPython 3.11) is installed, not the binding compiled.
+assert "-cp311-cp311-manylinux_2_28_x86_64.whl" in steps["install wheel"]["note"], steps["install wheel"]
 # The emulated device path runs (passes) here; the real-GPU cases skip with a reason.
 assert steps["device tests (pytest)"]["passed"] >= 5, steps["device tests (pytest)"]
 assert "no GPU" in steps["device tests (pytest)"]["note"] or "not installed" in steps["device tests (pytest)"]["note"]
