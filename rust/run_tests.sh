@@ -104,8 +104,8 @@ consumer_check() {  # consumer_check DESCRIPTION STATUS
 source ../tests/consumers/portable.sh
 dist="$work/dist"
 readme_env() {  # runs "$@" with the environment README.md tells a user to set, and no other addition of this script
-  env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u DISTCKPT_INCLUDE_DIR -u DCKPT_GLOO_PLUGIN -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS \
-    -u CARGO_BUILD_RUSTFLAGS DISTCKPT_LIB_DIR="$dist/lib" CARGO_TARGET_DIR="$work/target" "$@"
+  env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u DISTCKPT_INCLUDE_DIR -u DCKPT_GLOO_PLUGIN -u RUSTFLAGS \
+    -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS DISTCKPT_LIB_DIR="$dist/lib" CARGO_TARGET_DIR="$work/target" "$@"
 }
 fixtures="$(cd .. && pwd)/tests/fixtures"
 python_values="$PWD/distckpt/tests/data/python_values"

@@ -71,6 +71,17 @@ std::string TempDir() {
   return mkdtemp(&pattern[0]) != nullptr ? pattern : "";
 }
 
+// The options of a group of one on loopback; `rendezvous` must outlive them.
+dckpt_gloo_options OneRank(const std::string& rendezvous) {
+  dckpt_gloo_options o;
+  dckpt_gloo_options_init(&o, DCKPT_GLOO_OPTIONS_VERSION);
+  o.rank = 0;
+  o.world_size = 1;
+  o.rendezvous = rendezvous.c_str();
+  o.hostname = "127.0.0.1";
+  return o;
+}
+
 // A one-rank external communicator: the host's collectives, trivially.
 int Allgather(const void* send, size_t size, void* recv, uint64_t, void*) {
   if (size > 0) std::memcpy(recv, send, size);
@@ -148,12 +159,7 @@ TEST(GlooPluginCapi, AGlooCommunicatorLoadsThePluginBesideTheLibrary) {
     free(real);
     beside = beside.substr(0, beside.rfind('/')) + "/libdistckpt_gloo.so";
     const std::string rendezvous = "file://" + TempDir();
-    dckpt_gloo_options o;
-    dckpt_gloo_options_init(&o, DCKPT_GLOO_OPTIONS_VERSION);
-    o.rank = 0;
-    o.world_size = 1;
-    o.rendezvous = rendezvous.c_str();
-    o.hostname = "127.0.0.1";
+    dckpt_gloo_options o = OneRank(rendezvous);
     dckpt_comm* comm = nullptr;
     if (!NothingOfGlooMapped("loading the library") || !Ok(dckpt_comm_new_gloo(&comm, &o), "gloo") ||
         !Ok(dckpt_comm_barrier(comm, 10000), "barrier")) {
@@ -175,11 +181,7 @@ TEST(GlooPluginCapi, AMissingPluginIsUnsupportedAndBadOptionsAreStillInvalid) {
     const std::string missing = TempDir() + "/libdistckpt_gloo.so";
     ::setenv("DCKPT_GLOO_PLUGIN", missing.c_str(), 1);
     const std::string rendezvous = "file://" + TempDir();
-    dckpt_gloo_options o;
-    dckpt_gloo_options_init(&o, DCKPT_GLOO_OPTIONS_VERSION);
-    o.rank = 0;
-    o.world_size = 1;
-    o.rendezvous = rendezvous.c_str();
+    dckpt_gloo_options o = OneRank(rendezvous);
     dckpt_comm* comm = nullptr;
     int rc = dckpt_comm_new_gloo(&comm, &o);
     const std::string msg = dckpt_error_last();

@@ -3,7 +3,8 @@
 # libdistckpt_gloo.so, loaded on the first Gloo communicator; CUDA, NCCL and libcurl are loaded on first use too.
 # Fails if a file given (libdistckpt.so, the Python extension) has any other DT_NEEDED entry, or needs a Gloo symbol.
 set -euo pipefail
-runtime_re='^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux-x86-64|ld-linux-aarch64)\.so'
+# The sanitizer runtimes count as runtimes in the --config=asan / tsan builds.
+runtime_re='^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux-x86-64|ld-linux-aarch64|libasan|libubsan|libtsan)\.so'
 status=0
 for lib in "$@"; do
   needed=$(readelf -d "$lib" | awk '/\(NEEDED\)/ {print $NF}' | tr -d '[]')

@@ -315,7 +315,13 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
 
 Status CheckpointManager::Wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !busy_; })) {
+  auto idle = [&] { return queue_.empty() && !busy_; };
+  // A century or more is a wait without a deadline: wait_for converts the timeout to nanoseconds past now, which
+  // overflows past ~292 years (UBSan caught dckpt_manager_wait(DCKPT_WAIT_FOREVER), capped to 2^53 ms, doing so), as
+  // save_async.cc's kWaitForever says for asynchronous saves.
+  if (timeout >= std::chrono::hours(24 * 365 * 100)) {
+    cv_.wait(lock, idle);
+  } else if (!cv_.wait_for(lock, timeout, idle)) {
     return TimeoutError("checkpoint manager: steps still in flight after " + std::to_string(timeout.count()) + " ms");
   }
   Status st = error_;
