@@ -226,7 +226,8 @@ def test_the_readme_example_saves_where_no_directory_exists_yet(tmp_path, monkey
 SHELL_BUILTINS = {"cd", "export", "set", "source", ".", "echo", "true", "false", "exit", "test", "["}
 # Programs the pages tell the reader to install (Debian packages) where this machine may lack them.
 INSTALLED_BY_THE_PAGES = {"go": "golang-go", "cargo": "cargo", "bazel": "bazel-bootstrap", "apt-get": "apt",
-                          "pkg-config": "pkg-config", "pip": "python3-pip", "cc": "gcc"}  # fmt: skip
+                          "pkg-config": "pkg-config", "pip": "python3-pip", "cc": "gcc", "cmake": "cmake",
+                          "zig": "PyPI's ziglang (scripts/install_zig.sh)"}  # fmt: skip
 # Files a command of a page produces elsewhere than in its own block: scripts/gpu_kit.sh DIR installs
 # scripts/gpu_check.sh as DIR/gpu_check.sh, which docs/gpu.md unpacks as kit/.
 PRODUCED = {"kit/gpu_check.sh": "scripts/gpu_check.sh"}
