@@ -5,8 +5,9 @@
 # pytest (python/), cargo (rust/) and go (go/). Each language suite has its own runner (<lang>/run_tests.sh) that sets
 # up its toolchain and prints a "N passed, M failed" line (rust and go also build a consumer crate/module outside
 # the repository, as their READMEs tell a user to); then a C program built the same way (tests/consumers/c), the
-# cross-language check (tests/crosslang/run.sh), the portable library, the wheel and the prebuilt install
-# (tests/packaging/), the GPU kit run without a GPU (tests/gpu_kit/run.sh), and
+# cross-language check (tests/crosslang/run.sh), the portable library, the wheels, the sdist and the prebuilt install,
+# the CMake consumer, Debian 11 and AArch64 under qemu (tests/packaging/, tests/consumers/cmake; docs/install.md),
+# the GPU kit run without a GPU (tests/gpu_kit/run.sh), and
 # the crash-consistency suite with the Go CLI (tests/crash/run.sh), then a short smoke of every fuzz target
 # (scripts/fuzz.sh, FUZZ_SMOKE_SECONDS each, default 15): one "fuzz <target>: N passed, M failed" line per target, a
 # missing clang-14 or atheris counting as a failure.
@@ -14,6 +15,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 1
+
+# What the suites build is kept outside the checkout, under ~/.cache/distckpt (docs/install.md): Bazel's disk cache
+# (.bazelrc), zig, the Debian roots, wheelhouses, venvs, ccache. Bazel's disk cache has no size limit of its own: files
+# not read for two weeks go, and the oldest-read ones while it holds more than 40 GiB.
+disk_cache=${DISTCKPT_CACHE:-$HOME/.cache/distckpt}/bazel-disk
+if [[ -d $disk_cache ]]; then
+  find "$disk_cache" -type f -atime +14 -delete 2>/dev/null
+  if (($(du -sk "$disk_cache" | cut -f1) > 40 * 1024 * 1024)); then
+    find "$disk_cache" -type f -printf '%A@ %s %p\n' | sort -n |
+      awk -v over=$(($(du -sk "$disk_cache" | cut -f1) * 1024 - 30 * 1024 * 1024 * 1024)) \
+        '{ if (freed < over) { print $3; freed += $2 } }' | xargs -r rm -f
+  fi
+fi
 
 passed=0
 failed=0
@@ -80,9 +94,9 @@ else
 fi
 
 # The cross-language check runs last: it uses the toolchains the language runners set up.
-for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/consumers/c/run.sh tests/crosslang/run.sh \
-  tests/packaging/portable_lib.sh tests/packaging/venvs.sh tests/gpu_kit/run.sh \
-  tests/crash/run.sh; do
+for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/consumers/c/run.sh \
+  tests/consumers/cmake/run.sh tests/crosslang/run.sh tests/packaging/portable_lib.sh tests/packaging/venvs.sh \
+  tests/packaging/debian11.sh tests/packaging/aarch64.sh tests/gpu_kit/run.sh tests/crash/run.sh; do
   [[ -f "$runner" ]] || continue
   echo "== $runner"
   bash "$runner" >"$log" 2>&1

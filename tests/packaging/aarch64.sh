@@ -17,13 +17,21 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 source tests/packaging/common.sh
 source tests/packaging/chroot.sh
+if ! why=$(chroot_possible); then
+  echo "SKIPPED: $why"
+  finish aarch64
+  exit 0
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 box=$work/box
 mkdir -p "$box"
 
-binfmt_aarch64
-check "binfmt_misc runs arm64 programs through qemu-aarch64-static" $? || { finish aarch64; exit 1; }
+if ! why=$(binfmt_aarch64 2>&1); then
+  echo "SKIPPED: arm64 programs cannot run here: $why"
+  finish aarch64
+  exit 0
+fi
 root=$(chroot_aarch64)
 check "a Debian 12 arm64 root ($root)" $? || { finish aarch64; exit 1; }
 tree=$(DISTCKPT_ARCH=aarch64 DISTCKPT_DIST="$work/dist" scripts/build_lib.sh)

@@ -109,3 +109,14 @@ chroot_debian11() { chroot_make bullseye amd64 minbase python3 python3-venv libc
 # Debian 12 arm64, run by qemu-user: gloo and gtest to link the AArch64 plugin and C++ tests against, Python 3.11
 # (with its headers for the cp311 AArch64 wheel) to run the wheel.
 chroot_aarch64() { chroot_make bookworm arm64 minbase python3 python3-venv libpython3.11-dev libgloo-dev libgtest-dev; }
+
+# chroot_possible: whether this machine lets the tests make and enter roots (root, a private mount namespace);
+# prints why not. The suites that need roots report SKIPPED with that reason where it does not.
+chroot_possible() {
+  if [[ $(id -u) -ne 0 ]]; then echo "not root (debootstrap, chroot and mount need root)"; return 1; fi
+  if ! unshare --mount --propagation private true 2>/dev/null; then
+    echo "no private mount namespace here (unshare --mount fails: the container forbids it)"
+    return 1
+  fi
+  command -v debootstrap >/dev/null || { echo "debootstrap is missing (scripts/install_deps.sh)"; return 1; }
+}
