@@ -30,17 +30,23 @@ find "$kit" -mindepth 1 -delete
 
 # The portable library, laid out straight into the kit (no static archive: nothing there links one), for x86_64 at
 # the top and for AArch64 in aarch64/.
+# shellcheck source=../tests/packaging/chroot.sh
+source tests/packaging/chroot.sh
+aarch64=1
+if ! why=$(chroot_possible); then
+  echo "gpu_kit.sh: no AArch64 part in this kit (its Gloo plugin needs an arm64 root, and $why)" >&2
+  aarch64=0
+fi
 DISTCKPT_DIST="$kit" scripts/build_lib.sh >/dev/null
-DISTCKPT_ARCH=aarch64 DISTCKPT_DIST="$kit/aarch64" scripts/build_lib.sh >/dev/null
+((aarch64)) && DISTCKPT_ARCH=aarch64 DISTCKPT_DIST="$kit/aarch64" scripts/build_lib.sh >/dev/null
 for tree in "$kit" "$kit/aarch64"; do
+  [[ -d $tree ]] || continue
   rm -f "$tree/lib/libdistckpt.a" "$tree/lib/pkgconfig/distckpt-static.pc"
   rm -rf "$tree/lib/.debug"
 done
 
 # The NCCL tests: nccl_test is linked statically against everything of ours; nccl_gloo_test links gloo and hiredis,
 # which are pointed at the kit's vendored copies. For AArch64 they are built by the cross g++ (--config=gcc_aarch64).
-# shellcheck source=../tests/packaging/chroot.sh
-source tests/packaging/chroot.sh
 nccl_tests() {  # TREE STRIP CONFIG...: builds the NCCL tests with CONFIG into TREE/bin, linked to TREE's vendored gloo
   local tree=$1 strip=$2 out bin f needed base vendored
   shift 2
@@ -62,11 +68,14 @@ nccl_tests() {  # TREE STRIP CONFIG...: builds the NCCL tests with CONFIG into T
   done
 }
 nccl_tests "$kit" strip
-nccl_tests "$kit/aarch64" aarch64-linux-gnu-strip --config=gcc_aarch64 "--repo_env=DISTCKPT_AARCH64_SYSROOT=$(chroot_aarch64)"
+if ((aarch64)); then
+  nccl_tests "$kit/aarch64" aarch64-linux-gnu-strip --config=gcc_aarch64 "--repo_env=DISTCKPT_AARCH64_SYSROOT=$(chroot_aarch64)"
+fi
 
 # The wheels the check installs instead of compiling the binding there.
 mkdir -p "$kit/dist"
 for args in "3.11 3.12" "--arch aarch64"; do
+  [[ $args != --arch* ]] || ((aarch64)) || continue
   # shellcheck disable=SC2086  # the arguments are meant to be split
   for wheel in $(scripts/build_wheel.sh $args | sed -n 's/^wheel: \([^ ]*\) .*/\1/p'); do
     cp "$wheel" "$kit/dist/"
@@ -103,7 +112,7 @@ cp "$cache"/*.whl "$kit/wheels/"
   echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   cat "$kit/share/distckpt/PORTABILITY"
-  sed 's/^/aarch64: /' "$kit/aarch64/share/distckpt/PORTABILITY"
+  if ((aarch64)); then sed 's/^/aarch64: /' "$kit/aarch64/share/distckpt/PORTABILITY"; fi
   (cd "$kit/dist" && ls -l -- *.whl | awk '{print "wheel: " $NF " (" $5 " bytes)"}')
 } > "$kit/KIT"
 du -sh "$kit" | awk '{print "gpu_kit.sh: " $2 " is " $1}'
