@@ -17,6 +17,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 source tests/packaging/common.sh
 source tests/packaging/chroot.sh
+source tests/packaging/other_system.sh
 if ! why=$(chroot_possible); then
   echo "SKIPPED: $why"
   finish aarch64
@@ -45,25 +46,8 @@ glibc=$(aarch64-linux-gnu-objdump -T "$so" | grep -oE 'GLIBC_[0-9]+(\.[0-9]+)+' 
   ! aarch64-linux-gnu-objdump -T "$so" | grep -q GLIBCXX_
 check "libdistckpt.so needs the C library alone ($(needed "$so" | tr '\n' ' ')), newest $glibc, no GLIBCXX" $?
 
-zig=$(scripts/install_zig.sh)
-cat > "$work/zigcc" <<EOF
-#!/bin/sh
-export ZIG_GLOBAL_CACHE_DIR="$HOME/.cache/distckpt/zig-cache" ZIG_LOCAL_CACHE_DIR="$HOME/.cache/distckpt/zig-cache"
-exec "$zig" cc -target aarch64-linux-gnu.2.28 "\$@"
-EOF
-chmod +x "$work/zigcc"
-cp -r "$tree/lib" "$box/lib"
-"$work/zigcc" -std=c99 tests/consumers/c/main.c -I"$tree/include" -L"$tree/lib" -ldistckpt -Wl,-rpath,'$ORIGIN/lib' \
-  -o "$box/c_shared"
-check "main.c linked to the AArch64 libdistckpt.so (zig cc)" $?
-"$work/zigcc" -std=c99 tests/consumers/c/main.c -I"$tree/include" "$tree/lib/libdistckpt.a" -lm -ldl -lpthread \
-  -o "$box/c_static"
-check "main.c linked with the AArch64 libdistckpt.a" $?
-"$work/zigcc" -std=c99 tests/consumers/c/gloo.c -I"$tree/include" "$tree/lib/libdistckpt.a" -lm -ldl -lpthread \
-  -o "$box/gloo_static"
-check "gloo.c linked with the AArch64 libdistckpt.a" $?
-cp "$tree/lib/libdistckpt_gloo.so" "$box/"
-cp -r "$tree/lib/distckpt.libs" "$box/"
+zigcc=$(zigcc "$work" aarch64-linux-gnu.2.28)
+c_consumers "$zigcc" "$tree" "$box"
 
 in_root() { chroot_run "$root" "$box" "$@"; }
 in_root /bin/sh -c '[ "$(uname -m)" = aarch64 ]'
@@ -106,23 +90,7 @@ out=$(scripts/build_wheel.sh --arch aarch64 2>&1)
 check "scripts/build_wheel.sh --arch aarch64" $? || echo "$out" | tail -20
 wheel=$(sed -n 's/^wheel: \([^ ]*\) .*/\1/p' <<<"$out")
 echo "    $(sed -n 's/^wheel: //p' <<<"$out")"
-wheelhouse=$HOME/.cache/distckpt/wheelhouse/cp311-aarch64
-mkdir -p "$wheelhouse"
-python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --platform manylinux2014_aarch64 \
-  --platform manylinux_2_28_aarch64 --python-version 3.11 --implementation cp -d "$wheelhouse" numpy safetensors
-check "numpy and safetensors for CPython 3.11 on AArch64 from PyPI" $?
 if [[ -f $wheel ]]; then
-  cp "$wheel" "$box/"
-  CHROOT_BINDS=("$wheelhouse:/wheelhouse" "$repo/tests/packaging:/tests")
-  out=$(chroot_run "$root" "$box" /bin/bash -c "
-    python3.11 -m venv /tmp/venv && /tmp/venv/bin/python -m pip install -q --disable-pip-version-check --no-index \
-      --find-links /wheelhouse numpy safetensors /work/$(basename "$wheel") || exit 1
-    cd /tmp && DCKPT_GLOO_HOSTNAME=127.0.0.1 /tmp/venv/bin/python -I /tests/check_install.py /nonexistent /tmp
-  " 2>&1)
-  rc=$?
-  echo "$out" | grep -vE '^(ok|FAIL) ' | sed 's/^/    /' | cut -c1-400
-  while read -r line; do check "under qemu, the cp311 wheel: ${line#* }" "$([[ $line == ok* ]] && echo 0 || echo 1)"; done \
-    < <(echo "$out" | grep -E '^(ok|FAIL) ' | sed -E 's/^(ok|FAIL) +/\1 /' | cut -c1-300)
-  [[ $rc -eq 0 ]] || echo "$out" | grep -qE '^FAIL ' || check "the wheel's checks under qemu exit 0" "$rc"
+  wheel_in_root "$root" "$box" "$wheel" 3.11 aarch64 "under qemu, the cp311 wheel"
 fi
 finish aarch64

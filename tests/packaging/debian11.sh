@@ -19,6 +19,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 source tests/packaging/common.sh
 source tests/packaging/chroot.sh
+source tests/packaging/other_system.sh
 if ! why=$(chroot_possible); then
   echo "SKIPPED: $why"
   finish debian11
@@ -37,32 +38,15 @@ out=$(scripts/build_wheel.sh 3.9 2>&1)
 check "scripts/build_wheel.sh 3.9" $? || echo "$out" | tail -20
 wheel=$(sed -n 's/^wheel: \([^ ]*\) .*/\1/p' <<<"$out")
 
-# zig as the C compiler and linker, for glibc 2.28.
-zig=$(scripts/install_zig.sh)
-cat > "$work/zigcc" <<EOF
-#!/bin/sh
-export ZIG_GLOBAL_CACHE_DIR="$HOME/.cache/distckpt/zig-cache" ZIG_LOCAL_CACHE_DIR="$HOME/.cache/distckpt/zig-cache"
-exec "$zig" cc -target x86_64-linux-gnu.2.28 "\$@"
-EOF
-chmod +x "$work/zigcc"
-
-cp -r "$tree/lib" "$box/lib"
-"$work/zigcc" -std=c99 tests/consumers/c/main.c -I"$tree/include" -L"$tree/lib" -ldistckpt -Wl,-rpath,'$ORIGIN/lib' \
-  -o "$box/c_shared"
-check "main.c linked to libdistckpt.so (zig cc, glibc 2.28)" $?
-"$work/zigcc" -std=c99 tests/consumers/c/main.c -I"$tree/include" "$tree/lib/libdistckpt.a" -lm -ldl -lpthread \
-  -o "$box/c_static"
-check "main.c linked with libdistckpt.a" $?
-"$work/zigcc" -std=c99 tests/consumers/c/gloo.c -I"$tree/include" "$tree/lib/libdistckpt.a" -lm -ldl -lpthread \
-  -o "$box/gloo_static"
-check "gloo.c linked with libdistckpt.a" $?
+zigcc=$(zigcc "$work" x86_64-linux-gnu.2.28)
+c_consumers "$zigcc" "$tree" "$box"
 
 # Rust: the consumer crate as rust/run_tests.sh builds it (static by default), zig as the linker.
 cp -R tests/consumers/rust "$work/rust"
 rm -rf "$work/rust/target" "$work/rust/Cargo.lock"
 sed -i "s|^\(distckpt = { path = \)\"[^\"]*\"|\1\"$repo/rust/distckpt\"|" "$work/rust/Cargo.toml"
 (cd "$work/rust" && DISTCKPT_LIB_DIR="$tree/lib" CARGO_TARGET_DIR="$work/rust-target" cargo build -q --offline \
-  --config "$repo/rust/debian-registry.toml" --config "target.x86_64-unknown-linux-gnu.linker=\"$work/zigcc\"" \
+  --config "$repo/rust/debian-registry.toml" --config "target.x86_64-unknown-linux-gnu.linker=\"$zigcc\"" \
   2>&1 | tail -20; exit "${PIPESTATUS[0]}") && cp "$work/rust-target/debug/distckpt-consumer" "$box/"
 check "the Rust consumer (static), zig cc as its linker" $?
 cp -r tests/fixtures/mlp "$box/mlp"
@@ -70,7 +54,7 @@ cp -r tests/fixtures/mlp "$box/mlp"
 # Go: the consumer module, static, the link given in the environment (go/README.md), zig cc as cgo's compiler.
 cp -R tests/consumers/go "$work/go"
 sed -i "s|^replace distckpt.dev/go => .*|replace distckpt.dev/go => $repo/go|" "$work/go/go.mod"
-(cd "$work/go" && env -u PKG_CONFIG_PATH CC="$work/zigcc" CGO_ENABLED=1 CGO_CFLAGS="-I$tree/include" \
+(cd "$work/go" && env -u PKG_CONFIG_PATH CC="$zigcc" CGO_ENABLED=1 CGO_CFLAGS="-I$tree/include" \
   CGO_LDFLAGS="$tree/lib/libdistckpt.a -lm -ldl -lpthread" GOFLAGS=-mod=mod GOCACHE="$work/gocache" \
   go build -tags "distckpt_static distckpt_nopkgconfig" -o "$box/ckpt-operator" . 2>&1 | tail -20
   exit "${PIPESTATUS[0]}")
@@ -92,8 +76,6 @@ in_root /work/c_static /tmp/ckpt-static
 check "in the root: main.c with libdistckpt.a does the same" $?
 # gloo.c with the plugin beside it: it forms its group, or says why not. The root has no /etc/hosts: the address to
 # bind is given.
-cp "$tree/lib/libdistckpt_gloo.so" "$box/"
-cp -r "$tree/lib/distckpt.libs" "$box/"
 out=$(in_root /usr/bin/env DCKPT_GLOO_HOSTNAME=127.0.0.1 DCKPT_RANK=0 DCKPT_WORLD_SIZE=1 \
   DCKPT_RENDEZVOUS=file:///tmp/rdv /work/gloo_static /tmp/ckpt-gloo 2>&1)
 rc=$?
@@ -112,23 +94,7 @@ in_root /bin/sh -c '/work/ckpt-operator make /tmp/store 100 200 && /work/ckpt-op
 check "in the root: the Go consumer saves two checkpoints, lists and verifies them" $?
 
 # The wheel, in the root's own Python 3.9.
-wheelhouse=$HOME/.cache/distckpt/wheelhouse/cp39-x86_64
-mkdir -p "$wheelhouse"
-python3 -m pip download -q --disable-pip-version-check --only-binary=:all: --platform manylinux2014_x86_64 \
-  --python-version 3.9 --implementation cp -d "$wheelhouse" "numpy<2.1" safetensors
-check "numpy and safetensors for CPython 3.9 from PyPI" $?
 if [[ -f $wheel ]]; then
-  cp "$wheel" "$box/"
-  CHROOT_BINDS=("$wheelhouse:/wheelhouse" "$repo/tests/packaging:/tests")
-  out=$(chroot_run "$root" "$box" /bin/bash -c "
-    python3 -m venv /tmp/venv && /tmp/venv/bin/python -m pip install -q --disable-pip-version-check --no-index \
-      --find-links /wheelhouse numpy safetensors /work/$(basename "$wheel") || exit 1
-    cd /tmp && DCKPT_GLOO_HOSTNAME=127.0.0.1 /tmp/venv/bin/python -I /tests/check_install.py /nonexistent /tmp --gloo-optional
-  " 2>&1)
-  rc=$?
-  echo "$out" | grep -vE '^(ok|FAIL) ' | sed 's/^/    /' | cut -c1-400
-  while read -r line; do check "in the root, the cp39 wheel: ${line#* }" "$([[ $line == ok* ]] && echo 0 || echo 1)"; done \
-    < <(echo "$out" | grep -E '^(ok|FAIL) ' | sed -E 's/^(ok|FAIL) +/\1 /' | cut -c1-300)
-  [[ $rc -eq 0 ]] || echo "$out" | grep -qE '^FAIL ' || check "the wheel's checks in the root exit 0" "$rc"
+  wheel_in_root "$root" "$box" "$wheel" 3.9 x86_64 "in the root, the cp39 wheel" --gloo-optional
 fi
 finish debian11
