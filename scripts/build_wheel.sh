@@ -82,8 +82,8 @@ python_for() {
   echo "$interp"
 }
 
-# finish RAW_WHEEL PLAT: repairs the wheel without the plugin, then puts the plugin back; prints the result line.
-finish() {
+# repair_and_pack RAW_WHEEL PLAT: repairs the wheel without the plugin, then puts the plugin back; prints the result line.
+repair_and_pack() {
   local raw=$1 plat=$2 name pkg
   rm -rf "$work/unpacked" "$work/core" "$work/repaired" "$work/final" "$work/plugin"
   "$tools/bin/python" -m wheel unpack -d "$work/unpacked" "$raw" >/dev/null
@@ -180,7 +180,7 @@ if [[ $arch == x86_64 ]]; then
       echo "build_wheel.sh: pip wheel ./python with Python $v failed" >&2
       exit 1
     fi
-    finish "$work"/raw/distckpt-*.whl auto
+    repair_and_pack "$work"/raw/distckpt-*.whl auto
   done
 elif [[ $arch == aarch64 ]]; then
   # shellcheck source=../tests/packaging/chroot.sh
@@ -220,7 +220,7 @@ elif [[ $arch == aarch64 ]]; then
       echo "build_wheel.sh: pip wheel ./python in the arm64 root with Python $v failed" >&2
       exit 1
     fi
-    finish "$out_dir"/raw/distckpt-*.whl auto
+    repair_and_pack "$out_dir"/raw/distckpt-*.whl auto
   done
   rm -rf "$out_dir"
 fi
