@@ -82,7 +82,8 @@ python_for() {
   echo "$interp"
 }
 
-# repair_and_pack RAW_WHEEL PLAT: repairs the wheel without the plugin, then puts the plugin back; prints the result line.
+# repair_and_pack RAW_WHEEL PLAT: repairs the wheel without the plugin, then puts the plugin back; prints the
+# result line.
 repair_and_pack() {
   local raw=$1 plat=$2 name pkg
   rm -rf "$work/unpacked" "$work/core" "$work/repaired" "$work/final" "$work/plugin"
