@@ -186,8 +186,8 @@ TEST(GlooPluginCapi, AMissingPluginIsUnsupportedAndBadOptionsAreStillInvalid) {
     int rc = dckpt_comm_new_gloo(&comm, &o);
     const std::string msg = dckpt_error_last();
     bool ok = rc == DCKPT_EUNSUPPORTED && comm == nullptr;
-    for (const std::string& word : {missing, std::string("No such file or directory"),
-                                    std::string("DCKPT_GLOO_PLUGIN"), std::string("dckpt_comm_new_external")}) {
+    for (const std::string& word : {missing, std::string("No such file or directory"), std::string("DCKPT_GLOO_PLUGIN"),
+                                    std::string("dckpt_comm_new_external")}) {
       ok = ok && msg.find(word) != std::string::npos;
     }
     if (!ok) std::fprintf(stderr, "rc %d: %s\n", rc, msg.c_str());

@@ -129,8 +129,9 @@ TEST_F(HubCacheTest, ALinkToEtcPasswdIsRefused) {
 TEST_F(HubCacheTest, ALinkToADirectoryIsRefused) {
   MakeDir(repo_ + "/blobs/adir");
   RelinkWeights("../../blobs/adir");
-  EXPECT_TRUE(StatusIs(Reader::Open(snapshot_, nullptr, ReadOptions()).status(), StatusCode::kCorrupt,
-                       {snapshot_ + "/model.safetensors", repo_ + "/blobs/adir' is a directory", "not a regular file"}));
+  EXPECT_TRUE(
+      StatusIs(Reader::Open(snapshot_, nullptr, ReadOptions()).status(), StatusCode::kCorrupt,
+               {snapshot_ + "/model.safetensors", repo_ + "/blobs/adir' is a directory", "not a regular file"}));
 }
 
 TEST_F(HubCacheTest, ChainsOfLinksAreRefused) {
@@ -163,7 +164,8 @@ TEST_F(HubCacheTest, AHostileRefIsRefused) {
                                  std::string("rev\nrev"), std::string(300, 'a')}) {
     WriteStringToFile(repo_ + "/refs/main", ref);
     auto opened = Reader::Open(repo_, nullptr, ReadOptions());
-    EXPECT_TRUE(StatusIs(opened.status(), StatusCode::kCorrupt, {repo_, repo_ + "/refs/main"})) << opened.status().ToString();
+    EXPECT_TRUE(StatusIs(opened.status(), StatusCode::kCorrupt, {repo_, repo_ + "/refs/main"}))
+        << opened.status().ToString();
   }
   WriteStringToFile(repo_ + "/refs/main", "../x");
   EXPECT_TRUE(StatusIs(Reader::Open(repo_, nullptr, ReadOptions()).status(), StatusCode::kCorrupt,

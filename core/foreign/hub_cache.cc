@@ -50,8 +50,7 @@ Status ResolveHubCache(std::unique_ptr<Directory>* dir, std::string* dir_path, c
                     (names.empty() ? std::string(" (it has none)") : "; its revisions: " + names));
   }
   if ((*ref)->size() > kMaxRefBytes) {
-    return Corrupt(repo + ": '" + ref_path + "' is " + std::to_string((*ref)->size()) +
-                   " bytes, not a revision name");
+    return Corrupt(repo + ": '" + ref_path + "' is " + std::to_string((*ref)->size()) + " bytes, not a revision name");
   }
   std::string revision(static_cast<size_t>((*ref)->size()), '\0');
   DCKPT_RETURN_IF_ERROR((*ref)->ReadAt(0, revision.data(), revision.size()));

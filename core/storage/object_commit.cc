@@ -27,9 +27,9 @@ Result<StagedCheckpoint> StagedCheckpoint::CreateMetadataLast(Storage* storage, 
   if (storage->commit_protocol() == CommitProtocol::kRename) {
     // A file system running this protocol: the checkpoint is a directory, made here (its parents too, if missing).
     const std::string parent = internal_storage::ParentDir(final_path);
-    DCKPT_RETURN_IF_ERROR(CreateDirectories(storage, parent)
-                              .WithContext("creating the parent directory '" + parent + "' of checkpoint '" +
-                                           final_path + "'"));
+    DCKPT_RETURN_IF_ERROR(
+        CreateDirectories(storage, parent)
+            .WithContext("creating the parent directory '" + parent + "' of checkpoint '" + final_path + "'"));
     Status made = storage->CreateDir(final_path);
     if (!made.ok() && made.code() != StatusCode::kExists) return made.WithContext(context);
   }

@@ -18,7 +18,8 @@ using comm_testing::RunRanks;
 // Runs the conformance suite on `n` ranks joined through `rendezvous`.
 void RunSuite(int n, const std::string& rendezvous, const std::string& prefix) {
   auto outcomes = RunRanks(n, std::chrono::seconds(60), [&](int rank) {
-    auto comm = gloo_testing::NewGlooForTest(gloo_testing::Loopback(rank, n, rendezvous, std::chrono::seconds(20), prefix));
+    auto comm =
+        gloo_testing::NewGlooForTest(gloo_testing::Loopback(rank, n, rendezvous, std::chrono::seconds(20), prefix));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
     return comm_testing::ReportInChild(rank, comm_testing::RunConformance(comm->get()));
   });

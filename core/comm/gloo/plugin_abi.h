@@ -101,7 +101,7 @@ typedef struct dckpt_gloo_plugin_api {
 typedef const dckpt_gloo_plugin_api *(*dckpt_gloo_plugin_entry_fn)(void);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* DISTCKPT_CORE_COMM_GLOO_PLUGIN_ABI_H_ */
