@@ -54,9 +54,9 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
     flatc --cpp --scoped-enums -o "$build/gen/core/format" "$root/core/format/schema.fbs" || return 1
   fi
   local pids=() objs=() src obj
-  # XXH3 at each SIMD level: C files, each with its own -m flag (core/format/BUILD.bazel).
+  # XXH3 without SIMD and at each SIMD level: C files, each with its own -m flag (core/format/BUILD.bazel).
   local level flag
-  for level in sse2:-msse2 avx2:-mavx2 avx512:-mavx512f; do
+  for level in scalar:-msse2 sse2:-msse2 avx2:-mavx2 avx512:-mavx512f; do
     flag=${level#*:}
     level=${level%%:*}
     src=core/format/xxh3/xxh3_$level.c
@@ -81,7 +81,7 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
   done
   for p in "${pids[@]}"; do wait "$p" || return 1; done
   local libs=() s
-  for s in "${lib_srcs[@]}" core/format/xxh3/xxh3_{sse2,avx2,avx512}.c; do libs+=("$build/obj/${s//\//_}.o"); done
+  for s in "${lib_srcs[@]}" core/format/xxh3/xxh3_{scalar,sse2,avx2,avx512}.c; do libs+=("$build/obj/${s//\//_}.o"); done
   o() { echo "$build/obj/${1//\//_}.o"; }
   "${cxx[@]}" "${san[@]}" -fsanitize=fuzzer "${libs[@]}" "$(o core/format/fuzz/metadata_fuzz.cc)" \
       -o "$build/metadata" || return 1
