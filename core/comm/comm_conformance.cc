@@ -103,6 +103,25 @@ class Checker {
       if (!st.ok()) return Failed("sendrecv", st);
       if (me_ != 0 && in != "to rank " + std::to_string(me_)) return Fail("sendrecv", "from rank 0: '" + in + "'");
     }
+    return SendRecvsInto();
+  }
+
+  // SendRecvInto: a ring of messages of known sizes (one large) received into place, the bytes around each target
+  // left alone. (A message of the wrong size fails the call, and a Gloo group with it: gloo_failure_test.)
+  Status SendRecvsInto() {
+    if (n_ == 1) return c_->SendRecvInto({}, {}, o_.timeout).WithContext("sendrecv_into alone");
+    const int next = (me_ + 1) % n_, prev = (me_ + n_ - 1) % n_;
+    auto message = [&](int from) {
+      std::string m(from == n_ - 1 ? o_.large_bytes : static_cast<size_t>(from * 5 + 3), '\0');
+      for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<char>(from * 17 + i * 3);
+      return m;
+    };
+    const std::string out = message(me_), want = message(prev);
+    std::string target(want.size() + 2, '#');
+    Status st = c_->SendRecvInto({{next, out}}, {{prev, &target[1], want.size()}}, o_.timeout);
+    if (!st.ok()) return Failed("sendrecv_into", st);
+    if (target != "#" + want + "#") return Fail("sendrecv_into", "the bytes from rank " + std::to_string(prev) +
+                                                                   " are not its message, in place");
     return OkStatus();
   }
 

@@ -1,6 +1,7 @@
 #include "core/comm/communicator.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace distckpt {
 
@@ -32,6 +33,26 @@ Status Communicator::SendRecv(const std::vector<std::pair<int, std::string_view>
     }
   }
   return OkStatus();
+}
+
+Status Communicator::SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends,
+                                  const std::vector<RecvInto>& recvs, std::chrono::milliseconds timeout) {
+  std::vector<std::string> got(recvs.size());
+  std::vector<std::pair<int, std::string*>> into;
+  into.reserve(recvs.size());
+  for (size_t i = 0; i < recvs.size(); ++i) into.emplace_back(recvs[i].peer, &got[i]);
+  DCKPT_RETURN_IF_ERROR(SendRecv(sends, into, timeout));
+  for (size_t i = 0; i < recvs.size(); ++i) DCKPT_RETURN_IF_ERROR(CheckReceivedSize(recvs[i], got[i].size()));
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    if (!got[i].empty()) std::memcpy(recvs[i].data, got[i].data(), got[i].size());
+  }
+  return OkStatus();
+}
+
+Status CheckReceivedSize(const Communicator::RecvInto& recv, uint64_t got) {
+  if (got == recv.size) return OkStatus();
+  return Internal("sendrecv: rank " + std::to_string(recv.peer) + " sent " + std::to_string(got) +
+                  " bytes where " + std::to_string(recv.size) + " were expected");
 }
 
 }  // namespace distckpt

@@ -49,6 +49,20 @@ class Communicator {
   virtual Status SendRecv(const std::vector<std::pair<int, std::string_view>>& sends,
                           const std::vector<std::pair<int, std::string*>>& recvs, std::chrono::milliseconds timeout);
 
+  /// A receive of SendRecvInto: exactly `size` bytes from rank `peer`, written at `data`.
+  struct RecvInto {
+    int peer;
+    char* data;
+    size_t size;
+  };
+  /// As SendRecv, but each message is received into caller memory of the size the caller expects (a file's mapping,
+  /// the place the bytes belong), so that bytes moved between ranks are not copied again on arrival. A message of
+  /// another size is kInternal naming the peer and both sizes, and nothing is written past `size` (what was written
+  /// before then is unspecified). Backends that move bytes between two ranks directly (Gloo) receive straight into
+  /// `data`; the default receives through SendRecv and copies.
+  virtual Status SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends,
+                              const std::vector<RecvInto>& recvs, std::chrono::milliseconds timeout);
+
   /// Tells the group this rank cannot take part any more (e.g. it failed before reaching a collective), so that
   /// ranks waiting on it fail promptly, naming it, instead of waiting out their timeouts. Backends that own their
   /// transport (Gloo) close it; others (single process, external: the host owns the transport) do nothing. The
@@ -63,6 +77,9 @@ class Communicator {
   /// not and what to pass instead (NCCL: kUnsupported).
   virtual Status CheckBackgroundUse() const { return OkStatus(); }
 };
+
+/// OK when `got` bytes are what `recv` expects; otherwise SendRecvInto's kInternal naming the peer and both sizes.
+Status CheckReceivedSize(const Communicator::RecvInto& recv, uint64_t got);
 
 /// The trivial group of one rank.
 std::unique_ptr<Communicator> NewSingleProcessCommunicator();

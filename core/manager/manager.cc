@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <set>
 #include <string_view>
 
@@ -597,11 +598,29 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
     }
     return OkStatus();
   };
-  // Buffers kept across rounds: a round allocates nothing once the first has run.
+  // Each round is received straight into one of two buffer sets (one per source, kept across rounds) and written to
+  // the replicas' files by a writer beside the next round's exchange; a round's writer starts once the one before has
+  // finished, so the set it reads is never the one being received into.
   std::string chunk;
-  std::map<int, std::string> received;
-  for (uint64_t round = 0; round < rounds; ++round) {
+  std::map<int, std::vector<char>> received[2];
+  std::future<void> writing[2];
+  auto write_round = [&](int set, uint64_t lo) {
+    for (auto& [src, inc] : in) {
+      if (total[src] <= lo || !inc.st.ok()) continue;
+      const std::vector<char>& got = received[set][src];
+      const uint64_t hi = std::min(total[src], lo + rb);
+      for (size_t i = 0; i < inc.out.size() && inc.st.ok(); ++i) {
+        const uint64_t fs = inc.starts[i], fe = fs + files[src][i].size;
+        if (fe <= lo || fs >= hi) continue;
+        const uint64_t a = std::max(lo, fs), b = std::min(hi, fe);
+        inc.st = inc.out[i]->WriteAt(a - fs, got.data() + (a - lo), b - a);
+      }
+    }
+  };
+  Status exchanged = OkStatus();
+  for (uint64_t round = 0; round < rounds && exchanged.ok(); ++round) {
     const uint64_t lo = round * rb;
+    const int set = static_cast<int>(round % 2);
     std::vector<std::pair<int, std::string_view>> sends;
     if (total[me] > lo) {
       const uint64_t hi = std::min(total[me], lo + rb);
@@ -619,31 +638,31 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
         send_st = read_stream(lo, hi, &chunk);
         view = chunk;
       }
-      // A rank that cannot read its own part sends nothing (an empty message); its receivers see a short stream.
-      if (!send_st.ok()) view = std::string_view();
+      // A rank that cannot read its own part sends zeros of the size announced (the step does not complete: its
+      // outcome says why, and the replicas of an incomplete step are never read).
+      if (!send_st.ok()) {
+        chunk.assign(hi - lo, '\0');
+        view = chunk;
+      }
       for (int t : targets_) sends.emplace_back(t, view);
     }
-    std::vector<std::pair<int, std::string*>> recvs;
+    std::vector<Communicator::RecvInto> recvs;
     for (int src : sources_) {
-      if (total[src] > lo) recvs.emplace_back(src, &received[src]);
+      if (total[src] <= lo) continue;
+      std::vector<char>& buf = received[set][src];
+      const uint64_t n = std::min(total[src], lo + rb) - lo;
+      if (buf.size() < n) buf.resize(n);
+      recvs.push_back({src, buf.data(), static_cast<size_t>(n)});
     }
-    DCKPT_RETURN_IF_ERROR(comm_->SendRecv(sends, recvs, options_.timeout));
-    for (auto& [src, inc] : in) {
-      if (total[src] <= lo || !inc.st.ok()) continue;
-      const std::string& got = received[src];
-      const uint64_t hi = std::min(total[src], lo + rb);
-      if (got.size() != hi - lo) {
-        inc.st = IoError("rank " + std::to_string(src) + " did not send its part (it could not read it)");
-        continue;
-      }
-      for (size_t i = 0; i < inc.out.size() && inc.st.ok(); ++i) {
-        const uint64_t fs = inc.starts[i], fe = fs + files[src][i].size;
-        if (fe <= lo || fs >= hi) continue;
-        const uint64_t a = std::max(lo, fs), b = std::min(hi, fe);
-        inc.st = inc.out[i]->WriteAt(a - fs, got.data() + (a - lo), b - a);
-      }
-    }
+    exchanged = comm_->SendRecvInto(sends, recvs, options_.timeout);
+    if (!exchanged.ok()) break;
+    if (writing[1 - set].valid()) writing[1 - set].get();  // one writer at a time (a replica's status is its own)
+    writing[set] = std::async(std::launch::async, write_round, set, lo);
   }
+  for (auto& w : writing) {
+    if (w.valid()) w.get();
+  }
+  DCKPT_RETURN_IF_ERROR(exchanged);
   Status result = send_st.ok() ? OkStatus() : send_st.WithContext("sending this rank's part to its replicas");
   for (auto& [src, inc] : in) {
     for (auto& f : inc.out) {

@@ -1,14 +1,19 @@
 // Restore (CheckpointManager::Restore): the ranks' inventories, the choice of a step, verification of the copies, and
-// the load from a scratch checkpoint built of the node's parts and bytes fetched from peers.
+// the load from the node's parts and the bytes peers send, as they arrive.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <cstdio>
 #include <functional>
+#include <optional>
 #include <map>
 #include <set>
 #include <string_view>
+#include <thread>
 #include <tuple>
 
 #include "core/base/box.h"
@@ -16,10 +21,12 @@
 #include "core/engine/coordinator_round.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
+#include "core/format/checksum.h"
 #include "core/format/metadata.h"
 #include "core/manager/manager.h"
 #include "core/manager/manager_util.h"
 #include "core/manager/part.h"
+#include "core/manager/restore_source.h"
 #include "core/plan/save_planner.h"
 
 namespace distckpt {
@@ -318,9 +325,9 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
   return summary;
 }
 
-// Each rank builds a checkpoint of the step in a scratch directory of its node: the merged metadata, hard links to
-// the data files of parts its node holds, and sparse files holding the byte ranges it needs of the others, fetched
-// from a node that holds them. Then it loads from there (verifying every byte it reads), and the ranks agree.
+// Each rank loads the step from the parts its node holds, read where they are, and the byte ranges it needs of the
+// others, which nodes that hold them send straight into memory laid out as their files (restore_source.h); each entry
+// of the state is loaded (every byte verified) as soon as its bytes are in, beside the exchange. Then the ranks agree.
 Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const std::vector<std::string>& part_metadata,
                                            const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary,
                                            bool* corrupt) {
@@ -330,7 +337,6 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   const int my_node = node_index_[me];
   const std::string what = "step " + std::to_string(step);
   const uint32_t ranks = static_cast<uint32_t>(part_metadata.size());
-  const std::string scratch = options_.local_dir + "/restore-r" + std::to_string(me) + "." + NewNonce();
   Status st = OkStatus();
   std::vector<Part> parts;
   for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
@@ -344,226 +350,400 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     if (!m.ok()) st = m.status();
     else merged = std::move(m).value();
   }
-  // Which part and file each merged data file is (MergeParts numbers them in rank order), and back.
+  // Which part and file each merged data file is (MergeParts numbers them in rank order).
   std::vector<std::pair<uint32_t, std::string>> file_of;
-  std::map<std::pair<uint32_t, std::string>, uint32_t> file_index;
-  std::vector<uint32_t> file_base(ranks, 0);
   std::vector<bool> here(ranks, false);
   for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
-    file_base[p] = static_cast<uint32_t>(file_of.size());
-    for (const auto& f : parts[p].record.files) {
-      file_index[{p, f.name}] = static_cast<uint32_t>(file_of.size());
-      file_of.emplace_back(p, f.name);
-    }
+    for (const auto& f : parts[p].record.files) file_of.emplace_back(p, f.name);
     for (int h : good_holders[p]) here[p] = here[p] || node_index_[h] == my_node;
   }
   trace.Mark("merge");
-  if (st.ok()) st = local_->CreateDir(scratch);
-  if (st.ok()) st = local_->WriteFileDurably(scratch + "/" + kMetadataFileName, merged);
-  // The files of parts fetched from peers: sparse, of their full size (the holes are never read), open until fetched.
-  std::map<std::string, std::unique_ptr<WritableFile>> fetched;
-  for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
-    for (const auto& f : parts[p].record.files) {
-      const std::string dst = scratch + "/" + DataFileName(file_index.at({p, f.name}));
-      if (here[p]) {
-        // linkat without AT_SYMLINK_FOLLOW: a planted link is linked as a link, and the reader refuses it.
-        const std::string src = PartDir(step, p) + "/" + f.name;
-        if (::linkat(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), 0) != 0) {
-          st = ErrnoError(errno, "linking '" + src + "' to '" + dst + "'");
+  // The checkpoint the load reads: this node's parts where they are, other parts' bytes as they arrive.
+  const std::string source_path = options_.local_dir + "/" + StepName(step) + " (restore of rank " +
+                                  std::to_string(me) + ")";
+  std::vector<RestoreSource::File> files(file_of.size());
+  std::map<uint32_t, std::shared_ptr<Directory>> part_dirs;
+  for (uint32_t k = 0; k < file_of.size() && st.ok(); ++k) {
+    const auto& [p, name] = file_of[k];
+    files[k].name = name;
+    if (here[p]) {
+      auto& dir = part_dirs[p];
+      if (!dir) {
+        auto opened = local_->OpenDirectory(PartDir(step, p));
+        if (!opened.ok()) {
+          st = opened.status();
           break;
         }
-      } else {
-        auto out = local_->CreateFile(dst);
-        st = out.ok() ? out.value()->Truncate(f.size) : out.status();
-        if (!st.ok()) break;
-        fetched[dst] = std::move(out).value();
+        dir = std::move(opened).value();
       }
+      files[k].part_dir = dir;
+      continue;
     }
+    uint64_t size = 0;
+    for (const auto& f : parts[p].record.files) {
+      if (f.name == name) size = f.size;
+    }
+    auto fetched = FetchedFile::Create(PartDir(step, p) + "/" + name, size);
+    if (!fetched.ok()) st = fetched.status();
+    else files[k].fetched = std::move(fetched).value();
   }
   // The byte ranges this rank needs of parts its node lacks: for each chunk that meets one of its pieces, the span
-  // of the chunk that holds the overlap, widened to whole checksum blocks (what a verified read hashes).
+  // of the chunk that holds the overlap, widened to whole checksum blocks (what a verified read hashes); each need
+  // remembers its entry (tensors first, then bytes entries), which can be loaded once all its needs are in.
   struct Need {
-    uint32_t part;
-    std::string file;
+    uint32_t file;
     uint64_t lo, hi;
+    uint32_t entry;
   };
+  const size_t n_tensors = state.tensors().size(), n_entries = n_tensors + state.bytes().size();
   std::vector<Need> needs;
+  struct Direct {
+    uint32_t entry, meta_entry, chunk, file;
+    uint64_t lo, length;
+    char* dest;
+  };
+  std::vector<Direct> directs;
+  std::vector<char> is_direct(n_entries, 0);
+  std::optional<MetadataView> merged_view;
   if (st.ok()) {
-    auto view = MetadataView::Parse(std::make_shared<const std::string>(merged), scratch);
+    auto view = MetadataView::Parse(std::make_shared<const std::string>(merged), source_path);
     if (!view.ok()) st = view.status();
+    else merged_view = view.value();
     const uint64_t bs = st.ok() ? view.value().checksum_block_size() : 1;
-    auto need_chunk = [&](const EntryView& e, size_t c, uint64_t lo, uint64_t hi) {
+    auto need_chunk = [&](const EntryView& e, size_t c, uint64_t lo, uint64_t hi, uint32_t entry) {
       const ChunkLocation loc = e.chunk(c);
-      const auto& [p, name] = file_of.at(loc.file);
-      if (here[p]) return;
+      if (here[file_of.at(loc.file).first]) return;
       if (loc.first_block != kNoBlockTable) {
         lo = lo / bs * bs;
         hi = std::min(loc.length, (hi + bs - 1) / bs * bs);
       } else {
         lo = 0, hi = loc.length;
       }
-      if (hi > lo) needs.push_back({p, name, loc.offset + lo, loc.offset + hi});
+      if (hi > lo) needs.push_back({loc.file, loc.offset + lo, loc.offset + hi, entry});
     };
-    for (const TensorEntry& t : state.tensors()) {
-      if (!st.ok()) break;
+    for (size_t i = 0; i < n_tensors && st.ok(); ++i) {
+      const TensorEntry& t = state.tensors()[i];
       auto idx = view.value().Find(t.name);
       if (!idx) continue;  // the load names it
       EntryView e = view.value().entry(*idx);
       if (e.kind != EntryKind::kTensor || e.dtype != t.dtype) continue;
+      // Each piece (in host memory) is exactly a chunk another node holds: the chunk's bytes are received straight
+      // into the piece and verified there, with no copy (a restore on the sharding that saved the step).
+      std::vector<Direct> direct;
+      for (const TensorPiece& piece : t.pieces) {
+        if (!piece.memory.is_host() || piece.read_only || piece.data == nullptr) break;
+        for (size_t c = 0; c < e.num_chunks; ++c) {
+          const Box chunk = e.chunk_box(c);
+          if (!(chunk == piece.box)) continue;
+          const ChunkLocation loc = e.chunk(c);
+          if (!here[file_of.at(loc.file).first] && loc.length == piece.box.volume() * DTypeSize(t.dtype)) {
+            direct.push_back({static_cast<uint32_t>(i), *idx, static_cast<uint32_t>(c), loc.file, loc.offset,
+                              loc.length, static_cast<char*>(piece.data)});
+          }
+          break;
+        }
+        if (direct.size() != static_cast<size_t>(&piece - t.pieces.data()) + 1) break;
+      }
+      if (!t.pieces.empty() && direct.size() == t.pieces.size()) {
+        is_direct[i] = 1;
+        directs.insert(directs.end(), direct.begin(), direct.end());
+        continue;
+      }
       for (size_t c = 0; c < e.num_chunks; ++c) {
         const Box chunk = e.chunk_box(c);
         for (const TensorPiece& piece : t.pieces) {
           Box overlap;
           if (piece.box.ndim != chunk.ndim || !Intersect(chunk, piece.box, &overlap) || overlap.volume() == 0) continue;
           auto [lo, hi] = ByteSpan(chunk, overlap, DTypeSize(t.dtype));
-          need_chunk(e, c, lo, hi);
+          need_chunk(e, c, lo, hi, static_cast<uint32_t>(i));
         }
       }
     }
-    for (const BytesEntry& b : state.bytes()) {
-      if (!st.ok()) break;
-      auto idx = view.value().Find(b.name);
+    for (size_t i = n_tensors; i < n_entries && st.ok(); ++i) {
+      auto idx = view.value().Find(state.bytes()[i - n_tensors].name);
       if (!idx || view.value().entry(*idx).kind != EntryKind::kBytes) continue;
       EntryView e = view.value().entry(*idx);
-      need_chunk(e, 0, 0, e.chunk(0).length);
+      need_chunk(e, 0, 0, e.chunk(0).length, static_cast<uint32_t>(i));
     }
   }
-  std::sort(needs.begin(), needs.end(), [](const Need& a, const Need& b) {
-    return std::tie(a.part, a.file, a.lo) < std::tie(b.part, b.file, b.lo);
-  });
-  std::vector<Need> merged_needs;
+  // Needs merged into ranges of one file; ranges a few pages apart become one (the gap costs less than a round).
+  constexpr uint64_t kGap = 64 << 10;
+  std::sort(needs.begin(), needs.end(),
+            [](const Need& a, const Need& b) { return std::tie(a.file, a.lo) < std::tie(b.file, b.lo); });
+  struct Range {
+    uint32_t file;
+    uint64_t lo, hi;
+    std::vector<uint32_t> entries;
+    char* dest = nullptr;  // where [lo, hi) is received: a piece (Direct), or else the fetched file's memory
+    uint64_t missing = 0;  // bytes not yet received
+    size_t unloaded = 0;   // entries of `entries` not yet loaded
+  };
+  std::vector<Range> ranges;
   for (const Need& n : needs) {
-    if (!merged_needs.empty() && merged_needs.back().part == n.part && merged_needs.back().file == n.file &&
-        n.lo <= merged_needs.back().hi) {
-      merged_needs.back().hi = std::max(merged_needs.back().hi, n.hi);
+    if (!ranges.empty() && ranges.back().file == n.file && n.lo <= ranges.back().hi + kGap) {
+      ranges.back().hi = std::max(ranges.back().hi, n.hi);
     } else {
-      merged_needs.push_back(n);
+      ranges.push_back({n.file, n.lo, n.hi, {}, nullptr, 0, 0});
     }
+    auto& es = ranges.back().entries;
+    if (std::find(es.begin(), es.end(), n.entry) == es.end()) es.push_back(n.entry);
   }
-  trace.Mark("scratch");
+  for (const Direct& d : directs) ranges.push_back({d.file, d.lo, d.lo + d.length, {d.entry}, d.dest, 0, 0});
+  std::vector<uint32_t> pending(n_entries, 0);  // ranges each entry waits for
+  for (Range& r : ranges) {
+    r.missing = r.hi - r.lo;
+    r.unloaded = r.entries.size();
+    for (uint32_t e : r.entries) ++pending[e];
+  }
+  trace.Mark("plan");
   // Requests to servers: for a part, one of the nodes that hold a good copy, spread by the requester's rank.
   WireWriter w;
   PutStatus(&w, st);
-  w.Var(st.ok() ? merged_needs.size() : 0);
-  for (size_t i = 0; st.ok() && i < merged_needs.size(); ++i) {
-    const Need& n = merged_needs[i];
-    const auto& g = good_holders[n.part];
+  w.Var(st.ok() ? ranges.size() : 0);
+  for (size_t i = 0; st.ok() && i < ranges.size(); ++i) {
+    const Range& r = ranges[i];
+    const auto& [p, name] = file_of[r.file];
+    const auto& g = good_holders[p];
     w.Var(static_cast<uint64_t>(g[static_cast<size_t>(me) % g.size()]));
-    w.Var(n.part);
-    w.Str(n.file);
-    w.Var(n.lo);
-    w.Var(n.hi);
+    w.Var(p);
+    w.Str(name);
+    w.Var(r.lo);
+    w.Var(r.hi);
   }
   std::vector<std::string> all;
   DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &all, options_.timeout));
-  struct Request {
+  // Each (server, requester) stream: its requests in the requester's order, cut into segments of at most
+  // exchange_round_bytes, one segment of every stream per round (each received in place).
+  struct Segment {
     uint32_t part;
     std::string file;
-    uint64_t lo, hi;
+    uint64_t lo, n;
+    size_t range;  // the requester's range it fills
   };
-  std::map<std::pair<int, int>, std::vector<Request>> pairs;  // (server, requester) -> ranges, in order
+  const uint64_t rb = options_.exchange_round_bytes;
+  std::map<std::pair<int, int>, std::vector<Segment>> pairs;  // (server, requester) -> segments, in order
   std::vector<Status> prepared(size);
   for (int q = 0; q < size; ++q) {
     WireReader rd(all[q]);
     uint64_t n = 0;
     bool ok = GetStatus(&rd, &prepared[q]) && rd.Count(&n, 5);
     for (uint64_t i = 0; ok && i < n; ++i) {
-      uint64_t server = 0, part = 0;
-      Request r;
-      ok = rd.Var(&server) && rd.Var(&part) && rd.Str(&r.file) && rd.Var(&r.lo) && rd.Var(&r.hi) &&
-           server < static_cast<uint64_t>(size) && part < ranks && r.hi >= r.lo && IsValidFileName(r.file);
-      r.part = static_cast<uint32_t>(part);
-      if (ok) pairs[{static_cast<int>(server), q}].push_back(r);
+      uint64_t server = 0, part = 0, lo = 0, hi = 0;
+      std::string file;
+      ok = rd.Var(&server) && rd.Var(&part) && rd.Str(&file) && rd.Var(&lo) && rd.Var(&hi) &&
+           server < static_cast<uint64_t>(size) && static_cast<int>(server) != q && part < ranks && hi >= lo &&
+           IsValidFileName(file);
+      auto& segs = pairs[{static_cast<int>(server), q}];
+      for (uint64_t at = lo; ok && at < hi; at += rb) {
+        segs.push_back({static_cast<uint32_t>(part), file, at, std::min(rb, hi - at), static_cast<size_t>(i)});
+      }
     }
     if (!ok) return Internal("restore: malformed request from rank " + std::to_string(q));
   }
-  // Serving: the files asked of this rank, opened once.
-  std::map<std::string, std::unique_ptr<ReadableFile>> open;
-  Status serve_st = OkStatus();
-  auto stream_total = [](const std::vector<Request>& v) {
-    uint64_t t = 0;
-    for (const Request& r : v) t += r.hi - r.lo;
-    return t;
+  size_t rounds = 0;
+  for (const auto& kv : pairs) rounds = std::max(rounds, kv.second.size());
+  trace.Mark("requests");
+
+  // Loading runs beside the exchange: first every entry this node holds all of, then each entry as the last of its
+  // bytes arrives. What was received and not yet loaded stays within two rounds' bytes (one arriving, one loading):
+  // a round waits for the loads before it when more is held (unless nothing is left to load: one entry larger than
+  // that is fetched whole).
+  struct Loader {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::vector<uint32_t>> batches;
+    bool done = false, busy = false;
+    uint64_t held = 0;  // received bytes not yet released
+    Status st;
+    IoStats io;
+  } ld;
+  auto source = std::make_unique<RestoreSource>(source_path, merged, files);
+  // A chunk received into its piece is checked there, as a load checks what it reads.
+  auto verify_direct = [&](const Direct& d) -> Status {
+    const MetadataView& view = *merged_view;
+    EntryView e = view.entry(d.meta_entry);
+    const ChunkLocation loc = e.chunk(d.chunk);
+    const uint64_t computed = ChunkChecksum(d.dest, d.length, view.checksum_block_size(), nullptr);
+    if (computed == loc.checksum) return OkStatus();
+    char hex[64];
+    std::snprintf(hex, sizeof hex, "stored %016llx, computed %016llx", static_cast<unsigned long long>(loc.checksum),
+                  static_cast<unsigned long long>(computed));
+    return Corrupt("checkpoint '" + source_path + "': entry '" + std::string(e.name) + "' chunk #" +
+                   std::to_string(d.chunk) + ": checksum mismatch in data file '" + files[d.file].fetched->path() +
+                   "' bytes " + std::to_string(d.lo) + ".." + std::to_string(d.lo + d.length) + " as received (" +
+                   hex + "); the copy is corrupt");
   };
-  const uint64_t rb = options_.exchange_round_bytes;
-  uint64_t rounds = 0;
-  for (const auto& kv : pairs) rounds = std::max(rounds, (stream_total(kv.second) + rb - 1) / rb);
-  auto stream_io = [&](const std::vector<Request>& v, uint64_t lo, uint64_t hi,
-                       const std::function<Status(const Request&, uint64_t, uint64_t, uint64_t)>& each) -> Status {
-    uint64_t at = 0;
-    for (const Request& r : v) {
-      const uint64_t rs = at, re = at + (r.hi - r.lo);
-      at = re;
-      if (re <= lo || rs >= hi) continue;
-      const uint64_t a = std::max(lo, rs), b = std::min(hi, re);
-      DCKPT_RETURN_IF_ERROR(each(r, r.lo + (a - rs), b - a, a - lo));
+  auto load_batch = [&](const std::vector<uint32_t>& entries) -> Status {
+    State sub;
+    std::vector<uint32_t> bytes_entries;
+    for (uint32_t i : entries) {
+      if (i < n_tensors && is_direct[i]) continue;
+      if (i < n_tensors) {
+        const TensorEntry& t = state.tensors()[i];
+        DCKPT_RETURN_IF_ERROR(sub.AddTensor(t.name, t.dtype, t.shape));
+        for (const TensorPiece& piece : t.pieces) {
+          std::vector<uint64_t> offsets(piece.box.offset, piece.box.offset + piece.box.ndim);
+          std::vector<uint64_t> lengths(piece.box.length, piece.box.length + piece.box.ndim);
+          DCKPT_RETURN_IF_ERROR(piece.read_only ? sub.AddConstPiece(t.name, offsets, lengths, piece.data)
+                                                : sub.AddPieceIn(t.name, offsets, lengths, piece.data, piece.memory));
+        }
+      } else {
+        const BytesEntry& b = state.bytes()[i - n_tensors];
+        DCKPT_RETURN_IF_ERROR(b.read_only ? sub.AddConstBytes(b.name, b.data, b.size)
+                                          : sub.AddBytes(b.name, b.data, b.size));
+        bytes_entries.push_back(i);
+      }
     }
+    if (sub.tensors().empty() && sub.bytes().empty()) return OkStatus();
+    ReadOptions opts;
+    opts.storage = source.get();
+    opts.copy_engine = options_.copy_engine;
+    opts.share_verification = false;
+    DCKPT_ASSIGN_OR_RETURN(LoadSummary loaded, Load(source_path, sub, nullptr, opts));
+    for (size_t j = 0; j < bytes_entries.size(); ++j) {
+      state.bytes()[bytes_entries[j] - n_tensors].loaded_size = sub.bytes()[j].loaded_size;
+    }
+    std::lock_guard<std::mutex> lock(ld.mu);
+    ld.io.bytes_read += loaded.io.bytes_read;
+    ld.io.bytes_mapped += loaded.io.bytes_mapped;
     return OkStatus();
   };
-  uint64_t from_peers = 0;
-  // Buffers kept across rounds (one per peer each way): a round allocates nothing once the first has run.
-  trace.Mark("requests");
-  std::map<int, std::string> outgoing, incoming;
-  for (uint64_t round = 0; round < rounds; ++round) {
-    const uint64_t lo = round * rb;
-    std::vector<std::pair<int, std::string_view>> sends;
-    std::vector<std::pair<int, std::string*>> recvs;
-    for (const auto& kv : pairs) {
-      const auto [server, requester] = kv.first;
-      const uint64_t total = stream_total(kv.second);
-      if (total <= lo) continue;
-      if (requester == me) recvs.emplace_back(server, &incoming[server]);
-      if (server != me) continue;
-      std::string& chunk = outgoing[requester];
-      chunk.clear();
-      // The round's bytes from one range of a file that maps go straight from the mapping; others through `chunk`.
-      std::string_view view;
-      int pieces = 0;
-      if (serve_st.ok()) {
-        serve_st = stream_io(kv.second, lo, std::min(total, lo + rb),
-                             [&](const Request& r, uint64_t off, uint64_t n, uint64_t) -> Status {
-                               const std::string path = PartDir(step, r.part) + "/" + r.file;
-                               auto& f = open[path];
-                               if (!f) {
-                                 DCKPT_ASSIGN_OR_RETURN(f, local_->OpenFile(path));
-                               }
-                               const char* base =
-                                   ++pieces == 1 && n == std::min(total, lo + rb) - lo ? f->Map() : nullptr;
-                               if (base && f->Populate(off, n).ok()) {
-                                 view = std::string_view(base + off, n);
-                                 return OkStatus();
-                               }
-                               return CopyRange(*f, off, n, &chunk);
-                             });
+  std::vector<char> loaded_entry(n_entries, 0);
+  std::thread loader([&] {
+    while (true) {
+      std::vector<uint32_t> batch;
+      {
+        std::unique_lock<std::mutex> lock(ld.mu);
+        ld.cv.wait(lock, [&] { return ld.done || !ld.batches.empty(); });
+        if (ld.batches.empty()) return;
+        batch = std::move(ld.batches.front());
+        ld.batches.pop_front();
+        ld.busy = true;
       }
-      if (view.data() == nullptr) view = chunk;
-      if (!serve_st.ok()) view = std::string_view();  // the requester sees a short message and says so
+      Status loaded = ld.st.ok() ? load_batch(batch) : OkStatus();  // after a failure the rest is not loaded
+      for (size_t j = 0; j < directs.size() && loaded.ok(); ++j) {
+        if (std::find(batch.begin(), batch.end(), directs[j].entry) != batch.end()) loaded = verify_direct(directs[j]);
+      }
+      std::lock_guard<std::mutex> lock(ld.mu);
+      if (ld.st.ok() && !loaded.ok()) ld.st = loaded;
+      // Ranges whose every entry is loaded give their memory back.
+      for (uint32_t e : batch) loaded_entry[e] = 1;
+      for (Range& r : ranges) {
+        if (r.unloaded == 0 || r.missing != 0) continue;
+        size_t left = 0;
+        for (uint32_t e : r.entries) left += loaded_entry[e] ? 0 : 1;
+        r.unloaded = left;
+        if (left == 0 && r.dest == nullptr) {
+          files[r.file].fetched->Release(r.lo, r.hi);
+          ld.held -= r.hi - r.lo;
+        }
+      }
+      ld.busy = false;
+      ld.cv.notify_all();
+    }
+  });
+  {
+    std::vector<uint32_t> local_entries;
+    for (uint32_t e = 0; e < n_entries; ++e) {
+      if (pending[e] == 0) local_entries.push_back(e);
+    }
+    std::lock_guard<std::mutex> lock(ld.mu);
+    if (!st.ok()) ld.st = st;
+    if (!local_entries.empty()) ld.batches.push_back(std::move(local_entries));
+  }
+  ld.cv.notify_all();
+  const uint64_t hold_limit = 2 * rb;
+  uint64_t from_peers = 0, direct_bytes = 0;
+  // Serving: the files asked of this rank, opened once; a range it cannot read is sent as zeros (the requester's
+  // verification refuses them, and the restore fails naming this rank's error).
+  std::map<std::string, std::unique_ptr<ReadableFile>> open;
+  Status serve_st = OkStatus();
+  std::map<int, std::string> outgoing;
+  Status fetch_st = OkStatus();
+  for (size_t round = 0; round < rounds && fetch_st.ok(); ++round) {
+    std::vector<std::pair<int, std::string_view>> sends;
+    std::vector<Communicator::RecvInto> recvs;
+    std::vector<const Segment*> mine;
+    uint64_t incoming = 0;
+    for (const auto& [key, segs] : pairs) {
+      if (round >= segs.size()) continue;
+      const auto [server, requester] = key;
+      const Segment& seg = segs[round];
+      if (requester == me) {
+        const Range& r = ranges[seg.range];
+        char* at = r.dest ? r.dest + (seg.lo - r.lo) : files[r.file].fetched->data() + seg.lo;
+        recvs.push_back({server, at, static_cast<size_t>(seg.n)});
+        mine.push_back(&seg);
+        if (!r.dest) incoming += seg.n;
+      }
+      if (server != me) continue;
+      std::string_view view;
+      std::string& chunk = outgoing[requester];
+      if (serve_st.ok()) {
+        const std::string path = PartDir(step, seg.part) + "/" + seg.file;
+        auto& f = open[path];
+        if (!f) {
+          auto opened = local_->OpenFile(path);
+          if (opened.ok()) f = std::move(opened).value();
+          else serve_st = opened.status();
+        }
+        if (f && seg.lo <= f->size() && seg.n <= f->size() - seg.lo) {
+          const char* base = f->Map();
+          if (base && f->Populate(seg.lo, seg.n).ok()) {
+            view = std::string_view(base + seg.lo, seg.n);
+          } else {
+            chunk.clear();
+            serve_st = CopyRange(*f, seg.lo, seg.n, &chunk);
+            view = chunk;
+          }
+        } else if (f) {
+          serve_st = Corrupt("'" + path + "' is " + std::to_string(f->size()) + " bytes, shorter than the " +
+                             std::to_string(seg.lo + seg.n) + " asked of it");
+        }
+      }
+      if (!serve_st.ok()) {
+        chunk.assign(seg.n, '\0');
+        view = chunk;
+      }
       sends.emplace_back(requester, view);
     }
-    DCKPT_RETURN_IF_ERROR(comm_->SendRecv(sends, recvs, options_.timeout));
-    for (const auto& kv : pairs) {
-      if (kv.first.second != me || !st.ok()) continue;
-      const int server = kv.first.first;
-      const uint64_t total = stream_total(kv.second), hi = std::min(total, lo + rb);
-      if (total <= lo) continue;
-      const std::string& got = incoming[server];
-      if (got.size() != hi - lo) {
-        st = IoError("rank " + std::to_string(server) + " on node '" + node_of_[server] +
-                     "' did not send the bytes asked of it");
-        continue;
-      }
-      from_peers += hi - lo;
-      st = stream_io(kv.second, lo, hi, [&](const Request& r, uint64_t off, uint64_t n, uint64_t at) -> Status {
-        const std::string path = scratch + "/" + DataFileName(file_index.at({r.part, r.file}));
-        const auto& f = fetched.at(path);
-        return f->WriteAt(off, got.data() + at, n);
+    {
+      // Back-pressure on this rank's own fetching: wait for the loads of earlier rounds while too much is held.
+      std::unique_lock<std::mutex> lock(ld.mu);
+      ld.cv.wait(lock, [&] {
+        return ld.held + incoming <= hold_limit || (ld.batches.empty() && !ld.busy) || !ld.st.ok();
       });
+      ld.held += incoming;
     }
+    fetch_st = comm_->SendRecvInto(sends, recvs, options_.timeout);
+    if (!fetch_st.ok()) break;
+    {
+      std::lock_guard<std::mutex> lock(ld.mu);
+      std::vector<uint32_t> ready;
+      for (const Segment* seg : mine) {
+        Range& r = ranges[seg->range];
+        if (!r.dest) files[r.file].fetched->MarkReceived(seg->lo, seg->lo + seg->n);
+        else direct_bytes += seg->n;
+        from_peers += seg->n;
+        r.missing -= seg->n;
+        if (r.missing != 0) continue;
+        for (uint32_t e : r.entries) {
+          if (--pending[e] == 0) ready.push_back(e);
+        }
+      }
+      if (!ready.empty()) ld.batches.push_back(std::move(ready));
+    }
+    ld.cv.notify_all();
   }
-  for (auto& kv : fetched) {
-    Status closed = kv.second->Close();
-    if (st.ok()) st = closed;
+  {
+    std::lock_guard<std::mutex> lock(ld.mu);
+    ld.done = true;
   }
+  ld.cv.notify_all();
+  loader.join();
+  DCKPT_RETURN_IF_ERROR(fetch_st);  // the communicator failed: the ranks cannot agree on anything more
+  trace.Mark("fetch+load");
+  if (st.ok()) st = ld.st;
   if (st.ok() && !serve_st.ok()) st = serve_st.WithContext("serving other ranks' restore");
   if (st.ok()) {
     for (int q = 0; q < size; ++q) {
@@ -571,26 +751,15 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
         st = Status(StatusCode::kPeer, "rank " + std::to_string(q) + ": " + prepared[q].message());
     }
   }
-  trace.Mark("fetch");
-  IoStats io;
-  if (st.ok()) {
-    ReadOptions opts;
-    opts.storage = local_;
-    opts.copy_engine = options_.copy_engine;
-    opts.share_verification = false;
-    auto loaded = Load(scratch, state, nullptr, opts);
-    if (!loaded.ok()) st = loaded.status();
-    else io = loaded.value().io;
-  }
-  trace.Mark("load");
-  (void)local_->RemoveAll(scratch);
+  IoStats io = ld.io;
   DCKPT_ASSIGN_OR_RETURN(std::vector<Status> outcome, GatherStatuses(comm_, st, options_.timeout));
   trace.Mark("agree");
   for (const Status& o : outcome) *corrupt = *corrupt || o.code() == StatusCode::kCorrupt;
   DCKPT_RETURN_IF_ERROR(FirstFailure(outcome, me).WithContext("restore: restoring " + what));
   summary->bytes_from_peers = from_peers;
   const uint64_t read = io.bytes_read + io.bytes_mapped;
-  summary->bytes_local = read > from_peers ? read - from_peers : 0;
+  const uint64_t through_loads = from_peers - direct_bytes;  // peers' bytes the loads read again (from memory)
+  summary->bytes_local = read > through_loads ? read - through_loads : 0;
   summary->tier = from_peers ? Tier::kPeer : Tier::kLocal;
   std::string served;
   for (uint32_t p = 0; p < ranks; ++p) {

@@ -276,6 +276,13 @@ class Exchange {
   /// Waits (until `deadline`, default the collective's) for `peer`'s header, checks it and posts the receive of its
   /// payload into *out. Returns false if that failed (the failure is recorded).
   bool AwaitHeader(int peer, std::string* out, Clock::time_point deadline = Clock::time_point::max()) {
+    return AwaitHeaderInto(peer, out, nullptr, deadline);
+  }
+
+  /// As AwaitHeader, but the payload goes straight to `into` (SendRecvInto), which must be the size the header
+  /// announces: a payload of another size is received into *out instead, and the peer's receive fails naming both.
+  bool AwaitHeaderInto(int peer, std::string* out, const Communicator::RecvInto* into,
+                       Clock::time_point deadline = Clock::time_point::max()) {
     Peer& p = peers_[peer];
     if (p.failed || !p.in_hdr_buf) return false;
     std::string error;
@@ -298,14 +305,19 @@ class Exchange {
     }
     p.upstream_abort = (h.flags & kFlagAbort) != 0;
     std::string* dst = p.upstream_abort ? &p.abort_message : out;
+    const bool in_place = into != nullptr && !p.upstream_abort && h.size == into->size;
+    if (into != nullptr && !p.upstream_abort && !in_place && wrong_size_.empty()) {
+      wrong_size_ = CheckReceivedSize(*into, h.size).message();
+    }
     // Sized, not cleared: the receive overwrites every byte, and a buffer reused across calls (SendRecv rounds) at the
     // same size is then not rewritten at all. May throw bad_alloc: reported as kNoMemory.
-    if (dst->size() != h.size) dst->resize(static_cast<size_t>(h.size));
+    if (!in_place && dst->size() != h.size) dst->resize(static_cast<size_t>(h.size));
     if (h.size > 0) {
       p.payload_pending = true;
       bool ok = CatchGloo(
           [&] {
-            p.in_data_buf = g_.context->createUnboundBuffer(&(*dst)[0], dst->size());
+            p.in_data_buf = in_place ? g_.context->createUnboundBuffer(into->data, into->size)
+                                     : g_.context->createUnboundBuffer(&(*dst)[0], dst->size());
             p.in_data_buf->recv(peer, PayloadSlot(call_.seq));
           },
           &error);
@@ -374,6 +386,7 @@ class Exchange {
                         LostRanks() + note +
                         " closed; it exited, crashed or gave up on the group: " + lost_.front().detail);
     }
+    if (!wrong_size_.empty()) return Internal("gloo: " + call_.Describe() + where + ": " + wrong_size_);
     return OkStatus();
   }
 
@@ -487,6 +500,7 @@ class Exchange {
   std::vector<Failure> lost_;
   std::vector<Failure> upstream_;
   std::string mismatch_;
+  std::string wrong_size_;  // SendRecvInto: a payload of another size than the caller expects (the first)
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -544,25 +558,47 @@ class GlooCommunicator final : public Communicator {
   }
 
   // Directly between the ranks concerned: each message goes only from its sender to its receiver.
+  // Every peer of a SendRecv is another rank of the group (`recv_peer(i)`: receive i's).
+  template <typename RecvPeer>
+  Status CheckPeers(const std::vector<std::pair<int, std::string_view>>& sends, size_t n_recvs,
+                    RecvPeer&& recv_peer) const {
+    const int n = g_.size, me = g_.rank;
+    auto bad = [&](int peer) { return peer < 0 || peer >= n || peer == me; };
+    for (const auto& s : sends) {
+      if (bad(s.first)) return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(s.first));
+    }
+    for (size_t i = 0; i < n_recvs; ++i) {
+      if (bad(recv_peer(i))) {
+        return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(recv_peer(i)));
+      }
+    }
+    return OkStatus();
+  }
+
   Status SendRecv(const std::vector<std::pair<int, std::string_view>>& sends,
                   const std::vector<std::pair<int, std::string*>>& recvs, Millis timeout) override {
-    const int n = g_.size, me = g_.rank;
-    for (const auto& s : sends) {
-      if (s.first < 0 || s.first >= n || s.first == me) {
-        return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(s.first));
-      }
-    }
-    for (const auto& r : recvs) {
-      if (r.first < 0 || r.first >= n || r.first == me) {
-        return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(r.first));
-      }
-    }
+    DCKPT_RETURN_IF_ERROR(CheckPeers(sends, recvs.size(), [&](size_t i) { return recvs[i].first; }));
     Call call;
     DCKPT_RETURN_IF_ERROR(Begin(Op::kSendRecv, -1, timeout, &call));
     return Run(call, [&](Exchange& x) {
       for (const auto& s : sends) x.PostSend(s.first, s.second);
       for (const auto& r : recvs) x.PostHeaderRecv(r.first);
       for (const auto& r : recvs) x.AwaitHeader(r.first, r.second);
+    });
+  }
+
+  // As SendRecv; each payload is received straight into the caller's memory.
+  Status SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends, const std::vector<RecvInto>& recvs,
+                      Millis timeout) override {
+    DCKPT_RETURN_IF_ERROR(CheckPeers(sends, recvs.size(), [&](size_t i) { return recvs[i].peer; }));
+    Call call;
+    DCKPT_RETURN_IF_ERROR(Begin(Op::kSendRecv, -1, timeout, &call));
+    // A payload of the wrong size lands in a scratch string of its peer's (received, then refused).
+    std::vector<std::string> scratch(recvs.size());
+    return Run(call, [&](Exchange& x) {
+      for (const auto& s : sends) x.PostSend(s.first, s.second);
+      for (const auto& r : recvs) x.PostHeaderRecv(r.peer);
+      for (size_t i = 0; i < recvs.size(); ++i) x.AwaitHeaderInto(recvs[i].peer, &scratch[i], &recvs[i]);
     });
   }
 

@@ -277,6 +277,28 @@ TEST(GlooFailure, RanksInDifferentCollectivesAreToldSo) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
+// A message of another size than SendRecvInto expects is refused naming the peer and both sizes, nothing is written
+// past the caller's span, and the sender's call succeeds (its bytes were taken).
+TEST(GlooFailure, SendRecvIntoRefusesAMessageOfTheWrongSize) {
+  const int n = 2;
+  const std::string store = FreshStore();
+  auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
+    if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+    const std::string message(rank == 0 ? 1000 : 10, 'm');
+    std::string target(rank == 0 ? 8 : 2000, '#');  // rank 0 expects 5 of rank 1's 10 bytes, rank 1 all 1000
+    const size_t expect = rank == 0 ? 5 : 1000;
+    Status st = (*comm)->SendRecvInto({{1 - rank, message}}, {{1 - rank, target.data(), expect}}, kTimeout);
+    if (rank == 1) return comm_testing::ReportInChild(rank, st);
+    const bool ok = st.code() == StatusCode::kInternal && st.message().find("rank 1 sent 10 bytes where 5") !=
+                                                                std::string::npos &&
+                    target.substr(5) == "###";
+    std::fprintf(stderr, "[rank 0] %s: %s\n", ok ? "refused as expected" : "UNEXPECTED", st.ToString().c_str());
+    return ok ? 0 : 1;
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Rendezvous.
 

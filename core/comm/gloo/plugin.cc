@@ -127,13 +127,19 @@ int Barrier(dckpt_gloo_plugin_comm* c, int64_t timeout_ms, dckpt_gloo_plugin_byt
   return Guard(message, [&] { return c->comm->Barrier(Millis(timeout_ms)); });
 }
 
+// The host's messages as the communicator takes them.
+std::vector<std::pair<int, std::string_view>> Messages(const dckpt_gloo_plugin_send* sends, size_t n_sends) {
+  std::vector<std::pair<int, std::string_view>> s;
+  s.reserve(n_sends);
+  for (size_t i = 0; i < n_sends; ++i) s.emplace_back(sends[i].peer, std::string_view(sends[i].data, sends[i].size));
+  return s;
+}
+
 int SendRecv(dckpt_gloo_plugin_comm* c, const dckpt_gloo_plugin_send* sends, size_t n_sends,
              const dckpt_gloo_plugin_recv* recvs, size_t n_recvs, int64_t timeout_ms,
              dckpt_gloo_plugin_bytes* message) {
   return Guard(message, [&]() -> Status {
-    std::vector<std::pair<int, std::string_view>> s;
-    s.reserve(n_sends);
-    for (size_t i = 0; i < n_sends; ++i) s.emplace_back(sends[i].peer, std::string_view(sends[i].data, sends[i].size));
+    const std::vector<std::pair<int, std::string_view>> s = Messages(sends, n_sends);
     // A peer out of range gets a buffer of its own: the communicator refuses the call, naming it.
     std::vector<std::string> stray;
     stray.reserve(n_recvs);
@@ -150,6 +156,17 @@ int SendRecv(dckpt_gloo_plugin_comm* c, const dckpt_gloo_plugin_send* sends, siz
       if (!Put(&into, *r[i].second)) return OutOfHostMemory("received messages");
     }
     return OkStatus();
+  });
+}
+
+int SendRecvInto(dckpt_gloo_plugin_comm* c, const dckpt_gloo_plugin_send* sends, size_t n_sends,
+                 const dckpt_gloo_plugin_recv_into* recvs, size_t n_recvs, int64_t timeout_ms,
+                 dckpt_gloo_plugin_bytes* message) {
+  return Guard(message, [&]() -> Status {
+    std::vector<Communicator::RecvInto> r;
+    r.reserve(n_recvs);
+    for (size_t i = 0; i < n_recvs; ++i) r.push_back({recvs[i].peer, recvs[i].data, recvs[i].size});
+    return c->comm->SendRecvInto(Messages(sends, n_sends), r, Millis(timeout_ms));
   });
 }
 
@@ -174,6 +191,7 @@ constexpr dckpt_gloo_plugin_api kApi = {
     Barrier,
     SendRecv,
     Abort,
+    SendRecvInto,
 };
 
 }  // namespace

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define DCKPT_GLOO_PLUGIN_ABI 1u
+#define DCKPT_GLOO_PLUGIN_ABI 2u
 /* The plugin's file name: the loader looks for it beside the binary that holds the core. */
 #define DCKPT_GLOO_PLUGIN_FILE "libdistckpt_gloo.so"
 /* The one symbol the plugin exports (a dckpt_gloo_plugin_entry_fn). */
@@ -64,6 +64,13 @@ typedef struct dckpt_gloo_plugin_recv {
   dckpt_gloo_plugin_bytes into;
 } dckpt_gloo_plugin_recv;
 
+/* One receive of send_recv_into: exactly `size` bytes from rank `peer`, written at `data`. */
+typedef struct dckpt_gloo_plugin_recv_into {
+  int peer;
+  char *data;
+  size_t size;
+} dckpt_gloo_plugin_recv_into;
+
 /* What the plugin offers: one function per operation of Communicator, with the same contract (timeouts in ms).
  * `abi` and `struct_size` come first and stay first in every later ABI, so that any loader can read them. */
 typedef struct dckpt_gloo_plugin_api {
@@ -95,6 +102,10 @@ typedef struct dckpt_gloo_plugin_api {
                    dckpt_gloo_plugin_bytes *message);
   /* Communicator::Abort; `reason` is never NULL. */
   void (*abort)(dckpt_gloo_plugin_comm *comm, const char *reason);
+  /* Communicator::SendRecvInto (ABI 2): each payload received straight into the host's memory. */
+  int (*send_recv_into)(dckpt_gloo_plugin_comm *comm, const dckpt_gloo_plugin_send *sends, size_t n_sends,
+                        const dckpt_gloo_plugin_recv_into *recvs, size_t n_recvs, int64_t timeout_ms,
+                        dckpt_gloo_plugin_bytes *message);
 } dckpt_gloo_plugin_api;
 
 /* The type of DCKPT_GLOO_PLUGIN_ENTRY: the plugin's table, valid for the life of the process. */

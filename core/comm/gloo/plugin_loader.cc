@@ -117,6 +117,20 @@ class PluginCommunicator final : public Communicator {
     return FromPlugin(code, std::move(message));
   }
 
+  Status SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends, const std::vector<RecvInto>& recvs,
+                      Millis timeout) override {
+    std::vector<dckpt_gloo_plugin_send> s;
+    s.reserve(sends.size());
+    for (const auto& [peer, bytes] : sends) s.push_back({peer, bytes.data(), bytes.size()});
+    std::vector<dckpt_gloo_plugin_recv_into> r;
+    r.reserve(recvs.size());
+    for (const RecvInto& into : recvs) r.push_back({into.peer, into.data, into.size});
+    std::string message;
+    dckpt_gloo_plugin_bytes m = BytesOf(&message);
+    const int code = api_->send_recv_into(comm_, s.data(), s.size(), r.data(), r.size(), timeout.count(), &m);
+    return FromPlugin(code, std::move(message));
+  }
+
   void Abort(const std::string& reason) override { api_->abort(comm_, reason.c_str()); }
 
  private:
