@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
     (void)c->Barrier(std::chrono::seconds(60));
     t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < rounds; ++r) {
-      Status st = c->SendRecvInto({{1 - rank, payload}}, {{1 - rank, place.data(), place.size()}},
-                                  std::chrono::seconds(60));
+      Status st =
+          c->SendRecvInto({{1 - rank, payload}}, {{1 - rank, place.data(), place.size()}}, std::chrono::seconds(60));
       if (!st.ok()) return comm_testing::ReportInChild(rank, st);
     }
     const double into = seconds(t0);

@@ -120,8 +120,8 @@ class Checker {
     std::string target(want.size() + 2, '#');
     Status st = c_->SendRecvInto({{next, out}}, {{prev, &target[1], want.size()}}, o_.timeout);
     if (!st.ok()) return Failed("sendrecv_into", st);
-    if (target != "#" + want + "#") return Fail("sendrecv_into", "the bytes from rank " + std::to_string(prev) +
-                                                                   " are not its message, in place");
+    if (target != "#" + want + "#")
+      return Fail("sendrecv_into", "the bytes from rank " + std::to_string(prev) + " are not its message, in place");
     return OkStatus();
   }
 

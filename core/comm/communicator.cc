@@ -51,8 +51,8 @@ Status Communicator::SendRecvInto(const std::vector<std::pair<int, std::string_v
 
 Status CheckReceivedSize(const Communicator::RecvInto& recv, uint64_t got) {
   if (got == recv.size) return OkStatus();
-  return Internal("sendrecv: rank " + std::to_string(recv.peer) + " sent " + std::to_string(got) +
-                  " bytes where " + std::to_string(recv.size) + " were expected");
+  return Internal("sendrecv: rank " + std::to_string(recv.peer) + " sent " + std::to_string(got) + " bytes where " +
+                  std::to_string(recv.size) + " were expected");
 }
 
 }  // namespace distckpt

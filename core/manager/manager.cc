@@ -164,7 +164,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
       if (t == me) m->sources_.push_back(r);
     }
   }
-  // A restore of this rank that died left its scratch checkpoint (hard links and fetched bytes): it goes.
+  // A restore of an earlier version that died left its scratch checkpoint (hard links and fetched bytes): it goes.
   const std::string scratch_prefix = "restore-r" + std::to_string(me) + ".";
   if (auto listed = m->local_->ListDir(options.local_dir); listed.ok()) {
     for (const std::string& name : listed.value()) {
@@ -211,6 +211,10 @@ void CheckpointManager::Fail(const Status& st) {
 }
 
 Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) {
+  return Stage(step, state, persist, /*again=*/false);
+}
+
+Status CheckpointManager::Stage(uint64_t step, const State& state, bool persist, bool again) {
   const uint64_t bytes = StateBytes(state);
   // A part takes more than the state's bytes (chunks start on 4 KiB boundaries, and the metadata): the last part
   // written tells how much more.
@@ -225,7 +229,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!broken_.ok()) return broken_;
-    if (last_saved_ && step <= *last_saved_) {
+    if (!again && last_saved_ && step <= *last_saved_) {
       return InvalidArgument("checkpoint manager: step " + std::to_string(step) +
                              " is not after the last step saved (" + std::to_string(*last_saved_) + ")");
     }
@@ -269,13 +273,13 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
       }
       if (!broken_.ok()) return broken_;
     }
-    last_saved_ = step;
+    last_saved_ = std::max(last_saved_.value_or(step), step);
     charged_[step] += charge;
     charged_total_ += charge;
   }
   auto job = std::make_unique<Job>();
   job->step = step;
-  job->persist = persist || (options_.persist_every && step % options_.persist_every == 0);
+  job->persist = !again && (persist || (options_.persist_every && step % options_.persist_every == 0));
   job->staging_charge = bytes;
   job->layout = EncodeLayout(state);
   job->keep = keep;

@@ -5,7 +5,8 @@
 //                                            node's rank, committed like any checkpoint (staging name, rename)
 //   step-<10 digits>/complete-<rank>          written by each rank once every rank's part and its replicas are
 //                                            durable (the step is complete); holds the run id
-//   restore-r<rank>.<nonce>/                 a restore's scratch checkpoint (hard links to parts, bytes from peers)
+//   restore-r<rank>.<nonce>/                 left by earlier versions' restores (removed at creation); a restore now
+//                                            writes nothing to the tier (restore_source.h)
 // Every part records the run that wrote it (a nonce the ranks agree on when the manager is created), so a restore
 // never mixes parts of a step saved twice by two runs of the job.
 #ifndef DISTCKPT_CORE_MANAGER_MANAGER_H_
@@ -63,6 +64,7 @@ struct RestoreSummary {
   bool found = false;
   uint64_t step = 0;
   Tier tier = Tier::kNone;
+  bool saved_again = false;  ///< the restored step is being saved again (Restore)
   uint64_t bytes_local = 0;
   uint64_t bytes_from_peers = 0;
   uint64_t bytes_from_persistent = 0;
@@ -84,7 +86,10 @@ class CheckpointManager {
   Status Wait(std::chrono::milliseconds timeout);
   /// The newest step completed by this run, or by an earlier run as found on disk at creation.
   std::optional<uint64_t> latest_step() const;
-  /// Collective: see dckpt_manager_restore.
+  /// Collective: see dckpt_manager_restore. A step restored from fewer copies than the manager keeps (a node was
+  /// lost, the ranks changed, or it came from persistent storage) is saved again at once, in the background, from the
+  /// restored state (this run's parts and replicas on the current nodes), so that losing another node right after is
+  /// survived; Wait waits for it.
   Result<RestoreSummary> Restore(State& state, const RestoreOptions& options);
   /// What the last restore did (one line per fact).
   const std::string& restore_report() const { return report_; }
@@ -93,6 +98,8 @@ class CheckpointManager {
   struct Job;
   struct Inventory;
   CheckpointManager(Communicator* comm, const ManagerOptions& options);
+  // Save, and for a restored step saved again (`again`: a step not after the last one, never persisted again).
+  Status Stage(uint64_t step, const State& state, bool persist, bool again);
   void Run();
   void Process(Job& job);
   // Returns the status of the collectives (an error: the communicator is gone); *outcome: this rank's part of the
@@ -141,6 +148,10 @@ class CheckpointManager {
   std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)  // the
                                               // files of the last part this rank wrote
   std::string report_;
+  bool restored_whole_ = false;  // the last RestoreFromParts filled every entry of the step
+  std::vector<std::pair<std::string, std::string>> restored_user_;  // and the step's user metadata
+  std::string restored_structure_;                                  // and structure
+  Result<State> SavedForm(const State& restored) const;
   std::thread thread_;
 };
 

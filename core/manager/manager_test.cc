@@ -194,6 +194,62 @@ TEST(Manager, AReplacementNodeGetsReplicasAgainAndTheOtherNodeCanBeLostNext) {
          }));
 }
 
+// The restore on a replacement node saves the restored step again at once (its replicas on the current nodes), so
+// losing the other node right after, before any new step, is survived too: every value exact, nothing from
+// persistent storage.
+TEST(Manager, AStepRestoredOnAReplacementIsReplicatedAgainAtOnce) {
+  Job job;
+  job.base = testing_util::MakeTempDir("manager-");
+  job.persistent = job.base + "/persistent/job";
+  job.persist_every = 1;  // every step is persisted too: the restores below must not need it
+  RunJob(job, 4, [](CheckpointManager* m, int rank) { return SaveSteps(m, rank, 4, 1, 3); });
+  ASSERT_EQ(std::system(("rm -rf '" + job.base + "/node-b'").c_str()), 0);
+  RunJob(job, 4, [](CheckpointManager* m, int rank) -> Status {
+    RankState st(rank, 4, 3, false);
+    DCKPT_ASSIGN_OR_RETURN(RestoreSummary s, m->Restore(st.state, RestoreOptions()));
+    DCKPT_RETURN_IF_ERROR(Expect(s.found && s.step == 3 && s.saved_again && s.bytes_from_persistent == 0,
+                                 "restored step " + std::to_string(s.step) + ", saved again " +
+                                     std::to_string(s.saved_again) + ":\n" + m->restore_report()));
+    DCKPT_RETURN_IF_ERROR(st.Check(rank, 4, 3));
+    return m->Wait(std::chrono::seconds(60));
+  });
+  ASSERT_EQ(std::system(("rm -rf '" + job.base + "/node-a'").c_str()), 0);
+  RunJob(job, 4, RestoreAndCheck(4, 3, [](const RestoreSummary& s, const std::string& report, int rank) {
+           DCKPT_RETURN_IF_ERROR(Expect(s.bytes_from_persistent == 0 && s.tier != Tier::kPersistent,
+                                        "read from persistent storage:\n" + report));
+           return Expect(rank >= 2 || s.bytes_from_peers > 0, "node a did not fetch from node b:\n" + report);
+         }));
+}
+
+// The newest step's only part has damaged metadata: the restore falls back to the step before, and its report names
+// the part, the node and why.
+TEST(Manager, ADamagedNewestPartIsNamedInTheReport) {
+  const std::string base = testing_util::MakeTempDir("manager-");
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = base + "/node-a";
+  o.replicas = 0;
+  {
+    auto m = CheckpointManager::Create(nullptr, o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_TRUE(SaveSteps(m.value().get(), 0, 1, 1, 2).ok());
+  }
+  FlipByte(o.local_dir + "/step-0000000002/part-00000/metadata.dckpt", 40);
+  auto m = CheckpointManager::Create(nullptr, o);
+  ASSERT_TRUE(m.ok());
+  RankState st(0, 1, 0, false);
+  auto r = m.value()->Restore(st.state, RestoreOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step, 1u);
+  const std::string& report = m.value()->restore_report();
+  EXPECT_NE(report.find("step 2: not restorable from the local tiers: no readable part of this run is on any live "
+                        "node; the copy of rank 0's part on node 'a' is unreadable: "),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("step-0000000002/part-00000"), std::string::npos) << report;
+  EXPECT_EQ(report.find("(of 0)"), std::string::npos) << report;
+}
+
 TEST(Manager, RestoresOnThreeRanksFromAFourRankJob) {
   Job job;
   job.base = testing_util::MakeTempDir("manager-");

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <functional>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -56,12 +56,37 @@ struct CheckpointManager::Inventory {
   std::vector<std::vector<Held>> parts;                                // per rank: its node's parts
   std::vector<std::vector<std::pair<uint64_t, std::string>>> markers;  // per rank: (step, run) complete
   std::vector<uint64_t> persisted;                                     // committed steps (rank 0 looked)
+  struct Damaged {
+    uint64_t step = 0;
+    uint32_t rank = 0;  // the part's, from its directory name
+    std::string why;
+  };
+  std::vector<std::vector<Damaged>> damaged;  // per rank: parts its node holds that it could not read as parts
 };
+
+// The restored state as a save takes it: its buffers borrowed, bytes entries of the size they were loaded at, and
+// the step's user metadata and structure as the restore found them.
+Result<State> CheckpointManager::SavedForm(const State& restored) const {
+  State out;
+  for (const TensorEntry& t : restored.tensors()) {
+    DCKPT_RETURN_IF_ERROR(out.AddTensor(t.name, t.dtype, t.shape));
+    for (const TensorPiece& piece : t.pieces) {
+      std::vector<uint64_t> offsets(piece.box.offset, piece.box.offset + piece.box.ndim);
+      std::vector<uint64_t> lengths(piece.box.length, piece.box.length + piece.box.ndim);
+      DCKPT_RETURN_IF_ERROR(out.AddPieceIn(t.name, offsets, lengths, piece.data, piece.memory));
+    }
+  }
+  for (const BytesEntry& b : restored.bytes()) DCKPT_RETURN_IF_ERROR(out.AddConstBytes(b.name, b.data, b.loaded_size));
+  for (const auto& [key, value] : restored_user_) out.SetUserMetadata(key, value);
+  out.SetStructure(restored_structure_);
+  return out;
+}
 
 Result<CheckpointManager::Inventory> CheckpointManager::TakeInventory(bool use_persistent) {
   const int size = comm_->size();
   WireWriter w;
   std::vector<Inventory::Held> held;
+  std::vector<Inventory::Damaged> damaged;
   std::vector<std::pair<uint64_t, std::string>> markers;
   auto names = local_->ListDir(options_.local_dir);
   if (names.ok()) {
@@ -77,14 +102,27 @@ Result<CheckpointManager::Inventory> CheckpointManager::TakeInventory(bool use_p
           auto run = local_->ReadFile(dir + "/" + f, 64);
           if (run.ok()) markers.emplace_back(step, run.value());
         } else if (ParseNumbered(f, "part-", 5, &r)) {
-          // What the part says it is; a part whose metadata is unreadable is not held (verification reports why).
-          auto bytes = local_->ReadFile(dir + "/" + f + "/" + kMetadataFileName, kMaxMetadataBytes);
-          if (!bytes.ok()) continue;
-          auto view = MetadataView::Parse(std::make_shared<const std::string>(std::move(bytes).value()), dir + "/" + f);
-          if (!view.ok()) continue;
-          auto info = PartInfoOf(view.value(), dir + "/" + f);
+          // What the part says it is; a part whose metadata is unreadable is not held (the report says why).
+          const std::string part_dir = dir + "/" + f;
+          auto bytes = local_->ReadFile(part_dir + "/" + kMetadataFileName, kMaxMetadataBytes);
+          if (!bytes.ok()) {
+            damaged.push_back({step, static_cast<uint32_t>(r), bytes.status().message()});
+            continue;
+          }
+          auto view = MetadataView::Parse(std::make_shared<const std::string>(std::move(bytes).value()), part_dir);
+          if (!view.ok()) {
+            damaged.push_back({step, static_cast<uint32_t>(r), view.status().message()});
+            continue;
+          }
+          auto info = PartInfoOf(view.value(), part_dir);
           auto run = view.value().FindUser("dckpt.run");
-          if (!info.ok() || !run || info.value().step != step || info.value().rank != r) continue;
+          if (!info.ok() || !run || info.value().step != step || info.value().rank != r) {
+            damaged.push_back(
+                {step, static_cast<uint32_t>(r),
+                 "'" + part_dir + "' is not rank " + std::to_string(r) + "'s part of step " + std::to_string(step) +
+                     (info.ok() ? std::string(run ? "" : " (no run id)") : ": " + info.status().message())});
+            continue;
+          }
           held.push_back({step, std::string(*run), info.value().rank, info.value().ranks});
         }
       }
@@ -116,11 +154,18 @@ Result<CheckpointManager::Inventory> CheckpointManager::TakeInventory(bool use_p
   }
   w.Var(persisted.size());
   for (uint64_t s : persisted) w.Var(s);
+  w.Var(damaged.size());
+  for (const auto& d : damaged) {
+    w.Var(d.step);
+    w.Var(d.rank);
+    w.Str(d.why);
+  }
   std::vector<std::string> all;
   DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &all, options_.timeout));
   Inventory inv;
   inv.parts.resize(size);
   inv.markers.resize(size);
+  inv.damaged.resize(size);
   for (int r = 0; r < size; ++r) {
     WireReader rd(all[r]);
     uint64_t n = 0;
@@ -145,6 +190,14 @@ Result<CheckpointManager::Inventory> CheckpointManager::TakeInventory(bool use_p
       uint64_t step = 0;
       ok = rd.Var(&step);
       if (ok && r == 0) inv.persisted.push_back(step);
+    }
+    ok = ok && rd.Count(&n, 3);
+    for (uint64_t i = 0; ok && i < n; ++i) {
+      Inventory::Damaged d;
+      uint64_t rank = 0;
+      ok = rd.Var(&d.step) && rd.Var(&rank) && rd.Str(&d.why) && rank < (1u << 24);
+      d.rank = static_cast<uint32_t>(rank);
+      if (ok) inv.damaged[r].push_back(std::move(d));
     }
     if (!ok) return Internal("restore: malformed inventory from rank " + std::to_string(r));
   }
@@ -195,11 +248,21 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
         if (holders[p].empty()) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       }
       if (ranks == 0 || !missing.empty()) {
-        note(what + ": not restorable from the local tiers: the parts of rank(s) " + (missing.empty() ? "?" : missing) +
-             " (of " + std::to_string(ranks) + ") are on no live node");
-        if (newest)
-          missing_newest =
-              what + ": the parts of rank(s) " + missing + " of " + std::to_string(ranks) + " are on no live node";
+        // Parts of this step some node holds but could not read (damaged metadata), each with its node and why.
+        std::set<std::string> said;  // the ranks of one node see the same copies
+        std::string damaged;
+        for (int r = 0; r < size; ++r) {
+          for (const auto& d : inv.damaged[r]) {
+            const std::string line = "; the copy of rank " + std::to_string(d.rank) + "'s part on node '" +
+                                     node_of_[r] + "' is unreadable: " + d.why;
+            if (d.step == step && said.insert(line).second) damaged += line;
+          }
+        }
+        const std::string lost =
+            ranks == 0 ? "no readable part of this run is on any live node"
+                       : "the parts of rank(s) " + missing + " (of " + std::to_string(ranks) + ") are on no live node";
+        note(what + ": not restorable from the local tiers: " + lost + damaged);
+        if (newest) missing_newest = what + ": " + lost + damaged;
         continue;
       }
       bool give_up = false;  // this run of the step cannot be restored from the local tiers
@@ -294,6 +357,32 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
           continue;
         }
         summary.found = true;
+        // Fewer copies than the manager keeps (a node lost, or other ranks): the step is saved again at once from
+        // what was restored, if every rank restored all of it (a partial state would make a partial step).
+        const size_t want = std::min<size_t>(1 + static_cast<size_t>(options_.replicas), nodes_.size());
+        bool thin = ranks != static_cast<uint32_t>(size);
+        for (uint32_t p = 0; p < ranks && !thin; ++p) {
+          std::set<int> at;
+          for (int h : good[p]) at.insert(node_index_[h]);
+          thin = at.size() < want;
+        }
+        if (thin) {
+          std::vector<std::string> whole;
+          DCKPT_RETURN_IF_ERROR(
+              comm_->AllGather(std::string(1, restored_whole_ ? '1' : '0'), &whole, options_.timeout));
+          if (std::count(whole.begin(), whole.end(), "1") == size) {
+            auto saved_form = SavedForm(state);
+            Status again =
+                saved_form.ok() ? Stage(step, saved_form.value(), false, /*again=*/true) : saved_form.status();
+            if (!again.ok()) return again.WithContext("restore: saving the restored " + what + " again");
+            summary.saved_again = true;
+            note(what + ": held in fewer copies than " + std::to_string(want) +
+                 " node(s) keep; saved again from the restored state on the current nodes (in the background)");
+          } else {
+            note(what + ": held in fewer copies than " + std::to_string(want) +
+                 " node(s) keep, but not saved again: some rank restored only part of the step");
+          }
+        }
         summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return summary;
       }
@@ -332,6 +421,7 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
                                            const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary,
                                            bool* corrupt) {
   *corrupt = false;
+  restored_whole_ = false;
   const int me = comm_->rank(), size = comm_->size();
   PhaseTrace trace("rank " + std::to_string(me) + " restore of step " + std::to_string(step));
   const int my_node = node_index_[me];
@@ -359,8 +449,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   }
   trace.Mark("merge");
   // The checkpoint the load reads: this node's parts where they are, other parts' bytes as they arrive.
-  const std::string source_path = options_.local_dir + "/" + StepName(step) + " (restore of rank " +
-                                  std::to_string(me) + ")";
+  const std::string source_path =
+      options_.local_dir + "/" + StepName(step) + " (restore of rank " + std::to_string(me) + ")";
   std::vector<RestoreSource::File> files(file_of.size());
   std::map<uint32_t, std::shared_ptr<Directory>> part_dirs;
   for (uint32_t k = 0; k < file_of.size() && st.ok(); ++k) {
@@ -459,6 +549,17 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
         }
       }
     }
+    // Whether the state holds every entry of the step (then it can be saved again as the step).
+    size_t found = 0;
+    for (const TensorEntry& t : state.tensors()) found += view.value().Find(t.name) ? 1 : 0;
+    for (const BytesEntry& b : state.bytes()) found += view.value().Find(b.name) ? 1 : 0;
+    restored_whole_ = found == view.value().num_entries() && found == n_entries;
+    restored_user_.clear();
+    for (size_t i = 0; i < view.value().num_user(); ++i) {
+      const auto [key, value] = view.value().user(i);
+      restored_user_.emplace_back(std::string(key), std::string(value));
+    }
+    restored_structure_ = std::string(view.value().structure());
     for (size_t i = n_tensors; i < n_entries && st.ok(); ++i) {
       auto idx = view.value().Find(state.bytes()[i - n_tensors].name);
       if (!idx || view.value().entry(*idx).kind != EntryKind::kBytes) continue;
@@ -570,8 +671,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
                   static_cast<unsigned long long>(computed));
     return Corrupt("checkpoint '" + source_path + "': entry '" + std::string(e.name) + "' chunk #" +
                    std::to_string(d.chunk) + ": checksum mismatch in data file '" + files[d.file].fetched->path() +
-                   "' bytes " + std::to_string(d.lo) + ".." + std::to_string(d.lo + d.length) + " as received (" +
-                   hex + "); the copy is corrupt");
+                   "' bytes " + std::to_string(d.lo) + ".." + std::to_string(d.lo + d.length) + " as received (" + hex +
+                   "); the copy is corrupt");
   };
   auto load_batch = [&](const std::vector<uint32_t>& entries) -> Status {
     State sub;
@@ -710,9 +811,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     {
       // Back-pressure on this rank's own fetching: wait for the loads of earlier rounds while too much is held.
       std::unique_lock<std::mutex> lock(ld.mu);
-      ld.cv.wait(lock, [&] {
-        return ld.held + incoming <= hold_limit || (ld.batches.empty() && !ld.busy) || !ld.st.ok();
-      });
+      ld.cv.wait(lock,
+                 [&] { return ld.held + incoming <= hold_limit || (ld.batches.empty() && !ld.busy) || !ld.st.ok(); });
       ld.held += incoming;
     }
     fetch_st = comm_->SendRecvInto(sends, recvs, options_.timeout);

@@ -61,23 +61,20 @@ class SourceDirectory final : public Directory {
 
   Result<std::unique_ptr<ReadableFile>> OpenFile(const std::string& name) override {
     if (name == kMetadataFileName) {
-      return std::unique_ptr<ReadableFile>(std::make_unique<MemoryReadable>(
-          path_ + "/" + name, metadata_->data(), metadata_->size(), metadata_, nullptr));
+      return std::unique_ptr<ReadableFile>(std::make_unique<MemoryReadable>(path_ + "/" + name, metadata_->data(),
+                                                                            metadata_->size(), metadata_, nullptr));
     }
     const RestoreSource::File* f = Find(name);
     if (f == nullptr) return NotFound("'" + path_ + "/" + name + "' is not a file of the restored step");
     if (f->fetched) {
       const FetchedFile* fetched = f->fetched.get();
-      return std::unique_ptr<ReadableFile>(
-          std::make_unique<MemoryReadable>(fetched->path() + " (as received from a peer)", fetched->data(),
-                                           fetched->size(), f->fetched, fetched));
+      return std::unique_ptr<ReadableFile>(std::make_unique<MemoryReadable>(
+          fetched->path() + " (as received from a peer)", fetched->data(), fetched->size(), f->fetched, fetched));
     }
     return f->part_dir->OpenFile(f->name);
   }
 
-  Result<bool> Exists(const std::string& name) override {
-    return name == kMetadataFileName || Find(name) != nullptr;
-  }
+  Result<bool> Exists(const std::string& name) override { return name == kMetadataFileName || Find(name) != nullptr; }
 
  private:
   const RestoreSource::File* Find(const std::string& name) const {

@@ -565,7 +565,8 @@ class GlooCommunicator final : public Communicator {
     const int n = g_.size, me = g_.rank;
     auto bad = [&](int peer) { return peer < 0 || peer >= n || peer == me; };
     for (const auto& s : sends) {
-      if (bad(s.first)) return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(s.first));
+      if (bad(s.first))
+        return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": no peer rank " + std::to_string(s.first));
     }
     for (size_t i = 0; i < n_recvs; ++i) {
       if (bad(recv_peer(i))) {

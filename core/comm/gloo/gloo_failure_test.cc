@@ -48,8 +48,8 @@ int ExpectFailure(int rank, const Status& st, std::vector<StatusCode> codes, int
   const auto took = std::chrono::duration_cast<Millis>(Clock::now() - start);
   bool code_ok = false;
   for (StatusCode c : codes) code_ok |= st.code() == c;
-  const bool ok = !st.ok() && code_ok && (culprit < 0 || NamesRank(st.message(), culprit)) && took <= kWithin &&
-                  took >= min_took;
+  const bool ok =
+      !st.ok() && code_ok && (culprit < 0 || NamesRank(st.message(), culprit)) && took <= kWithin && took >= min_took;
   std::fprintf(stderr, "[rank %d] %s after %lld ms: %s\n", rank, ok ? "failed as expected" : "UNEXPECTED",
                static_cast<long long>(took.count()), st.ToString().c_str());
   return ok ? 0 : 1;
@@ -96,18 +96,17 @@ TEST(GlooFailure, RankThatAbortsIsNamedAtOnceAndStaysUsableForNothing) {
 TEST(GlooFailure, StoppedRankTimesOutAnAllGatherNamingIt) {
   const int n = 4;
   const std::string store = FreshStore();
-  auto outcomes = RunRanks(
-      n, std::chrono::seconds(30),
-      [&](int rank) {
-        auto comm = NewGlooForTest(Loopback(rank, n, store));
-        if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
-        if (rank == 3) raise(SIGSTOP);  // Alive, sockets open, never answers.
-        const auto start = Clock::now();
-        std::vector<std::string> all;
-        Status st = (*comm)->AllGather(std::string(1000, 'x'), &all, kTimeout);
-        return ExpectFailure(rank, st, {StatusCode::kTimeout}, 3, start, kTimeout - Millis(50));
-      },
-      /*may_linger=*/{3});
+  auto outcomes = RunRanks(n, std::chrono::seconds(30),
+                           [&](int rank) {
+                             auto comm = NewGlooForTest(Loopback(rank, n, store));
+                             if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+                             if (rank == 3) raise(SIGSTOP);  // Alive, sockets open, never answers.
+                             const auto start = Clock::now();
+                             std::vector<std::string> all;
+                             Status st = (*comm)->AllGather(std::string(1000, 'x'), &all, kTimeout);
+                             return ExpectFailure(rank, st, {StatusCode::kTimeout}, 3, start, kTimeout - Millis(50));
+                           },
+                           /*may_linger=*/{3});
   for (int r = 0; r < 3; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << Describe(outcomes);
 }
 
@@ -163,8 +162,7 @@ TEST(GlooFailure, StoppedBroadcastRootIsNamedThroughoutTheTree) {
         std::string data;
         Status st = (*comm)->Broadcast(&data, 3, kTimeout);
         // The relay (rank 1) gives up a little early and forwards; its child reports that as kPeer.
-        return ExpectFailure(rank, st, {StatusCode::kTimeout, StatusCode::kPeer}, 3, start,
-                             kTimeout - Millis(600));
+        return ExpectFailure(rank, st, {StatusCode::kTimeout, StatusCode::kPeer}, 3, start, kTimeout - Millis(600));
       },
       /*may_linger=*/{3});
   for (int r = 0; r < 3; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << Describe(outcomes);
@@ -225,28 +223,29 @@ TEST(GlooFailure, RankThatDiesDuringALargeTransferIsNamed) {
 TEST(GlooFailure, RankThatStopsMidStreamIsNamed) {
   const int n = 3;
   const std::string store = FreshStore();
-  auto outcomes = RunRanks(
-      n, std::chrono::seconds(30),
-      [&](int rank) {
-        auto comm = NewGlooForTest(Loopback(rank, n, store));
-        if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
-        for (int i = 0; i < 40; ++i) {
-          if (rank == 2 && i == 10) raise(SIGSTOP);
-          std::string data = rank == 0 ? std::string(64 << 10, 'b') : std::string();
-          const auto start = Clock::now();
-          Status st = (*comm)->Broadcast(&data, 0, kTimeout);
-          if (i < 10) {
-            if (!st.ok()) return comm_testing::ReportInChild(rank, st);
-            continue;
-          }
-          // With n = 3 the root sends to ranks 2 and 1 directly, so the root waits on the stopped rank. Rank 1 has
-          // its data; it fails in the next broadcast, whose root (rank 0) never comes, and names that rank.
-          if (rank == 1 && st.ok()) continue;
-          return ExpectFailure(rank, st, {StatusCode::kTimeout, StatusCode::kPeer}, rank == 0 ? 2 : 0, start);
-        }
-        return 1;
-      },
-      /*may_linger=*/{2});
+  auto outcomes =
+      RunRanks(n, std::chrono::seconds(30),
+               [&](int rank) {
+                 auto comm = NewGlooForTest(Loopback(rank, n, store));
+                 if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+                 for (int i = 0; i < 40; ++i) {
+                   if (rank == 2 && i == 10) raise(SIGSTOP);
+                   std::string data = rank == 0 ? std::string(64 << 10, 'b') : std::string();
+                   const auto start = Clock::now();
+                   Status st = (*comm)->Broadcast(&data, 0, kTimeout);
+                   if (i < 10) {
+                     if (!st.ok()) return comm_testing::ReportInChild(rank, st);
+                     continue;
+                   }
+                   // With n = 3 the root sends to ranks 2 and 1 directly, so the root waits on the stopped rank. Rank 1
+                   // has its data; it fails in the next broadcast, whose root (rank 0) never comes, and names that
+                   // rank.
+                   if (rank == 1 && st.ok()) continue;
+                   return ExpectFailure(rank, st, {StatusCode::kTimeout, StatusCode::kPeer}, rank == 0 ? 2 : 0, start);
+                 }
+                 return 1;
+               },
+               /*may_linger=*/{2});
   for (int r = 0; r < 2; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << Describe(outcomes);
 }
 
@@ -290,9 +289,8 @@ TEST(GlooFailure, SendRecvIntoRefusesAMessageOfTheWrongSize) {
     const size_t expect = rank == 0 ? 5 : 1000;
     Status st = (*comm)->SendRecvInto({{1 - rank, message}}, {{1 - rank, target.data(), expect}}, kTimeout);
     if (rank == 1) return comm_testing::ReportInChild(rank, st);
-    const bool ok = st.code() == StatusCode::kInternal && st.message().find("rank 1 sent 10 bytes where 5") !=
-                                                                std::string::npos &&
-                    target.substr(5) == "###";
+    const bool ok = st.code() == StatusCode::kInternal &&
+                    st.message().find("rank 1 sent 10 bytes where 5") != std::string::npos && target.substr(5) == "###";
     std::fprintf(stderr, "[rank 0] %s: %s\n", ok ? "refused as expected" : "UNEXPECTED", st.ToString().c_str());
     return ok ? 0 : 1;
   });
@@ -438,8 +436,9 @@ class ScopedEnv {
   void Set(const char* var, const char* value) { setenv(var, value, 1); }
 
  private:
-  static constexpr const char* kVars[] = {"DCKPT_RANK",       "RANK",          "DCKPT_WORLD_SIZE",
-                                          "WORLD_SIZE",       "DCKPT_RENDEZVOUS", "DCKPT_GLOO_IFACE",
+  static constexpr const char* kVars[] = {"DCKPT_RANK",          "RANK",
+                                          "DCKPT_WORLD_SIZE",    "WORLD_SIZE",
+                                          "DCKPT_RENDEZVOUS",    "DCKPT_GLOO_IFACE",
                                           "DCKPT_GLOO_HOSTNAME", "DCKPT_TIMEOUT_MS"};
 };
 constexpr const char* ScopedEnv::kVars[];
