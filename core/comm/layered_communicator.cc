@@ -19,7 +19,8 @@ Status LayeredCommunicator::AllGather(const std::string& mine, std::vector<std::
   return st;
 }
 
-Status LayeredCommunicator::Gather(const std::string& mine, int root, std::vector<std::string>* all, Millis timeout) {
+Status LayeredCommunicator::Gather(const std::string& mine, int root, std::vector<std::string>* all,
+                                   Millis timeout) {
   all->clear();
   Call call;
   DCKPT_RETURN_IF_ERROR(Begin(Op::kGather, root, timeout, &call));
@@ -63,14 +64,14 @@ Status LayeredCommunicator::Begin(Op op, int root, Millis timeout, Call* call) {
   call->op = op;
   call->root = root;
   if (!broken_.ok()) {
-    return Status(StatusCode::kState,
-                  backend_ + ": " + OpName(static_cast<uint32_t>(op), root) + " on " + Who() +
-                      " refused: the communicator is unusable after an earlier failure: " + broken_.message());
+    return Status(StatusCode::kState, backend_ + ": " + OpName(static_cast<uint32_t>(op), root) + " on " + Who() +
+                                          " refused: the communicator is unusable after an earlier failure: " +
+                                          broken_.message());
   }
   if ((op == Op::kGather || op == Op::kBroadcast) && (root < 0 || root >= size_)) {
     return InvalidArgument(backend_ + ": " + std::string(op == Op::kGather ? "gather" : "broadcast") + " root " +
-                           std::to_string(root) + " is not a rank of this group of " + std::to_string(size_) + " (on " +
-                           Who() + ")");
+                           std::to_string(root) + " is not a rank of this group of " + std::to_string(size_) +
+                           " (on " + Who() + ")");
   }
   call->seq = ++seq_;
   call->timeout = timeout.count() < 0 ? Millis(0) : timeout;
@@ -126,8 +127,8 @@ Status LayeredCommunicator::AllGatherBytes(const Call& call, const std::string& 
   out->assign(n, std::string());
   if (max == 0) return OkStatus();
   if (max > std::numeric_limits<size_t>::max() / n) {
-    return Status(StatusCode::kNoMemory, backend_ + ": " + call.Describe() + " on " + Who() + ": " + std::to_string(n) +
-                                             " contributions padded to " + std::to_string(max) +
+    return Status(StatusCode::kNoMemory, backend_ + ": " + call.Describe() + " on " + Who() + ": " +
+                                             std::to_string(n) + " contributions padded to " + std::to_string(max) +
                                              " bytes do not fit in memory");
   }
   // Padded to the largest contribution: the primitive moves the same number of bytes on every rank.

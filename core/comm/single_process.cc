@@ -19,8 +19,7 @@ class SingleProcessCommunicator final : public Communicator {
     return OkStatus();
   }
   Status Broadcast(std::string*, int root, std::chrono::milliseconds) override {
-    if (root != 0)
-      return InvalidArgument("broadcast root " + std::to_string(root) + " is not a rank of a 1-rank group");
+    if (root != 0) return InvalidArgument("broadcast root " + std::to_string(root) + " is not a rank of a 1-rank group");
     return OkStatus();
   }
   Status Barrier(std::chrono::milliseconds) override { return OkStatus(); }

@@ -92,8 +92,8 @@ std::string RedisServer::Start() {
     if (pid_ == 0) {
       int devnull = open("/dev/null", O_WRONLY);
       if (devnull >= 0) dup2(devnull, 1);
-      execl(binary.c_str(), binary.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-            "no", "--daemonize", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
+      execl(binary.c_str(), binary.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
       _exit(127);
     }
     for (int i = 0; i < 250; ++i) {  // Up to 5 s.
