@@ -260,7 +260,7 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
         }
         const std::string lost =
             ranks == 0 ? "no readable part of this run is on any live node"
-                       : "the parts of rank(s) " + missing + " (of " + std::to_string(ranks) + ") are on no live node";
+                       : "the parts of rank(s) " + missing + " of " + std::to_string(ranks) + " are on no live node";
         note(what + ": not restorable from the local tiers: " + lost + damaged);
         if (newest) missing_newest = what + ": " + lost + damaged;
         continue;
