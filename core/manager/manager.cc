@@ -68,9 +68,10 @@ struct CheckpointManager::Job {
   bool persist = false;
   std::unique_ptr<SaveFuture> future;
   Status staged;
-  std::string layout;           // EncodeLayout of the state
-  uint64_t keep = 0;            // complete steps this rank's budget lets the node keep
-  uint64_t staging_charge = 0;  // bytes of the budget held until the part is written
+  std::string layout;            // EncodeLayout of the state
+  uint64_t keep = 0;             // complete steps this rank's budget lets the node keep
+  uint64_t staging_charge = 0;   // bytes of the budget held until the part is written
+  std::unique_ptr<Again> again;  // instead of a step saved: the copies of a restored step made again
 };
 
 CheckpointManager::CheckpointManager(Communicator* comm, const ManagerOptions& options)
@@ -211,10 +212,6 @@ void CheckpointManager::Fail(const Status& st) {
 }
 
 Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) {
-  return Stage(step, state, persist, /*again=*/false);
-}
-
-Status CheckpointManager::Stage(uint64_t step, const State& state, bool persist, bool again) {
   const uint64_t bytes = StateBytes(state);
   // A part takes more than the state's bytes (chunks start on 4 KiB boundaries, and the metadata): the last part
   // written tells how much more.
@@ -229,7 +226,7 @@ Status CheckpointManager::Stage(uint64_t step, const State& state, bool persist,
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!broken_.ok()) return broken_;
-    if (!again && last_saved_ && step <= *last_saved_) {
+    if (last_saved_ && step <= *last_saved_) {
       return InvalidArgument("checkpoint manager: step " + std::to_string(step) +
                              " is not after the last step saved (" + std::to_string(*last_saved_) + ")");
     }
@@ -273,13 +270,13 @@ Status CheckpointManager::Stage(uint64_t step, const State& state, bool persist,
       }
       if (!broken_.ok()) return broken_;
     }
-    last_saved_ = std::max(last_saved_.value_or(step), step);
+    last_saved_ = step;
     charged_[step] += charge;
     charged_total_ += charge;
   }
   auto job = std::make_unique<Job>();
   job->step = step;
-  job->persist = !again && (persist || (options_.persist_every && step % options_.persist_every == 0));
+  job->persist = persist || (options_.persist_every && step % options_.persist_every == 0);
   job->staging_charge = bytes;
   job->layout = EncodeLayout(state);
   job->keep = keep;
@@ -316,6 +313,17 @@ Status CheckpointManager::Stage(uint64_t step, const State& state, bool persist,
   // A staging failure is this call's error; the background still runs the step's collectives with it (the other ranks
   // learn that the step is not complete).
   return st.ok() ? OkStatus() : st.WithContext("checkpoint manager: step " + std::to_string(step));
+}
+
+void CheckpointManager::QueueCopies(std::unique_ptr<Again> again) {
+  auto job = std::make_unique<Job>();
+  job->step = again->step;
+  job->again = std::move(again);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
 }
 
 Status CheckpointManager::Wait(std::chrono::milliseconds timeout) {
@@ -361,6 +369,7 @@ void CheckpointManager::Run() {
 }
 
 void CheckpointManager::Process(Job& job) {
+  if (job.again) return ProcessAgain(*job.again);
   const std::string what = "checkpoint manager: step " + std::to_string(job.step);
   PhaseTrace trace("rank " + std::to_string(comm_->rank()) + " step " + std::to_string(job.step));
   Status local = job.staged;

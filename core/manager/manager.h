@@ -64,7 +64,7 @@ struct RestoreSummary {
   bool found = false;
   uint64_t step = 0;
   Tier tier = Tier::kNone;
-  bool saved_again = false;  ///< the restored step is being saved again (Restore)
+  uint32_t copies_made = 0;  ///< parts of the restored step being copied to other nodes again (Restore)
   uint64_t bytes_local = 0;
   uint64_t bytes_from_peers = 0;
   uint64_t bytes_from_persistent = 0;
@@ -86,10 +86,10 @@ class CheckpointManager {
   Status Wait(std::chrono::milliseconds timeout);
   /// The newest step completed by this run, or by an earlier run as found on disk at creation.
   std::optional<uint64_t> latest_step() const;
-  /// Collective: see dckpt_manager_restore. A step restored from fewer copies than the manager keeps (a node was
-  /// lost, the ranks changed, or it came from persistent storage) is saved again at once, in the background, from the
-  /// restored state (this run's parts and replicas on the current nodes), so that losing another node right after is
-  /// survived; Wait waits for it.
+  /// Collective: see dckpt_manager_restore. When a part of the restored step is on fewer nodes than the manager keeps
+  /// (a node was lost, or the job has other nodes now), it is copied at once, in the background, from the tiers that
+  /// hold it to the nodes that should (PlanCopies), file to file: losing another node right after the restore is
+  /// survived. Wait waits for it.
   Result<RestoreSummary> Restore(State& state, const RestoreOptions& options);
   /// What the last restore did (one line per fact).
   const std::string& restore_report() const { return report_; }
@@ -98,8 +98,24 @@ class CheckpointManager {
   struct Job;
   struct Inventory;
   CheckpointManager(Communicator* comm, const ManagerOptions& options);
-  // Save, and for a restored step saved again (`again`: a step not after the last one, never persisted again).
-  Status Stage(uint64_t step, const State& state, bool persist, bool again);
+  // A copy of part `part` of a restored step, from the tier of rank `from`'s node to that of rank `to`'s.
+  struct PartCopy {
+    int from, to;
+    uint32_t part;
+  };
+  // The copies a restored step needs so that each part is on as many nodes as the manager keeps (1 + replicas, at
+  // most the nodes there are), given the ranks whose nodes hold a good copy of each part.
+  std::vector<PartCopy> PlanCopies(uint32_t ranks, const std::vector<std::vector<int>>& good) const;
+  struct Again {
+    uint64_t step = 0;
+    std::string run;                    // the run that saved the step
+    std::vector<std::string> metadata;  // per part, as verified
+    std::vector<PartCopy> copies;
+  };
+  // Background work (copies.cc): the copies made, then the step marked complete on every node; as Replicate.
+  Status CopyParts(const Again& again, Status* outcome);
+  void ProcessAgain(const Again& again);
+  void QueueCopies(std::unique_ptr<Again> again);
   void Run();
   void Process(Job& job);
   // Returns the status of the collectives (an error: the communicator is gone); *outcome: this rank's part of the
@@ -148,10 +164,6 @@ class CheckpointManager {
   std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)  // the
                                               // files of the last part this rank wrote
   std::string report_;
-  bool restored_whole_ = false;  // the last RestoreFromParts filled every entry of the step
-  std::vector<std::pair<std::string, std::string>> restored_user_;  // and the step's user metadata
-  std::string restored_structure_;                                  // and structure
-  Result<State> SavedForm(const State& restored) const;
   std::thread thread_;
 };
 

@@ -64,24 +64,6 @@ struct CheckpointManager::Inventory {
   std::vector<std::vector<Damaged>> damaged;  // per rank: parts its node holds that it could not read as parts
 };
 
-// The restored state as a save takes it: its buffers borrowed, bytes entries of the size they were loaded at, and
-// the step's user metadata and structure as the restore found them.
-Result<State> CheckpointManager::SavedForm(const State& restored) const {
-  State out;
-  for (const TensorEntry& t : restored.tensors()) {
-    DCKPT_RETURN_IF_ERROR(out.AddTensor(t.name, t.dtype, t.shape));
-    for (const TensorPiece& piece : t.pieces) {
-      std::vector<uint64_t> offsets(piece.box.offset, piece.box.offset + piece.box.ndim);
-      std::vector<uint64_t> lengths(piece.box.length, piece.box.length + piece.box.ndim);
-      DCKPT_RETURN_IF_ERROR(out.AddPieceIn(t.name, offsets, lengths, piece.data, piece.memory));
-    }
-  }
-  for (const BytesEntry& b : restored.bytes()) DCKPT_RETURN_IF_ERROR(out.AddConstBytes(b.name, b.data, b.loaded_size));
-  for (const auto& [key, value] : restored_user_) out.SetUserMetadata(key, value);
-  out.SetStructure(restored_structure_);
-  return out;
-}
-
 Result<CheckpointManager::Inventory> CheckpointManager::TakeInventory(bool use_persistent) {
   const int size = comm_->size();
   WireWriter w;
@@ -357,31 +339,17 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
           continue;
         }
         summary.found = true;
-        // Fewer copies than the manager keeps (a node lost, or other ranks): the step is saved again at once from
-        // what was restored, if every rank restored all of it (a partial state would make a partial step).
-        const size_t want = std::min<size_t>(1 + static_cast<size_t>(options_.replicas), nodes_.size());
-        bool thin = ranks != static_cast<uint32_t>(size);
-        for (uint32_t p = 0; p < ranks && !thin; ++p) {
-          std::set<int> at;
-          for (int h : good[p]) at.insert(node_index_[h]);
-          thin = at.size() < want;
-        }
-        if (thin) {
-          std::vector<std::string> whole;
-          DCKPT_RETURN_IF_ERROR(
-              comm_->AllGather(std::string(1, restored_whole_ ? '1' : '0'), &whole, options_.timeout));
-          if (std::count(whole.begin(), whole.end(), "1") == size) {
-            auto saved_form = SavedForm(state);
-            Status again =
-                saved_form.ok() ? Stage(step, saved_form.value(), false, /*again=*/true) : saved_form.status();
-            if (!again.ok()) return again.WithContext("restore: saving the restored " + what + " again");
-            summary.saved_again = true;
-            note(what + ": held in fewer copies than " + std::to_string(want) +
-                 " node(s) keep; saved again from the restored state on the current nodes (in the background)");
-          } else {
-            note(what + ": held in fewer copies than " + std::to_string(want) +
-                 " node(s) keep, but not saved again: some rank restored only part of the step");
-          }
+        // Parts on fewer nodes than the manager keeps are copied again at once, in the background.
+        auto again = std::make_unique<Again>();
+        again->copies = PlanCopies(ranks, good);
+        if (!again->copies.empty()) {
+          again->step = step;
+          again->run = run;
+          again->metadata = metadata;
+          summary.copies_made = static_cast<uint32_t>(again->copies.size());
+          note(what + ": " + std::to_string(again->copies.size()) +
+               " part copies lost with a node are made again from the tiers that hold them (in the background)");
+          QueueCopies(std::move(again));
         }
         summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return summary;
@@ -421,7 +389,6 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
                                            const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary,
                                            bool* corrupt) {
   *corrupt = false;
-  restored_whole_ = false;
   const int me = comm_->rank(), size = comm_->size();
   PhaseTrace trace("rank " + std::to_string(me) + " restore of step " + std::to_string(step));
   const int my_node = node_index_[me];
@@ -549,17 +516,6 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
         }
       }
     }
-    // Whether the state holds every entry of the step (then it can be saved again as the step).
-    size_t found = 0;
-    for (const TensorEntry& t : state.tensors()) found += view.value().Find(t.name) ? 1 : 0;
-    for (const BytesEntry& b : state.bytes()) found += view.value().Find(b.name) ? 1 : 0;
-    restored_whole_ = found == view.value().num_entries() && found == n_entries;
-    restored_user_.clear();
-    for (size_t i = 0; i < view.value().num_user(); ++i) {
-      const auto [key, value] = view.value().user(i);
-      restored_user_.emplace_back(std::string(key), std::string(value));
-    }
-    restored_structure_ = std::string(view.value().structure());
     for (size_t i = n_tensors; i < n_entries && st.ok(); ++i) {
       auto idx = view.value().Find(state.bytes()[i - n_tensors].name);
       if (!idx || view.value().entry(*idx).kind != EntryKind::kBytes) continue;
