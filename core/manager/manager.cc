@@ -18,6 +18,7 @@
 #include "core/engine/load.h"
 #include "core/format/checksum.h"
 #include "core/format/metadata.h"
+#include "core/manager/arrival_check.h"
 #include "core/manager/manager_util.h"
 #include "core/manager/part.h"
 #include "core/plan/save_planner.h"
@@ -511,6 +512,8 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
       else mine.push_back({names.value()[i], sz.value()});
     }
   }
+  // The metadata goes first, so that a receiver checks every data block as it arrives (ArrivalCheck).
+  std::stable_partition(mine.begin(), mine.end(), [](const FileInfo& f) { return f.name == kMetadataFileName; });
   for (const FileInfo& f : mine) *held += f.size;
   if (!mine.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -557,6 +560,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
     std::string final_dir, staging_dir;
     std::vector<std::unique_ptr<WritableFile>> out;
     std::vector<uint64_t> starts;  // stream offset of each file
+    std::unique_ptr<ArrivalCheck> check;
     Status st;
   };
   std::map<int, Incoming> in;
@@ -565,6 +569,11 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
     Incoming& inc = in[src];
     inc.final_dir = PartDir(job.step, src);
     inc.staging_dir = StagingPath(inc.final_dir, NewNonce());
+    std::vector<std::string> names;
+    std::vector<uint64_t> sizes;
+    for (const FileInfo& f : files[src]) names.push_back(f.name), sizes.push_back(f.size);
+    inc.check = std::make_unique<ArrivalCheck>(
+        "the replica of rank " + std::to_string(src) + "'s part in '" + inc.final_dir + "'", names, sizes);
     inc.st = local_->CreateDir(StepDir(job.step));
     if (inc.st.code() == StatusCode::kExists) inc.st = OkStatus();
     if (inc.st.ok()) inc.st = local_->CreateDir(inc.staging_dir);
@@ -626,6 +635,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
         const uint64_t fs = inc.starts[i], fe = fs + files[src][i].size;
         if (fe <= lo || fs >= hi) continue;
         const uint64_t a = std::max(lo, fs), b = std::min(hi, fe);
+        inc.check->Feed(i, a - fs, got.data() + (a - lo), b - a);
         inc.st = inc.out[i]->WriteAt(a - fs, got.data() + (a - lo), b - a);
       }
     }
@@ -678,6 +688,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
   DCKPT_RETURN_IF_ERROR(exchanged);
   Status result = send_st.ok() ? OkStatus() : send_st.WithContext("sending this rank's part to its replicas");
   for (auto& [src, inc] : in) {
+    if (inc.st.ok()) inc.st = inc.check->Finish();
     for (auto& f : inc.out) {
       if (inc.st.ok()) inc.st = f->Sync();
       Status closed = f->Close();

@@ -773,6 +773,12 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     }
     fetch_st = comm_->SendRecvInto(sends, recvs, options_.timeout);
     if (!fetch_st.ok()) break;
+    // What was sent from a part file's mapping leaves this process's resident set (the pages stay cached).
+    for (const auto& [key, segs] : pairs) {
+      if (key.first != me || round >= segs.size()) continue;
+      auto it = open.find(PartDir(step, segs[round].part) + "/" + segs[round].file);
+      if (it != open.end() && it->second) it->second->ReleaseMapped(segs[round].lo, segs[round].n);
+    }
     {
       std::lock_guard<std::mutex> lock(ld.mu);
       std::vector<uint32_t> ready;
