@@ -100,6 +100,7 @@ class Manager {
     d["bytes_from_peers"] = info.bytes_from_peers;
     d["bytes_from_persistent"] = info.bytes_from_persistent;
     d["seconds"] = info.seconds;
+    d["copies_made"] = info.copies_made;
     d["report"] = report;
     return d;
   }

@@ -139,6 +139,7 @@ int dckpt_manager_restore(dckpt_restore_info* info, dckpt_manager* manager, dckp
       info->bytes_from_peers = r->bytes_from_peers;
       info->bytes_from_persistent = r->bytes_from_persistent;
       info->seconds = r->seconds;
+      if (info->version >= 2) info->copies_made = r->copies_made;
     }
     return DCKPT_OK;
   })

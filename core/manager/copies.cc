@@ -211,8 +211,13 @@ void CheckpointManager::ProcessAgain(const Again& again) {
   }
   Status complete = FirstFailure(all.value(), comm_->rank());
   // Every node holds the step now: each rank marks it complete (for the run that saved it) on its own node.
-  if (complete.ok())
+  if (complete.ok()) {
+    complete = local_->CreateDir(StepDir(again.step));  // a node that holds no part of the step yet
+    if (complete.code() == StatusCode::kExists) complete = OkStatus();
+  }
+  if (complete.ok()) {
     complete = local_->Publish(StepDir(again.step) + "/" + CompleteName(comm_->rank()), again.run, true);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!complete.ok()) {
     Fail(complete.WithContext(what));

@@ -52,6 +52,9 @@ class RestoreResult:
     report: str  #: the core's account: the step chosen and why, which tier served each part, what was skipped and why
     #: the filled state: the one passed in (JAX arrays, being immutable, replaced in their containers)
     state: Any = field(default=None, repr=False, compare=False)
+    #: copies of the restored step's parts a lost node held, being made again in the background (the same on every
+    #: rank; :meth:`CheckpointManager.wait_until_finished` waits for them)
+    copies_made: int = 0
 
 
 class _NothingToRestore(Exception):
@@ -387,6 +390,7 @@ def _result(info: Dict[str, Any], state: Any) -> RestoreResult:
         seconds=float(info["seconds"]),
         report=str(info["report"]),
         state=state,
+        copies_made=int(info.get("copies_made", 0)),
     )
 
 

@@ -173,6 +173,7 @@ def restore_job(rank, world, cfg):
             bytes_local=result.bytes_local,
             bytes_from_peers=result.bytes_from_peers,
             bytes_from_persistent=result.bytes_from_persistent,
+            copies_made=result.copies_made,
             report=result.report,
         )
         for step in cfg.get("then_save", ()):  # the job goes on, checkpointing as before

@@ -341,6 +341,21 @@ def test_a_node_lost_after_a_step_is_restored_from_its_peers(twenty_steps, tmp_p
         assert out[rank]["bytes_from_peers"] > 0 and out[rank]["tier"] == "peer", out[rank]
     for rank in (0, 1):
         assert out[rank]["bytes_local"] > 0, out[rank]
+    # Node 1's parts and its replicas of node 0's are made again on the replacement, the same count on every rank.
+    assert {o["copies_made"] for o in out.values()} == {4}, out
+
+
+def test_a_second_node_lost_right_after_a_restore_is_survived(twenty_steps, tmp_path):
+    root = copy_job(twenty_steps, tmp_path)
+    shutil.rmtree(root / "node1")
+    first = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=GOLDEN_BIG))
+    assert all(o["copies_made"] > 0 for o in first.values()), first
+    shutil.rmtree(root / "node0")  # before any new step: only the copies made after the restore remain
+    out = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=GOLDEN_BIG))
+    for rank, o in out.items():
+        assert o["step"] == STEPS and o["bytes_from_persistent"] == 0 and o["tier"] != "persistent", (rank, o)
+    for rank in (0, 1):
+        assert out[rank]["bytes_from_peers"] > 0, out[rank]
 
 
 def test_restore_on_three_ranks_from_a_four_rank_job(twenty_steps, tmp_path):

@@ -1001,7 +1001,7 @@ typedef struct dckpt_restore_options {
 /* Sets `*opts` to DCKPT_RESTORE_OPTIONS_INIT with `version` (as dckpt_save_options_init). */
 DCKPT_API int dckpt_restore_options_init(dckpt_restore_options *opts, unsigned version);
 
-#define DCKPT_RESTORE_INFO_VERSION 1
+#define DCKPT_RESTORE_INFO_VERSION 2
 typedef struct dckpt_restore_info {
   unsigned version;
   int found;                    /* 0: no step anywhere (the state is untouched) */
@@ -1011,8 +1011,11 @@ typedef struct dckpt_restore_info {
   uint64_t bytes_from_peers;    /* bytes other nodes sent this rank */
   uint64_t bytes_from_persistent; /* bytes this rank read from persistent storage */
   double seconds;
+  /* version >= 2: copies of parts of the restored step that a lost node held, being made again from the tiers that
+   * hold them, in the background (dckpt_manager_wait waits for them); the same on every rank */
+  unsigned copies_made;
 } dckpt_restore_info;
-#define DCKPT_RESTORE_INFO_INIT {DCKPT_RESTORE_INFO_VERSION, 0, 0, 0, 0, 0, 0, 0.0}
+#define DCKPT_RESTORE_INFO_INIT {DCKPT_RESTORE_INFO_VERSION, 0, 0, 0, 0, 0, 0, 0.0, 0}
 
 /* Collective: waits for the background work, then the ranks agree on the newest step whose every part verifies in
  * some tier and fill `state` from it (resharding as dckpt_load does: any number of ranks, any sharding). A part that
