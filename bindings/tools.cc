@@ -118,9 +118,45 @@ void RemoveLeftover(const std::string& path, double grace_seconds) {
   Check(rc);
 }
 
+int KeepText(const char* text, size_t size, void* user) {
+  static_cast<std::string*>(user)->assign(text, size);
+  return 0;
+}
+
+int KeepPath(const char* path, void* user) {
+  static_cast<std::vector<std::string>*>(user)->emplace_back(path);
+  return 0;
+}
+
+/// The core's JSON document of a manager's local tier (dckpt_tiers_describe).
+std::string TiersDescribe(const std::string& dir) {
+  std::string json;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_tiers_describe(dir.c_str(), &KeepText, &json);
+  }
+  Check(rc);
+  return json;
+}
+
+/// The paths removed (or, with dry_run, that would be) by dckpt_tiers_prune_abandoned.
+std::vector<std::string> TiersPruneAbandoned(const std::string& dir, bool dry_run) {
+  std::vector<std::string> removed;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_tiers_prune_abandoned(dir.c_str(), dry_run ? 1 : 0, &KeepPath, &removed);
+  }
+  Check(rc);
+  return removed;
+}
+
 }  // namespace
 
 void RegisterTools(py::module_& m) {
+  m.def("tiers_describe", &TiersDescribe, py::arg("dir"));
+  m.def("tiers_prune_abandoned", &TiersPruneAbandoned, py::arg("dir"), py::arg("dry_run"));
   m.def("scan_leftovers", &ScanLeftovers, py::arg("root"), py::arg("final_name").none(true), py::arg("grace_seconds"));
   m.def("remove_leftover", &RemoveLeftover, py::arg("path"), py::arg("grace_seconds"));
   m.def("export_safetensors", &ExportSafetensors, py::arg("ckpt_path"), py::arg("out_dir"), py::arg("max_shard_bytes"),

@@ -3,10 +3,12 @@
 
 #include <climits>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "capi/capi_internal.h"
 #include "core/manager/manager.h"
+#include "core/manager/tier_report.h"
 
 using distckpt::capi::NotNull;
 using distckpt::capi::Report;
@@ -148,4 +150,38 @@ int dckpt_manager_restore(dckpt_restore_info* info, dckpt_manager* manager, dckp
 const char* dckpt_manager_restore_report(const dckpt_manager* manager) {
   if (!manager) return "";
   return manager->manager->restore_report().c_str();
+}
+
+int dckpt_tiers_describe(const char* dir, dckpt_text_fn out, void* user_data) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(dir, "dir"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reinterpret_cast<const void*>(out), "out"));
+    auto report = distckpt::DescribeTier(distckpt::DefaultStorage(), dir);
+    if (!report.ok()) return Report(report.status());
+    const std::string json = distckpt::TierReportJson(report.value());
+    const int rc = out(json.c_str(), json.size(), user_data);
+    if (rc != 0) {
+      return Report(distckpt::Status(distckpt::StatusCode::kUser,
+                                     "the text callback of dckpt_tiers_describe returned " + std::to_string(rc)));
+    }
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_tiers_prune_abandoned(const char* dir, int dry_run, dckpt_removed_fn removed, void* user_data) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(dir, "dir"));
+    std::function<distckpt::Status(const std::string&)> report;
+    if (removed) {
+      report = [removed, user_data](const std::string& p) {
+        const int rc = removed(p.c_str(), user_data);
+        return rc == 0
+                   ? distckpt::OkStatus()
+                   : distckpt::Status(distckpt::StatusCode::kUser, "the removed callback stopped the prune at '" + p +
+                                                                       "' (it returned " + std::to_string(rc) + ")");
+      };
+    }
+    DCKPT_RETURN_IF_FAILED(distckpt::PruneAbandonedTier(distckpt::DefaultStorage(), dir, dry_run != 0, report));
+    return DCKPT_OK;
+  })
 }

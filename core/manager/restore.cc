@@ -494,8 +494,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
           if (!(chunk == piece.box)) continue;
           const ChunkLocation loc = e.chunk(c);
           if (!here[file_of.at(loc.file).first] && loc.length == piece.box.volume() * DTypeSize(t.dtype)) {
-            direct.push_back({static_cast<uint32_t>(i), *idx, static_cast<uint32_t>(c), loc.file, loc.offset,
-                              loc.length, static_cast<char*>(piece.data)});
+            direct.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(*idx), static_cast<uint32_t>(c), loc.file,
+                              loc.offset, loc.length, static_cast<char*>(piece.data)});
           }
           break;
         }

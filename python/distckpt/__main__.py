@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 from . import (CorruptCheckpointError, Error, InvalidArgumentError, NotFoundError, StorageError, VersionError,
                export_safetensors, import_safetensors, import_torch_dcp)  # fmt: skip
+from . import _native
 from . import open as open_checkpoint
 from .consolidate import consolidate, import_torch_save
 from .interop import parse_size
@@ -388,6 +389,46 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tiers(args: argparse.Namespace) -> int:
+    """A manager's local tier, from the core's document (the Go CLI prints the same)."""
+    if args.dry_run and not args.prune_abandoned:
+        raise CommandFailed(InvalidArgumentError("--dry-run goes with --prune-abandoned"), 2, args.dir)
+    if args.prune_abandoned:
+        removed = _native.tiers_prune_abandoned(args.dir, args.dry_run)
+        if args.json:
+            write_json({"dir": args.dir, "dry_run": bool(args.dry_run), "removed": removed})
+        else:
+            for p in removed:
+                print(f"{'would remove' if args.dry_run else 'removed'} {p}")
+            if not removed:
+                print(f"nothing abandoned in {args.dir}")
+        return 0
+    doc = json.loads(_native.tiers_describe(args.dir))
+    if args.json:
+        write_json(doc)
+        return 0
+    if not doc["steps"]:
+        print(f"no steps in the tier {doc['dir']}")
+    for s in doc["steps"]:
+        notes = ["complete" if s["complete"] else "not complete"]
+        if s["restorable_here"]:
+            notes.append(f"restorable from this node alone (run {s['restorable_run']})")
+        if s["abandoned"]:
+            notes.append("abandoned")
+        print(f"step {s['step']}: {', '.join(notes)}")
+        rows = [("PART", "RANK", "OF", "SIZE", "STATE", "RUN")]
+        for p in s["parts"]:
+            state = p["state"] + (f": {p['why']}" if p["why"] else "")
+            rows.append((p["name"], "-" if p["rank"] is None else str(p["rank"]), str(p["ranks"] or "-"),
+                         _human(p["bytes"]), state, p["run"]))  # fmt: skip
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        for r in rows:
+            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    if doc["other"]:
+        print(f"not the manager's (left alone): {', '.join(doc['other'])}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m distckpt", epilog=FORMATS_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -475,6 +516,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--no-mmap", action="store_true", help="read the file into memory instead of mapping it")
     t.set_defaults(run=_cmd_import_torch)
+
+    tiers = sub.add_parser(
+        "tiers",
+        parents=[as_json],
+        help="what a checkpoint manager's node-local tier holds: steps, parts, replicas, what restores from here",
+    )
+    tiers.add_argument("dir", help="a CheckpointManager's local_dir on this node")
+    tiers.add_argument("--prune-abandoned", action="store_true",
+                       help="remove abandoned staging directories and abandoned steps")  # fmt: skip
+    tiers.add_argument("--dry-run", action="store_true", help="with --prune-abandoned: remove nothing, say what")
+    tiers.set_defaults(run=_cmd_tiers)
 
     # inspect is the Go CLI's name; info is the older one.
     for name, text in (("inspect", "list a checkpoint's entries and user metadata (also: info)"),

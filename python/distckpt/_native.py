@@ -37,6 +37,8 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     storage_read_file,
     storage_remove_leftovers,
     storage_stat,
+    tiers_describe,
+    tiers_prune_abandoned,
     version,
     version_string,
 )

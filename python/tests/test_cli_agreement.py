@@ -281,3 +281,77 @@ def test_consolidate_agrees(go_cli, ckpts, tmp_path):
             f"python {py.returncode}, want {status}\n{go.stderr}\n{py.stderr}"  # fmt: skip
     p = run_go(go_cli, "consolidate", "--overwrite", good, tmp_path / "go.safetensors")
     assert p.returncode == OK, p.stderr
+
+
+@pytest.fixture()
+def manager_tier(tmp_path):
+    """A local tier a real CheckpointManager wrote (steps 1..3, keep_local 2), with a staging directory of a writer
+    that exited and a symbolic link named like a step beside it."""
+    tier = tmp_path / "tier"
+    with distckpt.CheckpointManager(local_dir=str(tier), node_id="n0", replicas=0) as mgr:
+        for step in (1, 2, 3):
+            mgr.save(step, {"w": np.full((64, 64), step, np.float32)})
+        mgr.wait_until_finished()
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tier / "step-0000000003" / "part-00001.dckpt-staging-00000000000000bb"
+    dead.mkdir()
+    (dead / "STAGING").write_text(f"distckpt staging directory (not committed)\nhost: {os.uname().nodename}\n"
+                                  f"pid: {child.stdout.strip()}\nstarted_utc: 2026-11-28T10:00:00Z\n"
+                                  f"final_path: {tier}/step-0000000003/part-00001\n")  # fmt: skip
+    (dead / "data-00000.bin").write_bytes(b"x" * 5000)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("not the manager's")
+    os.symlink(elsewhere, tier / "step-0000000009")
+    return tier
+
+
+def test_tiers_is_the_same_document_in_both(go_cli, manager_tier):
+    py, go = run_py("tiers", "--json", manager_tier), run_go(go_cli, "tiers", "--json", manager_tier)
+    assert py.returncode == OK and go.returncode == OK, (py.stderr, go.stderr)
+    doc = json.loads(py.stdout)
+    assert doc == json.loads(go.stdout)
+    assert [s["step"] for s in doc["steps"]] == [2, 3] and doc["other"] == ["step-0000000009"], doc
+    s3 = doc["steps"][1]
+    assert s3["complete"] and s3["restorable_here"] and not s3["abandoned"], s3
+    states = {p["name"]: (p["rank"], p["state"]) for p in s3["parts"]}
+    staging = "part-00001.dckpt-staging-00000000000000bb"
+    assert states == {"part-00000": (0, "complete"), staging: (1, "abandoned")}, states
+    own = next(p for p in s3["parts"] if p["name"] == "part-00000")
+    assert own["ranks"] == 1 and own["bytes"] >= 64 * 64 * 4 and own["run"], own
+    # The human tables agree too, and say what each part is.
+    py_text, go_text = run_py("tiers", manager_tier).stdout, run_go(go_cli, "tiers", manager_tier).stdout
+    for text in (py_text, go_text):
+        assert "step 3: complete, restorable from this node alone" in text, text
+        assert "abandoned: its writer" in text and "has exited" in text, text
+        assert "not the manager's (left alone): step-0000000009" in text, text
+
+
+def test_tiers_prune_abandoned_in_both(go_cli, manager_tier, tmp_path):
+    dead = manager_tier / "step-0000000003" / "part-00001.dckpt-staging-00000000000000bb"
+    dry = run_go(go_cli, "tiers", "--prune-abandoned", "--dry-run", "--json", manager_tier)
+    assert dry.returncode == OK, dry.stderr
+    assert json.loads(dry.stdout) == {"schema_version": 1, "dir": str(manager_tier), "dry_run": True,
+                                      "removed": [str(dead)]}  # fmt: skip
+    assert dead.exists()
+    py = run_py("tiers", "--prune-abandoned", manager_tier)
+    assert py.returncode == OK and f"removed {dead}" in py.stdout, py.stdout + py.stderr
+    assert not dead.exists()
+    assert (manager_tier / "step-0000000003" / "part-00000" / "metadata.dckpt").exists()
+    assert (tmp_path / "elsewhere" / "keep.txt").exists() and os.path.islink(manager_tier / "step-0000000009")
+    again = run_go(go_cli, "tiers", "--prune-abandoned", manager_tier)
+    assert again.returncode == OK and "nothing abandoned" in again.stdout, again.stdout
+
+
+def test_tiers_and_ls_on_what_is_not_a_tier(go_cli, manager_tier, tmp_path):
+    # ls on a tier finds no checkpoint, and says where to look instead.
+    ls = run_go(go_cli, "ls", manager_tier)
+    assert ls.returncode == OK and f"see distckpt tiers {manager_tier}" in ls.stdout, ls.stdout
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("x")
+    for p in (run_py("tiers", plain), run_go(go_cli, "tiers", plain)):
+        assert p.returncode == USAGE or p.returncode != OK, p
+        assert "not a checkpoint manager's local tier" in p.stderr, p.stderr
+    for p in (run_py("tiers", tmp_path / "missing"), run_go(go_cli, "tiers", tmp_path / "missing")):
+        assert p.returncode == NOT_FOUND, (p.returncode, p.stderr)

@@ -1022,6 +1022,22 @@ typedef struct dckpt_restore_info {
  * fails verification in one tier is taken from the next. `info` and `opts` may be NULL. */
 DCKPT_API int dckpt_manager_restore(dckpt_restore_info *info, dckpt_manager *manager, dckpt_state *state,
                                     const dckpt_restore_options *opts);
+/* ---- Looking at a node's local tier (distckpt tiers) ----------------------------------------------------------- */
+
+/* Called once with a whole text (NUL-terminated, `size` bytes before the NUL); non-zero stops with DCKPT_EUSER. */
+typedef int (*dckpt_text_fn)(const char *text, size_t size, void *user_data);
+/* Describes the checkpoint manager's local tier at `dir` (on this host's file system) as one JSON document, passed
+ * to `out`: each step with its parts and replicas (rank, size, run, state "complete", "in progress", "abandoned" or
+ * "damaged" with why), its completion markers, whether this node alone could restore it, whether it is abandoned;
+ * schema in docs/manager.md ("Looking at a tier"). Reads only and never follows a symbolic link. DCKPT_ENOTFOUND
+ * when `dir` is missing; DCKPT_EINVAL when it is not a manager's tier. */
+DCKPT_API int dckpt_tiers_describe(const char *dir, dckpt_text_fn out, void *user_data);
+/* Removes what dckpt_tiers_describe calls abandoned at `dir`: staging directories whose writer is gone, and steps
+ * with no completion marker, nothing in progress and a newer complete step beside them; never a complete step, nothing
+ * in progress, nothing reached through a link, no name the manager does not write. `removed` (may be NULL) is told
+ * each path first; non-zero stops with DCKPT_EUSER. dry_run != 0 removes nothing but reports what it would. */
+DCKPT_API int dckpt_tiers_prune_abandoned(const char *dir, int dry_run, dckpt_removed_fn removed, void *user_data);
+
 /* What the last restore did, one line per fact (the step chosen and why, which tier served each part, what was
  * skipped and why). Valid until the next call on the manager. */
 DCKPT_API const char *dckpt_manager_restore_report(const dckpt_manager *manager);
