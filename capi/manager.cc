@@ -74,11 +74,12 @@ int dckpt_manager_new(dckpt_manager** out, dckpt_comm* comm, const dckpt_manager
     m.threads = o.threads;
     switch (o.background_priority) {
       case DCKPT_PRIORITY_DEFAULT:
-      case DCKPT_PRIORITY_LOW:
-        m.background_priority = distckpt::ThreadPriority::kLow;
-        break;
+        break;  // ManagerOptions' default
       case DCKPT_PRIORITY_NORMAL:
         m.background_priority = distckpt::ThreadPriority::kNormal;
+        break;
+      case DCKPT_PRIORITY_LOW:
+        m.background_priority = distckpt::ThreadPriority::kLow;
         break;
       case DCKPT_PRIORITY_IDLE:
         m.background_priority = distckpt::ThreadPriority::kIdle;

@@ -55,8 +55,9 @@ struct ManagerOptions {
   /// the manager's one background thread); 0: DefaultManagerThreads().
   size_t threads = 0;
   /// The CPU and I/O priority of the background work (the manager's thread, the part's writer threads); restores,
-  /// which the caller waits for, keep the caller's.
-  ThreadPriority background_priority = ThreadPriority::kLow;
+  /// which the caller waits for, keep the caller's. kNormal by default: lowering it made a loop with checkpoints
+  /// slower where the host is busy, never faster (docs/manager.md, "Background work").
+  ThreadPriority background_priority = ThreadPriority::kNormal;
 };
 
 /// Writer threads when ManagerOptions::threads is 0: a quarter of the cores, at least 1 and at most 4, so that the

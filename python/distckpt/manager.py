@@ -221,9 +221,9 @@ class CheckpointManager:
         exchange_round_bytes: the most one rank sends another per exchange round (replication, restore); 0: 64 MiB.
         threads: writer threads of each step's background work (the part's write and checksums; replicating and
             persisting run on the manager's one thread); None: a quarter of the cores, 1 to 4.
-        background_priority: the CPU and I/O priority of the background work, so that it yields to training:
-            "low" (nice 19, I/O best-effort 7), "idle" (SCHED_IDLE, idle I/O class) or "normal"; None: the core's
-            default, "low" (docs/manager.md: what it was measured to do).
+        background_priority: the CPU and I/O priority of the background work: "normal", "low" (nice 19, I/O
+            best-effort 7: yields to training) or "idle" (SCHED_IDLE, idle I/O class); None: the core's default,
+            "normal" (docs/manager.md, "Background work": a lower priority slowed a busy host's loop down).
     """
 
     def __init__(

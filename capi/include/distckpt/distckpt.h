@@ -936,8 +936,8 @@ typedef struct dckpt_manager dckpt_manager;
 /* dckpt_manager_options.background_priority: the CPU and I/O priority of a manager's background work (its thread and
  * the writer threads of each step), so that it yields to the training loop. Restores keep the caller's. */
 typedef enum dckpt_priority {
-  DCKPT_PRIORITY_DEFAULT = 0, /* the library's choice: DCKPT_PRIORITY_LOW (docs/manager.md says what it was measured to
-                               * do) */
+  DCKPT_PRIORITY_DEFAULT = 0, /* the library's choice: DCKPT_PRIORITY_NORMAL (docs/manager.md, "Background work":
+                               * a lower priority was measured to slow a busy host's loop down, never to speed it) */
   DCKPT_PRIORITY_NORMAL = 1,  /* as the thread that made the manager */
   DCKPT_PRIORITY_LOW = 2,     /* nice 19 and I/O priority best-effort 7 */
   DCKPT_PRIORITY_IDLE = 3     /* SCHED_IDLE and the idle I/O class: only CPU and disk time nothing else wants */
