@@ -117,13 +117,7 @@ class Manager {
     {
       py::gil_scoped_release nogil;
       std::shared_lock<std::shared_mutex> alive(alive_);
-      if (manager_ == nullptr) {
-        rc = DCKPT_ESTATE;
-        message = "the checkpoint manager is closed";
-      } else {
-        rc = dckpt_manager_stats(&st, manager_);
-        if (rc != DCKPT_OK) message = dckpt_error_last();
-      }
+      rc = Invoke([&](dckpt_manager* m) { return dckpt_manager_stats(&st, m); }, &message);
     }
     if (rc != DCKPT_OK) throw NativeError(rc, std::move(message));
     py::dict d;
@@ -175,6 +169,19 @@ class Manager {
     mark_ = storage_->Mark();
   }
 
+  /// `fn(manager_)`, under a lock the caller holds that keeps manager_ alive; on failure *message is the core's
+  /// message, taken on this thread before anything else calls the core.
+  template <typename Fn>
+  int Invoke(Fn&& fn, std::string* message) {
+    if (manager_ == nullptr) {
+      *message = "the checkpoint manager is closed";
+      return DCKPT_ESTATE;
+    }
+    const int rc = fn(manager_);
+    if (rc != DCKPT_OK) *message = dckpt_error_last();
+    return rc;
+  }
+
   /// Runs `fn(manager)` without the GIL, one call at a time, and raises a failure with what a callback left behind
   /// (the communicator's exception, or a storage callback's since the previous call: background work fails late).
   template <typename Fn>
@@ -185,13 +192,7 @@ class Manager {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      if (manager_ == nullptr) {
-        rc = DCKPT_ESTATE;
-        message = "the checkpoint manager is closed";
-      } else {
-        rc = fn(manager_);
-        if (rc != DCKPT_OK) message = dckpt_error_last();  // on this thread, before anything else calls the core
-      }
+      rc = Invoke(fn, &message);
     }
     const uint64_t since = mark_;
     mark_ = storage_ ? storage_->Mark() : 0;

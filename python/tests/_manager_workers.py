@@ -185,6 +185,17 @@ def restore_job(rank, world, cfg):
     return out
 
 
+def open_and_save_steps(rank, world, cfg, **overrides):
+    """Opens the job (open_job), saves cfg["steps"] (cfg["big_rows"] rows of "big") until every one is complete, and
+    meets the other ranks; returns (the test's communicator, the manager's, the manager, the next step)."""
+    test_comm, comm, mgr = open_job(rank, world, cfg, **overrides)
+    for step in cfg["steps"]:
+        mgr.save(step, state_for(step, rank, world, cfg["big_rows"]))
+    mgr.wait_until_finished()
+    test_comm.barrier(timeout=60)
+    return test_comm, comm, mgr, cfg["steps"][-1] + 1
+
+
 def exit_after_save_job(rank, world, cfg):
     """Saves cfg["steps"] completely, then one more step (a large state, persisted) and ends at once with os._exit on
     the ranks of cfg["exit_ranks"], nothing closed: with cfg["exit_when"] == "staged" as soon as save() returns
@@ -195,13 +206,8 @@ def exit_after_save_job(rank, world, cfg):
 
     import distckpt
 
-    test_comm, comm, mgr = open_job(rank, world, cfg)
+    test_comm, comm, mgr, last = open_and_save_steps(rank, world, cfg)
     big = cfg["big_rows"]
-    for step in cfg["steps"]:
-        mgr.save(step, state_for(step, rank, world, big))
-    mgr.wait_until_finished()
-    test_comm.barrier(timeout=60)
-    last = cfg["steps"][-1] + 1
     state = state_for(last, rank, world, big)
     if rank in cfg["exit_ranks"]:
         report({"exited": True})  # before the save: nothing may delay the exit after it
@@ -230,15 +236,11 @@ def kill_job(rank, world, cfg):
     import distckpt
 
     os.environ.update(cfg.get("kill", {}).get(rank, {}))
-    test_comm, comm, mgr = open_job(rank, world, cfg, exchange_round_bytes=cfg.get("exchange_round_bytes", 0))
-    big = cfg["big_rows"]
-    for step in cfg["steps"]:
-        mgr.save(step, state_for(step, rank, world, big))
-    mgr.wait_until_finished()
-    test_comm.barrier(timeout=60)
-    last = cfg["steps"][-1] + 1
+    test_comm, comm, mgr, last = open_and_save_steps(
+        rank, world, cfg, exchange_round_bytes=cfg.get("exchange_round_bytes", 0)
+    )
     try:
-        mgr.save(last, state_for(last, rank, world, big))
+        mgr.save(last, state_for(last, rank, world, cfg["big_rows"]))
         mgr.wait_until_finished(timeout=90)
         outcome = "complete"
     except distckpt.Error as e:
