@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 
@@ -29,7 +30,8 @@ class Manager {
                                       unsigned replicas, std::optional<std::string> persistent_path,
                                       std::shared_ptr<Storage> persistent_storage, uint64_t persist_every,
                                       unsigned keep_local, unsigned keep_persistent, uint64_t local_budget_bytes,
-                                      uint64_t timeout_ms, bool device_snapshot, uint64_t exchange_round_bytes) {
+                                      uint64_t timeout_ms, bool device_snapshot, uint64_t exchange_round_bytes,
+                                      unsigned threads, int background_priority) {
     dckpt_manager_options o;
     Check(dckpt_manager_options_init(&o, DCKPT_MANAGER_OPTIONS_VERSION));
     o.local_dir = local_dir ? local_dir->c_str() : nullptr;
@@ -46,6 +48,8 @@ class Manager {
     o.timeout_ms = timeout_ms;
     o.device_snapshot = device_snapshot ? 1 : 0;
     o.exchange_round_bytes = exchange_round_bytes;
+    o.threads = threads;
+    o.background_priority = background_priority;
     auto use = std::make_unique<Comm::Use>(comm);
     dckpt_comm* c = use->get();
     dckpt_manager* m = nullptr;
@@ -105,6 +109,31 @@ class Manager {
     return d;
   }
 
+  /// dckpt_manager_stats as a dict. Not serialised with the other calls (it may run while a save waits, from a
+  /// monitoring thread): only against Close, which frees the handle.
+  py::dict Stats() {
+    dckpt_manager_counters st = DCKPT_MANAGER_COUNTERS_INIT;
+    int rc;
+    std::string message;
+    {
+      py::gil_scoped_release nogil;
+      std::shared_lock<std::shared_mutex> alive(alive_);
+      rc = Invoke([&](dckpt_manager* m) { return dckpt_manager_stats(&st, m); }, &message);
+    }
+    if (rc != DCKPT_OK) throw NativeError(rc, std::move(message));
+    py::dict d;
+    d["steps_saved"] = st.steps_saved;
+    d["steps_completed"] = st.steps_completed;
+    d["steps_failed"] = st.steps_failed;
+    d["saves_waited"] = st.saves_waited;
+    d["saves_waited_for_budget"] = st.saves_waited_for_budget;
+    d["wait_seconds"] = st.wait_seconds;
+    d["max_wait_seconds"] = st.max_wait_seconds;
+    d["bytes_written"] = st.bytes_written;
+    d["bytes_replicated"] = st.bytes_replicated;
+    return d;
+  }
+
   /// What the last restore did (dckpt_manager_restore_report).
   std::string RestoreReport() {
     std::string report;
@@ -122,6 +151,7 @@ class Manager {
     {
       py::gil_scoped_release nogil;  // the background work may need the GIL for its callbacks
       std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::shared_mutex> alive(alive_);  // no Stats() call is reading the handle
       dckpt_manager_free(manager_);
       manager_ = nullptr;
     }
@@ -140,6 +170,19 @@ class Manager {
     mark_ = storage_->Mark();
   }
 
+  /// `fn(manager_)`, under a lock the caller holds that keeps manager_ alive; on failure *message is the core's
+  /// message, taken on this thread before anything else calls the core.
+  template <typename Fn>
+  int Invoke(Fn&& fn, std::string* message) {
+    if (manager_ == nullptr) {
+      *message = "the checkpoint manager is closed";
+      return DCKPT_ESTATE;
+    }
+    const int rc = fn(manager_);
+    if (rc != DCKPT_OK) *message = dckpt_error_last();
+    return rc;
+  }
+
   /// Runs `fn(manager)` without the GIL, one call at a time, and raises a failure with what a callback left behind
   /// (the communicator's exception, or a storage callback's since the previous call: background work fails late).
   template <typename Fn>
@@ -150,13 +193,7 @@ class Manager {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
-      if (manager_ == nullptr) {
-        rc = DCKPT_ESTATE;
-        message = "the checkpoint manager is closed";
-      } else {
-        rc = fn(manager_);
-        if (rc != DCKPT_OK) message = dckpt_error_last();  // on this thread, before anything else calls the core
-      }
+      rc = Invoke(fn, &message);
     }
     const uint64_t since = mark_;
     mark_ = storage_ ? storage_->Mark() : 0;
@@ -166,7 +203,8 @@ class Manager {
     throw NativeError(rc, std::move(message), std::move(cause));
   }
 
-  std::mutex mu_;  // one call at a time on manager_ (taken without the GIL)
+  std::mutex mu_;            // one call at a time on manager_ (taken without the GIL)
+  std::shared_mutex alive_;  // Stats() (shared) against Close() (exclusive, under mu_), without the GIL
   dckpt_manager* manager_;
   bool closed_ = false;  // read and written with the GIL held
   std::shared_ptr<Comm> comm_;
@@ -186,6 +224,14 @@ void RegisterManager(py::module_& m) {
   DCKPT_PY_TIER(PERSISTENT);
 #undef DCKPT_PY_TIER
   m.attr("TIERS") = tiers;
+  py::dict priorities;
+#define DCKPT_PY_PRIORITY(x) priorities[#x] = static_cast<int>(DCKPT_PRIORITY_##x)
+  DCKPT_PY_PRIORITY(DEFAULT);
+  DCKPT_PY_PRIORITY(NORMAL);
+  DCKPT_PY_PRIORITY(LOW);
+  DCKPT_PY_PRIORITY(IDLE);
+#undef DCKPT_PY_PRIORITY
+  m.attr("PRIORITIES") = priorities;
 
   py::class_<Manager>(m, "Manager")
       .def_static("new", &Manager::New, py::arg("comm").none(true), py::arg("local_dir").none(true),
@@ -193,12 +239,13 @@ void RegisterManager(py::module_& m) {
                   py::arg("persistent_path").none(true), py::arg("persistent_storage").none(true),
                   py::arg("persist_every"), py::arg("keep_local"), py::arg("keep_persistent"),
                   py::arg("local_budget_bytes"), py::arg("timeout_ms"), py::arg("device_snapshot"),
-                  py::arg("exchange_round_bytes"))
+                  py::arg("exchange_round_bytes"), py::arg("threads"), py::arg("background_priority"))
       .def("save", &Manager::Save, py::arg("step"), py::arg("state"), py::arg("persist"))
       .def("wait", &Manager::Wait, py::arg("timeout_ms"))
       .def("latest_step", &Manager::LatestStep)
       .def("restore", &Manager::Restore, py::arg("state"), py::arg("fallback"), py::arg("use_persistent"))
       .def("restore_report", &Manager::RestoreReport)
+      .def("stats", &Manager::Stats)
       .def("close", &Manager::Close)
       .def_property_readonly("closed", &Manager::closed);
 }

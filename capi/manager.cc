@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstddef>
 #include <functional>
+#include <cstring>
 #include <string>
 
 #include "capi/capi_internal.h"
@@ -19,9 +20,19 @@ struct dckpt_manager {
   std::unique_ptr<distckpt::CheckpointManager> manager;
 };
 
+namespace {
+
+// The bytes of dckpt_manager_options that a caller built against `version` has.
+size_t ManagerOptionsSize(unsigned version) {
+  return version >= 2 ? sizeof(dckpt_manager_options) : offsetof(dckpt_manager_options, threads);
+}
+
+}  // namespace
+
 int dckpt_manager_options_init(dckpt_manager_options* opts, unsigned version) {
   return distckpt::capi::InitVersioned<dckpt_manager_options>(opts, "opts", DCKPT_MANAGER_OPTIONS_INIT, version,
-                                                              DCKPT_MANAGER_OPTIONS_VERSION, "dckpt_manager_options");
+                                                              DCKPT_MANAGER_OPTIONS_VERSION, "dckpt_manager_options",
+                                                              ManagerOptionsSize(version));
 }
 
 int dckpt_restore_options_init(dckpt_restore_options* opts, unsigned version) {
@@ -37,7 +48,7 @@ int dckpt_manager_new(dckpt_manager** out, dckpt_comm* comm, const dckpt_manager
     if (opts) {
       DCKPT_RETURN_IF_FAILED(
           distckpt::capi::CheckVersion(opts->version, DCKPT_MANAGER_OPTIONS_VERSION, "dckpt_manager_options"));
-      o = *opts;
+      std::memcpy(&o, opts, ManagerOptionsSize(opts->version));  // an older caller's struct is shorter
     }
     distckpt::ManagerOptions m;
     const std::string job = o.job && *o.job ? o.job : "default";
@@ -62,6 +73,24 @@ int dckpt_manager_new(dckpt_manager** out, dckpt_comm* comm, const dckpt_manager
     m.timeout = distckpt::capi::Timeout(o.timeout_ms);
     m.device_snapshot = o.device_snapshot != 0;
     if (o.exchange_round_bytes) m.exchange_round_bytes = o.exchange_round_bytes;
+    m.threads = o.threads;
+    switch (o.background_priority) {
+      case DCKPT_PRIORITY_DEFAULT:
+        break;  // ManagerOptions' default
+      case DCKPT_PRIORITY_NORMAL:
+        m.background_priority = distckpt::ThreadPriority::kNormal;
+        break;
+      case DCKPT_PRIORITY_LOW:
+        m.background_priority = distckpt::ThreadPriority::kLow;
+        break;
+      case DCKPT_PRIORITY_IDLE:
+        m.background_priority = distckpt::ThreadPriority::kIdle;
+        break;
+      default:
+        return Report(distckpt::InvalidArgument(
+            "dckpt_manager_options.background_priority: " + std::to_string(o.background_priority) +
+            " is no dckpt_priority (0 to 3)"));
+    }
     std::shared_ptr<distckpt::Storage> held;
     if (o.persistent_path && *o.persistent_path) {
       m.persistent_path = o.persistent_path;
@@ -99,6 +128,26 @@ int dckpt_manager_wait(dckpt_manager* manager, uint64_t timeout_ms) {
     DCKPT_RETURN_IF_FAILED(NotNull(manager, "manager"));
     const uint64_t ms = std::min<uint64_t>(timeout_ms, uint64_t{1} << 53);
     DCKPT_RETURN_IF_FAILED(manager->manager->Wait(std::chrono::milliseconds(ms)));
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_manager_stats(dckpt_manager_counters* out, const dckpt_manager* manager) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
+    DCKPT_RETURN_IF_FAILED(NotNull(manager, "manager"));
+    DCKPT_RETURN_IF_FAILED(
+        distckpt::capi::CheckVersion(out->version, DCKPT_MANAGER_COUNTERS_VERSION, "dckpt_manager_counters"));
+    const distckpt::ManagerStats s = manager->manager->stats();
+    out->steps_saved = s.steps_saved;
+    out->steps_completed = s.steps_completed;
+    out->steps_failed = s.steps_failed;
+    out->saves_waited = s.saves_waited;
+    out->saves_waited_for_budget = s.saves_waited_for_budget;
+    out->wait_seconds = s.wait_seconds;
+    out->max_wait_seconds = s.max_wait_seconds;
+    out->bytes_written = s.bytes_written;
+    out->bytes_replicated = s.bytes_replicated;
     return DCKPT_OK;
   })
 }

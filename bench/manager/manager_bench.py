@@ -3,10 +3,16 @@
 memcpy and the restore paths it replaces, in one run.
 
 1. Throughput. --ranks ranks (real processes, one simulated node each, replicas=1 over Gloo on loopback) run a loop
-   whose step is a fixed wait with the host idle (time.sleep(--step-s), as while a GPU computes), for each state size
-   per rank in --mib: without checkpoints, with ``mgr.save(step, state)`` every step (local tier in /dev/shm), and
-   with DCP's ``async_save`` every step (to /dev/shm, each save waiting for the previous one as DCP asks). Reports
-   steps per second and the ratios, and the largest size for which the manager keeps >= 0.95x.
+   whose step is either a fixed wait with the host idle (--step-mode sleep: time.sleep(--step-s), as while a GPU
+   computes) or CPU work that keeps every core busy (--step-mode matmul: float32 matmuls for about --step-s, BLAS
+   threads = cores / ranks, as a CPU-bound input pipeline or a CPU trainer) or half of each (--step-mode mixed: a
+   host that prepares a batch, then waits for the GPU), for each state size per rank in --mib:
+   without checkpoints, with ``mgr.save(step, state)`` every step (local tier in /dev/shm) once per background
+   priority in --priorities (the manager's ``background_priority``: normal, low, idle; "low:4" with 4 writer threads)
+   with ``threads=--threads`` unless given,
+   and with DCP's ``async_save`` every step (to /dev/shm, each save waiting for the previous one as DCP asks; --skip-dcp
+   leaves it out). Reports steps per second and the ratios, the saves that waited (``mgr.stats()``), and the largest
+   size for which the manager (at the first priority listed) keeps >= 0.95x.
 2. Stall. The time ``mgr.save`` blocks the loop, against a memcpy of the rank's state (numpy copyto into a buffer
    allocated once, best of 5), per size.
 3. Recovery after losing a node. 4 ranks on 2 nodes (replicas=1) save one step of --recover-mib MiB per rank,
@@ -17,7 +23,8 @@ memcpy and the restore paths it replaces, in one run.
    values are checked.
 
     .venv/bin/python bench/manager/manager_bench.py [--ranks 2] [--mib 16,64,256] [--steps 12] [--step-s 0.5]
-        [--recover-mib 128] [--skip-s3] [--out bench/results]
+        [--step-mode sleep|matmul] [--priorities low,normal,idle] [--threads 0] [--skip-dcp] [--skip-throughput]
+        [--skip-recovery] [--recover-mib 128] [--skip-s3] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -112,15 +119,33 @@ def _entry(q, target, rank, world, *args):
 
 
 # ------------------------------------------------------------------------------------------------- throughput
-def throughput_worker(rank, world, rdv, shm, mib, steps, step_s):
-    import torch
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
+def matmul_step(seconds: float):
+    """A step of CPU work of about ``seconds`` (calibrated once): float32 matmuls of 384 x 384."""
+    a = np.random.default_rng(0).random((384, 384), dtype=np.float32)
+    t = time.perf_counter()
+    for _ in range(20):
+        a @ a
+    reps = max(1, round(seconds / ((time.perf_counter() - t) / 20)))
 
+    def step():
+        for _ in range(reps):
+            a @ a
+
+    return step
+
+
+def throughput_worker(rank, world, rdv, shm, mib, steps, step_s, step_mode, priorities, threads, skip_dcp, rounds):
     import distckpt
 
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(rdv, "torch"), rank=rank, world_size=world)
+    if not skip_dcp:
+        import torch
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(rdv, "torch"), rank=rank,
+                                world_size=world)
     comm = group(rank, world, rdv, "mgr")
+    barrier_comm = group(rank, world, rdv, "barrier")
     state = make_state(rank, world, mib, 1)
     arrays = [state[k].data for k in sorted(state)]
     nbytes = sum(a.nbytes for a in arrays)
@@ -134,13 +159,23 @@ def throughput_worker(rank, world, rdv, shm, mib, steps, step_s):
             np.copyto(d, a)
         best = min(best, time.perf_counter() - t)
     out["memcpy_s"] = best
+    if step_mode == "matmul":
+        work = matmul_step(step_s)
+    elif step_mode == "mixed":  # half CPU work, half waiting (a host that feeds a GPU, then waits for it)
+        busy = matmul_step(step_s / 2)
+
+        def work():
+            busy()
+            time.sleep(step_s / 2)
+    else:
+        work = lambda: time.sleep(step_s)  # noqa: E731
 
     def loop(body):
-        dist.barrier()
+        barrier_comm.barrier()
         t0 = time.perf_counter()
         stalls = []
         for step in range(1, steps + 1):
-            time.sleep(step_s)
+            work()
             for a in arrays:
                 a[0, 0] = step  # training changes the state
             t = time.perf_counter()
@@ -148,50 +183,76 @@ def throughput_worker(rank, world, rdv, shm, mib, steps, step_s):
             stalls.append(time.perf_counter() - t)
         return t0, stalls
 
-    t0, _ = loop(lambda step: None)
-    dist.barrier()
-    out["none_s"] = time.perf_counter() - t0
-
+    # Rounds of every configuration in a rotating order, medians reported: the host's other load (builds, other
+    # users) then weighs on every configuration alike.
     local = os.path.join(shm, f"node-{rank}")
-    with distckpt.CheckpointManager(comm, local_dir=local, node_id=f"n{rank}", replicas=1 if world > 1 else 0,
-                                    keep_local=2) as mgr:
-        for step in range(1, 3):  # warm-up: the staging buffers and the first parts
-            mgr.save(10_000 + step, state)
-        mgr.wait_until_finished()
-        t0, stalls = loop(lambda step: mgr.save(20_000 + step, state))
-        mgr.wait_until_finished()
+    runs = {None: [], **{p: [] for p in priorities}}
+    configs = [None] + list(priorities)
+    for r in range(rounds):
+        for priority in configs[r % len(configs):] + configs[:r % len(configs)]:
+            if priority is None:
+                t0, _ = loop(lambda step: None)
+                barrier_comm.barrier()
+                runs[None].append({"s": time.perf_counter() - t0})
+                continue
+            name, _, n = priority.partition(":")  # "low" or "low:4" (4 writer threads)
+            with distckpt.CheckpointManager(comm, local_dir=local, node_id=f"n{rank}",
+                                            replicas=1 if world > 1 else 0, keep_local=2,
+                                            threads=int(n or threads) or None, background_priority=name) as mgr:
+                for step in range(1, 3):  # warm-up: the staging buffers and the first parts
+                    mgr.save(10_000 + step, state)
+                mgr.wait_until_finished()
+                before = mgr.stats()
+                t0, stalls = loop(lambda step: mgr.save(20_000 + step, state))
+                mgr.wait_until_finished()
+                barrier_comm.barrier()
+                after = mgr.stats()
+                runs[priority].append({
+                    "s": time.perf_counter() - t0, "stalls": stalls,
+                    "saves_waited": after.saves_waited - before.saves_waited,
+                    "wait_s": after.wait_seconds - before.wait_seconds,
+                })
+            shutil.rmtree(local, ignore_errors=True)
+            barrier_comm.barrier()
+    out["none_s"] = statistics.median(x["s"] for x in runs[None])
+    out["manager"] = {}
+    for priority in priorities:
+        stalls = [t for x in runs[priority] for t in x["stalls"]]
+        out["manager"][priority] = {
+            "s": statistics.median(x["s"] for x in runs[priority]), "stall_s": statistics.median(stalls),
+            "stall_max_s": max(stalls), "saves_waited": sum(x["saves_waited"] for x in runs[priority]),
+            "wait_s": sum(x["wait_s"] for x in runs[priority]),
+        }
+
+    if not skip_dcp:
+        tensors = {k: torch.from_numpy(v.data) for k, v in state.items()}
+        # DCP needs the global view: a DTensor would do; plain per-rank tensors under per-rank names are what DCP
+        # saves without a device mesh, and cost it the same bytes.
+        tensors = {f"r{rank}.{k}": v for k, v in tensors.items()}
+        pending = [None]
+        dcp_dir = os.path.join(shm, "dcp")
+
+        def dcp_save(step):
+            if pending[0] is not None:
+                pending[0].result()
+            pending[0] = dcp.async_save(tensors, checkpoint_id=os.path.join(dcp_dir, f"step-{step}"))
+
+        for step in range(1, 3):
+            dcp_save(10_000 + step)
+        pending[0].result()
+        pending[0] = None
+        t0, stalls = loop(dcp_save)
+        pending[0].result()
         dist.barrier()
-        out["manager_s"] = time.perf_counter() - t0
-        out["manager_stall_s"] = statistics.median(stalls)
-        out["manager_stall_max_s"] = max(stalls)
-    shutil.rmtree(local, ignore_errors=True)
-
-    tensors = {k: torch.from_numpy(v.data) for k, v in state.items()}
-    # DCP needs the global view: a DTensor would do; plain per-rank tensors under per-rank names are what DCP saves
-    # without a device mesh, and cost it the same bytes.
-    tensors = {f"r{rank}.{k}": v for k, v in tensors.items()}
-    pending = [None]
-    dcp_dir = os.path.join(shm, "dcp")
-
-    def dcp_save(step):
-        if pending[0] is not None:
-            pending[0].result()
-        pending[0] = dcp.async_save(tensors, checkpoint_id=os.path.join(dcp_dir, f"step-{step}"))
-
-    for step in range(1, 3):
-        dcp_save(10_000 + step)
-    pending[0].result()
-    pending[0] = None
-    t0, stalls = loop(dcp_save)
-    pending[0].result()
-    dist.barrier()
-    out["dcp_s"] = time.perf_counter() - t0
-    out["dcp_stall_s"] = statistics.median(stalls)
-    if rank == 0:
-        shutil.rmtree(dcp_dir, ignore_errors=True)
-    dist.barrier()
+        out["dcp_s"] = time.perf_counter() - t0
+        out["dcp_stall_s"] = statistics.median(stalls)
+        if rank == 0:
+            shutil.rmtree(dcp_dir, ignore_errors=True)
+        dist.barrier()
+        dist.destroy_process_group()
+    barrier_comm.barrier()
+    barrier_comm.close()
     comm.close()
-    dist.destroy_process_group()
     return out
 
 
@@ -337,6 +398,10 @@ def loopback_copy(nbytes_each: int, streams: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------- main
+class _Done(Exception):
+    """--skip-recovery: the report ends after the throughput part."""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2)
@@ -347,6 +412,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="recovery runs per size (medians)")
     ap.add_argument("--skip-s3", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--skip-recovery", action="store_true")
+    ap.add_argument("--skip-dcp", action="store_true")
+    ap.add_argument("--step-mode", choices=("sleep", "matmul", "mixed"), default="sleep")
+    ap.add_argument("--priorities", default="low,normal,idle",
+                    help="background_priority values to run the manager with, each optionally with its threads "
+                         "(low:4); the first one decides the largest size reported")
+    ap.add_argument("--threads", type=int, default=0, help="the manager's threads (0: its default)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of every configuration, in rotating order (the medians are reported)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
     shm_root = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -357,37 +431,61 @@ def main() -> int:
     lines = [f"### distckpt CheckpointManager benchmark ({report['date']}, {os.cpu_count()} CPUs)", ""]
     try:
         if not args.skip_throughput:
-            lines += [f"Throughput: {args.ranks} ranks (one node each, replicas=1), {args.steps} steps of "
-                      f"{args.step_s} s (host idle), a checkpoint every step.", "",
-                      "| MiB/rank | no ckpt steps/s | manager steps/s | ratio | DCP async_save steps/s | ratio | "
-                      "manager vs DCP | save stall ms (median/max) | memcpy ms | stall/memcpy | DCP stall ms |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+            priorities = args.priorities.split(",")
+            if args.step_mode != "sleep":  # the ranks' BLAS threads share the cores (children read it at import)
+                blas = str(max(1, (os.cpu_count() or 1) // args.ranks))
+                for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                    os.environ[var] = blas
+            step_what = {"matmul": f"{args.step_s} s of float32 matmuls on every core",
+                         "mixed": f"{args.step_s / 2} s of float32 matmuls on every core then {args.step_s / 2} s idle",
+                         "sleep": f"{args.step_s} s (host idle)"}[args.step_mode]
+            lines += [f"Throughput: {args.ranks} ranks (one node each, replicas=1), {args.steps} steps of {step_what}, "
+                      f"a checkpoint every step; manager threads={args.threads or 'default'}; medians of {args.rounds} "
+                      "rounds of every configuration in rotating order (saves waited: the sum).", "",
+                      "| MiB/rank | no ckpt steps/s | " + " | ".join(
+                          f"manager ({p}) steps/s | ratio | saves waited | stall ms (median/max)" for p in priorities)
+                      + " | memcpy ms | DCP async_save steps/s | ratio | DCP stall ms |",
+                      "|---|---|" + "---|---|---|---|" * len(priorities) + "---|---|---|---|"]
             largest = None
             for mib in [int(x) for x in args.mib.split(",")]:
                 rdv = tempfile.mkdtemp(prefix="rdv-", dir=work)
-                res = run_ranks(args.ranks, throughput_worker, rdv, shm, mib, args.steps, args.step_s)
-                wall = {k: max(r[k] for r in res) for k in ("none_s", "manager_s", "dcp_s")}
-                sps = {k: args.steps / v for k, v in wall.items()}
-                stall = statistics.median(r["manager_stall_s"] for r in res)
-                stall_max = max(r["manager_stall_max_s"] for r in res)
+                res = run_ranks(args.ranks, throughput_worker, rdv, shm, mib, args.steps, args.step_s,
+                                args.step_mode, priorities, args.threads, args.skip_dcp, args.rounds)
+                none_sps = args.steps / max(r["none_s"] for r in res)
                 memcpy = statistics.median(r["memcpy_s"] for r in res)
-                dcp_stall = statistics.median(r["dcp_stall_s"] for r in res)
-                row = {"mib": mib, "bytes_per_rank": res[0]["bytes"], **sps,
-                       "manager_ratio": sps["manager_s"] / sps["none_s"], "dcp_ratio": sps["dcp_s"] / sps["none_s"],
-                       "stall_s": stall, "stall_max_s": stall_max, "memcpy_s": memcpy,
-                       "stall_over_memcpy": stall / memcpy, "dcp_stall_s": dcp_stall}
+                row = {"mib": mib, "bytes_per_rank": res[0]["bytes"], "none_s": none_sps, "memcpy_s": memcpy,
+                       "manager": {}}
+                cells = [f"{mib}", f"{none_sps:.3f}"]
+                for p in priorities:
+                    sps = args.steps / max(r["manager"][p]["s"] for r in res)
+                    stall = statistics.median(r["manager"][p]["stall_s"] for r in res)
+                    stall_max = max(r["manager"][p]["stall_max_s"] for r in res)
+                    waited = sum(r["manager"][p]["saves_waited"] for r in res)
+                    row["manager"][p] = {"steps_per_s": sps, "ratio": sps / none_sps, "stall_s": stall,
+                                         "stall_max_s": stall_max, "saves_waited": waited,
+                                         "stall_over_memcpy": stall / memcpy}
+                    cells += [f"{sps:.3f}", f"{sps / none_sps:.3f}", f"{waited}",
+                              f"{stall * 1e3:.1f} / {stall_max * 1e3:.1f}"]
+                cells.append(f"{memcpy * 1e3:.1f}")
+                if args.skip_dcp:
+                    cells += ["-", "-", "-"]
+                else:
+                    dcp_sps = args.steps / max(r["dcp_s"] for r in res)
+                    row["dcp_s"] = dcp_sps
+                    row["dcp_ratio"] = dcp_sps / none_sps
+                    row["dcp_stall_s"] = statistics.median(r["dcp_stall_s"] for r in res)
+                    cells += [f"{dcp_sps:.3f}", f"{dcp_sps / none_sps:.3f}", f"{row['dcp_stall_s'] * 1e3:.1f}"]
                 report["throughput"].append(row)
-                if row["manager_ratio"] >= 0.95:
+                if row["manager"][priorities[0]]["ratio"] >= 0.95:
                     largest = mib
-                lines.append(
-                    f"| {mib} | {sps['none_s']:.3f} | {sps['manager_s']:.3f} | {row['manager_ratio']:.3f} | "
-                    f"{sps['dcp_s']:.3f} | {row['dcp_ratio']:.3f} | {sps['manager_s'] / sps['dcp_s']:.2f}x | "
-                    f"{stall * 1e3:.1f} / {stall_max * 1e3:.1f} | {memcpy * 1e3:.1f} | {row['stall_over_memcpy']:.2f} | "
-                    f"{dcp_stall * 1e3:.1f} |")
+                lines.append("| " + " | ".join(cells) + " |")
                 print(lines[-1], flush=True)
             report["largest_mib_at_0.95"] = largest
-            lines += ["", f"Largest state per rank with throughput >= 0.95x the loop without checkpoints: "
-                          f"{largest} MiB" if largest else "No size kept >= 0.95x.", ""]
+            lines += ["", f"Largest state per rank with throughput >= 0.95x the loop without checkpoints "
+                          f"({priorities[0]} priority): {largest} MiB" if largest else "No size kept >= 0.95x.", ""]
+
+        if args.skip_recovery:
+            raise _Done()
 
         # Recovery, per size: the step saved once; each repeat loses node b again (the restore saves the step back
         # to it) and restores; medians of --repeat runs.
@@ -454,6 +552,8 @@ def main() -> int:
             print("\n".join(lines[-8:]), flush=True)
         if server is not None:
             server.stop()
+    except _Done:
+        pass
     finally:
         shutil.rmtree(shm, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/base/status.h"
+#include "core/base/thread_priority.h"
 #include "core/comm/communicator.h"
 #include "core/engine/state.h"
 #include "core/format/metadata.h"
@@ -44,6 +45,12 @@ struct SaveOptions {
   /// size of the device pieces; once an allocation fails, the remaining pieces are staged in host memory as without
   /// the option (never an error). The snapshot is freed as soon as the save finishes.
   bool device_snapshot = false;
+  /// SaveAsync only: the CPU and I/O priority of the background thread and of the writer threads it starts. The
+  /// staging copy, which the caller waits for, keeps the caller's priority. Failing to lower it is no error.
+  ThreadPriority background_priority = ThreadPriority::kNormal;
+  /// SaveAsync only: threads copying the state into owned buffers while the caller waits; 0: io_threads (0: the
+  /// cores). The manager writes with few threads but stages with every core.
+  size_t staging_threads = 0;
 
   static constexpr uint64_t kDefaultStagingBufferBytes = 16ull << 20;
   static constexpr size_t kDefaultStagingBuffers = 4;

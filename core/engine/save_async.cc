@@ -439,8 +439,9 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
 
   // The copy is the only part the caller waits for: split it across threads so it runs at memory bandwidth.
   {
-    ThreadPool pool(options.io_threads ? std::min<size_t>(options.io_threads, std::thread::hardware_concurrency())
-                                       : std::thread::hardware_concurrency());
+    const size_t threads = options.staging_threads ? options.staging_threads : options.io_threads;
+    ThreadPool pool(threads ? std::min<size_t>(threads, std::thread::hardware_concurrency())
+                            : std::thread::hardware_concurrency());
     const StagedConsumer place = [&](size_t k, uint64_t off, const char* bytes, uint64_t n) {
       StreamCopy(device_dst[k] + off, bytes, n);
       return OkStatus();
@@ -492,6 +493,8 @@ Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string& path, const Sta
 
   SaveFuture* raw = f.get();
   f->thread_ = std::thread([raw, path, comm, options] {
+    // Before Save starts its writer threads, which inherit it.
+    (void)SetThisThreadPriority(options.background_priority);
     Result<SaveSummary> r = Save(path, raw->owned_, comm, options);
     // A timeout may have left a copy from a snapshot in flight (the drain gave up waiting): keep the arenas.
     if (!r.ok() && r.status().code() == StatusCode::kTimeout) raw->snapshots_stuck_ = true;

@@ -11,6 +11,7 @@
 #include <future>
 #include <set>
 #include <string_view>
+#include <thread>
 
 #include "core/base/box.h"
 #include "core/base/wire.h"
@@ -22,6 +23,7 @@
 #include "core/manager/manager_util.h"
 #include "core/manager/part.h"
 #include "core/plan/save_planner.h"
+#include "core/storage/fault/fault_storage.h"
 #include "core/tools/leftovers.h"
 
 namespace distckpt {
@@ -59,7 +61,30 @@ Status MakeDirs(Storage* storage, const std::string& path) {
   }
 }
 
+// Test only: DCKPT_TEST_MANAGER_FAULTS=<rules> (core/storage/fault/fault_storage.h's text form) puts the local tier
+// and the persistent storage of every manager this process creates behind a FaultStorage with those rules (each
+// storage counts its own operations), so that tests of real processes (python/tests/test_manager.py) can kill a rank
+// with SIGKILL at an exact operation of replicating or persisting. Read once.
+Result<std::vector<FaultRule>> TestFaultRules() {
+  static const char* const text = std::getenv("DCKPT_TEST_MANAGER_FAULTS");
+  if (text == nullptr || *text == '\0') return std::vector<FaultRule>();
+  auto rules = ParseFaultRules(text);
+  if (!rules.ok())
+    return InvalidArgument("DCKPT_TEST_MANAGER_FAULTS (a test-only setting): " + rules.status().message());
+  return rules;
+}
+
 }  // namespace
+
+size_t DefaultManagerThreads() {
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::min<size_t>(4, std::max<size_t>(1, cores / 4));
+}
+
+ManagerStats CheckpointManager::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
 
 // Steps staged but not yet complete (queued or being processed) that Save lets exist before it waits.
 constexpr size_t kMaxInFlight = 2;
@@ -101,6 +126,14 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
   Communicator* c = m->comm_;
   const int size = c->size(), me = c->rank();
   m->persistent_ = options.persistent_storage ? options.persistent_storage.get() : DefaultStorage();
+  DCKPT_ASSIGN_OR_RETURN(std::vector<FaultRule> faults, TestFaultRules());
+  if (!faults.empty()) {
+    m->local_faults_ = std::make_unique<FaultStorage>(m->local_, faults);
+    m->local_ = m->local_faults_.get();
+    // Holds the persistent storage it wraps, which options_ keeps alive.
+    m->persistent_faults_ = std::make_shared<FaultStorage>(m->persistent_, faults);
+    m->persistent_ = m->persistent_faults_.get();
+  }
 
   // Node ids and the run id (rank 0's nonce) in one AllGather; a rank whose local directory is unusable says so.
   Status local = MakeDirs(m->local_, options.local_dir);
@@ -226,6 +259,25 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
   uint64_t keep = static_cast<uint64_t>(options_.keep_local);
   {
     std::unique_lock<std::mutex> lock(mu_);
+    // Back-pressure is counted as it starts (a monitor sees a save waiting) and timed when it ends, however it ends.
+    struct WaitClock {
+      ManagerStats* stats;
+      bool waiting = false, for_budget = false;
+      std::chrono::steady_clock::time_point start{};
+      void Start(bool budget) {
+        if (budget && !for_budget) for_budget = true, ++stats->saves_waited_for_budget;
+        if (waiting) return;
+        waiting = true;
+        ++stats->saves_waited;
+        start = std::chrono::steady_clock::now();
+      }
+      ~WaitClock() {  // runs before `lock` is released
+        if (!waiting) return;
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        stats->wait_seconds += s;
+        stats->max_wait_seconds = std::max(stats->max_wait_seconds, s);
+      }
+    } clock{&stats_};
     if (!broken_.ok()) return broken_;
     if (last_saved_ && step <= *last_saved_) {
       return InvalidArgument("checkpoint manager: step " + std::to_string(step) +
@@ -254,6 +306,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
       // Back-pressure: wait for steps in flight (each completion drops the steps no longer kept).
       const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
       while (charged_total_ + charge > budget && (busy_ || !queue_.empty())) {
+        clock.Start(/*budget=*/true);
         if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
           return TimeoutError("checkpoint manager: step " + std::to_string(step) +
                               " waited for the local tier's budget past the timeout");
@@ -265,6 +318,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
     // written and replicated slows down to that pace instead of queueing copies of its state without end.
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     while (queue_.size() + (busy_ ? 1 : 0) >= kMaxInFlight) {
+      clock.Start(/*budget=*/false);
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
         return TimeoutError("checkpoint manager: step " + std::to_string(step) +
                             " waited past the timeout for earlier steps to be written and replicated");
@@ -274,6 +328,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
     last_saved_ = step;
     charged_[step] += charge;
     charged_total_ += charge;
+    ++stats_.steps_saved;
   }
   auto job = std::make_unique<Job>();
   job->step = step;
@@ -301,6 +356,9 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
     so.timeout = options_.timeout;
     so.device_snapshot = options_.device_snapshot;
     so.copy_engine = options_.copy_engine;
+    so.io_threads = options_.threads ? options_.threads : DefaultManagerThreads();
+    so.staging_threads = std::max(1u, std::thread::hardware_concurrency());  // the caller waits for the staging
+    so.background_priority = options_.background_priority;
     auto future = SaveAsync(PartDir(step, comm_->rank()), part.value(), nullptr, so);
     if (future.ok()) job->future = std::move(future).value();
     else st = future.status();
@@ -350,6 +408,9 @@ std::optional<uint64_t> CheckpointManager::latest_step() const {
 }
 
 void CheckpointManager::Run() {
+  // The background work yields to the training loop (bench/manager measures it); a system that refuses (a seccomp
+  // filter, another OS) runs it as before.
+  (void)SetThisThreadPriority(options_.background_priority);
   while (true) {
     std::unique_ptr<Job> job;
     {
@@ -364,6 +425,18 @@ void CheckpointManager::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
+      // A step that completed is the newest in completed_ (Prune drops the oldest), and charged_ holds what its part
+      // and the replicas kept here take.
+      if (!completed_.empty() && completed_.back() == job->step) {
+        ++stats_.steps_completed;
+        auto held = charged_.find(job->step);
+        const uint64_t total = held == charged_.end() ? 0 : held->second;
+        const uint64_t part = std::min(total, last_part_bytes_);
+        stats_.bytes_written += part;
+        stats_.bytes_replicated += total - part;
+      } else {
+        ++stats_.steps_failed;
+      }
     }
     cv_.notify_all();
   }

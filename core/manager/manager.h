@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/base/thread_priority.h"
 #include "core/comm/communicator.h"
 #include "core/cuda/copy_engine.h"
 #include "core/engine/save_async.h"
@@ -51,6 +52,31 @@ struct ManagerOptions {
   /// The node-local tier's storage: nullptr is the POSIX file system (the default and what the C ABI passes); tests
   /// pass a FaultStorage over it. Must reach the same files as the POSIX paths (a restore hard-links them).
   Storage* local_storage = nullptr;
+  /// Writer threads of a step's background work (the part's write and checksums; replicating and persisting run on
+  /// the manager's one background thread); 0: DefaultManagerThreads().
+  size_t threads = 0;
+  /// The CPU and I/O priority of the background work (the manager's thread, the part's writer threads); restores,
+  /// which the caller waits for, keep the caller's. kNormal by default: lowering it made a loop with checkpoints
+  /// slower where the host is busy, never faster (docs/manager.md, "Background work").
+  ThreadPriority background_priority = ThreadPriority::kNormal;
+};
+
+/// Writer threads when ManagerOptions::threads is 0: a quarter of the cores, at least 1 and at most 4, so that the
+/// background work never takes more than a small share of a training host's CPUs.
+size_t DefaultManagerThreads();
+
+/// Counters of one manager since it was created (CheckpointManager::stats).
+struct ManagerStats {
+  uint64_t steps_saved = 0;      ///< steps Save accepted (each then runs in the background, completed or failed)
+  uint64_t steps_completed = 0;  ///< steps made complete by this run (part and replicas durable on every rank)
+  uint64_t steps_failed = 0;     ///< steps whose background work ended without the step complete
+  /// Saves that waited before staging: for the steps in flight (at most two) or for the local budget to free up.
+  uint64_t saves_waited = 0;
+  uint64_t saves_waited_for_budget = 0;  ///< of saves_waited: the ones that waited for local_budget_bytes
+  double wait_seconds = 0;               ///< total time Save spent waiting
+  double max_wait_seconds = 0;           ///< the longest wait of one Save
+  uint64_t bytes_written = 0;     ///< bytes of this rank's own parts of completed steps written to the local tier
+  uint64_t bytes_replicated = 0;  ///< bytes of other ranks' parts this rank received and kept (completed steps)
 };
 
 enum class Tier { kNone = 0, kLocal = 1, kPeer = 2, kPersistent = 3 };
@@ -93,6 +119,8 @@ class CheckpointManager {
   Result<RestoreSummary> Restore(State& state, const RestoreOptions& options);
   /// What the last restore did (one line per fact).
   const std::string& restore_report() const { return report_; }
+  /// The counters so far. Thread-safe: may be called while another thread is in Save or Wait (a monitor).
+  ManagerStats stats() const;
 
  private:
   struct Job;
@@ -164,6 +192,9 @@ class CheckpointManager {
   std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)  // the
                                               // files of the last part this rank wrote
   std::string report_;
+  ManagerStats stats_;                          // under mu_
+  std::unique_ptr<Storage> local_faults_;       // DCKPT_TEST_MANAGER_FAULTS (test only): over the local tier
+  std::shared_ptr<Storage> persistent_faults_;  // and over the persistent storage
   std::thread thread_;
 };
 

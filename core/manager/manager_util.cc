@@ -1,5 +1,6 @@
 #include "core/manager/manager_util.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,7 +52,28 @@ PhaseTrace::~PhaseTrace() {
   if (on_) std::fprintf(stderr, "dckpt manager trace: %s:%s\n", what_.c_str(), line_.c_str());
 }
 
+namespace {
+
+// DCKPT_TEST_MANAGER_KILL_AT (manager_util.h).
+void KillIfAsked(const std::string& what, const char* phase) {
+  static const std::pair<std::string, std::string> at = [] {
+    const char* v = std::getenv("DCKPT_TEST_MANAGER_KILL_AT");
+    const std::string text = v ? v : "";
+    const size_t sep = text.find('@');
+    return sep == std::string::npos ? std::make_pair(text, std::string())
+                                    : std::make_pair(text.substr(0, sep), text.substr(sep + 1));
+  }();
+  if (at.first.empty() || at.first != phase || what.find(at.second) == std::string::npos) return;
+  std::fprintf(stderr, "dckpt manager: %s: killed after phase '%s' as DCKPT_TEST_MANAGER_KILL_AT asks\n", what.c_str(),
+               phase);
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+}
+
+}  // namespace
+
 void PhaseTrace::Mark(const char* phase) {
+  KillIfAsked(what_, phase);
   if (!on_) return;
   const auto now = std::chrono::steady_clock::now();
   char buf[96];

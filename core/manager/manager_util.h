@@ -23,6 +23,9 @@ Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::
 
 /// DCKPT_MANAGER_TRACE=1: the phases of a step's background work or of a restore, timed, as one line on stderr when
 /// the trace goes ("dckpt manager trace: <what>: <phase> <ms> ms ...").
+/// Test only: DCKPT_TEST_MANAGER_KILL_AT=PHASE[@TEXT] ends the process with SIGKILL at the end of the first phase
+/// PHASE of a trace whose <what> contains TEXT (e.g. "fetch@restore": a restore's bytes fetched from peers, not yet
+/// loaded), so that tests of real processes can kill a rank at an exact point. Read once.
 class PhaseTrace {
  public:
   explicit PhaseTrace(std::string what);

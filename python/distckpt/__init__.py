@@ -44,7 +44,7 @@ from .errors import (
     VersionError,
 )
 from .interop import export_safetensors, import_safetensors, import_torch_dcp
-from .manager import CheckpointManager, RestoreResult
+from .manager import CheckpointManager, ManagerStats, RestoreResult
 from .reader import ArrayView, CheckpointMetadata, ChunkMetadata, EntryMetadata, IoStats, Reader, open
 from .sharding import Shard
 from .storage import (
@@ -74,6 +74,7 @@ __all__ = [
     "SaveSummary",
     "AsyncSave",
     "CheckpointManager",
+    "ManagerStats",
     "RestoreResult",
     "Reader",
     "ArrayView",

@@ -11,6 +11,7 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     ENTRY_BYTES,
     ENTRY_TENSOR,
     MAX_DIMS,
+    PRIORITIES,
     STATUS,
     STREAM_READY,
     TIERS,

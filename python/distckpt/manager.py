@@ -29,7 +29,7 @@ from .sharding import Shard
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-__all__ = ["CheckpointManager", "RestoreResult"]
+__all__ = ["CheckpointManager", "ManagerStats", "RestoreResult"]
 
 #: dckpt_tier -> RestoreResult.tier
 _TIER_NAMES: Dict[int, str] = {code: name.lower() for name, code in _native.TIERS.items()}
@@ -55,6 +55,32 @@ class RestoreResult:
     #: copies of the restored step's parts a lost node held, being made again in the background (the same on every
     #: rank; :meth:`CheckpointManager.wait_until_finished` waits for them)
     copies_made: int = 0
+
+
+@dataclass(frozen=True)
+class ManagerStats:
+    """Counters of one :class:`CheckpointManager` since it was made (:meth:`CheckpointManager.stats`)."""
+
+    steps_saved: int  #: steps ``save`` accepted (each then runs in the background)
+    steps_completed: int  #: steps made complete (every part and its replicas durable)
+    steps_failed: int  #: steps whose background work ended without the step complete
+    #: saves that waited before copying the state (back-pressure): for the steps in flight (at most two) or for
+    #: ``local_budget_bytes`` to free up
+    saves_waited: int
+    saves_waited_for_budget: int  #: of ``saves_waited``: those that waited for ``local_budget_bytes``
+    wait_seconds: float  #: total time saves spent waiting
+    max_wait_seconds: float  #: the longest wait of one save
+    bytes_written: int  #: bytes of this rank's own parts of completed steps, written to the local tier
+    bytes_replicated: int  #: bytes of other ranks' parts this rank received and kept (completed steps)
+
+
+#: CheckpointManager(background_priority=...) -> dckpt_priority
+_PRIORITIES: Dict[Optional[str], int] = {
+    None: _native.PRIORITIES["DEFAULT"],
+    "normal": _native.PRIORITIES["NORMAL"],
+    "low": _native.PRIORITIES["LOW"],
+    "idle": _native.PRIORITIES["IDLE"],
+}
 
 
 class _NothingToRestore(Exception):
@@ -196,6 +222,11 @@ class CheckpointManager:
         timeout: seconds the collectives wait for other ranks; None: 10 minutes.
         device_snapshot: snapshot CUDA arrays in device memory instead of host memory (as ``async_save``).
         exchange_round_bytes: the most one rank sends another per exchange round (replication, restore); 0: 64 MiB.
+        threads: writer threads of each step's background work (the part's write and checksums; replicating and
+            persisting run on the manager's one thread); None: a quarter of the cores, 1 to 4.
+        background_priority: the CPU and I/O priority of the background work: "normal", "low" (nice 19, I/O
+            best-effort 7: yields to training) or "idle" (SCHED_IDLE, idle I/O class); None: the core's default,
+            "normal" (docs/manager.md, "Background work": a lower priority slowed a busy host's loop down).
     """
 
     def __init__(
@@ -215,6 +246,8 @@ class CheckpointManager:
         timeout: Optional[float] = None,
         device_snapshot: bool = False,
         exchange_round_bytes: int = 0,
+        threads: Optional[int] = None,
+        background_priority: Optional[str] = None,
     ) -> None:
         self._native: Optional[_native.Manager] = None
         self._comm = for_background(comm)
@@ -226,9 +259,14 @@ class CheckpointManager:
             raise InvalidArgumentError("persistent_storage needs persistent=, the path of the persisted steps on it")
         for arg, value in (("replicas", replicas), ("persist_every", persist_every), ("keep_local", keep_local),
                            ("keep_persistent", keep_persistent), ("local_budget_bytes", local_budget_bytes),
-                           ("exchange_round_bytes", exchange_round_bytes)):  # fmt: skip
+                           ("exchange_round_bytes", exchange_round_bytes), ("threads", threads or 0)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"CheckpointManager: {arg} must be an int >= 0, not {value!r}")
+        if background_priority not in _PRIORITIES:
+            raise InvalidArgumentError(
+                f"CheckpointManager: background_priority must be 'low', 'idle', 'normal' or None, not "
+                f"{background_priority!r}"
+            )
         self._native = _native.Manager.new(
             native_of(self._comm),
             None if local_dir is None else os.fspath(local_dir),
@@ -244,6 +282,8 @@ class CheckpointManager:
             _native.timeout_ms(timeout),
             device_snapshot,
             exchange_round_bytes,
+            threads or 0,
+            _PRIORITIES[background_priority],
         )
         self._persistent = None if persistent is None else os.fspath(persistent)
         with _open_lock:
@@ -336,6 +376,12 @@ class CheckpointManager:
             raise
         assert source.info is not None
         return _result(source.info, filled)
+
+    def stats(self) -> ManagerStats:
+        """The manager's counters so far: steps saved and completed, the saves that waited for back-pressure and how
+        long, bytes written and replicated. Unlike the other methods it may be called from another thread while
+        ``save`` waits (a monitor)."""
+        return ManagerStats(**self._manager.stats())
 
     def restore_report(self) -> str:
         """What the last restore did (also after a failed one), one line per fact."""

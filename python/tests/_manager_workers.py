@@ -11,6 +11,7 @@ row-sharded, to make background work take a while), and non-array values (``step
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import traceback
 
@@ -185,6 +186,17 @@ def restore_job(rank, world, cfg):
     return out
 
 
+def open_and_save_steps(rank, world, cfg, **overrides):
+    """Opens the job (open_job), saves cfg["steps"] (cfg["big_rows"] rows of "big") until every one is complete, and
+    meets the other ranks; returns (the test's communicator, the manager's, the manager, the next step)."""
+    test_comm, comm, mgr = open_job(rank, world, cfg, **overrides)
+    for step in cfg["steps"]:
+        mgr.save(step, state_for(step, rank, world, cfg["big_rows"]))
+    mgr.wait_until_finished()
+    test_comm.barrier(timeout=60)
+    return test_comm, comm, mgr, cfg["steps"][-1] + 1
+
+
 def exit_after_save_job(rank, world, cfg):
     """Saves cfg["steps"] completely, then one more step (a large state, persisted) and ends at once with os._exit on
     the ranks of cfg["exit_ranks"], nothing closed: with cfg["exit_when"] == "staged" as soon as save() returns
@@ -195,13 +207,8 @@ def exit_after_save_job(rank, world, cfg):
 
     import distckpt
 
-    test_comm, comm, mgr = open_job(rank, world, cfg)
+    test_comm, comm, mgr, last = open_and_save_steps(rank, world, cfg)
     big = cfg["big_rows"]
-    for step in cfg["steps"]:
-        mgr.save(step, state_for(step, rank, world, big))
-    mgr.wait_until_finished()
-    test_comm.barrier(timeout=60)
-    last = cfg["steps"][-1] + 1
     state = state_for(last, rank, world, big)
     if rank in cfg["exit_ranks"]:
         report({"exited": True})  # before the save: nothing may delay the exit after it
@@ -220,6 +227,94 @@ def exit_after_save_job(rank, world, cfg):
     except distckpt.Error as e:
         outcome = f"{type(e).__name__}: {e}"
     return {"exited": False, "outcome": outcome}
+
+
+def kill_job(rank, world, cfg):
+    """Saves cfg["steps"] completely; then the ranks in cfg["kill"] get their fault (the environment the core reads
+    once: DCKPT_TEST_MANAGER_FAULTS, DCKPT_TEST_MANAGER_KILL_AT; set before the first manager of the process) and every
+    rank saves step cfg["steps"][-1] + 1 (persisted where cfg["persist_every"] says): a faulted rank dies by SIGKILL in
+    the background work, the others learn that their peer is gone (or the step completed first)."""
+    import distckpt
+
+    os.environ.update(cfg.get("kill", {}).get(rank, {}))
+    test_comm, comm, mgr, last = open_and_save_steps(
+        rank, world, cfg, exchange_round_bytes=cfg.get("exchange_round_bytes", 0)
+    )
+    try:
+        mgr.save(last, state_for(last, rank, world, cfg["big_rows"]))
+        mgr.wait_until_finished(timeout=90)
+        outcome = "complete"
+    except distckpt.Error as e:
+        outcome = f"{type(e).__name__}: {e}"
+    return {"outcome": outcome}
+
+
+def restore_kill_job(rank, world, cfg):
+    """A fresh rank restores as restore_job does, the ranks in cfg["kill"] with their fault (they die by SIGKILL in the
+    restore); returns how the restore ended on the others."""
+    import distckpt
+
+    os.environ.update(cfg.get("kill", {}).get(rank, {}))
+    test_comm, comm, mgr = open_job(rank, world, cfg)
+    state = template(rank, world, cfg.get("big_rows", 0))
+    try:
+        result = mgr.restore(state)
+        outcome = f"restored step {result.step} from {result.tier}"
+    except distckpt.Error as e:
+        outcome = f"{type(e).__name__}: {e}"
+    return {"outcome": outcome}
+
+
+def stats_job(rank, world, cfg):
+    """2 ranks. cfg["wait_for"] None: each step is saved and waited for, so no save ever waits. "steps in flight" or
+    "budget": rank 1 saves nothing until rank 0's save is seen waiting (mgr.stats() from another thread), so that
+    rank 0's steps cannot complete meanwhile: rank 0 saves steps 1 and 2 and its 3rd save must wait for the steps in
+    flight, or (with a local budget that holds one step in flight, not two) its 2nd save must wait for the budget."""
+    import threading
+    import time
+
+    test_comm, comm, mgr = open_job(rank, world, cfg)
+    big = cfg.get("big_rows", 0)
+    steps = cfg["steps"]
+    wait_for = cfg.get("wait_for")
+    seen = {}
+    if wait_for is None:
+        for step in steps:
+            mgr.save(step, state_for(step, rank, world, big))
+            mgr.wait_until_finished()
+    elif rank == 0:
+        for step in steps[:-1]:
+            mgr.save(step, state_for(step, rank, world, big))
+        errors = []
+
+        def last_save():
+            try:
+                mgr.save(steps[-1], state_for(steps[-1], rank, world, big))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        saver = threading.Thread(target=last_save)
+        saver.start()
+        field = "saves_waited_for_budget" if wait_for == "budget" else "saves_waited"
+        deadline = time.monotonic() + 60
+        while getattr(mgr.stats(), field) == 0 and saver.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen = dataclasses.asdict(mgr.stats())
+        test_comm.barrier(timeout=60)  # now rank 1 saves, and rank 0's steps can complete
+        saver.join(timeout=120)
+        assert not saver.is_alive() and not errors, errors or "rank 0's last save never returned"
+        mgr.wait_until_finished()
+    else:
+        test_comm.barrier(timeout=60)
+        for step in steps:
+            mgr.save(step, state_for(step, rank, world, big))
+        mgr.wait_until_finished()
+    stats = dataclasses.asdict(mgr.stats())
+    node_dir = f"{cfg['root']}/node{node_of(rank, cfg)}"
+    mgr.close()
+    comm.close()
+    test_comm.close()
+    return {"while_waiting": seen, "stats": stats, "node_dir": node_dir}
 
 
 def budget_too_small_job(rank, world, cfg):

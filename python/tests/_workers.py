@@ -36,12 +36,14 @@ def run(fn, rank, args, results):
         results.put((rank, traceback.format_exc(), None))
 
 
-def spawn(target, world, args_of, deadline):
+def spawn(target, world, args_of, deadline, killed=()):
     """Runs ``target(*args_of(rank, results))`` in ``world`` spawned processes; each puts ``(rank, error text or None,
     payload)`` on ``results`` (as ``run`` does). Returns the payloads by rank; fails with every rank's error, or when a
-    rank sends nothing within ``deadline`` seconds. Every wait is bounded, so a failure cannot hang pytest."""
+    rank sends nothing within ``deadline`` seconds. The ranks in ``killed`` must instead end by SIGKILL (a fault the
+    test set up), sending nothing. Every wait is bounded, so a failure cannot hang pytest."""
     import multiprocessing as mp
     import queue
+    import signal
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -49,24 +51,37 @@ def spawn(target, world, args_of, deadline):
     for p in procs:
         p.start()
     failures, payloads = [], {}
+    waiting = set(range(world)) - set(killed)
+    ended_by_us = []
     try:
-        for _ in range(world):
+        while waiting:
             try:
                 rank, error, payload = results.get(timeout=deadline)
             except queue.Empty:
-                failures.append(f"no result within {deadline} s")
+                failures.append(f"no result within {deadline} s from rank(s) {sorted(waiting)}")
                 break
+            if rank in killed:
+                failures.append(f"rank {rank} was to be killed (SIGKILL) but reported: {error or payload}")
+                continue
+            waiting.discard(rank)
             if error:
                 failures.append(f"rank {rank}:\n{error}")
             payloads[rank] = payload
     finally:
-        for p in procs:
+        for rank, p in enumerate(procs):
             p.join(timeout=30)
             if p.is_alive():
+                ended_by_us.append(rank)
                 p.kill()
                 p.join()
+    for rank in killed:
+        if rank in ended_by_us or procs[rank].exitcode != -signal.SIGKILL:
+            failures.append(
+                f"rank {rank} did not die by SIGKILL as the test's fault asks (exit code "
+                f"{procs[rank].exitcode}{', ended by the test' if rank in ended_by_us else ''})"
+            )
     assert not failures, "\n".join(failures)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    assert all(p.exitcode == 0 for r, p in enumerate(procs) if r not in killed), [p.exitcode for p in procs]
     return payloads
 
 

@@ -29,9 +29,10 @@ DEADLINE = 180  # seconds for a whole group of workers
 LONG = os.environ.get("DCKPT_TEST_MANAGER_LONG") == "1"
 
 
-def run_job(fn, world, cfg):
-    """Runs ``fn`` on ``world`` spawned ranks; returns what each returned, by rank. Fails with every rank's error."""
-    return _workers.spawn(mw.run, world, lambda rank, results: (fn, rank, world, cfg, results), DEADLINE)
+def run_job(fn, world, cfg, killed=()):
+    """Runs ``fn`` on ``world`` spawned ranks; returns what each returned, by rank. Fails with every rank's error. The
+    ranks in ``killed`` must die by SIGKILL (the fault cfg["kill"] gives them)."""
+    return _workers.spawn(mw.run, world, lambda rank, results: (fn, rank, world, cfg, results), DEADLINE, killed)
 
 
 def job(root, **cfg):
@@ -474,6 +475,140 @@ def test_the_budget_caps_every_nodes_tier(tmp_path):
     too_small = job(tmp_path / "small", big_rows=big, local_budget_bytes=budget // 4)
     for o in run_job(mw.budget_too_small_job, 4, too_small).values():
         assert "local_budget_bytes" in o["error"], o
+
+
+# ---- Kill -9: a rank dies by SIGKILL at an exact point (the core's test-only fault settings) ------------------------
+
+KILL_BIG = 4096  # rows of 4 KiB: 4 MiB per rank a step, so that the fault strikes with the step's bytes in flight
+
+
+def persisted_steps(persistent):
+    """The steps persisted under their own names (each loads with every value right). Anything else in the directory
+    must be what ``scan_leftovers`` calls a leftover: an unfinished persist never takes a step's name."""
+    leftovers = {left.name: left.kind for left in distckpt.scan_leftovers(persistent)}
+    committed = []
+    for p in sorted(pathlib.Path(persistent).iterdir()):
+        if re.fullmatch(r"step-\d{10}", p.name):
+            step = int(p.name[len("step-") :])
+            got = distckpt.load(None, p)
+            np.testing.assert_array_equal(got["big"], mw.big_global(step, KILL_BIG))
+            assert got["step"] == step
+            committed.append(step)
+        else:
+            assert p.name in leftovers, (p.name, leftovers)
+    return committed
+
+
+def test_kill_9_while_receiving_a_replica_restores_the_step_before(tmp_path):
+    # Rank 0 keeps the replica of rank 2's part (node 1 -> node 0); it is killed 1 MiB into writing that replica of
+    # step 4, with rank 2 still sending (rounds of 256 KiB). Step 4 has parts and half a replica, no completion.
+    root = tmp_path / "job"
+    fault = {"DCKPT_TEST_MANAGER_FAULTS": "write:step-0000000004/part-00002.dckpt-staging:after=1MiB:kill"}
+    cfg = job(root, steps=[1, 2, 3], big_rows=KILL_BIG, kill={0: fault}, exchange_round_bytes=256 << 10)
+    out = run_job(mw.kill_job, 4, cfg, killed=[0])
+    assert all(o["outcome"].startswith("PeerError") for o in out.values()), out
+    assert list((root / "node0" / step_dir(4)).glob("part-00002.dckpt-staging*")), "the replica was not half-written"
+    res = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=KILL_BIG))
+    for rank, o in res.items():  # never step 4, though every part of it is on disk; every value checked
+        assert (o["step"], o["bytes_from_persistent"]) == (3, 0), (rank, o)
+
+
+@pytest.mark.parametrize(
+    "killed, fault",
+    [
+        (1, "write:persistent/step-0000000004.dckpt-staging:after=1MiB:kill"),  # copying its part's data
+        (0, "rename:persistent/step-0000000004.dckpt-staging:nth=1:kill"),  # committing the merged step
+    ],
+)
+def test_kill_9_while_persisting_leaves_no_persisted_step_that_looks_complete(tmp_path, killed, fault):
+    root = tmp_path / "job"
+    cfg = job(
+        root, steps=[1, 2, 3], big_rows=KILL_BIG, persist_every=1, kill={killed: {"DCKPT_TEST_MANAGER_FAULTS": fault}}
+    )
+    run_job(mw.kill_job, 4, cfg, killed=[killed])
+    assert persisted_steps(root / "persistent") == [1, 2, 3]
+    # (the fault matches step 4's persist only: the rank's death by it says the persist had begun; rank 0 removes the
+    # staging directory when it learns of a failure, and leaves it when it is the one killed)
+    # Step 4 was complete in the local tiers before it was persisted: restored from there.
+    res = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=KILL_BIG))
+    for rank, o in res.items():
+        assert (o["step"], o["bytes_from_persistent"]) == (4, 0), (rank, o)
+    # With every node lost, the newest persisted step that is whole: 3, never the half-persisted 4.
+    shutil.rmtree(root / "node0")
+    shutil.rmtree(root / "node1")
+    res = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=KILL_BIG))
+    for rank, o in res.items():
+        assert (o["step"], o["tier"]) == (3, "persistent") and o["bytes_from_persistent"] > 0, (rank, o)
+
+
+def test_kill_9_during_a_restore_then_a_fresh_group_restores_exactly(tmp_path):
+    root = tmp_path / "job"
+    run_job(mw.save_job, 4, job(root, steps=[1, 2, 3], big_rows=KILL_BIG, crash=True))
+    shutil.rmtree(root / "node1")  # ranks 2 and 3 restore from node 0's replicas
+    # Rank 2 dies once it has fetched and loaded its bytes from its peers, before the ranks agree (restore.cc's
+    # "fetch+load" phase).
+    kill = {2: {"DCKPT_TEST_MANAGER_KILL_AT": "fetch+load@restore of step 3"}}
+    out = run_job(mw.restore_kill_job, 4, job(root, saved_world=4, big_rows=KILL_BIG, kill=kill), killed=[2])
+    assert all(not o["outcome"].startswith("restored") for o in out.values()), out  # the group could not finish
+    res = run_job(mw.restore_job, 4, job(root, saved_world=4, big_rows=KILL_BIG))
+    for rank, o in res.items():
+        assert (o["step"], o["bytes_from_persistent"]) == (3, 0), (rank, o)
+    for rank in (2, 3):
+        assert res[rank]["bytes_from_peers"] > 0 and res[rank]["tier"] == "peer", res[rank]
+    for node in ("node0", "node1"):  # the killed restore left nothing behind once the next one ran
+        assert not list((root / node).glob("restore-*")), sorted(p.name for p in (root / node).iterdir())
+
+
+# ---- Back-pressure counters ---------------------------------------------------------------------------------------
+
+
+def part_dir_bytes(node_dir, step, rank):
+    return sum(p.stat().st_size for p in part_files(node_dir, step, rank))
+
+
+def test_stats_of_a_loop_that_never_waits(tmp_path):
+    root = tmp_path / "job"
+    out = run_job(mw.stats_job, 2, job(root, ranks_per_node=1, steps=[1, 2, 3, 4], big_rows=64))
+    for rank, o in out.items():
+        st = o["stats"]
+        assert (st["steps_saved"], st["steps_completed"], st["steps_failed"]) == (4, 4, 0), (rank, st)
+        assert (st["saves_waited"], st["saves_waited_for_budget"], st["wait_seconds"]) == (0, 0, 0.0), (rank, st)
+        # Every step's part and the replica of the other rank's have the same size: the last step's, on disk.
+        assert st["bytes_written"] == 4 * part_dir_bytes(o["node_dir"], 4, rank) > 0, (rank, st)
+        assert st["bytes_replicated"] == 4 * part_dir_bytes(o["node_dir"], 4, 1 - rank) > 0, (rank, st)
+
+
+@pytest.mark.parametrize("wait_for", ["steps in flight", "budget"])
+def test_stats_count_a_save_that_waits(tmp_path, wait_for):
+    root = tmp_path / "job"
+    big = 1024  # rows of 4 KiB: 2 MiB per rank a step
+    cfg = job(root, ranks_per_node=1, big_rows=big, wait_for=wait_for, steps=[1, 2, 3])
+    if wait_for == "budget":
+        # A step takes its 2 MiB of staging plus two parts of ~2 MiB (its own, a replica) on each side of the budget
+        # check: one step in flight fits in 11 MiB beside the one kept, two do not.
+        cfg.update(steps=[1, 2], local_budget_bytes=11 << 20)
+    out = run_job(mw.stats_job, 2, cfg)
+    seen, st = out[0]["while_waiting"], out[0]["stats"]
+    assert seen["saves_waited"] == 1, seen  # counted as the wait began, while rank 1 had not saved
+    assert seen["saves_waited_for_budget"] == (1 if wait_for == "budget" else 0), seen
+    assert st["saves_waited"] == 1 and st["wait_seconds"] > 0 and st["max_wait_seconds"] == st["wait_seconds"], st
+    assert st["steps_completed"] == len(cfg["steps"]) and st["steps_failed"] == 0, st
+
+
+def test_stats_and_threads_in_one_process(tmp_path):
+    with distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, threads=1,
+                                    background_priority="idle") as mgr:  # fmt: skip
+        assert mgr.stats() == distckpt.ManagerStats(0, 0, 0, 0, 0, 0.0, 0.0, 0, 0)
+        mgr.save(1, {"w": np.arange(4096, dtype=np.float32)})
+        mgr.wait_until_finished()
+        st = mgr.stats()
+    assert (st.steps_saved, st.steps_completed, st.bytes_replicated, st.saves_waited) == (1, 1, 0, 0), st
+    assert st.bytes_written == part_dir_bytes(tmp_path / "local", 1, 0), st
+    with pytest.raises(distckpt.errors.StateError, match="closed"):
+        mgr.stats()
+    for bad in ({"threads": -1}, {"background_priority": "high"}):
+        with pytest.raises(distckpt.InvalidArgumentError, match=next(iter(bad))):
+            distckpt.CheckpointManager(local_dir=tmp_path / "local", replicas=0, **bad)
 
 
 # ---- The examples of docs/manager.md, run as a user runs them --------------------------------------------------------

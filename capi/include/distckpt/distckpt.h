@@ -933,7 +933,17 @@ DCKPT_API int dckpt_export_safetensors_collective(const char *ckpt_path, const c
  * on the manager's background thread): give it one of its own. */
 typedef struct dckpt_manager dckpt_manager;
 
-#define DCKPT_MANAGER_OPTIONS_VERSION 1
+/* dckpt_manager_options.background_priority: the CPU and I/O priority of a manager's background work (its thread and
+ * the writer threads of each step), so that it yields to the training loop. Restores keep the caller's. */
+typedef enum dckpt_priority {
+  DCKPT_PRIORITY_DEFAULT = 0, /* the library's choice: DCKPT_PRIORITY_NORMAL (docs/manager.md, "Background work":
+                               * a lower priority was measured to slow a busy host's loop down, never to speed it) */
+  DCKPT_PRIORITY_NORMAL = 1,  /* as the thread that made the manager */
+  DCKPT_PRIORITY_LOW = 2,     /* nice 19 and I/O priority best-effort 7 */
+  DCKPT_PRIORITY_IDLE = 3     /* SCHED_IDLE and the idle I/O class: only CPU and disk time nothing else wants */
+} dckpt_priority;
+
+#define DCKPT_MANAGER_OPTIONS_VERSION 2
 typedef struct dckpt_manager_options {
   unsigned version;
   const char *local_dir;        /* the node-local tier's directory, shared by the ranks of one node; NULL:
@@ -955,10 +965,16 @@ typedef struct dckpt_manager_options {
   int device_snapshot;          /* as dckpt_save_options.device_snapshot (default 0) */
   uint64_t exchange_round_bytes; /* the most one rank sends to another per exchange round (replication, restore);
                                   * 0: default (64 MiB) */
+  /* version >= 2 */
+  unsigned threads;             /* writer threads of each step's background work (the part's write and checksums;
+                                 * replicating and persisting run on the manager's one thread); 0: default (a quarter
+                                 * of the cores, 1 to 4) */
+  int background_priority;      /* dckpt_priority of the background work; 0: DCKPT_PRIORITY_DEFAULT */
 } dckpt_manager_options;
 #define DCKPT_MANAGER_OPTIONS_INIT \
-  {DCKPT_MANAGER_OPTIONS_VERSION, NULL, NULL, NULL, 1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0}
-/* Sets `*opts` to DCKPT_MANAGER_OPTIONS_INIT with `version` (as dckpt_save_options_init). */
+  {DCKPT_MANAGER_OPTIONS_VERSION, NULL, NULL, NULL, 1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, DCKPT_PRIORITY_DEFAULT}
+/* Sets `*opts` to DCKPT_MANAGER_OPTIONS_INIT with `version` (DCKPT_MANAGER_OPTIONS_VERSION, or an older one: then only
+ * that version's fields are written); DCKPT_EVERSION for a version newer than the library. */
 DCKPT_API int dckpt_manager_options_init(dckpt_manager_options *opts, unsigned version);
 
 /* Collective over `comm` (NULL: a single process): the ranks learn each other's nodes. DCKPT_EINVAL when `replicas`
@@ -980,6 +996,27 @@ DCKPT_API int dckpt_manager_wait(dckpt_manager *manager, uint64_t timeout_ms);
 /* The newest step this rank knows to be complete in the local tier (every part and its replicas durable); *found = 0
  * when there is none. */
 DCKPT_API int dckpt_manager_latest_step(uint64_t *step, int *found, const dckpt_manager *manager);
+
+#define DCKPT_MANAGER_COUNTERS_VERSION 1
+typedef struct dckpt_manager_counters {
+  unsigned version;
+  uint64_t steps_saved;         /* steps dckpt_manager_save accepted (each then runs in the background) */
+  uint64_t steps_completed;     /* steps made complete by this manager (every part and its replicas durable) */
+  uint64_t steps_failed;        /* steps whose background work ended without the step complete */
+  uint64_t saves_waited;        /* saves that waited before staging (back-pressure): for the steps in flight (at
+                                 * most two) or for local_budget_bytes to free up */
+  uint64_t saves_waited_for_budget; /* of saves_waited: the ones that waited for local_budget_bytes */
+  double wait_seconds;          /* total time saves spent waiting */
+  double max_wait_seconds;      /* the longest wait of one save */
+  uint64_t bytes_written;       /* bytes of this rank's own parts of completed steps, written to the local tier */
+  uint64_t bytes_replicated;    /* bytes of other ranks' parts this rank received and kept (completed steps) */
+} dckpt_manager_counters;
+#define DCKPT_MANAGER_COUNTERS_INIT {DCKPT_MANAGER_COUNTERS_VERSION, 0, 0, 0, 0, 0, 0.0, 0.0, 0, 0}
+
+/* The manager's counters since dckpt_manager_new, into `*out` (whose `version` the caller sets: the fields of that
+ * version are written). Unlike the other calls it may run on any thread while another call on the manager is in
+ * progress (a monitor reading back-pressure while dckpt_manager_save waits). */
+DCKPT_API int dckpt_manager_stats(dckpt_manager_counters *out, const dckpt_manager *manager);
 
 /* dckpt_restore_info.tier */
 typedef enum dckpt_tier {

@@ -24,7 +24,8 @@ pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 3;
-pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 1;
+pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 2;
+pub const DCKPT_MANAGER_COUNTERS_VERSION: u32 = 1;
 pub const DCKPT_RESTORE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_RESTORE_INFO_VERSION: u32 = 1;
 pub type __uint32_t = ::std::os::raw::c_uint;
@@ -4050,6 +4051,11 @@ extern "C" {
 pub struct dckpt_manager {
     _unused: [u8; 0],
 }
+pub const DCKPT_PRIORITY_DEFAULT: dckpt_priority = 0;
+pub const DCKPT_PRIORITY_NORMAL: dckpt_priority = 1;
+pub const DCKPT_PRIORITY_LOW: dckpt_priority = 2;
+pub const DCKPT_PRIORITY_IDLE: dckpt_priority = 3;
+pub type dckpt_priority = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct dckpt_manager_options {
@@ -4067,12 +4073,14 @@ pub struct dckpt_manager_options {
     pub timeout_ms: u64,
     pub device_snapshot: ::std::os::raw::c_int,
     pub exchange_round_bytes: u64,
+    pub threads: ::std::os::raw::c_uint,
+    pub background_priority: ::std::os::raw::c_int,
 }
 #[test]
 fn bindgen_test_layout_dckpt_manager_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_manager_options>(),
-        104usize,
+        112usize,
         concat!("Size of: ", stringify!(dckpt_manager_options))
     );
     assert_eq!(
@@ -4318,6 +4326,40 @@ fn bindgen_test_layout_dckpt_manager_options() {
         );
     }
     test_field_exchange_round_bytes();
+    fn test_field_threads() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).threads) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(threads)
+            )
+        );
+    }
+    test_field_threads();
+    fn test_field_background_priority() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).background_priority) as usize - ptr as usize
+            },
+            108usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(background_priority)
+            )
+        );
+    }
+    test_field_background_priority();
 }
 extern "C" {
     pub fn dckpt_manager_options_init(
@@ -4353,6 +4395,209 @@ extern "C" {
     pub fn dckpt_manager_latest_step(
         step: *mut u64,
         found: *mut ::std::os::raw::c_int,
+        manager: *const dckpt_manager,
+    ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_manager_counters {
+    pub version: ::std::os::raw::c_uint,
+    pub steps_saved: u64,
+    pub steps_completed: u64,
+    pub steps_failed: u64,
+    pub saves_waited: u64,
+    pub saves_waited_for_budget: u64,
+    pub wait_seconds: f64,
+    pub max_wait_seconds: f64,
+    pub bytes_written: u64,
+    pub bytes_replicated: u64,
+}
+#[test]
+fn bindgen_test_layout_dckpt_manager_counters() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_manager_counters>(),
+        80usize,
+        concat!("Size of: ", stringify!(dckpt_manager_counters))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_manager_counters>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_manager_counters))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_steps_saved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).steps_saved) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(steps_saved)
+            )
+        );
+    }
+    test_field_steps_saved();
+    fn test_field_steps_completed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).steps_completed) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(steps_completed)
+            )
+        );
+    }
+    test_field_steps_completed();
+    fn test_field_steps_failed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).steps_failed) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(steps_failed)
+            )
+        );
+    }
+    test_field_steps_failed();
+    fn test_field_saves_waited() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).saves_waited) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(saves_waited)
+            )
+        );
+    }
+    test_field_saves_waited();
+    fn test_field_saves_waited_for_budget() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).saves_waited_for_budget) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(saves_waited_for_budget)
+            )
+        );
+    }
+    test_field_saves_waited_for_budget();
+    fn test_field_wait_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).wait_seconds) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(wait_seconds)
+            )
+        );
+    }
+    test_field_wait_seconds();
+    fn test_field_max_wait_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_wait_seconds) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(max_wait_seconds)
+            )
+        );
+    }
+    test_field_max_wait_seconds();
+    fn test_field_bytes_written() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_written) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(bytes_written)
+            )
+        );
+    }
+    test_field_bytes_written();
+    fn test_field_bytes_replicated() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_replicated) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(bytes_replicated)
+            )
+        );
+    }
+    test_field_bytes_replicated();
+}
+extern "C" {
+    pub fn dckpt_manager_stats(
+        out: *mut dckpt_manager_counters,
         manager: *const dckpt_manager,
     ) -> ::std::os::raw::c_int;
 }

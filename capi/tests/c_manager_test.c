@@ -1,0 +1,77 @@
+/* The manager's versioned options and counters through the C ABI, in one process: a caller built against version 1
+ * of dckpt_manager_options has its struct read only that far, and dckpt_manager_stats counts a step. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "c_check.h"
+
+int main(void) {
+  /* Version 1: the fields appended in version 2 are neither written by the init function nor read by new. */
+  dckpt_manager_options v1;
+  memset(&v1, 0xAB, sizeof v1);
+  CHECK_OK(dckpt_manager_options_init(&v1, 1));
+  CHECK(v1.version == 1 && v1.replicas == 1 && v1.exchange_round_bytes == 0);
+  CHECK(v1.threads == 0xABABABABu && v1.background_priority == (int)0xABABABABu);
+  dckpt_manager_options v2;
+  memset(&v2, 0xAB, sizeof v2);
+  CHECK_OK(dckpt_manager_options_init(&v2, DCKPT_MANAGER_OPTIONS_VERSION));
+  CHECK(v2.version == 2 && v2.threads == 0 && v2.background_priority == DCKPT_PRIORITY_DEFAULT);
+  CHECK(dckpt_manager_options_init(&v2, DCKPT_MANAGER_OPTIONS_VERSION + 1) == DCKPT_EVERSION);
+
+  char dir[] = "/tmp/c_manager_test-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char local[64];
+  snprintf(local, sizeof local, "%s/local", dir);
+  v1.local_dir = local;
+  v1.replicas = 0;
+  dckpt_manager *m = NULL;
+  CHECK_OK(dckpt_manager_new(&m, NULL, &v1)); /* 0xAB... past version 1's fields would be an invalid priority */
+  dckpt_manager_free(m);
+
+  v2.local_dir = local;
+  v2.replicas = 0;
+  v2.background_priority = 7;
+  CHECK(dckpt_manager_new(&m, NULL, &v2) == DCKPT_EINVAL && m == NULL);
+  CHECK(strstr(dckpt_error_last(), "background_priority") != NULL);
+  v2.background_priority = DCKPT_PRIORITY_IDLE;
+  v2.threads = 1;
+  CHECK_OK(dckpt_manager_new(&m, NULL, &v2));
+
+  dckpt_manager_counters c = DCKPT_MANAGER_COUNTERS_INIT;
+  CHECK_OK(dckpt_manager_stats(&c, m));
+  CHECK(c.steps_saved == 0 && c.steps_completed == 0 && c.bytes_written == 0);
+
+  float w[1024];
+  for (int i = 0; i < 1024; ++i) w[i] = (float)i;
+  uint64_t shape[1] = {1024}, off[1] = {0};
+  dckpt_state *s = NULL;
+  CHECK_OK(dckpt_state_new(&s));
+  CHECK_OK(dckpt_state_add_tensor(s, "w", DCKPT_DTYPE_F32, 1, shape));
+  CHECK_OK(dckpt_state_add_piece(s, "w", off, shape, w));
+  for (uint64_t step = 1; step <= 3; ++step) {
+    CHECK_OK(dckpt_manager_save(m, step, s, 0));
+    CHECK_OK(dckpt_manager_wait(m, DCKPT_WAIT_FOREVER));
+  }
+  CHECK_OK(dckpt_manager_stats(&c, m));
+  CHECK(c.steps_saved == 3 && c.steps_completed == 3 && c.steps_failed == 0);
+  CHECK(c.saves_waited == 0 && c.saves_waited_for_budget == 0 && c.wait_seconds == 0.0);
+  CHECK(c.bytes_written >= 3 * sizeof w && c.bytes_replicated == 0);
+
+  dckpt_manager_counters bad = DCKPT_MANAGER_COUNTERS_INIT;
+  bad.version = 0;
+  CHECK(dckpt_manager_stats(&bad, m) == DCKPT_EINVAL);
+  bad.version = DCKPT_MANAGER_COUNTERS_VERSION + 1;
+  CHECK(dckpt_manager_stats(&bad, m) == DCKPT_EVERSION);
+  CHECK(dckpt_manager_stats(NULL, m) == DCKPT_EINVAL);
+  CHECK(dckpt_manager_stats(&c, NULL) == DCKPT_EINVAL);
+
+  dckpt_state_free(s);
+  dckpt_manager_free(m);
+  char cmd[96];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
