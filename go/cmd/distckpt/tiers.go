@@ -22,11 +22,11 @@ Nothing is followed through a symbolic link; names that are not the manager's ar
 --prune-abandoned removes abandoned staging directories and abandoned steps (never a complete step, anything in
 progress, a link, or a name the manager does not write); --dry-run says what it would remove.
 
-JSON: the core's document (docs/manager.md, "Looking at a tier"): {"dir": str, "steps": [{"step": int,
+JSON: the core's document (docs/manager.md, "Looking at a tier"): {"schema_version": 1, "dir": str, "steps": [{"step": int,
   "complete": bool, "restorable_here": bool, "restorable_run": str, "abandoned": bool,
   "markers": [{"rank": int, "run": str}], "parts": [{"name": str, "rank": int|null, "ranks": int, "run": str,
   "bytes": int, "state": str, "why": str}]}], "other": [str]}
-With --prune-abandoned: {"dir": str, "dry_run": bool, "removed": [str]}.`,
+With --prune-abandoned: {"schema_version": 1, "dir": str, "dry_run": bool, "removed": [str]}.`,
 	run: runTiers,
 }
 
