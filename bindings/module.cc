@@ -115,6 +115,7 @@ PYBIND11_MODULE(_distckpt, m) {
   m.attr("DTYPES") = dtypes;
   m.attr("MAX_DIMS") = DCKPT_MAX_DIMS;
   m.attr("WAIT_FOREVER") = py::int_(DCKPT_WAIT_FOREVER);
+  m.attr("REPLICAS_AUTO") = py::int_(DCKPT_REPLICAS_AUTO);
   m.attr("STREAM_READY") = py::int_(reinterpret_cast<uintptr_t>(DCKPT_STREAM_READY));
   m.attr("DEVICE_OF_POINTER") = py::int_(DCKPT_DEVICE_OF_POINTER);
   m.attr("ENTRY_TENSOR") = static_cast<int>(DCKPT_ENTRY_TENSOR);

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "c_check.h"
 
@@ -12,7 +13,7 @@ int main(void) {
   dckpt_manager_options v1;
   memset(&v1, 0xAB, sizeof v1);
   CHECK_OK(dckpt_manager_options_init(&v1, 1));
-  CHECK(v1.version == 1 && v1.replicas == 1 && v1.exchange_round_bytes == 0);
+  CHECK(v1.version == 1 && v1.replicas == DCKPT_REPLICAS_AUTO && v1.exchange_round_bytes == 0);
   CHECK(v1.threads == 0xABABABABu && v1.background_priority == (int)0xABABABABu);
   dckpt_manager_options v2;
   memset(&v2, 0xAB, sizeof v2);
@@ -28,6 +29,27 @@ int main(void) {
   v1.replicas = 0;
   dckpt_manager *m = NULL;
   CHECK_OK(dckpt_manager_new(&m, NULL, &v1)); /* 0xAB... past version 1's fields would be an invalid priority */
+  dckpt_manager_free(m);
+
+  /* The default replicas on a job of one node: 0, said in the restore report. One replica asked for explicitly
+   * cannot be placed: refused before the local directory is created. */
+  char fresh[96];
+  snprintf(fresh, sizeof fresh, "%s/fresh/tier", dir);
+  dckpt_manager_options d = DCKPT_MANAGER_OPTIONS_INIT;
+  d.local_dir = fresh;
+  d.replicas = 1;
+  CHECK(dckpt_manager_new(&m, NULL, &d) == DCKPT_EINVAL && m == NULL);
+  CHECK(strstr(dckpt_error_last(), "nothing was created") != NULL);
+  char parent[96];
+  snprintf(parent, sizeof parent, "%s/fresh", dir);
+  CHECK(access(parent, F_OK) != 0);
+  d.replicas = DCKPT_REPLICAS_AUTO;
+  CHECK_OK(dckpt_manager_new(&m, NULL, &d));
+  dckpt_state *empty = NULL;
+  CHECK_OK(dckpt_state_new(&empty));
+  CHECK_OK(dckpt_manager_restore(NULL, m, empty, NULL));
+  CHECK(strstr(dckpt_manager_restore_report(m), "replicas: 0 (the default: the job has one node") != NULL);
+  dckpt_state_free(empty);
   dckpt_manager_free(m);
 
   v2.local_dir = local;

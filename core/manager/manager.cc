@@ -107,7 +107,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
                                                                      const ManagerOptions& options) {
   if (options.local_dir.empty()) return InvalidArgument("checkpoint manager: no local directory");
   if (options.node_id.empty()) return InvalidArgument("checkpoint manager: no node id");
-  if (options.replicas < 0 || options.replicas > 2) {
+  if ((options.replicas < 0 || options.replicas > 2) && options.replicas != kAutoReplicas) {
     return InvalidArgument("checkpoint manager: replicas must be 0, 1 or 2, not " + std::to_string(options.replicas));
   }
   if (options.keep_local < 1) return InvalidArgument("checkpoint manager: keep_local must be at least 1");
@@ -135,7 +135,47 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
     m->persistent_ = m->persistent_faults_.get();
   }
 
-  // Node ids and the run id (rank 0's nonce) in one AllGather; a rank whose local directory is unusable says so.
+  // Node ids and the run id (rank 0's nonce) in one AllGather, so that the replicas are checked against the nodes
+  // before anything is created.
+  WireWriter w;
+  w.Str(options.node_id);
+  w.Str(NewNonce());
+  std::vector<std::string> all;
+  DCKPT_RETURN_IF_ERROR(c->AllGather(w.Take(), &all, options.timeout));
+  std::set<std::string> ids;
+  for (int r = 0; r < size; ++r) {
+    WireReader rd(all[r]);
+    std::string node, nonce;
+    if (!rd.Str(&node) || !rd.Str(&nonce)) return Internal("checkpoint manager: malformed hello");
+    m->node_of_.push_back(node);
+    ids.insert(node);
+    if (r == 0) m->run_ = nonce;
+  }
+  std::vector<std::string> sorted(ids.begin(), ids.end());
+  m->nodes_.resize(sorted.size());
+  m->node_index_.resize(size);
+  for (int r = 0; r < size; ++r) {
+    int n = static_cast<int>(std::lower_bound(sorted.begin(), sorted.end(), m->node_of_[r]) - sorted.begin());
+    m->node_index_[r] = n;
+    m->nodes_[n].push_back(r);
+  }
+  const int nodes = static_cast<int>(sorted.size());
+  if (options.replicas == kAutoReplicas) {
+    // The default: a copy on another node where the job has one.
+    m->options_.replicas = nodes > 1 ? 1 : 0;
+    m->setup_note_ = "replicas: " + std::to_string(m->options_.replicas) + " (the default: " +
+                     (nodes > 1 ? std::string("1 where the job has other nodes") : "the job has one node, so no "
+                                                                                     "other node holds a copy") +
+                     ")\n";
+  }
+  const int replicas = m->options_.replicas;
+  if (replicas >= nodes) {
+    return InvalidArgument("checkpoint manager: " + std::to_string(replicas) +
+                           " replicas need as many other nodes, but the job has " + std::to_string(nodes) +
+                           " node(s) (node ids: " + std::string(sorted.size() > 0 ? sorted[0] : "") +
+                           (sorted.size() > 1 ? ", ..." : "") + "); nothing was created");
+  }
+  // Then the directories; a rank whose local directory is unusable says so, and every rank learns it.
   Status local = MakeDirs(m->local_, options.local_dir);
   if (local.ok()) {
     auto is_dir = m->local_->IsDirectory(options.local_dir);
@@ -148,47 +188,15 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
     // The persistent directory and those above it (object stores have no directories).
     local = MakeDirs(m->persistent_, options.persistent_path).WithContext("checkpoint manager: persistent directory");
   }
-  WireWriter w;
-  w.Str(options.node_id);
-  w.Str(NewNonce());
-  PutStatus(&w, local);
-  std::vector<std::string> all;
-  DCKPT_RETURN_IF_ERROR(c->AllGather(w.Take(), &all, options.timeout));
-  std::vector<Status> statuses(size);
-  std::set<std::string> ids;
-  for (int r = 0; r < size; ++r) {
-    WireReader rd(all[r]);
-    std::string node, nonce;
-    if (!rd.Str(&node) || !rd.Str(&nonce) || !GetStatus(&rd, &statuses[r])) {
-      return Internal("checkpoint manager: malformed hello");
-    }
-    m->node_of_.push_back(node);
-    ids.insert(node);
-    if (r == 0) m->run_ = nonce;
-  }
+  DCKPT_ASSIGN_OR_RETURN(std::vector<Status> statuses, GatherStatuses(c, local, options.timeout));
   DCKPT_RETURN_IF_ERROR(FirstFailure(statuses, me).WithContext("checkpoint manager"));
-  std::vector<std::string> sorted(ids.begin(), ids.end());
-  m->nodes_.resize(sorted.size());
-  m->node_index_.resize(size);
-  for (int r = 0; r < size; ++r) {
-    int n = static_cast<int>(std::lower_bound(sorted.begin(), sorted.end(), m->node_of_[r]) - sorted.begin());
-    m->node_index_[r] = n;
-    m->nodes_[n].push_back(r);
-  }
-  const int nodes = static_cast<int>(sorted.size());
-  if (options.replicas >= nodes) {
-    return InvalidArgument("checkpoint manager: " + std::to_string(options.replicas) +
-                           " replicas need as many other nodes, but the job has " + std::to_string(nodes) +
-                           " node(s) (node ids: " + std::string(sorted.size() > 0 ? sorted[0] : "") +
-                           (sorted.size() > 1 ? ", ..." : "") + ")");
-  }
   // Replica k of rank r goes to the node k places after r's, to the rank with r's place on its own node.
   m->targets_of_.resize(size);
   for (int r = 0; r < size; ++r) {
     const int n = m->node_index_[r];
     const auto& mine = m->nodes_[n];
     const size_t local_index = std::find(mine.begin(), mine.end(), r) - mine.begin();
-    for (int k = 1; k <= options.replicas; ++k) {
+    for (int k = 1; k <= replicas; ++k) {
       const auto& other = m->nodes_[(n + k) % nodes];
       m->targets_of_[r].push_back(other[local_index % other.size()]);
     }

@@ -193,7 +193,7 @@ Result<RestoreSummary> CheckpointManager::Restore(State& state, const RestoreOpt
     cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
     if (!broken_.ok()) return broken_;
   }
-  report_.clear();
+  report_ = setup_note_;
   auto note = [&](const std::string& line) { report_ += line + "\n"; };
   const int me = comm_->rank(), size = comm_->size();
   const bool use_persistent = ro.use_persistent && !options_.persistent_path.empty();

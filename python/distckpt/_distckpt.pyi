@@ -17,6 +17,7 @@ MAX_DIMS: int
 STREAM_READY: int
 DEVICE_OF_POINTER: int
 WAIT_FOREVER: int
+REPLICAS_AUTO: int
 ENTRY_TENSOR: int
 ENTRY_BYTES: int
 STATUS: Dict[str, int]  # C names without the DCKPT_ prefix: "OK", "EINVAL", ...

@@ -16,6 +16,7 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     STREAM_READY,
     TIERS,
     WAIT_FOREVER,
+    REPLICAS_AUTO,
     Comm,
     Manager,
     Reader,

@@ -208,7 +208,8 @@ class CheckpointManager:
         local_dir: the node-local tier, shared by the ranks of one node; None: ``/dev/shm/distckpt-<job>``.
         job: names the default ``local_dir``; None: "default".
         node_id: this rank's node (replicas go to ranks with another node_id); None: the host name.
-        replicas: copies of each rank's part kept on other nodes: 0, 1 or 2.
+        replicas: copies of each rank's part kept on other nodes: 0, 1 or 2; None (the default): 1 where the job has
+            other nodes, 0 on one node (the restore report says which).
         persistent: where persisted steps go, as ``<persistent>/step-<10 digits>``: a directory or a URL
             (``s3://bucket/prefix``); None: no persistent tier.
         persistent_storage: the :mod:`distckpt.storage` ``persistent`` is on (as ``save(storage=)``); None: the one
@@ -236,7 +237,7 @@ class CheckpointManager:
         local_dir: Optional[PathLike] = None,
         job: Optional[str] = None,
         node_id: Optional[str] = None,
-        replicas: int = 1,
+        replicas: Optional[int] = None,
         persistent: Optional[PathLike] = None,
         persistent_storage: Optional["_storage.Storage"] = None,
         persist_every: int = 0,
@@ -257,7 +258,8 @@ class CheckpointManager:
             path, native_storage, _ = _storage.resolve(os.fspath(persistent), persistent_storage)
         elif persistent_storage is not None:
             raise InvalidArgumentError("persistent_storage needs persistent=, the path of the persisted steps on it")
-        for arg, value in (("replicas", replicas), ("persist_every", persist_every), ("keep_local", keep_local),
+        for arg, value in (("replicas", 0 if replicas is None else replicas), ("persist_every", persist_every),
+                           ("keep_local", keep_local),
                            ("keep_persistent", keep_persistent), ("local_budget_bytes", local_budget_bytes),
                            ("exchange_round_bytes", exchange_round_bytes), ("threads", threads or 0)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -272,7 +274,7 @@ class CheckpointManager:
             None if local_dir is None else os.fspath(local_dir),
             job,
             node_id,
-            replicas,
+            _native.REPLICAS_AUTO if replicas is None else replicas,
             path,
             native_storage,
             persist_every,

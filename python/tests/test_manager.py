@@ -704,3 +704,18 @@ def test_torch_cuda_tensors_on_a_gpu(tmp_path, device_snapshot):
     step1 = {"w": torch.zeros(2048, 2048, device=dev), "b": torch.zeros(4096, dtype=torch.bfloat16, device=dev)}
     distckpt.load(step1, persistent / step_dir(1))
     assert torch.equal(step1["w"], w - 1) and torch.equal(step1["b"], b1)
+
+
+def test_the_default_replicas_fit_a_job_of_one_node(tmp_path):
+    """A job of one node gets 0 replicas by default (the restore report says so); one replica asked for explicitly
+    is refused before local_dir is created."""
+    with distckpt.CheckpointManager(local_dir=str(tmp_path / "tier"), node_id="only") as mgr:
+        mgr.save(1, {"w": np.arange(8, dtype=np.float32)})
+        mgr.wait_until_finished()
+        state = {"w": np.zeros(8, np.float32)}
+        result = mgr.restore(state)
+        assert result.step == 1 and np.array_equal(state["w"], np.arange(8, dtype=np.float32))
+        assert "replicas: 0 (the default: the job has one node" in result.report, result.report
+    with pytest.raises(distckpt.InvalidArgumentError, match="nothing was created"):
+        distckpt.CheckpointManager(local_dir=str(tmp_path / "new" / "tier"), node_id="only", replicas=1)
+    assert not (tmp_path / "new").exists()

@@ -943,6 +943,8 @@ typedef enum dckpt_priority {
   DCKPT_PRIORITY_IDLE = 3     /* SCHED_IDLE and the idle I/O class: only CPU and disk time nothing else wants */
 } dckpt_priority;
 
+/* dckpt_manager_options.replicas: as many as the job's nodes allow, up to 1 (the default). */
+#define DCKPT_REPLICAS_AUTO 0xFFFFFFFFu
 #define DCKPT_MANAGER_OPTIONS_VERSION 2
 typedef struct dckpt_manager_options {
   unsigned version;
@@ -950,7 +952,9 @@ typedef struct dckpt_manager_options {
                                  * "/dev/shm/distckpt-<job>" (survives a process restart, not a node loss) */
   const char *job;              /* NULL: "default"; names the default local_dir */
   const char *node_id;          /* identifies this rank's node (replicas go to other nodes); NULL: the host name */
-  unsigned replicas;            /* copies of each part on other nodes: 0, 1 (default) or 2 */
+  unsigned replicas;            /* copies of each part on other nodes: 0, 1 or 2; DCKPT_REPLICAS_AUTO (the default):
+                                 * 1 where the job has other nodes, 0 on one node (the restore report says which).
+                                 * More than the job's other nodes: DCKPT_EINVAL before anything is created */
   const char *persistent_path;  /* NULL: no persistent tier; a directory, or a URL (s3://bucket/prefix) */
   dckpt_storage *persistent_storage; /* where persistent_path is; NULL: the POSIX file system, or the URL's storage */
   uint64_t persist_every;       /* persist every step that is a multiple of this; 0: only when asked (default) */
@@ -971,8 +975,9 @@ typedef struct dckpt_manager_options {
                                  * of the cores, 1 to 4) */
   int background_priority;      /* dckpt_priority of the background work; 0: DCKPT_PRIORITY_DEFAULT */
 } dckpt_manager_options;
-#define DCKPT_MANAGER_OPTIONS_INIT \
-  {DCKPT_MANAGER_OPTIONS_VERSION, NULL, NULL, NULL, 1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, DCKPT_PRIORITY_DEFAULT}
+#define DCKPT_MANAGER_OPTIONS_INIT                                                                             \
+  {DCKPT_MANAGER_OPTIONS_VERSION, NULL, NULL, NULL, DCKPT_REPLICAS_AUTO, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, \
+   DCKPT_PRIORITY_DEFAULT}
 /* Sets `*opts` to DCKPT_MANAGER_OPTIONS_INIT with `version` (DCKPT_MANAGER_OPTIONS_VERSION, or an older one: then only
  * that version's fields are written); DCKPT_EVERSION for a version newer than the library. */
 DCKPT_API int dckpt_manager_options_init(dckpt_manager_options *opts, unsigned version);

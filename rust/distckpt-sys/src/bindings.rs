@@ -24,10 +24,11 @@ pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 3;
+pub const DCKPT_REPLICAS_AUTO: u32 = 4294967295;
 pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 2;
 pub const DCKPT_MANAGER_COUNTERS_VERSION: u32 = 1;
 pub const DCKPT_RESTORE_OPTIONS_VERSION: u32 = 1;
-pub const DCKPT_RESTORE_INFO_VERSION: u32 = 1;
+pub const DCKPT_RESTORE_INFO_VERSION: u32 = 2;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -4694,12 +4695,13 @@ pub struct dckpt_restore_info {
     pub bytes_from_peers: u64,
     pub bytes_from_persistent: u64,
     pub seconds: f64,
+    pub copies_made: ::std::os::raw::c_uint,
 }
 #[test]
 fn bindgen_test_layout_dckpt_restore_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_restore_info>(),
-        56usize,
+        64usize,
         concat!("Size of: ", stringify!(dckpt_restore_info))
     );
     assert_eq!(
@@ -4843,6 +4845,23 @@ fn bindgen_test_layout_dckpt_restore_info() {
         );
     }
     test_field_seconds();
+    fn test_field_copies_made() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_restore_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).copies_made) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_restore_info),
+                "::",
+                stringify!(copies_made)
+            )
+        );
+    }
+    test_field_copies_made();
 }
 extern "C" {
     pub fn dckpt_manager_restore(
@@ -4850,6 +4869,28 @@ extern "C" {
         manager: *mut dckpt_manager,
         state: *mut dckpt_state,
         opts: *const dckpt_restore_options,
+    ) -> ::std::os::raw::c_int;
+}
+pub type dckpt_text_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        text: *const ::std::os::raw::c_char,
+        size: usize,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int,
+>;
+extern "C" {
+    pub fn dckpt_tiers_describe(
+        dir: *const ::std::os::raw::c_char,
+        out: dckpt_text_fn,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_tiers_prune_abandoned(
+        dir: *const ::std::os::raw::c_char,
+        dry_run: ::std::os::raw::c_int,
+        removed: dckpt_removed_fn,
+        user_data: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
 extern "C" {
