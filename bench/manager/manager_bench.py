@@ -487,8 +487,8 @@ def main() -> int:
         if args.skip_recovery:
             raise _Done()
 
-        # Recovery, per size: the step saved once; each repeat loses node b again (the restore saves the step back
-        # to it) and restores; medians of --repeat runs.
+        # Recovery, per size: the step saved once; each repeat loses node b again (the restore copies its parts
+        # back to it) and restores; medians of --repeat runs.
         server = None
         s3_url_base = None
         if not args.skip_s3:
@@ -531,8 +531,8 @@ def main() -> int:
             report["recovery"].append(rec)
             peers_s, copy_s, cold_s = med(rec["peers_s"]), med(rec["loopback_copy_s"]), med(rec["posix_cold_s"])
             lines += ["", f"Recovery: 4 ranks on 2 nodes, {mib} MiB per rank; node b (2 ranks) lost; restore on 4 "
-                          f"ranks; medians of {args.repeat} runs (each restore also saves the step back to node b in "
-                          "the background, not timed).", "",
+                          f"ranks; medians of {args.repeat} runs (each restore also copies node b's lost parts back to it "
+                          "in the background, not timed).", "",
                       "| restore | seconds | peers restore is |", "|---|---|---|",
                       f"| from peers (manager; {rec['peers_bytes_from_peers'] / 2**20:.0f} MiB sent by peers, "
                       f"{rec['peers_from_persistent']} bytes from persistent storage) | {peers_s:.3f} | |",
