@@ -36,6 +36,24 @@ def run(fn, rank, args, results):
         results.put((rank, traceback.format_exc(), None))
 
 
+def run_then_exit(fn, rank, args, results):
+    """As ``run``, then ends the process at once (os._exit) with the outcome's status once the result is sent: for
+    torch.distributed workers, whose Gloo teardown at interpreter exit now and then aborts ("terminate called without
+    an active exception") after the work is done and reported; the test is about the work, not torch's teardown."""
+    import os
+
+    ok = True
+    try:
+        fn(rank, *args)
+        results.put((rank, None, None))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
+        ok = False
+        results.put((rank, traceback.format_exc(), None))
+    results.close()
+    results.join_thread()  # the result is in the pipe before the process ends
+    os._exit(0 if ok else 1)
+
+
 def spawn(target, world, args_of, deadline, killed=()):
     """Runs ``target(*args_of(rank, results))`` in ``world`` spawned processes; each puts ``(rank, error text or None,
     payload)`` on ``results`` (as ``run`` does). Returns the payloads by rank; fails with every rank's error, or when a

@@ -20,7 +20,7 @@ DEADLINE = 240
 
 
 def _spawn(fn, world, *args):
-    _workers.spawn(_workers.run, world, lambda rank, results: (fn, rank, (world, *args), results), DEADLINE)
+    _workers.spawn(_workers.run_then_exit, world, lambda rank, results: (fn, rank, (world, *args), results), DEADLINE)
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])
