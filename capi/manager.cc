@@ -3,8 +3,8 @@
 
 #include <climits>
 #include <cstddef>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "capi/capi_internal.h"
@@ -65,8 +65,8 @@ int dckpt_manager_new(dckpt_manager** out, dckpt_comm* comm, const dckpt_manager
       }
       m.node_id = host;
     }
-    m.replicas = o.replicas == DCKPT_REPLICAS_AUTO ? distckpt::kAutoReplicas
-                                                   : static_cast<int>(o.replicas > 8 ? 9 : o.replicas);
+    m.replicas =
+        o.replicas == DCKPT_REPLICAS_AUTO ? distckpt::kAutoReplicas : static_cast<int>(o.replicas > 8 ? 9 : o.replicas);
     m.persist_every = o.persist_every;
     m.keep_local = o.keep_local ? static_cast<int>(std::min<unsigned>(o.keep_local, 1u << 20)) : 2;
     m.keep_persistent = static_cast<int>(std::min<unsigned>(o.keep_persistent, 1u << 20));

@@ -164,8 +164,9 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
     // The default: a copy on another node where the job has one.
     m->options_.replicas = nodes > 1 ? 1 : 0;
     m->setup_note_ = "replicas: " + std::to_string(m->options_.replicas) + " (the default: " +
-                     (nodes > 1 ? std::string("1 where the job has other nodes") : "the job has one node, so no "
-                                                                                     "other node holds a copy") +
+                     (nodes > 1 ? std::string("1 where the job has other nodes")
+                                : "the job has one node, so no "
+                                  "other node holds a copy") +
                      ")\n";
   }
   const int replicas = m->options_.replicas;

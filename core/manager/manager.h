@@ -38,10 +38,10 @@ namespace distckpt {
 constexpr int kAutoReplicas = -1;
 
 struct ManagerOptions {
-  std::string local_dir;        ///< required (the C ABI supplies the default)
-  std::string node_id;          ///< required (the C ABI supplies the host name)
+  std::string local_dir;         ///< required (the C ABI supplies the default)
+  std::string node_id;           ///< required (the C ABI supplies the host name)
   int replicas = kAutoReplicas;  ///< 0, 1 or 2; kAutoReplicas: 1 where the job has other nodes, 0 on one node
-  std::string persistent_path;  ///< "" = no persistent tier
+  std::string persistent_path;   ///< "" = no persistent tier
   /// Where persistent_path is (nullptr: the POSIX file system). Shared: kept alive by the manager.
   std::shared_ptr<Storage> persistent_storage;
   uint64_t persist_every = 0;
@@ -195,7 +195,7 @@ class CheckpointManager {
   std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)  // the
                                               // files of the last part this rank wrote
   std::string report_;
-  std::string setup_note_;  // what Create chose by default, at the head of every restore report
+  std::string setup_note_;                      // what Create chose by default, at the head of every restore report
   ManagerStats stats_;                          // under mu_
   std::unique_ptr<Storage> local_faults_;       // DCKPT_TEST_MANAGER_FAULTS (test only): over the local tier
   std::shared_ptr<Storage> persistent_faults_;  // and over the persistent storage
