@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/base/utf8.h"
 #include "core/format/checksum.h"
@@ -479,6 +481,14 @@ Result<MetadataView> MetadataView::Parse(std::shared_ptr<const std::string> buff
   if (buffer == nullptr) return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: null buffer");
   const void* data = buffer->data();
   const size_t size = buffer->size();
+  if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    // A short string's bytes live inside the string object (libc++ puts them at offset 1): a few bytes that cannot
+    // be metadata, but they deserve the verdict on their contents (truncated, naming `context`), so an aligned copy.
+    auto copy = std::make_shared<std::vector<uint64_t>>((size + 7) / 8);
+    std::memcpy(copy->data(), data, size);
+    const void* aligned = copy->data();
+    return Parse(std::shared_ptr<const void>(std::move(copy)), aligned, size, context);
+  }
   return Parse(std::shared_ptr<const void>(std::move(buffer)), data, size, context);
 }
 
@@ -508,8 +518,8 @@ Result<MetadataView> MetadataView::ParseImpl(std::shared_ptr<const void> owner, 
     return fail(StatusCode::kCorrupt, "metadata is " + std::to_string(size) + " bytes; the limit is " +
                                           std::to_string(kMaxMetadataBytes - 1));
   }
-  // std::string storage comes from operator new and is 16-aligned, mappings are page-aligned; zero-copy 64-bit views
-  // need at least 8.
+  // Heap storage from operator new is 16-aligned and mappings are page-aligned (Parse of a std::string copies the bytes
+  // of a short one, which live inside the string object); zero-copy 64-bit views need at least 8.
   if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
     return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: buffer is not 8-byte aligned in memory");
   }
