@@ -216,7 +216,7 @@ func runLs(c *ctx, args []string) int {
 	if len(shown) == 0 {
 		fmt.Fprintf(c.stdout, "no checkpoints under %s\n", dir)
 		// A checkpoint manager's local tier holds parts, not checkpoints: say where to look.
-		if raw, err := distckpt.DescribeTier(dir); err == nil && strings.Contains(string(raw), `"step":`) {
+		if isManagerTier(dir) {
 			fmt.Fprintf(c.stdout, "%s is a checkpoint manager's local tier: see distckpt tiers %s\n", dir, dir)
 		}
 		return exitOK
