@@ -407,26 +407,43 @@ def _cmd_tiers(args: argparse.Namespace) -> int:
     if args.json:
         write_json(doc)
         return 0
+    print(_tiers_text(doc), end="")
+    return 0
+
+
+def _tiers_text(doc: Dict[str, Any]) -> str:
+    """The Go CLI's table of a tier document, character for character (its humanBytes sizes, tabwriter columns)."""
+    out = []
     if not doc["steps"]:
-        print(f"no steps in the tier {doc['dir']}")
+        out.append(f"no steps in the tier {doc['dir']}")
     for s in doc["steps"]:
         notes = ["complete" if s["complete"] else "not complete"]
         if s["restorable_here"]:
             notes.append(f"restorable from this node alone (run {s['restorable_run']})")
         if s["abandoned"]:
             notes.append("abandoned")
-        print(f"step {s['step']}: {', '.join(notes)}")
-        rows = [("PART", "RANK", "OF", "SIZE", "STATE", "RUN")]
+        out.append(f"step {s['step']}: {', '.join(notes)}")
+        rows = [("  PART", "RANK", "OF", "KIND", "SIZE", "STATE", "RUN")]
         for p in s["parts"]:
             state = p["state"] + (f": {p['why']}" if p["why"] else "")
-            rows.append((p["name"], "-" if p["rank"] is None else str(p["rank"]), str(p["ranks"] or "-"),
-                         _human(p["bytes"]), state, p["run"]))  # fmt: skip
+            kind = "-" if p.get("replica") is None else ("copy" if p["replica"] else "own")
+            rows.append(("  " + p["name"], "-" if p["rank"] is None else str(p["rank"]), str(p["ranks"] or "-"), kind,
+                         _iec_bytes(p["bytes"]), state, p["run"]))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        for r in rows:
-            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        out += ["".join(c.ljust(w + 2) for c, w in zip(r, widths)) + r[-1] for r in rows]
     if doc["other"]:
-        print(f"not the manager's (left alone): {', '.join(doc['other'])}")
-    return 0
+        out.append(f"not the manager's (left alone): {', '.join(doc['other'])}")
+    return "".join(line + "\n" for line in out)
+
+
+def _iec_bytes(n: int) -> str:
+    """Sizes as the Go CLI's humanBytes writes them: "512 B", "4.4 KiB"."""
+    if n < 1024:
+        return f"{n} B"
+    div, exp, m = 1024, 0, n // 1024
+    while m >= 1024 and exp < 5:
+        div, exp, m = div * 1024, exp + 1, m // 1024
+    return f"{n / div:.1f} {'KMGTPE'[exp]}iB"
 
 
 def _parser() -> argparse.ArgumentParser:

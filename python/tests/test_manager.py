@@ -10,6 +10,7 @@ DCKPT_TEST_MANAGER_LONG=1 adds longer runs (many steps, larger states).
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -329,6 +330,30 @@ def copy_job(golden, tmp_path):
     root = tmp_path / "job"
     shutil.copytree(golden, root)
     return root
+
+
+def test_tiers_shows_each_nodes_parts_and_replicas(twenty_steps, tmp_path):
+    """`python -m distckpt tiers` on the two nodes' tiers of the golden job: the two newest steps, complete, each
+    node holding its ranks' parts and the replicas of the other node's, so either node alone could restore them."""
+    root = copy_job(twenty_steps, tmp_path)
+    for node, own in (("node0", {0, 1}), ("node1", {2, 3})):
+        p = subprocess.run([sys.executable, "-m", "distckpt", "tiers", "--json", root / node], capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert [s["step"] for s in doc["steps"]] == [STEPS - 1, STEPS] and doc["other"] == [], doc
+        runs = set()
+        for s in doc["steps"]:
+            assert s["complete"] and s["restorable_here"] and not s["abandoned"], (node, s)
+            assert sorted(m["rank"] for m in s["markers"]) == sorted(own), (node, s)
+            assert [(p["rank"], p["ranks"], p["state"], p["replica"]) for p in s["parts"]] == [
+                (r, 4, "complete", r not in own) for r in range(4)
+            ], (node, s)
+            runs |= {p["run"] for p in s["parts"]} | {m["run"] for m in s["markers"]} | {s["restorable_run"]}
+        assert len(runs) == 1 and "" not in runs, runs  # one run wrote all of it
+        p = subprocess.run([sys.executable, "-m", "distckpt", "tiers", "--prune-abandoned", root / node],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert p.returncode == 0 and p.stdout == f"nothing abandoned in {root / node}\n", p.stdout + p.stderr
 
 
 def test_a_node_lost_after_a_step_is_restored_from_its_peers(twenty_steps, tmp_path):
