@@ -1075,8 +1075,8 @@ typedef int (*dckpt_text_fn)(const char *text, size_t size, void *user_data);
  * when `dir` is missing; DCKPT_EINVAL when it is not a manager's tier. */
 DCKPT_API int dckpt_tiers_describe(const char *dir, dckpt_text_fn out, void *user_data);
 /* Removes what dckpt_tiers_describe calls abandoned at `dir`: staging directories whose writer is gone, and steps
- * with no completion marker, nothing in progress and a newer complete step beside them; never a complete step, nothing
- * in progress, nothing reached through a link, no name the manager does not write. `removed` (may be NULL) is told
+ * with no completion marker and nothing in progress of which the run that wrote them marked a newer step complete;
+ * never a step with a marker, nothing in progress, nothing reached through a link, no name the manager does not write. `removed` (may be NULL) is told
  * each path first; non-zero stops with DCKPT_EUSER. dry_run != 0 removes nothing but reports what it would. */
 DCKPT_API int dckpt_tiers_prune_abandoned(const char *dir, int dry_run, dckpt_removed_fn removed, void *user_data);
 
