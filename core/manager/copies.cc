@@ -178,13 +178,7 @@ Status CheckpointManager::CopyParts(const Again& again, Status* outcome) {
       Status closed = it->second->Close();
       if (inc.st.ok()) inc.st = closed;
     }
-    if (inc.st.ok()) inc.st = local_->RemoveAll(inc.staging_dir + "/" + kStagingMarkerName);
-    if (inc.st.ok()) inc.st = local_->SyncDir(inc.staging_dir);
-    if (inc.st.ok()) {
-      Status gone = local_->RemoveAll(inc.final_dir);  // a damaged copy, if any
-      inc.st = gone.ok() ? local_->Rename(inc.staging_dir, inc.final_dir) : gone;
-    }
-    if (inc.st.ok()) inc.st = local_->SyncDir(StepDir(again.step));
+    if (inc.st.ok()) inc.st = CommitReceivedPart(local_, inc.staging_dir, inc.final_dir, StepDir(again.step));
     if (!inc.st.ok()) {
       (void)local_->RemoveAll(inc.staging_dir);
       if (result.ok())

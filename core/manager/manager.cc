@@ -776,14 +776,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
       Status closed = f->Close();
       if (inc.st.ok()) inc.st = closed;
     }
-    if (inc.st.ok()) inc.st = local_->RemoveAll(inc.staging_dir + "/" + kStagingMarkerName);
-    if (inc.st.ok()) inc.st = local_->SyncDir(inc.staging_dir);
-    if (inc.st.ok()) {
-      // A replica of an earlier run of this step is replaced.
-      Status gone = local_->RemoveAll(inc.final_dir);
-      inc.st = gone.ok() ? local_->Rename(inc.staging_dir, inc.final_dir) : gone;
-    }
-    if (inc.st.ok()) inc.st = local_->SyncDir(StepDir(job.step));
+    if (inc.st.ok()) inc.st = CommitReceivedPart(local_, inc.staging_dir, inc.final_dir, StepDir(job.step));
     if (inc.st.ok()) *held += total[src];
     if (!inc.st.ok()) {
       (void)local_->RemoveAll(inc.staging_dir);

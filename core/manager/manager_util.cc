@@ -40,6 +40,15 @@ bool ParseNumbered(const std::string& name, const char* prefix, size_t digits, u
   return true;
 }
 
+Status CommitReceivedPart(Storage* storage, const std::string& staging_dir, const std::string& final_dir,
+                          const std::string& step_dir) {
+  DCKPT_RETURN_IF_ERROR(storage->RemoveAll(staging_dir + "/" + kStagingMarkerName));
+  DCKPT_RETURN_IF_ERROR(storage->SyncDir(staging_dir));
+  DCKPT_RETURN_IF_ERROR(storage->RemoveAll(final_dir));
+  DCKPT_RETURN_IF_ERROR(storage->Rename(staging_dir, final_dir));
+  return storage->SyncDir(step_dir);
+}
+
 Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::string* out) {
   const size_t at = out->size();
   out->resize(at + size);

@@ -20,6 +20,11 @@ std::string CompleteName(uint32_t rank);
 // Parses "<prefix><digits>" (exactly `digits` digits).
 bool ParseNumbered(const std::string& name, const char* prefix, size_t digits, uint64_t* out);
 Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::string* out);
+/// Commits a part received under `staging_dir` (its STAGING marker inside) as `final_dir` in `step_dir`: the marker
+/// goes, the directory is made durable, a copy already at `final_dir` (an earlier run's, or a damaged one) is replaced
+/// by the rename, and the step directory is made durable.
+Status CommitReceivedPart(Storage* storage, const std::string& staging_dir, const std::string& final_dir,
+                          const std::string& step_dir);
 
 /// DCKPT_MANAGER_TRACE=1: the phases of a step's background work or of a restore, timed, as one line on stderr when
 /// the trace goes ("dckpt manager trace: <what>: <phase> <ms> ms ...").
