@@ -311,4 +311,10 @@ def last_collective_rank(rank, world, root, mode):
     if mode == "save":
         distckpt.save(state, f"{root}/ckpt", comm=distckpt.comm.from_torch())
     else:
+        for t in state.values():
+            t.zero_()
         distckpt.load(state, f"{root}/ckpt", comm=distckpt.comm.from_torch())
+        # Both ranks saved a whole "w": a replicated tensor, written once (rank 0's).
+        assert torch.equal(state["w"], torch.arange(1000, dtype=torch.float32)), "w read back wrong"
+        assert torch.equal(state["b"], torch.ones(10)), "b read back wrong"
+    print(f"rank {rank}: {mode} done", flush=True)

@@ -4,6 +4,7 @@ distckpt.comm.from_torch, and importing a checkpoint written by torch.distribute
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -167,12 +168,17 @@ def test_a_program_whose_last_collective_is_distckpts_exits_cleanly(tmp_path):
     """torch's gloo thread drops a collective's tensors after the call returns; once the Python objects were gone,
     it freed them itself, taking the GIL during interpreter shutdown, and the process aborted ("terminate called
     without an active exception"; 4 of 20 two-rank saves on this machine). distckpt now holds them until torch lets
-    go (distckpt._tensor_keeper). 15 save-then-load rounds of two ranks: 30 programs, none may abort."""
+    go (distckpt._tensor_keeper). 15 save-then-load rounds of two ranks: 30 programs.
+
+    torch's own teardown still aborts now and then with no distckpt in the program at all: 5 of 40 two-rank rounds of
+    init_process_group, one all_gather and one broadcast, against 0 of 140 rounds of this test's save here (2026-11-29,
+    torch 2.15) and 1 of 30 programs on a loaded CI host. So up to 2 of the 30 may abort; with the bug (about one
+    program in five) 3 or more do in 19 runs of 20."""
     from conftest import TESTS_DIR  # noqa: PLC0415
 
     env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}  # fmt: skip
-    failures = []
+    failures, aborted = [], []
     for round_ in range(15):
         root = tmp_path / f"r{round_}"
         root.mkdir()
@@ -182,6 +188,14 @@ def test_a_program_whose_last_collective_is_distckpts_exits_cleanly(tmp_path):
                                       stderr=subprocess.STDOUT, text=True) for rank in range(2)]  # fmt: skip
             for rank, p in enumerate(procs):
                 out, _ = p.communicate(timeout=120)
-                if p.returncode != 0:
-                    failures.append(f"round {round_} {mode} rank {rank}: exit {p.returncode}: {out[-400:]}")
+                if p.returncode == 0:
+                    continue
+                line = f"round {round_} {mode} rank {rank}: exit {p.returncode}: {out[-400:]}"
+                # An abort after the work was done and checked (a load compares every value) is the teardown's.
+                done = f"rank {rank}: {mode} done" in out
+                if p.returncode == -signal.SIGABRT and done and "terminate called without an active exception" in out:
+                    aborted.append(line)
+                else:
+                    failures.append(line)
     assert failures == [], "\n".join(failures)
+    assert len(aborted) <= 2, f"{len(aborted)} of 30 programs aborted at exit:\n" + "\n".join(aborted)
