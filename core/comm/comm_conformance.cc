@@ -122,6 +122,56 @@ class Checker {
     if (!st.ok()) return Failed("sendrecv_into", st);
     if (target != "#" + want + "#")
       return Fail("sendrecv_into", "the bytes from rank " + std::to_string(prev) + " are not its message, in place");
+    return SeveralInto();
+  }
+
+  // SendRecvInto with several messages to one peer (one of them empty, one large): each lands in its own place, the
+  // k-th send matched with the peer's k-th receive; and the ring's other way at once (two peers, several each).
+  Status SeveralInto() {
+    const int next = (me_ + 1) % n_, prev = (me_ + n_ - 1) % n_;
+    auto message = [&](int from, int to, int k) {
+      const size_t len = k == 1 ? 0 : k == 2 ? o_.large_bytes : static_cast<size_t>(from * 7 + to * 3 + k + 1);
+      std::string m(len, '\0');
+      for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<char>(from * 31 + to * 7 + k * 13 + i);
+      return m;
+    };
+    constexpr int kMessages = 4;
+    std::vector<std::string> out;  // to next, then (n > 2) to prev
+    std::vector<std::pair<int, std::string_view>> sends;
+    std::vector<std::string> want, target;
+    std::vector<Communicator::RecvInto> recvs;
+    const std::vector<int> peers = n_ > 2 ? std::vector<int>{next, prev} : std::vector<int>{next};
+    out.reserve(peers.size() * kMessages);
+    for (int to : peers) {
+      for (int k = 0; k < kMessages; ++k) out.push_back(message(me_, to, k));
+    }
+    for (size_t i = 0; i < out.size(); ++i) sends.emplace_back(peers[i / kMessages], out[i]);
+    // From prev (it sends to its next, us) and, with more than two ranks, from next (its prev is us).
+    const std::vector<int> from = n_ > 2 ? std::vector<int>{prev, next} : std::vector<int>{prev};
+    for (int f : from) {
+      for (int k = 0; k < kMessages; ++k) want.push_back(message(f, me_, k));
+    }
+    target.reserve(want.size());
+    for (const std::string& w : want) target.push_back(std::string(w.size() + 2, '#'));
+    for (size_t i = 0; i < want.size(); ++i) recvs.push_back({from[i / kMessages], &target[i][1], want[i].size()});
+    // Interleave the sends of the two peers: the order that matters is per peer.
+    if (peers.size() == 2) {
+      std::vector<std::pair<int, std::string_view>> mixed;
+      for (int k = 0; k < kMessages; ++k) {
+        mixed.push_back(sends[k]);
+        mixed.push_back(sends[kMessages + k]);
+      }
+      sends = mixed;
+    }
+    Status st = c_->SendRecvInto(sends, recvs, o_.timeout);
+    if (!st.ok()) return Failed("sendrecv_into (several to one peer)", st);
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (target[i] != "#" + want[i] + "#") {
+        return Fail("sendrecv_into (several to one peer)", "message " + std::to_string(i % kMessages) + " from rank " +
+                                                               std::to_string(from[i / kMessages]) +
+                                                               " is not in its place");
+      }
+    }
     return OkStatus();
   }
 

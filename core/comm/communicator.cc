@@ -1,7 +1,7 @@
 #include "core/comm/communicator.h"
 
-#include <algorithm>
 #include <cstring>
+#include <map>
 
 namespace distckpt {
 
@@ -37,14 +37,38 @@ Status Communicator::SendRecv(const std::vector<std::pair<int, std::string_view>
 
 Status Communicator::SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends,
                                   const std::vector<RecvInto>& recvs, std::chrono::milliseconds timeout) {
-  std::vector<std::string> got(recvs.size());
+  // Several messages to one peer travel as one: each message's size (8 bytes, little-endian), then its bytes, in order.
+  std::map<int, std::string> out;
+  for (const auto& [peer, bytes] : sends) {
+    std::string& m = out[peer];
+    char len[8];
+    for (int b = 0; b < 8; ++b) len[b] = static_cast<char>((static_cast<uint64_t>(bytes.size()) >> (8 * b)) & 0xff);
+    m.append(len, 8);
+    m.append(bytes.data(), bytes.size());
+  }
+  std::vector<std::pair<int, std::string_view>> framed_sends(out.begin(), out.end());
+  std::map<int, std::string> in;
+  for (const auto& r : recvs) in[r.peer];
   std::vector<std::pair<int, std::string*>> into;
-  into.reserve(recvs.size());
-  for (size_t i = 0; i < recvs.size(); ++i) into.emplace_back(recvs[i].peer, &got[i]);
-  DCKPT_RETURN_IF_ERROR(SendRecv(sends, into, timeout));
-  for (size_t i = 0; i < recvs.size(); ++i) DCKPT_RETURN_IF_ERROR(CheckReceivedSize(recvs[i], got[i].size()));
-  for (size_t i = 0; i < recvs.size(); ++i) {
-    if (!got[i].empty()) std::memcpy(recvs[i].data, got[i].data(), got[i].size());
+  for (auto& [peer, buf] : in) into.emplace_back(peer, &buf);
+  DCKPT_RETURN_IF_ERROR(SendRecv(framed_sends, into, timeout));
+  std::map<int, size_t> at;
+  for (const auto& r : recvs) {
+    const std::string& m = in[r.peer];
+    size_t& pos = at[r.peer];
+    if (m.size() - pos < 8) {  // the peer sent fewer messages: this one is empty
+      DCKPT_RETURN_IF_ERROR(CheckReceivedSize(r, 0));
+      continue;
+    }
+    uint64_t len = 0;
+    for (int b = 0; b < 8; ++b) len |= static_cast<uint64_t>(static_cast<unsigned char>(m[pos + b])) << (8 * b);
+    pos += 8;
+    if (len > m.size() - pos) {
+      return Internal("sendrecv: a malformed framed message from rank " + std::to_string(r.peer));
+    }
+    DCKPT_RETURN_IF_ERROR(CheckReceivedSize(r, len));
+    if (len) std::memcpy(r.data, m.data() + pos, len);
+    pos += len;
   }
   return OkStatus();
 }

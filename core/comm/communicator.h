@@ -58,8 +58,10 @@ class Communicator {
   /// As SendRecv, but each message is received into caller memory of the size the caller expects (a file's mapping,
   /// the place the bytes belong), so that bytes moved between ranks are not copied again on arrival. A message of
   /// another size is kInternal naming the peer and both sizes, and nothing is written past `size` (what was written
-  /// before then is unspecified). Backends that move bytes between two ranks directly (Gloo) receive straight into
-  /// `data`; the default receives through SendRecv and copies.
+  /// before then is unspecified). Unlike SendRecv, a rank may send several messages to one peer in one call: the k-th
+  /// send to a peer is the peer's k-th receive from this rank (so the peer lists as many receives from it, in order),
+  /// and they are all in flight at once. Backends that move bytes between two ranks directly (Gloo) receive straight
+  /// into `data`; the default receives through SendRecv (several messages to one peer framed as one) and copies.
   virtual Status SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends,
                               const std::vector<RecvInto>& recvs, std::chrono::milliseconds timeout);
 

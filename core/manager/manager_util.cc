@@ -58,7 +58,23 @@ Status CopyRange(const ReadableFile& from, uint64_t offset, uint64_t size, std::
 PhaseTrace::PhaseTrace(std::string what) : on_(std::getenv("DCKPT_MANAGER_TRACE") != nullptr), what_(std::move(what)) {}
 
 PhaseTrace::~PhaseTrace() {
-  if (on_) std::fprintf(stderr, "dckpt manager trace: %s:%s\n", what_.c_str(), line_.c_str());
+  if (!on_) return;
+  for (const auto& [part, total] : parts_) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " [%s %.1f ms x%llu]", part.c_str(), total.first,
+                  static_cast<unsigned long long>(total.second));
+    line_ += buf;
+  }
+  std::fprintf(stderr, "dckpt manager trace: %s:%s\n", what_.c_str(), line_.c_str());
+}
+
+void PhaseTrace::Add(const char* part, std::chrono::steady_clock::time_point since) {
+  if (!on_) return;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& total = parts_[part];
+  total.first += ms;
+  ++total.second;
 }
 
 namespace {

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/base/status.h"
@@ -36,10 +38,16 @@ class PhaseTrace {
   explicit PhaseTrace(std::string what);
   ~PhaseTrace();
   void Mark(const char* phase);
+  /// Adds the time since `since` to the running total of `part` (any thread): parts of a phase, printed after the
+  /// phases as "[part <ms> ms xN]".
+  void Add(const char* part, std::chrono::steady_clock::time_point since);
+  bool on() const { return on_; }
 
  private:
   bool on_;
   std::string what_, line_;
+  std::mutex mu_;
+  std::map<std::string, std::pair<double, uint64_t>> parts_;
   std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
 };
 

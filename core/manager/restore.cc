@@ -570,7 +570,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   std::vector<std::string> all;
   DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &all, options_.timeout));
   // Each (server, requester) stream: its requests in the requester's order, cut into segments of at most
-  // exchange_round_bytes, one segment of every stream per round (each received in place).
+  // exchange_round_bytes, and the segments into rounds of at most that many bytes per stream (at least one segment):
+  // the segments of a round are all in flight at once, each received in place.
   struct Segment {
     uint32_t part;
     std::string file;
@@ -578,7 +579,8 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     size_t range;  // the requester's range it fills
   };
   const uint64_t rb = options_.exchange_round_bytes;
-  std::map<std::pair<int, int>, std::vector<Segment>> pairs;  // (server, requester) -> segments, in order
+  // (server, requester) -> rounds of segments, in order
+  std::map<std::pair<int, int>, std::vector<std::vector<Segment>>> pairs;
   std::vector<Status> prepared(size);
   for (int q = 0; q < size; ++q) {
     WireReader rd(all[q]);
@@ -590,9 +592,13 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
       ok = rd.Var(&server) && rd.Var(&part) && rd.Str(&file) && rd.Var(&lo) && rd.Var(&hi) &&
            server < static_cast<uint64_t>(size) && static_cast<int>(server) != q && part < ranks && hi >= lo &&
            IsValidFileName(file);
-      auto& segs = pairs[{static_cast<int>(server), q}];
+      auto& stream = pairs[{static_cast<int>(server), q}];
       for (uint64_t at = lo; ok && at < hi; at += rb) {
-        segs.push_back({static_cast<uint32_t>(part), file, at, std::min(rb, hi - at), static_cast<size_t>(i)});
+        const uint64_t len = std::min(rb, hi - at);
+        uint64_t in_round = 0;
+        for (const Segment& s : stream.empty() ? std::vector<Segment>{} : stream.back()) in_round += s.n;
+        if (stream.empty() || in_round + len > rb) stream.emplace_back();
+        stream.back().push_back({static_cast<uint32_t>(part), file, at, len, static_cast<size_t>(i)});
       }
     }
     if (!ok) return Internal("restore: malformed request from rank " + std::to_string(q));
@@ -677,10 +683,14 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
         ld.batches.pop_front();
         ld.busy = true;
       }
+      auto t_load = std::chrono::steady_clock::now();
       Status loaded = ld.st.ok() ? load_batch(batch) : OkStatus();  // after a failure the rest is not loaded
+      trace.Add("load", t_load);
+      t_load = std::chrono::steady_clock::now();
       for (size_t j = 0; j < directs.size() && loaded.ok(); ++j) {
         if (std::find(batch.begin(), batch.end(), directs[j].entry) != batch.end()) loaded = verify_direct(directs[j]);
       }
+      trace.Add("verify", t_load);
       std::lock_guard<std::mutex> lock(ld.mu);
       if (ld.st.ok() && !loaded.ok()) ld.st = loaded;
       // Ranges whose every entry is loaded give their memory back.
@@ -715,69 +725,79 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   // verification refuses them, and the restore fails naming this rank's error).
   std::map<std::string, std::unique_ptr<ReadableFile>> open;
   Status serve_st = OkStatus();
-  std::map<int, std::string> outgoing;
   Status fetch_st = OkStatus();
   for (size_t round = 0; round < rounds && fetch_st.ok(); ++round) {
     std::vector<std::pair<int, std::string_view>> sends;
     std::vector<Communicator::RecvInto> recvs;
     std::vector<const Segment*> mine;
+    std::deque<std::string> outgoing;  // bytes a segment is sent from when the file cannot be mapped
     uint64_t incoming = 0;
-    for (const auto& [key, segs] : pairs) {
-      if (round >= segs.size()) continue;
+    for (const auto& [key, stream] : pairs) {
+      if (round >= stream.size()) continue;
       const auto [server, requester] = key;
-      const Segment& seg = segs[round];
-      if (requester == me) {
-        const Range& r = ranges[seg.range];
-        char* at = r.dest ? r.dest + (seg.lo - r.lo) : files[r.file].fetched->data() + seg.lo;
-        recvs.push_back({server, at, static_cast<size_t>(seg.n)});
-        mine.push_back(&seg);
-        if (!r.dest) incoming += seg.n;
-      }
-      if (server != me) continue;
-      std::string_view view;
-      std::string& chunk = outgoing[requester];
-      if (serve_st.ok()) {
-        const std::string path = PartDir(step, seg.part) + "/" + seg.file;
-        auto& f = open[path];
-        if (!f) {
-          auto opened = local_->OpenFile(path);
-          if (opened.ok()) f = std::move(opened).value();
-          else serve_st = opened.status();
+      for (const Segment& seg : stream[round]) {
+        if (requester == me) {
+          const Range& r = ranges[seg.range];
+          char* at = r.dest ? r.dest + (seg.lo - r.lo) : files[r.file].fetched->data() + seg.lo;
+          recvs.push_back({server, at, static_cast<size_t>(seg.n)});
+          mine.push_back(&seg);
+          if (!r.dest) incoming += seg.n;
         }
-        if (f && seg.lo <= f->size() && seg.n <= f->size() - seg.lo) {
-          const char* base = f->Map();
-          if (base && f->Populate(seg.lo, seg.n).ok()) {
-            view = std::string_view(base + seg.lo, seg.n);
-          } else {
-            chunk.clear();
-            serve_st = CopyRange(*f, seg.lo, seg.n, &chunk);
-            view = chunk;
+        if (server != me) continue;
+        std::string_view view;
+        std::string& chunk = outgoing.emplace_back();
+        if (serve_st.ok()) {
+          const std::string path = PartDir(step, seg.part) + "/" + seg.file;
+          auto& f = open[path];
+          if (!f) {
+            auto opened = local_->OpenFile(path);
+            if (opened.ok()) f = std::move(opened).value();
+            else serve_st = opened.status();
           }
-        } else if (f) {
-          serve_st = Corrupt("'" + path + "' is " + std::to_string(f->size()) + " bytes, shorter than the " +
-                             std::to_string(seg.lo + seg.n) + " asked of it");
+          if (f && seg.lo <= f->size() && seg.n <= f->size() - seg.lo) {
+            const char* base = f->Map();
+            const auto t_populate = std::chrono::steady_clock::now();
+            const bool populated = base && f->Populate(seg.lo, seg.n).ok();
+            trace.Add("populate", t_populate);
+            if (populated) {
+              view = std::string_view(base + seg.lo, seg.n);
+            } else {
+              chunk.clear();
+              serve_st = CopyRange(*f, seg.lo, seg.n, &chunk);
+              view = chunk;
+            }
+          } else if (f) {
+            serve_st = Corrupt("'" + path + "' is " + std::to_string(f->size()) + " bytes, shorter than the " +
+                               std::to_string(seg.lo + seg.n) + " asked of it");
+          }
         }
+        if (!serve_st.ok()) {
+          chunk.assign(seg.n, '\0');
+          view = chunk;
+        }
+        sends.emplace_back(requester, view);
       }
-      if (!serve_st.ok()) {
-        chunk.assign(seg.n, '\0');
-        view = chunk;
-      }
-      sends.emplace_back(requester, view);
     }
     {
       // Back-pressure on this rank's own fetching: wait for the loads of earlier rounds while too much is held.
+      const auto t_wait = std::chrono::steady_clock::now();
       std::unique_lock<std::mutex> lock(ld.mu);
       ld.cv.wait(lock,
                  [&] { return ld.held + incoming <= hold_limit || (ld.batches.empty() && !ld.busy) || !ld.st.ok(); });
       ld.held += incoming;
+      trace.Add("wait-loads", t_wait);
     }
+    const auto t_exchange = std::chrono::steady_clock::now();
     fetch_st = comm_->SendRecvInto(sends, recvs, options_.timeout);
+    trace.Add(recvs.empty() ? "send" : sends.empty() ? "receive" : "send+receive", t_exchange);
     if (!fetch_st.ok()) break;
     // What was sent from a part file's mapping leaves this process's resident set (the pages stay cached).
-    for (const auto& [key, segs] : pairs) {
-      if (key.first != me || round >= segs.size()) continue;
-      auto it = open.find(PartDir(step, segs[round].part) + "/" + segs[round].file);
-      if (it != open.end() && it->second) it->second->ReleaseMapped(segs[round].lo, segs[round].n);
+    for (const auto& [key, stream] : pairs) {
+      if (key.first != me || round >= stream.size()) continue;
+      for (const Segment& seg : stream[round]) {
+        auto it = open.find(PartDir(step, seg.part) + "/" + seg.file);
+        if (it != open.end() && it->second) it->second->ReleaseMapped(seg.lo, seg.n);
+      }
     }
     {
       std::lock_guard<std::mutex> lock(ld.mu);
@@ -802,7 +822,9 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
     ld.done = true;
   }
   ld.cv.notify_all();
+  const auto t_join = std::chrono::steady_clock::now();
   loader.join();
+  trace.Add("join-loader", t_join);
   DCKPT_RETURN_IF_ERROR(fetch_st);  // the communicator failed: the ranks cannot agree on anything more
   trace.Mark("fetch+load");
   if (st.ok()) st = ld.st;

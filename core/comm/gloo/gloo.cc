@@ -167,8 +167,12 @@ static_assert(sizeof(Header) == 32, "the header is sent as raw bytes");
 
 // Each collective uses its own two slots, derived from a counter every rank advances identically, so messages of
 // different collectives can never be confused and slots are never reused.
-uint64_t HeaderSlot(uint64_t seq) { return seq << 1; }
-uint64_t PayloadSlot(uint64_t seq) { return (seq << 1) | 1; }
+// Message k > 0 of a collective to the same peer (SendRecvInto's further messages) has its own two slots above bit 48
+// (the counter stays far below 2^47).
+uint64_t HeaderSlot(uint64_t seq, int k = 0) { return (seq << 1) | (static_cast<uint64_t>(k) << 48); }
+uint64_t PayloadSlot(uint64_t seq, int k = 0) { return (seq << 1) | 1 | (static_cast<uint64_t>(k) << 48); }
+// At most this many messages to one peer in one collective.
+constexpr int kMaxMessagesPerPeer = 1 << 14;
 // Never sent to: a receive posted on it stays queued until its connection fails (see Group::PeerFailed).
 constexpr uint64_t kSentinelSlot = ~uint64_t{0};
 // How often a wait checks whether its peer's connection has failed underneath it.
@@ -222,11 +226,17 @@ struct Group {
 // ---------------------------------------------------------------------------------------------------------------
 // Exchange: the point-to-point operations of one collective on one rank, and the bookkeeping that turns their
 // failures into one Status naming the ranks at fault. Every operation is tied to a peer, so whichever wait times out
-// or throws, we know which rank we were waiting for. Buffers destroyed with an operation still pending are dropped
+// or throws, we know which rank we were waiting for. A collective that sends several messages to one peer
+// (SendRecvInto) has `per_peer` channels per peer: channel k * size + peer carries message k; the methods' `peer` is a
+// channel, which is the rank itself for message 0. Buffers destroyed with an operation still pending are dropped
 // by Gloo (its pairs hold weak references); the communicator closes its connections first whenever that can happen.
 class Exchange {
  public:
-  Exchange(Group& group, const Call& call) : g_(group), call_(call), peers_(group.size) {}
+  Exchange(Group& group, const Call& call, int per_peer = 1)
+      : g_(group), call_(call), peers_(static_cast<size_t>(group.size) * static_cast<size_t>(per_peer)) {}
+
+  /// The channel of message k to or from `rank`.
+  int Channel(int rank, int k) const { return k * g_.size + rank; }
 
   /// Adds a note shown after `peer` in errors, e.g. "relaying the broadcast from rank 3".
   void SetNote(int peer, std::string note) { peers_[peer].note = std::move(note); }
@@ -249,11 +259,11 @@ class Exchange {
     bool ok = CatchGloo(
         [&] {
           p.out_hdr_buf = g_.context->createUnboundBuffer(&p.out_hdr, sizeof(Header));
-          p.out_hdr_buf->send(peer, HeaderSlot(call_.seq));
+          p.out_hdr_buf->send(RankOf(peer), HeaderSlot(call_.seq, KOf(peer)));
           if (!payload.empty()) {
             // Gloo only reads from a buffer it sends.
             p.out_data_buf = g_.context->createUnboundBuffer(const_cast<char*>(payload.data()), payload.size());
-            p.out_data_buf->send(peer, PayloadSlot(call_.seq));
+            p.out_data_buf->send(RankOf(peer), PayloadSlot(call_.seq, KOf(peer)));
           }
         },
         &error);
@@ -267,7 +277,7 @@ class Exchange {
     bool ok = CatchGloo(
         [&] {
           p.in_hdr_buf = g_.context->createUnboundBuffer(&p.in_hdr, sizeof(Header));
-          p.in_hdr_buf->recv(peer, HeaderSlot(call_.seq));
+          p.in_hdr_buf->recv(RankOf(peer), HeaderSlot(call_.seq, KOf(peer)));
         },
         &error);
     if (!ok) RecordFailure(peer, Outcome::kFailed, error, /*arrival=*/true);
@@ -286,7 +296,7 @@ class Exchange {
     Peer& p = peers_[peer];
     if (p.failed || !p.in_hdr_buf) return false;
     std::string error;
-    Outcome o = Wait(p.in_hdr_buf.get(), /*recv=*/true, peer, Deadline(deadline), &error);
+    Outcome o = Wait(p.in_hdr_buf.get(), /*recv=*/true, RankOf(peer), Deadline(deadline), &error);
     if (o != Outcome::kDone) {
       RecordFailure(peer, o, error, /*arrival=*/true);
       return false;
@@ -296,7 +306,7 @@ class Exchange {
       p.failed = true;
       if (mismatch_.empty()) {
         mismatch_ = "collective mismatch at " + call_.Describe() + ": this rank (" + g_.Who() + ") called " +
-                    call_.Name() + " but rank " + std::to_string(peer) + " sent " +
+                    call_.Name() + " but rank " + std::to_string(RankOf(peer)) + " sent " +
                     (h.magic == kMagic ? OpName(h.op, h.root) + " #" + std::to_string(h.seq)
                                        : std::string("a message that is not from distckpt")) +
                     "; every rank must call the same collectives in the same order";
@@ -318,7 +328,7 @@ class Exchange {
           [&] {
             p.in_data_buf = in_place ? g_.context->createUnboundBuffer(into->data, into->size)
                                      : g_.context->createUnboundBuffer(&(*dst)[0], dst->size());
-            p.in_data_buf->recv(peer, PayloadSlot(call_.seq));
+            p.in_data_buf->recv(RankOf(peer), PayloadSlot(call_.seq, KOf(peer)));
           },
           &error);
       if (!ok) {
@@ -330,7 +340,7 @@ class Exchange {
     if (p.upstream_abort) {
       AwaitPayload(peer, deadline);
       p.failed = true;
-      upstream_.push_back({peer, p.abort_message});
+      upstream_.push_back({RankOf(peer), p.abort_message});
       return false;
     }
     return true;
@@ -342,7 +352,7 @@ class Exchange {
     if (!p.payload_pending) return !p.failed;
     p.payload_pending = false;
     std::string error;
-    Outcome o = Wait(p.in_data_buf.get(), /*recv=*/true, peer, Deadline(deadline), &error);
+    Outcome o = Wait(p.in_data_buf.get(), /*recv=*/true, RankOf(peer), Deadline(deadline), &error);
     if (o != Outcome::kDone) {
       RecordFailure(peer, o, error, /*arrival=*/false);
       return false;
@@ -352,8 +362,9 @@ class Exchange {
 
   /// Waits for every receive and send still in flight, then reports the outcome of the whole collective.
   Status Finish() {
-    for (int peer = 0; peer < g_.size; ++peer) AwaitPayload(peer);
-    for (int peer = 0; peer < g_.size; ++peer) AwaitSend(peer);
+    const int channels = static_cast<int>(peers_.size());
+    for (int ch = 0; ch < channels; ++ch) AwaitPayload(ch);
+    for (int ch = 0; ch < channels; ++ch) AwaitSend(ch);
     return Summary();
   }
 
@@ -392,6 +403,9 @@ class Exchange {
 
  private:
   enum class Outcome { kDone, kTimedOut, kFailed };
+
+  int RankOf(int channel) const { return channel % g_.size; }
+  int KOf(int channel) const { return channel / g_.size; }
 
   struct Peer {
     Header out_hdr;
@@ -452,15 +466,19 @@ class Exchange {
   }
 
   // `arrival`: the operation was the receive of a peer's header, i.e. the sign that the peer reached the collective.
-  void RecordFailure(int peer, Outcome o, const std::string& error, bool arrival) {
-    Peer& p = peers_[peer];
+  void RecordFailure(int channel, Outcome o, const std::string& error, bool arrival) {
+    Peer& p = peers_[channel];
     if (p.failed) return;
     p.failed = true;
     p.payload_pending = false;
+    const int peer = RankOf(channel);
     if (o == Outcome::kFailed && !gave_up_) {
-      lost_.push_back({peer, error});
+      if (std::none_of(lost_.begin(), lost_.end(), [&](const Failure& f) { return f.peer == peer; })) {
+        lost_.push_back({peer, error});
+      }
       return;
     }
+    if (std::find(timed_out_.begin(), timed_out_.end(), peer) != timed_out_.end()) return;
     // Timed out, or failed after this rank gave up (its own probes close its connections): the peer had not done
     // its part by the deadline. The first such peer is the one this rank was waiting for. After that, only ranks
     // that never arrived are at fault; an unfinished transfer with a rank that did arrive is collateral.
@@ -474,7 +492,7 @@ class Exchange {
     for (UnboundBuffer* buf : {p.out_hdr_buf.get(), p.out_data_buf.get()}) {
       if (buf == nullptr) continue;
       std::string error;
-      Outcome o = Wait(buf, /*recv=*/false, peer, p.send_deadline, &error, /*force=*/p.forward);
+      Outcome o = Wait(buf, /*recv=*/false, RankOf(peer), p.send_deadline, &error, /*force=*/p.forward);
       if (p.forward) {
         if (o != Outcome::kDone) return;
         continue;
@@ -494,7 +512,7 @@ class Exchange {
 
   Group& g_;
   const Call call_;
-  std::vector<Peer> peers_;  // Indexed by rank; never resized, since Gloo holds pointers into it.
+  std::vector<Peer> peers_;  // Indexed by channel; never resized, since Gloo holds pointers into it.
   bool gave_up_ = false;     // This rank's deadline passed.
   std::vector<int> timed_out_;
   std::vector<Failure> lost_;
@@ -588,19 +606,37 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  // As SendRecv; each payload is received straight into the caller's memory.
+  // As SendRecv; each payload is received straight into the caller's memory. The messages to one peer are all in
+  // flight at once, each on a channel of its own, matched in order with the peer's receives.
   Status SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends, const std::vector<RecvInto>& recvs,
                       Millis timeout) override {
     DCKPT_RETURN_IF_ERROR(CheckPeers(sends, recvs.size(), [&](size_t i) { return recvs[i].peer; }));
+    // Message k to (from) a peer is the k-th send to (receive from) it in the call.
+    std::vector<int> count(g_.size, 0);
+    std::vector<int> send_k(sends.size()), recv_k(recvs.size());
+    int per_peer = 1;
+    for (size_t i = 0; i < sends.size(); ++i) per_peer = std::max(per_peer, (send_k[i] = count[sends[i].first]++) + 1);
+    std::fill(count.begin(), count.end(), 0);
+    for (size_t i = 0; i < recvs.size(); ++i) per_peer = std::max(per_peer, (recv_k[i] = count[recvs[i].peer]++) + 1);
+    if (per_peer > kMaxMessagesPerPeer) {
+      return InvalidArgument("gloo: sendrecv on " + g_.Who() + ": " + std::to_string(per_peer) +
+                             " messages to or from one peer in one call (at most " +
+                             std::to_string(kMaxMessagesPerPeer) + ")");
+    }
     Call call;
     DCKPT_RETURN_IF_ERROR(Begin(Op::kSendRecv, -1, timeout, &call));
     // A payload of the wrong size lands in a scratch string of its peer's (received, then refused).
     std::vector<std::string> scratch(recvs.size());
-    return Run(call, [&](Exchange& x) {
-      for (const auto& s : sends) x.PostSend(s.first, s.second);
-      for (const auto& r : recvs) x.PostHeaderRecv(r.peer);
-      for (size_t i = 0; i < recvs.size(); ++i) x.AwaitHeaderInto(recvs[i].peer, &scratch[i], &recvs[i]);
-    });
+    return Run(
+        call,
+        [&](Exchange& x) {
+          for (size_t i = 0; i < sends.size(); ++i) x.PostSend(x.Channel(sends[i].first, send_k[i]), sends[i].second);
+          for (size_t i = 0; i < recvs.size(); ++i) x.PostHeaderRecv(x.Channel(recvs[i].peer, recv_k[i]));
+          for (size_t i = 0; i < recvs.size(); ++i) {
+            x.AwaitHeaderInto(x.Channel(recvs[i].peer, recv_k[i]), &scratch[i], &recvs[i]);
+          }
+        },
+        per_peer);
   }
 
   Status Broadcast(std::string* data, int root, Millis timeout) override {
@@ -691,12 +727,12 @@ class GlooCommunicator final : public Communicator {
   }
 
   template <typename Body>
-  Status Run(const Call& call, Body&& body) {
+  Status Run(const Call& call, Body&& body, int per_peer = 1) {
     SigpipeBlocker sigpipe;
     std::unique_ptr<Exchange> x;
     Status st;
     try {
-      x = std::make_unique<Exchange>(g_, call);
+      x = std::make_unique<Exchange>(g_, call, per_peer);
       body(*x);
       st = x->Finish();
     } catch (const std::bad_alloc&) {

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define DCKPT_GLOO_PLUGIN_ABI 2u
+#define DCKPT_GLOO_PLUGIN_ABI 3u
 /* The plugin's file name: the loader looks for it beside the binary that holds the core. */
 #define DCKPT_GLOO_PLUGIN_FILE "libdistckpt_gloo.so"
 /* The one symbol the plugin exports (a dckpt_gloo_plugin_entry_fn). */
@@ -102,7 +102,8 @@ typedef struct dckpt_gloo_plugin_api {
                    dckpt_gloo_plugin_bytes *message);
   /* Communicator::Abort; `reason` is never NULL. */
   void (*abort)(dckpt_gloo_plugin_comm *comm, const char *reason);
-  /* Communicator::SendRecvInto (ABI 2): each payload received straight into the host's memory. */
+  /* Communicator::SendRecvInto (ABI 2): each payload received straight into the host's memory. ABI 3: several
+   * messages to one peer in one call, matched in order (Communicator::SendRecvInto). */
   int (*send_recv_into)(dckpt_gloo_plugin_comm *comm, const dckpt_gloo_plugin_send *sends, size_t n_sends,
                         const dckpt_gloo_plugin_recv_into *recvs, size_t n_recvs, int64_t timeout_ms,
                         dckpt_gloo_plugin_bytes *message);

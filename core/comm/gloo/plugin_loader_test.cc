@@ -118,7 +118,7 @@ TEST(GlooPluginLoader, PluginOfAnotherVersionIsRefused) {
 TEST(GlooPluginLoader, PluginOfAnotherAbiIsRefused) {
   const std::string path = testing_util::Runfile("core/comm/gloo/libfake_gloo_plugin_other_abi.so");
   ASSERT_FALSE(path.empty()) << "the stand-in is not in the runfiles";
-  InChild([&] { return Refuses(path, StatusCode::kVersion, {path, "plugin ABI 99", "plugin ABI 2)"}); });
+  InChild([&] { return Refuses(path, StatusCode::kVersion, {path, "plugin ABI 99", "plugin ABI 3)"}); });
 }
 
 // Bad options fail as they do without the plugin: before it is looked for.
