@@ -612,8 +612,10 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
     w.Str(mine[i].name);
     w.Var(mine[i].size);
   }
+  PhaseTrace trace("rank " + std::to_string(me) + " replicating step " + std::to_string(job.step));
   std::vector<std::string> all;
   DCKPT_RETURN_IF_ERROR(comm_->AllGather(w.Take(), &all, options_.timeout));
+  trace.Mark("file-lists");
   std::vector<std::vector<FileInfo>> files(size);
   std::vector<uint64_t> total(size, 0);
   for (int r = 0; r < size; ++r) {
@@ -705,22 +707,25 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
   // Each round is received straight into one of two buffer sets (one per source, kept across rounds) and written to
   // the replicas' files by a writer beside the next round's exchange; a round's writer starts once the one before has
   // finished, so the set it reads is never the one being received into.
+  trace.Mark("setup");
   std::string chunk;
-  std::map<int, std::vector<char>> received[2];
+  auto& received = replica_buffers_;
   std::future<void> writing[2];
   auto write_round = [&](int set, uint64_t lo) {
+    const auto t_write = std::chrono::steady_clock::now();
     for (auto& [src, inc] : in) {
       if (total[src] <= lo || !inc.st.ok()) continue;
-      const std::vector<char>& got = received[set][src];
+      const char* got = received[set][src].data.get();
       const uint64_t hi = std::min(total[src], lo + rb);
       for (size_t i = 0; i < inc.out.size() && inc.st.ok(); ++i) {
         const uint64_t fs = inc.starts[i], fe = fs + files[src][i].size;
         if (fe <= lo || fs >= hi) continue;
         const uint64_t a = std::max(lo, fs), b = std::min(hi, fe);
-        inc.check->Feed(i, a - fs, got.data() + (a - lo), b - a);
-        inc.st = inc.out[i]->WriteAt(a - fs, got.data() + (a - lo), b - a);
+        inc.check->Feed(i, a - fs, got + (a - lo), b - a);
+        inc.st = inc.out[i]->WriteAt(a - fs, got + (a - lo), b - a);
       }
     }
+    trace.Add("check+write", t_write);
   };
   Status exchanged = OkStatus();
   for (uint64_t round = 0; round < rounds && exchanged.ok(); ++round) {
@@ -735,7 +740,9 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
         const uint64_t fs = starts[i], fe = fs + files[me][i].size;
         if (lo < fs || hi > fe) continue;
         const char* base = readers[i]->Map();
+        const auto t_populate = std::chrono::steady_clock::now();
         if (base && readers[i]->Populate(lo - fs, hi - lo).ok()) view = std::string_view(base + (lo - fs), hi - lo);
+        trace.Add("populate", t_populate);
         break;
       }
       if (send_st.ok() && view.data() == nullptr) {
@@ -754,20 +761,31 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
     std::vector<Communicator::RecvInto> recvs;
     for (int src : sources_) {
       if (total[src] <= lo) continue;
-      std::vector<char>& buf = received[set][src];
+      ReceiveBuffer& buf = received[set][src];
       const uint64_t n = std::min(total[src], lo + rb) - lo;
-      if (buf.size() < n) buf.resize(n);
-      recvs.push_back({src, buf.data(), static_cast<size_t>(n)});
+      if (buf.size < n) {
+        buf.data.reset();
+        buf.data.reset(new char[n]);  // not zeroed: every byte is received before it is read
+        buf.size = n;
+      }
+      recvs.push_back({src, buf.data.get(), static_cast<size_t>(n)});
     }
+    auto t = std::chrono::steady_clock::now();
     exchanged = comm_->SendRecvInto(sends, recvs, options_.timeout);
+    trace.Add("exchange", t);
     if (!exchanged.ok()) break;
+    t = std::chrono::steady_clock::now();
     if (writing[1 - set].valid()) writing[1 - set].get();  // one writer at a time (a replica's status is its own)
+    trace.Add("wait-writer", t);
     writing[set] = std::async(std::launch::async, write_round, set, lo);
   }
+  auto t_last = std::chrono::steady_clock::now();
   for (auto& w : writing) {
     if (w.valid()) w.get();
   }
+  trace.Add("wait-writer", t_last);
   DCKPT_RETURN_IF_ERROR(exchanged);
+  t_last = std::chrono::steady_clock::now();
   Status result = send_st.ok() ? OkStatus() : send_st.WithContext("sending this rank's part to its replicas");
   for (auto& [src, inc] : in) {
     if (inc.st.ok()) inc.st = inc.check->Finish();
@@ -786,6 +804,7 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
       }
     }
   }
+  trace.Add("sync+commit", t_last);
   *outcome = result;
   return OkStatus();
 }

@@ -192,8 +192,14 @@ class CheckpointManager {
   uint64_t charged_total_ = 0;
   uint64_t last_part_bytes_ = 0;
   uint64_t keep_ = 1;                         // complete steps kept, agreed with every step (Prune)
-  std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)  // the
-                                              // files of the last part this rank wrote
+  std::vector<std::string> checked_layouts_;  // the ranks' layout hashes last found to tile (background thread)
+  // Replication's receive buffers (two per source rank: one round arriving, the one before being written), kept from
+  // step to step on the background thread: allocated and faulted in once, not zeroed and given back at every step.
+  struct ReceiveBuffer {
+    std::unique_ptr<char[]> data;
+    size_t size = 0;
+  };
+  std::map<int, ReceiveBuffer> replica_buffers_[2];
   std::string report_;
   std::string setup_note_;                      // what Create chose by default, at the head of every restore report
   ManagerStats stats_;                          // under mu_
