@@ -297,6 +297,55 @@ TEST(GlooFailure, SendRecvIntoRefusesAMessageOfTheWrongSize) {
   EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
 }
 
+// Several messages to one peer: a later one of the wrong size is refused as the first would be, naming the peer and
+// both sizes, and nothing is written past the place it was expected in.
+TEST(GlooFailure, SendRecvIntoRefusesALaterMessageOfTheWrongSize) {
+  const int n = 2;
+  const std::string store = FreshStore();
+  auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
+    if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+    if (rank == 1) {
+      const std::string a(10, 'a'), b(20, 'b'), c(30, 'c');
+      return comm_testing::ReportInChild(rank, (*comm)->SendRecvInto({{0, a}, {0, b}, {0, c}}, {}, kTimeout));
+    }
+    std::string first(10, '#'), second(25 + 40, '#'), third(30, '#');  // the second expects 25 of rank 1's 20 bytes
+    Status st =
+        (*comm)->SendRecvInto({}, {{1, first.data(), 10}, {1, second.data(), 25}, {1, third.data(), 30}}, kTimeout);
+    const bool ok = st.code() == StatusCode::kInternal &&
+                    st.message().find("rank 1 sent 20 bytes where 25") != std::string::npos &&
+                    first == std::string(10, 'a') && second.substr(25) == std::string(40, '#');
+    std::fprintf(stderr, "[rank 0] %s: %s\n", ok ? "refused as expected" : "UNEXPECTED", st.ToString().c_str());
+    return ok ? 0 : 1;
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
+// A rank that expects more messages from a peer than the peer sends waits at most its timeout, and names the peer;
+// the peer, whose messages were all received, is done. (A peer that exits instead is named at once: its connection
+// closes.)
+TEST(GlooFailure, SendRecvIntoExpectingMoreMessagesThanSentTimesOutNamingThePeer) {
+  const int n = 2;
+  const std::string store = FreshStore();
+  auto outcomes = RunRanks(n, std::chrono::seconds(30), [&](int rank) {
+    auto comm = NewGlooForTest(Loopback(rank, n, store));
+    if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+    const std::string m(1000, 'm');
+    if (rank == 1) {
+      Status st = (*comm)->SendRecvInto({{0, m}, {0, m}}, {}, kTimeout);
+      std::this_thread::sleep_for(kTimeout + Millis(500));  // alive: rank 0 waits for a message, not a closed socket
+      return comm_testing::ReportInChild(rank, st);
+    }
+    std::string got(3000, '#');
+    const auto start = Clock::now();
+    Status st = (*comm)->SendRecvInto(
+        {}, {{1, got.data(), 1000}, {1, got.data() + 1000, 1000}, {1, got.data() + 2000, 1000}}, kTimeout);
+    if (got.substr(0, 2000) != std::string(2000, 'm')) return 1;
+    return ExpectFailure(rank, st, {StatusCode::kTimeout}, 1, start, kTimeout - Millis(50));
+  });
+  EXPECT_TRUE(AllExitedZero(outcomes)) << Describe(outcomes);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Rendezvous.
 
