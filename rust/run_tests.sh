@@ -5,7 +5,9 @@
 # the code blocks of README.md and ../README.md as doctests, the serve example compared with its reference, and
 # tests/s3.rs against a moto S3 server from ../.venv), then the same tests with the `shared` feature (libdistckpt.so),
 # then with the `half` and `serde` features (tests/half.rs, tests/serde.rs and the unit tests behind them on top of
-# the rest), then shows the serve example's output. Then a crate of a user's own (tests/consumers/rust, which uses the
+# the rest), then shows the serve example's output, then runs the GPU load example (examples/gpu_load.rs) against the
+# core's fake CUDA driver on five fixtures, comparing its digests read back from "device" memory with the digest
+# example's (each a counted check). Then a crate of a user's own (tests/consumers/rust, which uses the
 # `half` and `serde` features), copied outside the repository and every workspace, built with only the steps README.md
 # gives, its binary copied to a fresh directory and run with LD_LIBRARY_PATH unset and the install tree moved away;
 # then the same crate with the `shared` feature; then a crate that uses distckpt without features, built with no crate
@@ -77,10 +79,46 @@ cargo test --offline "${debian_crates[@]}" --workspace --features distckpt/half,
   grep -E "^(test result|     Running|error)|FAILED|SKIPPED|^test (float::tests::bf16|json::serde|dtype::tests::half)" || true
 [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
 
+# The checks of this script outside cargo test (examples run against fixtures, the user crates below), each counted.
+checks_passed=0
+checks_failed=0
+record() {  # record LABEL DESCRIPTION STATUS
+  if [[ $3 -eq 0 ]]; then
+    checks_passed=$((checks_passed + 1)); echo "ok   $1: $2"
+  else
+    checks_failed=$((checks_failed + 1)); echo "FAIL $1: $2"
+  fi
+}
+
 echo "== examples/serve.rs on tests/fixtures/mlp (tests/serve.rs compares it with reference.output)"
 if ! cargo run --offline "${debian_crates[@]}" -q -p distckpt --example serve; then
   echo "rust/run_tests.sh: the serve example failed" >&2
   [[ $rc -eq 0 ]] && rc=1
+fi
+
+# The inference server's GPU load (examples/gpu_load.rs) against the core's fake CUDA driver: its "device memory" is
+# host memory, and the core's real CUDA copy engine (pinned staging, copies on a stream) moves the bytes into it.
+# Every tensor's digest, read back from the device, must be what the digest example prints from host reads; a
+# distckpt checkpoint, a hub directory and a DCP directory. The GPU check runs the same program on a GPU.
+echo "== examples/gpu_load.rs against the core's fake CUDA driver (//core/cuda:libfake_cuda.so)"
+fixtures="$(cd .. && pwd)/tests/fixtures"
+if fake_out=$(cd .. && bazel build -c opt //core/cuda:libfake_cuda.so 2>&1); then
+  fake_cuda="$(cd .. && bazel info -c opt bazel-bin 2>/dev/null)/core/cuda/libfake_cuda.so"
+  cargo build --offline "${debian_crates[@]}" -q -p distckpt --example gpu_load --example digest
+  record gpu_load "cargo build --example gpu_load --example digest" $?
+  for f in mlp dtypes sharded safetensors/hub dcp/fsdp2_2ranks; do
+    got=$(DCKPT_CUDA_DRIVER_LIBRARY="$fake_cuda" target/debug/examples/gpu_load "$fixtures/$f")
+    status=$?
+    want=$(target/debug/examples/digest "$fixtures/$f")
+    [[ $status -eq 0 && "$(sed '$d' <<<"$got")" == "$want" && "$(tail -1 <<<"$got")" == "gpu_load: "*" GB/s (pinned staging, every byte verified)" ]]
+    record gpu_load "tests/fixtures/$f into fake device memory, every tensor read back with the digest example's digest" $?
+  done
+  out=$(DCKPT_CUDA_DRIVER_LIBRARY=/nonexistent/libcuda.so.1 target/debug/examples/gpu_load "$fixtures/mlp")
+  [[ $? -eq 1 && $out == *"cannot load the CUDA driver /nonexistent/libcuda.so.1"* ]]
+  record gpu_load "no CUDA driver: exit 1 naming the library it tried" $?
+else
+  echo "$fake_out" | tail -20
+  record gpu_load "bazel build //core/cuda:libfake_cuda.so" 1
 fi
 
 # A user's crate, as README.md "Use it from your own crate" sets one up: a copy of tests/consumers/rust in a fresh
@@ -91,15 +129,7 @@ fi
 # temporary directory: the workspace's target/ stays untouched and the build starts cold.
 # The install tree it builds against is a private one in the temporary directory (tests/consumers/portable.sh says
 # why), so that it can be moved away while the binary runs.
-consumer_passed=0
-consumer_failed=0
-consumer_check() {  # consumer_check DESCRIPTION STATUS
-  if [[ $2 -eq 0 ]]; then
-    consumer_passed=$((consumer_passed + 1)); echo "ok   consumer: $1"
-  else
-    consumer_failed=$((consumer_failed + 1)); echo "FAIL consumer: $1"
-  fi
-}
+consumer_check() { record consumer "$@"; }  # consumer_check DESCRIPTION STATUS
 # shellcheck source=../tests/consumers/portable.sh
 source ../tests/consumers/portable.sh
 dist="$work/dist"
@@ -107,7 +137,6 @@ readme_env() {  # runs "$@" with the environment README.md tells a user to set, 
   env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u DISTCKPT_INCLUDE_DIR -u DCKPT_GLOO_PLUGIN -u RUSTFLAGS \
     -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS DISTCKPT_LIB_DIR="$dist/lib" CARGO_TARGET_DIR="$work/target" "$@"
 }
-fixtures="$(cd .. && pwd)/tests/fixtures"
 python_values="$PWD/distckpt/tests/data/python_values"
 echo "== tests/consumers/rust: a crate outside the repository, built as README.md says (static, no build.rs), run from a copy"
 private_tree "$dist"
@@ -192,9 +221,9 @@ if [[ $rc -ne 0 && $failed -eq 0 ]]; then
   failed=1 # cargo failed before running tests (a build error), or the serve example failed: count it
   tail -30 "$log"
 fi
-passed=$((passed + consumer_passed + fmt_passed))
-failed=$((failed + consumer_failed + fmt_failed))
-if [[ $((consumer_failed + fmt_failed)) -ne 0 && $rc -eq 0 ]]; then
+passed=$((passed + checks_passed + fmt_passed))
+failed=$((failed + checks_failed + fmt_failed))
+if [[ $((checks_failed + fmt_failed)) -ne 0 && $rc -eq 0 ]]; then
   rc=1
 fi
 echo "rust: ${passed} passed, ${failed} failed"

@@ -17,7 +17,10 @@
 #      timeout, snapshots, a strided load, graph capture beside a save, NCCL at world size 1, two GPUs;
 #   5. NCCL: the communicator's tests and conformance suite at the world size the GPUs allow (bin/nccl_test), and
 #      NCCL bootstrapped over Gloo (bin/nccl_gloo_test);
-#   6. the GPU benchmark (bench/gpu_bench.py; GPU_BENCH_GIB, default 4).
+#   6. the GPU benchmark (bench/gpu_bench.py; GPU_BENCH_GIB, default 4);
+#   7. the Rust inference server's load (bin/gpu_load, rust/distckpt/examples/gpu_load.rs): a 1 GiB float16
+#      checkpoint into CUDA memory through DeviceBuffer, every tensor read back and compared with bin/digest's host
+#      digests; its GB/s in the step's note (x86_64 kits only).
 # Writes RESULTS_DIR/results.md and results.json (plus each step's log and the JUnit/JSON files they made) and ends
 # with one line: "gpu_check: N passed, M failed, K skipped". Exits non-zero if anything failed.
 #
@@ -278,6 +281,31 @@ else: print(sum(c['ok'] for c in r['checks']), sum(not c['ok'] for c in r['check
   record "gpu benchmark" "$p" "$f" "$s" "$SECS" "$(grep -E '^(FAIL|SKIPPED)' "$log" | head -5 | tr '\n' ';')"
 else
   record "gpu benchmark" 0 1 0 0 "not run: the binding did not build"
+fi
+
+# ---- 7. the Rust inference server's load ----------------------------------------------------------------------------
+if [[ $built -eq 1 && -x $tree/bin/gpu_load && -n ${gpu_name:-} ]]; then
+  log="$out/logs/rust_gpu_load.log"
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  run "rust gpu_load" "$log" bash -c '
+    "$1" -c "
+import sys, numpy as np, distckpt
+rng = np.random.default_rng(0)
+distckpt.save({f\"layer{i}.w\": rng.standard_normal((2048, 4096), dtype=np.float32).astype(np.float16)
+               for i in range(64)}, sys.argv[1])" "$2" &&
+    "$3/bin/gpu_load" "$2" > "$4/gpu_load.txt" && "$3/bin/digest" "$2" > "$4/digest.txt" &&
+    diff <(sed "\$d" "$4/gpu_load.txt") "$4/digest.txt" && tail -1 "$4/gpu_load.txt"' _ "$py" "$work/rust_model" \
+    "$tree" "$work"
+  if [[ $RC -eq 0 ]]; then
+    record "rust gpu_load" 1 0 0 "$SECS" "$(tail -1 "$log")"
+  else
+    record "rust gpu_load" 0 1 0 "$SECS" "$(tail -3 "$log" | tr '\n' ' ')"
+  fi
+else
+  why="no GPU (nvidia-smi names none)"
+  [[ -x $tree/bin/gpu_load ]] || why="$tree/bin/gpu_load missing (the kit has it for x86_64 only)"
+  [[ $built -eq 1 ]] || why="the binding did not build"
+  record "rust gpu_load" 0 0 1 0 "not run: $why"
 fi
 
 # ---- report -------------------------------------------------------------------------------------------------------

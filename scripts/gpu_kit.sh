@@ -14,6 +14,8 @@
 #                              program it compiles there against DIR/include and DIR/lib, _c_no_context.c)
 #   DIR/bin/nccl_test          the NCCL communicator's tests, self-contained (core/comm/nccl/README.md)
 #   DIR/bin/nccl_gloo_test     the same with a Gloo bootstrap, linked to the kit's vendored gloo
+#   DIR/bin/gpu_load, digest   the Rust inference server's load into CUDA memory (rust/distckpt/examples/gpu_load.rs)
+#                              and the host digests it is compared with; x86_64 only, linked statically
 #   DIR/bench/gpu_bench.py     the GPU benchmark (bench/gpu/)
 #   DIR/golden/                golden checkpoints (tests/golden), verified there with that CPU's checksum code
 #   DIR/wheels/                pure-Python test tools the GPU machine may lack (pytest and what it needs)
@@ -71,6 +73,14 @@ nccl_tests "$kit" strip
 if ((aarch64)); then
   nccl_tests "$kit/aarch64" aarch64-linux-gnu-strip --config=gcc_aarch64 "--repo_env=DISTCKPT_AARCH64_SYSROOT=$(chroot_aarch64)"
 fi
+
+# The Rust examples, linked statically against the library (nothing of ours needed beside them); x86_64 only: there is
+# no Rust cross toolchain for AArch64 here.
+static_tree=$(scripts/build_lib.sh)
+(cd rust && DISTCKPT_LIB_DIR="$static_tree/lib" CARGO_TARGET_DIR="$repo/build/gpu_kit_rust" cargo build --release \
+  --offline --config "$repo/rust/debian-registry.toml" -q -p distckpt --example gpu_load --example digest >&2)
+install -m 0755 build/gpu_kit_rust/release/examples/gpu_load build/gpu_kit_rust/release/examples/digest "$kit/bin/"
+strip "$kit/bin/gpu_load" "$kit/bin/digest"
 
 # The wheels the check installs instead of compiling the binding there.
 mkdir -p "$kit/dist"

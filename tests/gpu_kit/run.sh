@@ -34,6 +34,11 @@ size_kib=$(du -sk "$work/kit" | cut -f1)
 rc=$?
 check $rc "the kit is well under 64 MiB (${size_kib} KiB)"
 
+# The Rust examples are in it, linked statically: nothing of ours (no libdistckpt) needed beside them.
+[[ -x $work/kit/bin/gpu_load && -x $work/kit/bin/digest ]] && ! readelf -d "$work/kit/bin/gpu_load" | grep -q distckpt
+rc=$?
+check $rc "bin/gpu_load and bin/digest (rust/distckpt/examples) are in the kit, linked statically"
+
 # Packed and unpacked elsewhere, as it travels to a GPU machine; the build tree is then out of reach.
 tar -C "$work/kit" -czf "$work/kit.tgz" .
 mkdir -p "$work/gpu/kit" "$work/bin"
@@ -63,7 +68,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 steps = {s["step"]: s for s in r["steps"]}
 need = ["library loads", "install wheel", "golden checkpoints verify", "device tests (pytest)", "gpu cases (pytest)",
-        "nccl_test", "nccl_gloo_test", "gpu benchmark"]
+        "nccl_test", "nccl_gloo_test", "gpu benchmark", "rust gpu_load"]
 missing = [n for n in need if n not in steps]
 assert not missing, f"steps missing: {missing}"
 assert steps["library loads"]["passed"] == 1 and steps["install wheel"]["passed"] == 1, steps
@@ -78,6 +83,8 @@ assert cases["passed"] == 0 and cases["failed"] == 0 and cases["skipped"] >= 30,
 assert "no GPU" in cases["note"], cases
 assert steps["nccl_test"]["passed"] >= 1, steps["nccl_test"]
 assert r["benchmark"].get("skipped"), r["benchmark"]
+# The Rust load needs a GPU (rust/run_tests.sh runs it against the fake driver): skipped here, saying so.
+assert steps["rust gpu_load"]["skipped"] == 1 and "no GPU" in steps["rust gpu_load"]["note"], steps["rust gpu_load"]
 assert r["failed"] == 0
 PY
 rc=$?

@@ -11,14 +11,9 @@ use std::process::ExitCode;
 
 use distckpt::Checkpoint;
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
+#[path = "common/fnv.rs"]
+mod fnv;
+use fnv::fnv1a64;
 
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
