@@ -37,6 +37,7 @@ py::dict IoStatsDict(const dckpt_io_stats& s) {
   d["bytes_mapped"] = s.bytes_mapped;
   d["bytes_received_from_peers"] = s.bytes_received_from_peers;
   d["bytes_sent_to_peers"] = s.bytes_sent_to_peers;
+  d["bytes_read_direct"] = s.bytes_read_direct;
   return d;
 }
 

@@ -485,6 +485,7 @@ static void FillIoStats(dckpt_io_stats* out, const distckpt::IoStats& s, double 
     out->bytes_received_from_peers = s.bytes_received_from_peers;
     out->bytes_sent_to_peers = s.bytes_sent_to_peers;
   }
+  if (out->version >= 4) out->bytes_read_direct = s.bytes_read_direct;
 }
 
 int dckpt_load(dckpt_io_stats* stats, const char* path, dckpt_state* state, dckpt_comm* comm,

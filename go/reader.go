@@ -508,6 +508,8 @@ type IOStats struct {
 	BytesDelivered uint64 `json:"bytes_delivered"`
 	// BytesMapped were delivered straight from the page cache through a mapping (not in BytesRead).
 	BytesMapped uint64 `json:"bytes_mapped"`
+	// BytesReadDirect of BytesRead were read past the page cache (O_DIRECT) for device destinations.
+	BytesReadDirect uint64 `json:"bytes_read_direct"`
 }
 
 // IOStats returns the reader's I/O counters.
@@ -523,10 +525,11 @@ func (r *Reader) IOStats() (IOStats, error) {
 		return IOStats{}, err
 	}
 	return IOStats{
-		BytesRead:      uint64(s.bytes_read),
-		ReadCalls:      uint64(s.read_calls),
-		BytesVerified:  uint64(s.bytes_verified),
-		BytesDelivered: uint64(s.bytes_delivered),
-		BytesMapped:    uint64(s.bytes_mapped),
+		BytesRead:       uint64(s.bytes_read),
+		ReadCalls:       uint64(s.read_calls),
+		BytesVerified:   uint64(s.bytes_verified),
+		BytesDelivered:  uint64(s.bytes_delivered),
+		BytesMapped:     uint64(s.bytes_mapped),
+		BytesReadDirect: uint64(s.bytes_read_direct),
 	}, nil
 }

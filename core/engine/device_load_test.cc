@@ -1,7 +1,10 @@
 // Loads into device pieces through the load staging pipeline, with the host copy engine standing in for CUDA: the
 // destinations are host buffers marked as device memory, so everything but the copy itself (pinned reads, host
 // verification, strided batching, back-pressure, failures, ordering) runs exactly as on a GPU machine.
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -322,6 +325,76 @@ TEST(DeviceLoadTest, WithoutADriverTheLoadIsUnsupportedNamingIt) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
   EXPECT_NE(r.status().message().find("libcuda.so.1"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("cuda:0"), std::string::npos) << r.status().message();
+}
+
+// Drops the data files of the checkpoint at `path` from the page cache (written back first). False where the file
+// system takes no O_DIRECT reads (then direct reads cannot be seen here).
+bool EvictAndCanReadDirect(const std::string& path) {
+  bool direct = true;
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return false;
+  while (struct dirent* ent = ::readdir(d)) {
+    const std::string name = ent->d_name;
+    if (name.rfind("data-", 0) != 0) continue;
+    const std::string file = path + "/" + name;
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    (void)::fdatasync(fd);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    const int dfd = ::open(file.c_str(), O_RDONLY | O_DIRECT);
+    if (dfd < 0) direct = false;
+    else ::close(dfd);
+  }
+  ::closedir(d);
+  return direct;
+}
+
+// The whole matrix into one device piece: its values checked, and the load's counters.
+Result<LoadSummary> LoadAllToDevice(const std::string& path, const ReadOptions& o) {
+  std::vector<float> all(kRows * kCols, -1);
+  State s;
+  EXPECT_TRUE(s.AddTensor("m", DType::kF32, {kRows, kCols}).ok());
+  EXPECT_TRUE(s.AddPieceIn("m", {0, 0}, {kRows, kCols}, all.data(), kDevice0).ok());
+  auto r = Load(path, s, nullptr, o);
+  if (r.ok()) ExpectBox(all, 0, kRows, 0, kCols);
+  return r;
+}
+
+TEST(DeviceLoadTest, DataNotInThePageCacheIsReadPastItIntoTheStagingBuffers) {
+  const std::string path = SaveMatrix();
+  if (!EvictAndCanReadDirect(path)) GTEST_SKIP() << "the test directory's file system takes no O_DIRECT reads";
+  HostCopyEngine engine;
+  auto cold = LoadAllToDevice(path, DeviceRead(&engine));
+  ASSERT_TRUE(cold.ok()) << cold.status().message();
+  EXPECT_EQ(cold->io.bytes_read_direct, kRows * kCols * 4) << "every segment of the evicted file read with O_DIRECT";
+  EXPECT_EQ(cold->io.bytes_read, kRows * kCols * 4);
+  // Asked not to, or with the bytes in the page cache (the load above read past it: read them in), none is.
+  ReadOptions off = DeviceRead(&engine);
+  off.direct_io = false;
+  ASSERT_TRUE(EvictAndCanReadDirect(path));
+  auto buffered = LoadAllToDevice(path, off);
+  ASSERT_TRUE(buffered.ok()) << buffered.status().message();
+  EXPECT_EQ(buffered->io.bytes_read_direct, 0u);
+  auto warm = LoadAllToDevice(path, DeviceRead(&engine));
+  ASSERT_TRUE(warm.ok()) << warm.status().message();
+  EXPECT_EQ(warm->io.bytes_read_direct, 0u) << "the buffered load above left every page in the cache";
+}
+
+// A damaged byte read past the page cache is caught as any other: the direct path verifies what it read.
+TEST(DeviceLoadTest, ADamagedByteReadPastThePageCacheIsRefused) {
+  const std::string path = SaveMatrix();
+  const std::string data = path + "/data-00000.bin";
+  std::string bytes = ReadFileToString(data);
+  ASSERT_GT(bytes.size(), 5000u);
+  bytes[5000] ^= 0x10;
+  WriteAll(data, bytes);
+  if (!EvictAndCanReadDirect(path)) GTEST_SKIP() << "the test directory's file system takes no O_DIRECT reads";
+  HostCopyEngine engine;
+  auto r = LoadAllToDevice(path, DeviceRead(&engine));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().message();
+  EXPECT_NE(r.status().message().find("data-00000.bin"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

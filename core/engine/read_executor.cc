@@ -18,6 +18,16 @@
 namespace distckpt {
 namespace {
 
+// DCKPT_DIRECT_IO=0: no direct reads in this process, whatever ReadOptions::direct_io says (an operator's switch, and
+// how bench/gpu compares the two paths). Read once.
+bool DirectIoOffByEnvironment() {
+  static const bool off = [] {
+    const char* v = std::getenv("DCKPT_DIRECT_IO");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  return off;
+}
+
 // Reads are issued in segments of at most this many bytes (a multiple of the checksum block size), so that one
 // large chunk is read and verified by several threads at once and bounce buffers stay small.
 constexpr uint64_t kReadSegmentBytes = 8ull << 20;
@@ -361,9 +371,16 @@ class ReadExecutor::Impl {
 
   // Segments of a job are at most this long: kReadSegmentBytes, or one staging buffer for device destinations; a
   // multiple of the checksum block size, and at least one block.
+  // A device job's chunk that does not start on a page (a safetensors tensor) leaves room in the staging buffer for
+  // the pages around a segment, which a direct read fills (ReadDirect).
   uint64_t SegmentBytes(const Job& job) const {
     const uint64_t block = r_->meta_.checksum_block_size();
-    const uint64_t limit = job.device ? std::min(kReadSegmentBytes, StagingBufferBytes()) : kReadSegmentBytes;
+    uint64_t limit = job.device ? std::min(kReadSegmentBytes, StagingBufferBytes()) : kReadSegmentBytes;
+    constexpr uint64_t kAlign = ReadableFile::kDirectIoAlignment;
+    if (job.device && r_->options_.direct_io && r_->meta_.entry(job.entry).chunk(job.chunk).offset % kAlign != 0 &&
+        limit >= block + 2 * kAlign) {
+      limit -= 2 * kAlign;
+    }
     return std::max(block, limit / block * block);
   }
   uint64_t StagingBufferBytes() const {
@@ -518,7 +535,12 @@ class ReadExecutor::Impl {
                                                                : acquired.status();
     }
     char* staged = *acquired;
-    Status st = from->ReadAt(loc.offset + seg.lo, staged, len);
+    const uint64_t at = loc.offset + seg.lo;
+    // Not in the page cache: read past it, the aligned pages around the segment straight into the pinned buffer.
+    if (const char* direct = ReadDirect(job, from, at, len, staged)) {
+      return Deliver(job, e, loc, seg, direct, /*mapped=*/false, staged);
+    }
+    Status st = from->ReadAt(at, staged, len);
     if (!st.ok()) {
       staging_->Release(staged);
       return r_->EntryError(job.entry, st.WithContext("chunk #" + std::to_string(job.chunk)));
@@ -526,6 +548,30 @@ class ReadExecutor::Impl {
     r_->stats_.bytes_read += len;
     r_->stats_.read_calls += 1;
     return Deliver(job, e, loc, seg, staged, /*mapped=*/false, staged);
+  }
+
+  // Reads the pages around [at, at + len) of `from` past the page cache into the pinned buffer `staged`; returns where
+  // byte `at` landed, or nullptr to read the usual way: direct reads are off, the bytes are in the page cache, the
+  // aligned pages do not fit the buffer, the file system refused (then no later segment tries), or the read failed or
+  // came short (ReadAt then reads again and names the error).
+  const char* ReadDirect(const Job& job, const ReadableFile* from, uint64_t at, uint64_t len, char* staged) {
+    constexpr uint64_t kAlign = ReadableFile::kDirectIoAlignment;
+    if (!r_->options_.direct_io || DirectIoOffByEnvironment() || direct_refused_.load(std::memory_order_relaxed) ||
+        reinterpret_cast<uintptr_t>(staged) % kAlign != 0 || from->Resident(at, len)) {
+      return nullptr;
+    }
+    const uint64_t lo = at / kAlign * kAlign, hi = (at + len + kAlign - 1) / kAlign * kAlign;
+    if (hi - lo > staging_->buffer_bytes()) return nullptr;
+    auto got = from->ReadDirectAt(lo, staged, static_cast<size_t>(hi - lo));
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kUnsupported) direct_refused_.store(true, std::memory_order_relaxed);
+      return nullptr;
+    }
+    if (got.value() < at + len - lo) return nullptr;
+    r_->stats_.bytes_read += len;
+    r_->stats_.bytes_read_direct += len;
+    r_->stats_.read_calls += 1;
+    return staged + (at - lo);
   }
 
   // Verifies the segment's bytes at `buf` (read or mapped) and copies the needed runs into the destinations: host
@@ -625,6 +671,7 @@ class ReadExecutor::Impl {
   BufferPool pool_;
   std::vector<MemoryLocation> device_locations_;  // of Add's device destinations
   std::unique_ptr<LoadStaging> staging_;          // made by Prepare when there are some
+  std::atomic<bool> direct_refused_{false};       // the file system refused a direct read: none is tried again
   std::vector<std::vector<TensorReadOp>> plans_;
   std::vector<Job> jobs_;
   std::map<std::pair<size_t, uint32_t>, size_t> job_of_;  // (entry, chunk) -> index in jobs_ (Add's jobs)

@@ -435,6 +435,7 @@ IoStats Reader::io_stats() const {
   s.bytes_mapped = stats_.bytes_mapped.load();
   s.bytes_received_from_peers = stats_.bytes_received_from_peers.load();
   s.bytes_sent_to_peers = stats_.bytes_sent_to_peers.load();
+  s.bytes_read_direct = stats_.bytes_read_direct.load();
   return s;
 }
 

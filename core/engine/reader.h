@@ -29,10 +29,10 @@ class CopyEngine;
 enum class FanoutMode { kOff, kAuto, kAlways };
 
 struct ReadOptions {
-  bool verify = true;             ///< check chunk checksums for every byte read
-  size_t io_threads = 0;          ///< 0: DefaultIoThreads()
+  bool verify = true;     ///< check chunk checksums for every byte read
+  size_t io_threads = 0;  ///< 0: DefaultIoThreads()
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
-  Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
+  Storage* storage = nullptr;  ///< nullptr: the POSIX filesystem
   /// Read data that is already in the page cache through a read-only mapping of the file (no kernel copy, and only
   /// the bytes needed are touched); data not resident is read with pread. See ReadableFile::Map for the caveat.
   bool map_files = true;
@@ -62,17 +62,23 @@ struct ReadOptions {
   /// the same shape uses; the pinned memory of a load is bounded by it whatever the checkpoint's size.
   uint64_t staging_buffer_bytes = 16ull << 20;
   size_t staging_buffers = 4;
+  /// Device destinations: a segment not in the page cache is read past it (O_DIRECT, ReadableFile::ReadDirectAt)
+  /// straight into its pinned staging buffer, where the file system allows it (else read as before; IoStats says which
+  /// bytes went which way). Data in the page cache is copied out of it as before. DCKPT_DIRECT_IO=0 in the environment
+  /// turns it off for the process.
+  bool direct_io = true;
 };
 
 /// Counters of the I/O a reader did. Partial reads show here: bytes_read is what came from storage.
 struct IoStats {
-  uint64_t bytes_read = 0;       ///< bytes read from data files
-  uint64_t read_calls = 0;       ///< pread calls
-  uint64_t bytes_verified = 0;   ///< bytes hashed to check checksums
-  uint64_t bytes_delivered = 0;  ///< bytes written into caller buffers
-  uint64_t bytes_mapped = 0;     ///< bytes served from the page cache through a mapping (not in bytes_read)
+  uint64_t bytes_read = 0;                 ///< bytes read from data files
+  uint64_t read_calls = 0;                 ///< pread calls
+  uint64_t bytes_verified = 0;             ///< bytes hashed to check checksums
+  uint64_t bytes_delivered = 0;            ///< bytes written into caller buffers
+  uint64_t bytes_mapped = 0;               ///< bytes served from the page cache through a mapping (not in bytes_read)
   uint64_t bytes_received_from_peers = 0;  ///< fan-out load: bytes other ranks read for this one (in bytes_delivered)
   uint64_t bytes_sent_to_peers = 0;        ///< fan-out load: bytes this rank read for others (counted once)
+  uint64_t bytes_read_direct = 0;          ///< of bytes_read, those read past the page cache (O_DIRECT)
 };
 
 /// A byte range [lo, hi) of data file `file` (an index into the metadata's file table).
@@ -230,7 +236,7 @@ class Reader {
   std::vector<std::unique_ptr<ChunkIndex>> indexes_;
   struct AtomicStats {
     std::atomic<uint64_t> bytes_read{0}, read_calls{0}, bytes_verified{0}, bytes_delivered{0}, bytes_mapped{0},
-        bytes_received_from_peers{0}, bytes_sent_to_peers{0};
+        bytes_received_from_peers{0}, bytes_sent_to_peers{0}, bytes_read_direct{0};
   } stats_;
 };
 

@@ -146,6 +146,11 @@ Status CheckRange(const std::string& path, uint64_t offset, size_t size) {
 
 }  // namespace internal_storage
 
+Result<uint64_t> ReadableFile::ReadDirectAt(uint64_t offset, void* data, size_t size) const {
+  (void)offset, (void)data, (void)size;
+  return Status(StatusCode::kUnsupported, "'" + path() + "': this storage has no direct (O_DIRECT) reads");
+}
+
 Status ReadableFile::Populate(uint64_t offset, uint64_t size) const {
   const char* map = Map();
   if (map == nullptr || size == 0) return OkStatus();
@@ -241,7 +246,8 @@ namespace {
 // or not) or an empty directory: never a directory of other files, nor a file. A symbolic link at the path is
 // replaced as a link; its target is never touched.
 Status CheckReplaceable(Storage* storage, const std::string& path) {
-  const std::string why = "'" + path + "' exists and is not a distckpt checkpoint: overwrite replaces only a "
+  const std::string why = "'" + path +
+                          "' exists and is not a distckpt checkpoint: overwrite replaces only a "
                           "checkpoint (a directory holding metadata.dckpt) or an empty directory, and never removes "
                           "anything else; move it away or choose another path";
   DCKPT_ASSIGN_OR_RETURN(bool is_dir, storage->IsDirectory(path));
@@ -319,9 +325,9 @@ Result<StagedCheckpoint> StagedCheckpoint::Create(Storage* storage, const std::s
   if (exists) DCKPT_RETURN_IF_ERROR(CheckReplaceable(storage, final_clean));
   // A missing parent is made, as torch.distributed.checkpoint and `mkdir -p` do (each new directory made durable).
   const std::string parent = ParentDir(final_clean);
-  DCKPT_RETURN_IF_ERROR(CreateDirectories(storage, parent)
-                            .WithContext("creating the parent directory '" + parent + "' of checkpoint '" +
-                                         final_clean + "'"));
+  DCKPT_RETURN_IF_ERROR(
+      CreateDirectories(storage, parent)
+          .WithContext("creating the parent directory '" + parent + "' of checkpoint '" + final_clean + "'"));
 
   // What the commit must still find at the final path (compare-and-swap against racing saves).
   DCKPT_ASSIGN_OR_RETURN(std::string expected, storage->Identity(final_clean));
@@ -440,9 +446,9 @@ Result<std::string> StagedCheckpoint::SwapIntoPlace(const std::string& context) 
   if (!renamed.ok()) {
     Status restored = storage_->Rename(aside, final_path_);
     if (!restored.ok()) {
-      return Status(renamed.code(), context + ": " + renamed.message() + "; moving the previous checkpoint back from '" +
-                                        aside + "' also failed (" + restored.message() +
-                                        "); it is intact there, rename it back by hand");
+      return Status(renamed.code(), context + ": " + renamed.message() +
+                                        "; moving the previous checkpoint back from '" + aside + "' also failed (" +
+                                        restored.message() + "); it is intact there, rename it back by hand");
     }
     return renamed.WithContext(context);
   }

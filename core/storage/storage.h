@@ -58,6 +58,13 @@ class ReadableFile {
   /// Starts reading [offset, offset + size) into the page cache without waiting for it (a hint; the default does
   /// nothing).
   virtual void WillNeed(uint64_t offset, uint64_t size) const {}
+  /// Reads [offset, offset + size) past the page cache (O_DIRECT) into `data`: `offset`, `size` and `data` must be
+  /// multiples of kDirectIoAlignment. Returns the bytes read, fewer than `size` only at the end of the file. For data
+  /// not in the page cache, read once: no copy out of the cache and no cache pages evicted for it. kUnsupported where
+  /// the backend or the file system cannot (the default; tmpfs, some network file systems), saying why: the caller
+  /// reads with ReadAt instead.
+  static constexpr uint64_t kDirectIoAlignment = 4096;
+  virtual Result<uint64_t> ReadDirectAt(uint64_t offset, void* data, size_t size) const;
   /// Reads [offset, offset + size) into the page cache, waiting for it, and maps those pages into Map()'s mapping in
   /// one call (no page fault per page afterwards). An I/O error is returned here, naming the file, instead of
   /// raising SIGBUS at the first access. The default touches one byte per page of Map() (nothing without a mapping).
@@ -265,18 +272,23 @@ class StagedCheckpoint {
                             std::chrono::milliseconds lock_timeout = std::chrono::seconds(60));
 
   /// Makes the checkpoint visible at final_path, if what is there is still what Create found (else kExists). With
-  /// overwrite, the previous checkpoint is swapped out in one atomic step where the storage can (Exchange), so the final
-  /// path holds the old or the new checkpoint at every instant, and is removed afterwards; elsewhere it is renamed
-  /// aside first. Waits at most `lock_timeout` for another commit into the same directory.
+  /// overwrite, the previous checkpoint is swapped out in one atomic step where the storage can (Exchange), so the
+  /// final path holds the old or the new checkpoint at every instant, and is removed afterwards; elsewhere it is
+  /// renamed aside first. Waits at most `lock_timeout` for another commit into the same directory.
   Status Commit(std::chrono::milliseconds lock_timeout = std::chrono::seconds(60));
   /// Removes the staging directory (kMetadataLast: this save's files and marker). Safe to call after a failed Commit.
   Status Abort();
 
  private:
-  StagedCheckpoint(Storage* storage, std::string final_path, std::string staging_dir, bool overwrite,
-                   std::string nonce, std::string expected, CommitProtocol protocol = CommitProtocol::kRename)
-      : storage_(storage), final_path_(std::move(final_path)), staging_dir_(std::move(staging_dir)),
-        overwrite_(overwrite), nonce_(std::move(nonce)), expected_(std::move(expected)), protocol_(protocol) {}
+  StagedCheckpoint(Storage* storage, std::string final_path, std::string staging_dir, bool overwrite, std::string nonce,
+                   std::string expected, CommitProtocol protocol = CommitProtocol::kRename)
+      : storage_(storage),
+        final_path_(std::move(final_path)),
+        staging_dir_(std::move(staging_dir)),
+        overwrite_(overwrite),
+        nonce_(std::move(nonce)),
+        expected_(std::move(expected)),
+        protocol_(protocol) {}
   // The kMetadataLast halves of Create, CommitWithMetadata and Abort (object_commit.cc).
   static Result<StagedCheckpoint> CreateMetadataLast(Storage* storage, const std::string& final_path,
                                                      const std::string& nonce, bool overwrite);

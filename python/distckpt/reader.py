@@ -41,6 +41,7 @@ class IoStats:
     bytes_verified: int  #: bytes hashed to check checksums
     bytes_delivered: int  #: bytes copied into caller buffers
     bytes_mapped: int = 0  #: bytes delivered from the page cache through a mapping (not in bytes_read)
+    bytes_read_direct: int = 0  #: of bytes_read, read past the page cache (O_DIRECT) for device destinations
 
 
 class EntryMetadata:
@@ -409,7 +410,14 @@ class Reader(Mapping[str, Any]):
     def io_stats(self) -> IoStats:
         """Bytes and read calls since open: shows that partial reads read only what they need."""
         s = self._native.io_stats()
-        return IoStats(s["bytes_read"], s["read_calls"], s["bytes_verified"], s["bytes_delivered"], s["bytes_mapped"])
+        return IoStats(
+            s["bytes_read"],
+            s["read_calls"],
+            s["bytes_verified"],
+            s["bytes_delivered"],
+            s["bytes_mapped"],
+            s["bytes_read_direct"],
+        )
 
     def verify(self, progress: Optional[Callable[[int, int], Any]] = None) -> None:
         """Reads every chunk and checks its checksums; CorruptCheckpointError names the first bad block.

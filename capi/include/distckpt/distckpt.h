@@ -684,7 +684,7 @@ typedef struct dckpt_read_options {
  * cannot expand the macro. */
 DCKPT_API int dckpt_read_options_init(dckpt_read_options *opts, unsigned version);
 
-#define DCKPT_IO_STATS_VERSION 3
+#define DCKPT_IO_STATS_VERSION 4
 typedef struct dckpt_io_stats {
   unsigned version;
   uint64_t bytes_read;      /* bytes read from data files with read system calls */
@@ -699,8 +699,12 @@ typedef struct dckpt_io_stats {
                                        * bytes_delivered, not in bytes_read) */
   uint64_t bytes_sent_to_peers;       /* bytes this rank read from storage for other ranks (counted once, however
                                        * many ranks need them) */
+  /* version >= 4 */
+  uint64_t bytes_read_direct; /* of bytes_read, those read past the page cache (O_DIRECT) into the pinned staging
+                               * buffers of device destinations (data not in the page cache, where the file system
+                               * allows it; DCKPT_DIRECT_IO=0 turns it off) */
 } dckpt_io_stats;
-#define DCKPT_IO_STATS_INIT {DCKPT_IO_STATS_VERSION, 0, 0, 0, 0, 0.0, 0, 0, 0}
+#define DCKPT_IO_STATS_INIT {DCKPT_IO_STATS_VERSION, 0, 0, 0, 0, 0.0, 0, 0, 0, 0}
 
 /* Fills every piece and bytes entry of `state` from the checkpoint at `path`, resharding as needed: each rank reads
  * only the bytes its pieces need. Tensors must exist with the same dtype and global shape. Collective over `comm`.

@@ -25,8 +25,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -67,7 +67,6 @@ auto RetryOnEintr(F f) -> decltype(f()) {
   } while (r == -1 && errno == EINTR);
   return r;
 }
-
 
 // Owns a descriptor on the non-data paths (ReadFile, WriteFileDurably, SyncDir) so early returns cannot leak it.
 class ScopedFd {
@@ -254,7 +253,7 @@ class PosixWritableFile final : public WritableFile {
     return OkStatus();
   }
 
-  int fd_;  // -1 once closed; Close racing with other calls on the same file is a caller bug
+  int fd_;         // -1 once closed; Close racing with other calls on the same file is a caller bug
   int direct_fd_;  // O_DIRECT descriptor of the same file, or -1
   const std::string path_;
 };
@@ -292,7 +291,47 @@ class PosixReadableFile final : public ReadableFile {
   }
   ~PosixReadableFile() override {
     if (map_ != nullptr) ::munmap(const_cast<char*>(map_), size_);
+    if (direct_fd_ >= 0) ::close(direct_fd_);
     ::close(fd_);
+  }
+
+  Result<uint64_t> ReadDirectAt(uint64_t offset, void* data, size_t size) const override {
+    constexpr uint64_t kAlign = kDirectIoAlignment;
+    if (offset % kAlign != 0 || size % kAlign != 0 || reinterpret_cast<uintptr_t>(data) % kAlign != 0) {
+      return InvalidArgument("direct read of " + Quoted(path_) + ": offset " + std::to_string(offset) + ", size " +
+                             std::to_string(size) + " and buffer must be multiples of " + std::to_string(kAlign));
+    }
+    // A second descriptor on the same inode (never the path again: it may name another file by now), opened on first
+    // use; a file system that refuses O_DIRECT (tmpfs) says so once.
+    std::call_once(direct_once_, [this] {
+      const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+      direct_fd_ = RetryOnEintr([&] { return ::open(self.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC); });
+      if (direct_fd_ < 0) direct_errno_ = errno;
+    });
+    if (direct_fd_ < 0) {
+      return Status(StatusCode::kUnsupported,
+                    "direct (O_DIRECT) reads of " + Quoted(path_) + ": " + std::strerror(direct_errno_));
+    }
+    char* p = static_cast<char*>(data);
+    uint64_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::pread(direct_fd_, p + done, std::min<uint64_t>(size - done, kMaxIoChunk),
+                                static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        // EINVAL: the file system's logical block is larger than kAlign, or it takes no direct I/O after all.
+        if (errno == EINVAL) {
+          return Status(StatusCode::kUnsupported,
+                        "direct (O_DIRECT) reads of " + Quoted(path_) + ": " + std::strerror(errno));
+        }
+        return ErrnoError(errno, "reading " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                                     " from " + Quoted(path_) + " (O_DIRECT)");
+      }
+      if (n == 0) break;  // the end of the file
+      done += static_cast<uint64_t>(n);
+      if (static_cast<uint64_t>(n) % kAlign != 0) break;  // a short read ends at the end of the file
+    }
+    return done;
   }
 
   const char* Map() const override {
@@ -418,6 +457,9 @@ class PosixReadableFile final : public ReadableFile {
   const uint64_t size_;
   std::string identity_;
   mutable std::once_flag map_once_;
+  mutable std::once_flag direct_once_;
+  mutable int direct_fd_ = -1;    // O_DIRECT descriptor of the same inode (ReadDirectAt), opened on first use
+  mutable int direct_errno_ = 0;  // why it could not be opened
   mutable const char* map_ = nullptr;
 };
 
@@ -498,7 +540,8 @@ Result<int> CreateForWriting(const std::string& path) {
   const int err = errno;
   struct stat st;
   if (err == ELOOP && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    return InvalidArgument("refusing to write " + Quoted(path) + ": it is a symbolic link (distckpt never writes "
+    return InvalidArgument("refusing to write " + Quoted(path) +
+                           ": it is a symbolic link (distckpt never writes "
                            "through links; remove it)");
   }
   return ErrnoError(err, "creating " + Quoted(path) + " for writing");
@@ -554,7 +597,8 @@ Result<std::unique_ptr<ReadableFile>> OpenRegularFileAt(int dir_fd, const std::s
     const int err = errno;
     if (err == ELOOP) return refused(S_IFLNK);
     if (err == EMFILE) {
-      return ErrnoError(err, "opening " + shown + " for reading (this process has too many open files; "
+      return ErrnoError(err, "opening " + shown +
+                                 " for reading (this process has too many open files; "
                                  "raise `ulimit -n`)");
     }
     return ErrnoError(err, "opening " + shown + " for reading");
@@ -928,8 +972,8 @@ class PosixStorage final : public Storage {
     // ENOSYS: kernel before 3.15; EINVAL: this filesystem cannot exchange (NFS, some FUSE filesystems).
     if (errno != ENOSYS && errno != EINVAL) return ErrnoError(errno, "exchanging " + Quoted(a) + " and " + Quoted(b));
 #endif
-    return Status(StatusCode::kUnsupported, "exchanging " + Quoted(a) + " and " + Quoted(b) +
-                                                ": this filesystem has no atomic exchange");
+    return Status(StatusCode::kUnsupported,
+                  "exchanging " + Quoted(a) + " and " + Quoted(b) + ": this filesystem has no atomic exchange");
   }
 
   Result<std::unique_ptr<DirectoryLock>> LockDirectory(const std::string& dir,

@@ -225,6 +225,43 @@ TEST(PosixStorageTest, MappedAndReopenedHandlesReadTheSameInode) {
   EXPECT_NE((*replaced)->CacheIdentity(), (*file)->CacheIdentity());
 }
 
+// ReadDirectAt: the same bytes as ReadAt, of the same inode (a file renamed over the path is not read), short only at
+// the end of the file; unaligned requests refused before any read; tmpfs (before Linux 6.6) refuses O_DIRECT itself,
+// which is kUnsupported naming the file.
+TEST(PosixStorageTest, DirectReadsReadTheSameBytesOfTheSameInode) {
+  auto storage = NewPosixStorage();
+  const std::string dir = MakeTempDir("storage-");
+  const std::string path = dir + "/data.bin";
+  std::string data(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+  ASSERT_TRUE(storage->WriteFileDurably(path, data).ok());
+  auto file = storage->OpenFile(path);
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE(storage->WriteFileDurably(dir + "/other.bin", std::string(data.size(), 'x')).ok());
+  ASSERT_EQ(::rename((dir + "/other.bin").c_str(), path.c_str()), 0);
+  constexpr size_t kAlign = ReadableFile::kDirectIoAlignment;
+  void* raw = nullptr;
+  ASSERT_EQ(::posix_memalign(&raw, kAlign, 4 * kAlign), 0);
+  std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(raw), &std::free);
+  auto got = (*file)->ReadDirectAt(kAlign, buf.get(), 3 * kAlign);
+  if (!got.ok() && got.status().code() == StatusCode::kUnsupported) {
+    EXPECT_NE(got.status().message().find(path), std::string::npos) << got.status().message();
+    GTEST_SKIP() << "this file system takes no O_DIRECT reads: " << got.status().message();
+  }
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got.value(), 2 * kAlign + 100) << "short at the end of the file";
+  EXPECT_EQ(std::string(buf.get(), got.value()), data.substr(kAlign)) << "the inode opened, not the file renamed over";
+  auto whole = (*file)->ReadDirectAt(0, buf.get(), 4 * kAlign);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(std::string(buf.get(), whole.value()), data);
+  EXPECT_TRUE(StatusIs((*file)->ReadDirectAt(100, buf.get(), kAlign).status(), StatusCode::kInvalidArgument, {path}));
+  EXPECT_TRUE(StatusIs((*file)->ReadDirectAt(0, buf.get() + 8, kAlign).status(), StatusCode::kInvalidArgument, {path}));
+  EXPECT_TRUE(StatusIs((*file)->ReadDirectAt(0, buf.get(), 100).status(), StatusCode::kInvalidArgument, {path}));
+  auto past = (*file)->ReadDirectAt(8 * kAlign, buf.get(), kAlign);
+  ASSERT_TRUE(past.ok()) << past.status().message();
+  EXPECT_EQ(past.value(), 0u);
+}
+
 TEST(PosixStorageTest, OpeningADirectorySaysSo) {
   const std::string dir = MakeTempDir("storage-");
   ASSERT_FALSE(dir.empty());

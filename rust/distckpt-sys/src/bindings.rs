@@ -18,7 +18,7 @@ pub const DCKPT_DEVICE_OF_POINTER: i32 = -1;
 pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 6;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
-pub const DCKPT_IO_STATS_VERSION: u32 = 3;
+pub const DCKPT_IO_STATS_VERSION: u32 = 4;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 3;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
@@ -2720,12 +2720,13 @@ pub struct dckpt_io_stats {
     pub bytes_mapped: u64,
     pub bytes_received_from_peers: u64,
     pub bytes_sent_to_peers: u64,
+    pub bytes_read_direct: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_io_stats() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_io_stats>(),
-        72usize,
+        80usize,
         concat!("Size of: ", stringify!(dckpt_io_stats))
     );
     assert_eq!(
@@ -2886,6 +2887,23 @@ fn bindgen_test_layout_dckpt_io_stats() {
         );
     }
     test_field_bytes_sent_to_peers();
+    fn test_field_bytes_read_direct() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_io_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_read_direct) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_io_stats),
+                "::",
+                stringify!(bytes_read_direct)
+            )
+        );
+    }
+    test_field_bytes_read_direct();
 }
 extern "C" {
     pub fn dckpt_load(

@@ -262,6 +262,8 @@ pub struct IoStats {
     pub seconds: f64,
     /// Bytes delivered straight from the page cache through a mapping (not counted in `bytes_read`).
     pub bytes_mapped: u64,
+    /// Of `bytes_read`, those read past the page cache (O_DIRECT) into the pinned staging buffers of device reads.
+    pub bytes_read_direct: u64,
 }
 
 impl IoStats {
@@ -273,6 +275,7 @@ impl IoStats {
             bytes_delivered: s.bytes_delivered,
             seconds: s.seconds,
             bytes_mapped: s.bytes_mapped,
+            bytes_read_direct: s.bytes_read_direct,
         }
     }
 }
