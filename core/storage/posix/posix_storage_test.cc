@@ -189,15 +189,21 @@ TEST(PosixStorageTest, RenameFallbackNeverReplacesFilesOrDirectories) {
       StatusIs(PosixRenameNoReplaceFallback(dir + "/gone", dir + "/x"), StatusCode::kNotFound, {dir + "/gone"}));
 }
 
+// Writes 3 pages and 100 bytes of a pattern to `path`; returns them.
+std::string PatternFile(Storage* storage, const std::string& path) {
+  std::string data(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+  EXPECT_TRUE(storage->WriteFileDurably(path, data).ok());
+  return data;
+}
+
 // Map, Resident, ReleaseMapped, Reopen and CacheIdentity: the reader's fast paths see the same bytes as ReadAt, and
 // a reopened handle stays on the file it was opened from even after another file is renamed over its path.
 TEST(PosixStorageTest, MappedAndReopenedHandlesReadTheSameInode) {
   auto storage = NewPosixStorage();
   const std::string dir = MakeTempDir("storage-");
   const std::string path = dir + "/data.bin";
-  std::string data(3 * 4096 + 100, '\0');
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
-  ASSERT_TRUE(storage->WriteFileDurably(path, data).ok());
+  const std::string data = PatternFile(storage.get(), path);
   auto file = storage->OpenFile(path);
   ASSERT_TRUE(file.ok());
   const char* map = (*file)->Map();
@@ -232,9 +238,7 @@ TEST(PosixStorageTest, DirectReadsReadTheSameBytesOfTheSameInode) {
   auto storage = NewPosixStorage();
   const std::string dir = MakeTempDir("storage-");
   const std::string path = dir + "/data.bin";
-  std::string data(3 * 4096 + 100, '\0');
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
-  ASSERT_TRUE(storage->WriteFileDurably(path, data).ok());
+  const std::string data = PatternFile(storage.get(), path);
   auto file = storage->OpenFile(path);
   ASSERT_TRUE(file.ok());
   ASSERT_TRUE(storage->WriteFileDurably(dir + "/other.bin", std::string(data.size(), 'x')).ok());
