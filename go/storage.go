@@ -384,7 +384,8 @@ type removedHook struct {
 	err error
 }
 
-// RemoveLeftovers removes the leftovers at path (files of unfinished saves whose marker is older than grace, and
+// RemoveLeftovers removes the leftovers at path (files of abandoned saves: their writer on this host has exited, or,
+// on another host, their marker is older than grace; a running writer of this host keeps its files however old; and
 // files no committed checkpoint refers to), never the committed checkpoint nor a file distckpt did not write.
 // removed (may be nil) is told each path removed; an error from it stops the removal, and RemoveLeftovers returns an
 // *Error of code CodeUser that unwraps to it. With dryRun nothing is removed, but removed still hears what would be.

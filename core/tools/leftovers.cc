@@ -13,10 +13,15 @@
 namespace distckpt {
 namespace {
 
-// A marker's save is abandoned when its writer, on this host, has exited, or when it started longer than `grace` ago.
+// A marker's save is abandoned when its writer, on this host, has exited, or, when nobody can tell whether it runs (a
+// writer on another host), when it started longer than `grace` ago. A writer of this host that still runs is never
+// abandoned, however long its save takes (the rename layout judges it so too): RemoveCheckpoint's grace of 0 removed
+// the files of a save running beside it once a second had passed since it started.
 bool MarkerIsStale(const std::string& text, std::chrono::seconds grace) {
   const StagingMarker marker = ParseStagingMarker(text);
-  if (WriterStateOf(marker) == WriterState::kExited) return true;
+  const WriterState writer = WriterStateOf(marker);
+  if (writer == WriterState::kExited) return true;
+  if (writer == WriterState::kRunning) return false;
   const std::optional<std::time_t> started = StartedAt(marker);
   if (!started) return false;  // unknown age: keep
   return std::time(nullptr) - *started > grace.count();

@@ -3,6 +3,7 @@
 #include "core/tools/leftovers.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -44,8 +45,8 @@ TEST(LeftoversTest, RemovingACheckpointNeverRemovesAFileDistckptDidNotWrite) {
   for (const std::string& name : {nonced, std::string("notes.txt"), std::string("data-00001.bin")}) {
     ASSERT_TRUE(storage->WriteFileDurably("b/c/" + name, "xxxx").ok());
   }
-  ASSERT_TRUE(storage->WriteFileDurably("b/c/metadata.dckpt", MetadataNaming({nonced, "notes.txt", "data-00001.bin"}))
-                  .ok());
+  ASSERT_TRUE(
+      storage->WriteFileDurably("b/c/metadata.dckpt", MetadataNaming({nonced, "notes.txt", "data-00001.bin"})).ok());
   auto scan = ScanCheckpointPath(storage.get(), "b/c", std::chrono::seconds(0));
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
   EXPECT_EQ(scan->kind, CheckpointScan::Kind::kCheckpoint);
@@ -73,6 +74,35 @@ TEST(LeftoversTest, RemovingACheckpointRemovesItsDirectoryOnceEmpty) {
   auto names = storage->ListDir("/kept");
   ASSERT_TRUE(names.ok()) << names.status().ToString();
   EXPECT_EQ(*names, std::vector<std::string>({"notes.txt"}));
+}
+
+// A save of this host whose writer still runs keeps its files whatever its age: a grace period judges only writers
+// nobody here can ask (other hosts). Removing the checkpoint beside it (grace 0) and a prune with a grace shorter than
+// its age both keep them; once its writer has exited, they go.
+TEST(LeftoversTest, ARunningSaveOfThisHostKeepsItsFilesWhateverItsAge) {
+  std::unique_ptr<Storage> storage = NewObjectStorage(NewMemoryObjectClient());
+  const std::string committed = "data-00000.0123456789abcdef.bin";
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/" + committed, "xxxx").ok());
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/metadata.dckpt", MetadataNaming({committed})).ok());
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  auto marker = [&](long pid) {
+    return std::string("distckpt staging directory (not committed)\nhost: ") + host + "\npid: " + std::to_string(pid) +
+           "\nstarted_utc: 2020-01-01T00:00:00Z\n";  // years ago
+  };
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/STAGING.00000000000000cc", marker(::getpid())).ok());
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/data-00000.00000000000000cc.bin", "running").ok());
+  ASSERT_TRUE(RemoveLeftovers(storage.get(), "b/c", std::chrono::seconds(3600), false, nullptr).ok());
+  ASSERT_TRUE(RemoveCheckpoint(storage.get(), "b/c").ok());
+  auto names = storage->ListDir("b/c");
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(*names, std::vector<std::string>({"STAGING.00000000000000cc", "data-00000.00000000000000cc.bin"}));
+  // Its writer gone (a pid no process has: above the kernel's pid_max), the files are an abandoned save's.
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/STAGING.00000000000000cc", marker(1L << 30)).ok());
+  ASSERT_TRUE(RemoveLeftovers(storage.get(), "b/c", std::chrono::seconds(3600), false, nullptr).ok());
+  names = storage->ListDir("b/c");
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_TRUE(names->empty()) << names->size() << " left";
 }
 
 TEST(LeftoversTest, UnreadableMetadataStopsThePrune) {

@@ -172,9 +172,11 @@ def storage_stat(path: PathLike, *, storage: Optional[Storage] = None, grace_sec
 def remove_leftovers(
     path: PathLike, *, storage: Optional[Storage] = None, grace_seconds: float = 3600, dry_run: bool = False
 ) -> List[str]:
-    """Removes what unfinished or superseded saves left at ``path``: files of saves whose marker is older than
-    ``grace_seconds`` and files no committed checkpoint refers to; never the committed checkpoint nor files distckpt
-    did not write. Returns the paths removed (with ``dry_run``: that would be, and nothing is removed)."""
+    """Removes what unfinished or superseded saves left at ``path``: files of abandoned saves (their writer on this
+    host has exited, or, on another host, their marker is older than ``grace_seconds``; a running writer of this host
+    keeps its files however old) and files no committed checkpoint refers to; never the committed checkpoint nor
+    files distckpt did not write. Returns the paths removed (with ``dry_run``: that would be, and nothing is
+    removed)."""
     p, native, _ = resolve(path, storage)
     return list(_native.storage_remove_leftovers(native, p, float(grace_seconds), dry_run))
 

@@ -414,8 +414,9 @@ DCKPT_API int dckpt_storage_stat(dckpt_path_info *out, dckpt_storage *storage, c
 /* Told each path dckpt_storage_remove_leftovers removes (or, with dry_run, would remove); non-zero stops the removal
  * with DCKPT_EUSER. */
 typedef int (*dckpt_removed_fn)(const char *path, void *user_data);
-/* Removes the leftovers at `path` (files of unfinished saves whose marker is older than `grace_seconds`, and files no
- * committed checkpoint refers to), never the committed checkpoint nor a file distckpt did not write. `removed` (may be
+/* Removes the leftovers at `path` (files of abandoned saves: their writer on this host has exited, or, for a writer on
+ * another host, their marker is older than `grace_seconds`; a writer of this host that still runs keeps its files
+ * however old; and files no committed checkpoint refers to), never the committed checkpoint nor a file distckpt did not write. `removed` (may be
  * NULL) is called with each path removed; a non-zero return stops with DCKPT_EUSER. With dry_run != 0 nothing is
  * removed but `removed` still reports what would be. */
 DCKPT_API int dckpt_storage_remove_leftovers(dckpt_storage *storage, const char *path, double grace_seconds,
