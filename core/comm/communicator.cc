@@ -1,7 +1,10 @@
 #include "core/comm/communicator.h"
 
-#include <cstring>
 #include <map>
+#include <string>
+#include <vector>
+
+#include "core/base/wire.h"
 
 namespace distckpt {
 
@@ -37,38 +40,29 @@ Status Communicator::SendRecv(const std::vector<std::pair<int, std::string_view>
 
 Status Communicator::SendRecvInto(const std::vector<std::pair<int, std::string_view>>& sends,
                                   const std::vector<RecvInto>& recvs, std::chrono::milliseconds timeout) {
-  // Several messages to one peer travel as one: each message's size (8 bytes, little-endian), then its bytes, in order.
-  std::map<int, std::string> out;
-  for (const auto& [peer, bytes] : sends) {
-    std::string& m = out[peer];
-    char len[8];
-    for (int b = 0; b < 8; ++b) len[b] = static_cast<char>((static_cast<uint64_t>(bytes.size()) >> (8 * b)) & 0xff);
-    m.append(len, 8);
-    m.append(bytes.data(), bytes.size());
-  }
-  std::vector<std::pair<int, std::string_view>> framed_sends(out.begin(), out.end());
+  // Several messages to one peer travel as one: each message's size (a varint), then its bytes, in order.
+  std::map<int, WireWriter> out;
+  for (const auto& [peer, bytes] : sends) out[peer].Str(bytes);
+  std::vector<std::pair<int, std::string_view>> framed_sends;
+  for (auto& [peer, w] : out) framed_sends.emplace_back(peer, w.str());
   std::map<int, std::string> in;
   for (const auto& r : recvs) in[r.peer];
   std::vector<std::pair<int, std::string*>> into;
   for (auto& [peer, buf] : in) into.emplace_back(peer, &buf);
   DCKPT_RETURN_IF_ERROR(SendRecv(framed_sends, into, timeout));
-  std::map<int, size_t> at;
+  std::map<int, WireReader> readers;
+  for (const auto& [peer, buf] : in) readers.emplace(peer, WireReader(buf));
   for (const auto& r : recvs) {
-    const std::string& m = in[r.peer];
-    size_t& pos = at[r.peer];
-    if (m.size() - pos < 8) {  // the peer sent fewer messages: this one is empty
+    WireReader& rd = readers.at(r.peer);
+    uint64_t len = 0;
+    if (rd.remaining() == 0) {  // the peer sent fewer messages: this one is empty
       DCKPT_RETURN_IF_ERROR(CheckReceivedSize(r, 0));
       continue;
     }
-    uint64_t len = 0;
-    for (int b = 0; b < 8; ++b) len |= static_cast<uint64_t>(static_cast<unsigned char>(m[pos + b])) << (8 * b);
-    pos += 8;
-    if (len > m.size() - pos) {
-      return Internal("sendrecv: a malformed framed message from rank " + std::to_string(r.peer));
-    }
+    // Count: a size the rest of the message cannot hold is refused, so the Raw below cannot run short.
+    if (!rd.Count(&len)) return Internal("sendrecv: a malformed framed message from rank " + std::to_string(r.peer));
     DCKPT_RETURN_IF_ERROR(CheckReceivedSize(r, len));
-    if (len) std::memcpy(r.data, m.data() + pos, len);
-    pos += len;
+    if (len) rd.Raw(r.data, len);
   }
   return OkStatus();
 }
