@@ -31,6 +31,7 @@ fi
 
 passed=0
 failed=0
+failures=()  # "SUITE: line" for each failing test a suite's log names, printed again at the end
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -45,6 +46,16 @@ count() {  # adds the last "N passed" / "M failed" figures of a log to the total
 
 source scripts/bazel_tally.sh
 
+# note_failures SUITE: keeps the lines of the log that name a failed test (pytest, cargo, go test, gtest, bazel and the
+# shell suites' "FAIL" lines), at most 20 a suite, so that the end of the output says what failed.
+note_failures() {
+  local line
+  while IFS= read -r line; do
+    failures+=("$1: ${line:0:300}")
+  done < <(grep -E "^(FAILED |FAIL |--- FAIL|ERROR |\[  FAILED  \] [A-Za-z])|^test .* FAILED$|^//\S+\s+(FAILED|TIMEOUT|NO STATUS|INCOMPLETE)" \
+    "$log" | head -20)
+}
+
 # bazel_suite NAME ARGS...: bazel test ARGS; prints the targets and "NAME: N passed, M failed", added to the totals.
 bazel_suite() {
   local name=$1 rc
@@ -55,6 +66,7 @@ bazel_suite() {
   bazel_tally "$log" "$rc"
   local p=$BAZEL_PASSED f=$BAZEL_FAILED
   echo "$name: $p passed, $f failed"
+  ((f == 0)) || note_failures "$name"
   passed=$((passed + p))
   failed=$((failed + f))
 }
@@ -69,6 +81,7 @@ if bash scripts/format_check.sh >"$log" 2>&1; then
 else
   cat "$log"
   echo "format check: 0 passed, 1 failed"
+  failures+=("format check: scripts/format_check.sh")
   failed=$((failed + 1))
 fi
 
@@ -87,6 +100,7 @@ if [[ -f /usr/local/cuda/include/cuda.h ]]; then
   else
     grep -E "error|ERROR" "$log" | head -30
     echo "bazel cuda build: 0 passed, 1 failed"
+    failures+=("bazel cuda build: bazel build --config=cuda //...")
     failed=$((failed + 1))
   fi
 else
@@ -105,6 +119,10 @@ for runner in python/run_tests.sh rust/run_tests.sh go/run_tests.sh tests/consum
   before=$failed
   count "$log"
   if [[ $rc -ne 0 && $failed -eq $before ]]; then failed=$((failed + 1)); fi
+  if ((failed != before)); then
+    note_failures "$runner"
+    failures+=("$runner: exit $rc, $((failed - before)) failed (its last lines are above)")
+  fi
 done
 
 echo "== scripts/fuzz.sh ${FUZZ_SMOKE_SECONDS:-15}"
@@ -115,8 +133,13 @@ p=$(grep -E "^fuzz [a-z_]+: [0-9]+ passed" "$log" | grep -oE "[0-9]+ passed" | a
 f=$(grep -E "^fuzz [a-z_]+: [0-9]+ passed" "$log" | grep -oE "[0-9]+ failed" | awk '{s += $1} END {print s + 0}')
 if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
 echo "fuzz: $p passed, $f failed"
+((f == 0)) || failures+=("fuzz: $(grep -E "^fuzz [a-z_]+: [0-9]+ passed, [1-9]" "$log" | tr '\n' ' ')")
 passed=$((passed + p))
 failed=$((failed + f))
 
+if ((${#failures[@]})); then
+  echo "== what failed"
+  printf '%s\n' "${failures[@]}"
+fi
 echo "tests: ${passed} passed, ${failed} failed"
 [[ $failed -eq 0 ]]
