@@ -1,5 +1,6 @@
 #include "core/format/checksum.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "core/format/xxh3/xxh3.h"
@@ -17,6 +18,7 @@ namespace {
 using internal_xxh3::Xxh3Fn;
 
 const Xxh3Fn kXxh3 = internal_xxh3::Xxh3Variants().front().fn;
+const internal_xxh3::Xxh3_128Fn kXxh3_128 = internal_xxh3::Xxh3Variants().front().fn128;
 
 // Before static initialisation has run (a checksum from another library's constructor) kXxh3 may still be null.
 inline uint64_t XXH3_64bits_dispatch(const void* data, size_t size) {
@@ -27,6 +29,32 @@ inline uint64_t XXH3_64bits_dispatch(const void* data, size_t size) {
 }  // namespace
 
 uint64_t Xxh3(const void* data, size_t size) { return XXH3_64bits_dispatch(data, size); }
+
+static_assert(sizeof(ChunkHash) == 16 && offsetof(ChunkHash, hi) == 8, "ChunkHash is two little-endian words");
+
+ChunkHash Xxh3_128(const void* data, size_t size) {
+  const internal_xxh3::Xxh3_128Fn fn = kXxh3_128 != nullptr ? kXxh3_128 : distckpt_xxh3_128_scalar;
+  uint64_t out[2];
+  fn(data, size, out);
+  return ChunkHash{out[0], out[1]};
+}
+
+ChunkHash CombineBlockHashes(Span<const ChunkHash> block_hashes) {
+  if (block_hashes.size() == 1) return block_hashes[0];
+  return Xxh3_128(block_hashes.data(), block_hashes.size() * sizeof(ChunkHash));
+}
+
+ChunkHash ChunkStrongHash(const void* data, uint64_t length, uint64_t block_size) {
+  const uint64_t n = NumChecksumBlocks(length, block_size);
+  const auto* p = static_cast<const unsigned char*>(data);
+  if (n == 1) return Xxh3_128(p, static_cast<size_t>(length));
+  std::vector<ChunkHash> blocks(n);
+  for (uint64_t b = 0; b < n; ++b) {
+    const uint64_t begin = b * block_size;
+    blocks[b] = Xxh3_128(p + begin, static_cast<size_t>((b + 1 == n) ? length - begin : block_size));
+  }
+  return CombineBlockHashes(Span<const ChunkHash>(blocks.data(), blocks.size()));
+}
 
 uint64_t NumChecksumBlocks(uint64_t length, uint64_t block_size) {
   if (block_size == 0 || length == 0) return 1;

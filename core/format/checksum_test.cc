@@ -112,14 +112,39 @@ TEST(ChecksumTest, EverySimdBuildAgreesWithTheScalarBuild) {
     for (size_t start : {0, 1, 7, 64}) {
       const uint64_t want = distckpt_xxh3_scalar(a.data() + start, len);
       EXPECT_EQ(Xxh3(a.data() + start, len), want) << "len " << len << " start " << start;
+      uint64_t want128[2];
+      distckpt_xxh3_128_scalar(a.data() + start, len, want128);
+      const ChunkHash got128 = Xxh3_128(a.data() + start, len);
+      EXPECT_TRUE(got128.lo == want128[0] && got128.hi == want128[1]) << "XXH3-128 len " << len << " start " << start;
       for (const internal_xxh3::Xxh3Variant& v : variants) {
         EXPECT_EQ(v.fn(a.data() + start, len), want) << v.name << " len " << len << " start " << start;
+        uint64_t h[2];
+        v.fn128(a.data() + start, len, h);
+        EXPECT_TRUE(h[0] == want128[0] && h[1] == want128[1]) << v.name << " XXH3-128 len " << len;
       }
     }
   }
   std::string names;
   for (const internal_xxh3::Xxh3Variant& v : variants) names += std::string(names.empty() ? "" : ", ") + v.name;
   std::cout << "XXH3 builds checked: " << names << " (hashing with " << variants.front().name << ")\n";
+}
+
+// XXH3-128 is xxHash's own (the published value for no input), and a chunk hash combines its blocks' hashes the way
+// FORMAT.md "Chunk hashes" says: the block's hash for one block, XXH3-128 of the concatenated block hashes otherwise.
+TEST(ChecksumTest, ChunkHashIsXxh3_128OfItsBlocks) {
+  const ChunkHash empty = Xxh3_128(nullptr, 0);
+  EXPECT_EQ(empty.lo, 0x6001C324468D497Full);
+  EXPECT_EQ(empty.hi, 0x99AA06D3014798D8ull);
+  const std::vector<uint8_t> a = XorshiftBuffer(10000);
+  EXPECT_EQ(ChunkStrongHash(a.data(), 4096, 4096), Xxh3_128(a.data(), 4096));
+  const ChunkHash blocks[3] = {Xxh3_128(a.data(), 4096), Xxh3_128(a.data() + 4096, 4096),
+                               Xxh3_128(a.data() + 8192, 10000 - 8192)};
+  std::string concat(reinterpret_cast<const char*>(blocks), sizeof blocks);
+  EXPECT_EQ(ChunkStrongHash(a.data(), 10000, 4096), Xxh3_128(concat.data(), concat.size()));
+  EXPECT_EQ(CombineBlockHashes(Span<const ChunkHash>(blocks, 3)), Xxh3_128(concat.data(), concat.size()));
+  std::vector<uint8_t> b = a;
+  b[9999] ^= 1;
+  EXPECT_NE(ChunkStrongHash(b.data(), 10000, 4096), ChunkStrongHash(a.data(), 10000, 4096));
 }
 
 }  // namespace

@@ -54,6 +54,9 @@ static_assert(static_cast<uint8_t>(fb::DType::BOOL) == static_cast<uint8_t>(DTyp
 static_assert(static_cast<uint8_t>(fb::EntryKind::Tensor) == static_cast<uint8_t>(EntryKind::kTensor) &&
                   static_cast<uint8_t>(fb::EntryKind::Bytes) == static_cast<uint8_t>(EntryKind::kBytes),
               "schema EntryKind values differ from metadata.h");
+static_assert(sizeof(fb::Hash128) == sizeof(ChunkHash) && alignof(fb::Hash128) == 8 && offsetof(ChunkHash, lo) == 0 &&
+                  offsetof(ChunkHash, hi) == 8 && std::is_trivially_copyable<ChunkHash>::value,
+              "ChunkHash must mirror fb::Hash128 byte for byte");
 static_assert(sizeof(kMetadataFileIdentifier) == flatbuffers::kFileIdentifierLength + 1, "identifier is 4 bytes");
 static_assert(sizeof(kMetadataTrailerMagic) == 9 && kMetadataTrailerBytes == 16, "trailer: 8-byte sum + 8-byte magic");
 
@@ -104,6 +107,9 @@ bool IsPowerOfTwo(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 bool ByteLess(std::string_view a, std::string_view b) { return a.compare(b) < 0; }  // char_traits: unsigned bytes
 
+// The newest minor version this reader knows of `major` (1.x or 2.x).
+uint16_t KnownMinor(uint16_t major) { return major == kFormatMajorReferences ? kFormatMinorReferences : kFormatMinor; }
+
 // Runs the semantic checks of FORMAT.md "Reader obligations" over a buffer that passed the FlatBuffers verifier.
 class Validator {
  public:
@@ -112,6 +118,7 @@ class Validator {
 
   Status Run() {
     DCKPT_RETURN_IF_ERROR(CheckHeader());
+    DCKPT_RETURN_IF_ERROR(CheckBases());
     DCKPT_RETURN_IF_ERROR(CheckFiles());
     DCKPT_RETURN_IF_ERROR(CheckUser());
     DCKPT_RETURN_IF_ERROR(CheckEntries());
@@ -202,11 +209,49 @@ class Validator {
     return OkStatus();
   }
 
+  // Format 2.0's references to earlier checkpoints (FORMAT.md "References"): each names a sibling directory by a plain
+  // name, so no reference can leave the checkpoint's parent; a 1.x file has none.
+  Status CheckBases() {
+    const auto* bases = m_->bases();
+    DCKPT_RETURN_IF_ERROR(CheckVector(bases, 4, 4, Named("bases")));
+    const size_t n = Size(bases);
+    if (m_->format_major() < kFormatMajorReferences && (n != 0 || m_->chain_length() != 0)) {
+      return Bad("metadata of format " + std::to_string(m_->format_major()) + "." +
+                 std::to_string(m_->format_minor()) + " refers to other checkpoints, which only format 2.0 may");
+    }
+    if (foreign_ && n != 0) return Bad("a foreign checkpoint's description refers to other checkpoints");
+    if ((n == 0) != (m_->chain_length() == 0)) {
+      return Bad("chain_length " + std::to_string(m_->chain_length()) + " disagrees with the " + std::to_string(n) +
+                 " base checkpoints (0 exactly when there are none)");
+    }
+    std::vector<std::string_view> names;
+    names.reserve(n);
+    for (uint32_t k = 0; k < n; ++k) {
+      const fb::BaseRef* b = bases->Get(k);
+      if (b == nullptr || b->name() == nullptr) return Bad("base checkpoint #" + std::to_string(k) + " has no name");
+      DCKPT_RETURN_IF_ERROR(
+          Account(b->name()->size() + 5ull, [k] { return "name of base checkpoint #" + std::to_string(k); }));
+      const std::string_view name = View(b->name());
+      if (!IsValidFileName(name)) {
+        return Bad("base checkpoint #" + std::to_string(k) + " has an invalid name " + Quote(name) +
+                   " (it must name a sibling directory: no path separators, '..', control characters or NUL)");
+      }
+      names.push_back(name);
+    }
+    std::sort(names.begin(), names.end(), ByteLess);
+    for (size_t k = 1; k < names.size(); ++k) {
+      if (names[k] == names[k - 1]) return Bad("base checkpoint " + Quote(names[k]) + " is listed twice");
+    }
+    num_bases_ = n;
+    return OkStatus();
+  }
+
   Status CheckFiles() {
     const auto* files = m_->files();
     DCKPT_RETURN_IF_ERROR(CheckVector(files, 4, 4, Named("files")));
     const size_t n = Size(files);
-    std::vector<std::pair<std::string_view, uint32_t>> names;
+    // (base, name): two bases may each have a data-00000.bin.
+    std::vector<std::pair<std::pair<uint32_t, std::string_view>, uint32_t>> names;
     names.reserve(n);
     for (uint32_t i = 0; i < n; ++i) {
       const fb::DataFile* f = files->Get(i);
@@ -220,14 +265,22 @@ class Validator {
       for (const char* reserved : kReservedFileNames) {
         if (name == reserved) return Bad("data file #" + std::to_string(i) + " uses the reserved name " + Quote(name));
       }
-      names.emplace_back(name, i);
+      if (f->base() > num_bases_) {
+        return Bad("data file #" + std::to_string(i) + " " + Quote(name) + " names base checkpoint " +
+                   std::to_string(f->base()) + ", but there are " + std::to_string(num_bases_));
+      }
+      names.push_back({{f->base(), name}, i});
       file_sizes_.push_back(f->size());
     }
-    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) { return ByteLess(a.first, b.first); });
+    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
+      return a.first.first != b.first.first ? a.first.first < b.first.first : ByteLess(a.first.second, b.first.second);
+    });
     for (size_t k = 1; k < names.size(); ++k) {
       if (names[k].first == names[k - 1].first) {
         return Bad("data files #" + std::to_string(names[k - 1].second) + " and #" + std::to_string(names[k].second) +
-                   " have the same name " + Quote(names[k].first));
+                   (names[k].first.first == 0 ? " have the same name " + Quote(names[k].first.second)
+                                              : " are the same file " + Quote(names[k].first.second) +
+                                                    " of base checkpoint " + std::to_string(names[k].first.first)));
       }
     }
     return OkStatus();
@@ -273,7 +326,7 @@ class Validator {
 
   Status CheckEntry(const fb::Entry* e, std::string_view name) {
     entry_name_ = name;
-    const bool newer_minor = m_->format_minor() > kFormatMinor;
+    const bool newer_minor = m_->format_minor() > KnownMinor(m_->format_major());
     const auto kind = static_cast<uint8_t>(e->kind());
     if (kind > static_cast<uint8_t>(fb::EntryKind::MAX)) {
       // A later minor version may add kinds; say so rather than calling the file corrupt.
@@ -296,6 +349,8 @@ class Validator {
     const auto* lengths_v = e->chunk_lengths();
     const auto* chunks_v = e->chunks();
     const auto* blocks_v = e->block_checksums();
+    const auto* hashes_v = e->chunk_hashes();
+    DCKPT_RETURN_IF_ERROR(CheckVector(hashes_v, sizeof(fb::Hash128), alignof(fb::Hash128), Field("chunk_hashes")));
     DCKPT_RETURN_IF_ERROR(CheckVector(shape_v, 8, 8, Field("shape")));
     DCKPT_RETURN_IF_ERROR(CheckVector(offsets_v, 8, 8, Field("chunk_offsets")));
     DCKPT_RETURN_IF_ERROR(CheckVector(lengths_v, 8, 8, Field("chunk_lengths")));
@@ -312,6 +367,10 @@ class Validator {
     if (!nbytes.ok()) return Bad(Where() + ": shape " + ShapeString(shape) + " of " + DTypeName(dtype) + " overflows 64 bits");
 
     const size_t nchunks = Size(chunks_v);
+    if (Size(hashes_v) != 0 && (Size(hashes_v) != nchunks || foreign_)) {
+      return Bad(Where() + ": has " + std::to_string(Size(hashes_v)) + " chunk hashes for " + std::to_string(nchunks) +
+                 " chunks (one per chunk, or none" + (foreign_ ? "; a foreign checkpoint has none" : "") + ")");
+    }
     // Sizes are < 2^31 (verified buffer), so nchunks * ndim cannot overflow.
     if (Size(offsets_v) != nchunks * ndim || Size(lengths_v) != nchunks * ndim) {
       return Bad(Where() + ": has " + std::to_string(nchunks) + " chunks of " + std::to_string(ndim) +
@@ -442,6 +501,7 @@ class Validator {
   std::string_view entry_name_;  // the entry being checked, for messages
   std::vector<Box> boxes_;       // reused across entries
   std::vector<uint64_t> file_sizes_;  // Metadata.files[i].size, read once
+  size_t num_bases_ = 0;
 };
 
 }  // namespace
@@ -564,10 +624,11 @@ Result<MetadataView> MetadataView::ParseImpl(std::shared_ptr<const void> owner, 
     const uint16_t major = root->GetField<uint16_t>(fb::Metadata::VT_FORMAT_MAJOR, 0);
     const uint16_t minor = root->GetField<uint16_t>(fb::Metadata::VT_FORMAT_MINOR, 0);
     if (major == 0) return fail(StatusCode::kCorrupt, "metadata has no format version");
-    if (major != kFormatMajor) {
+    if (major != kFormatMajor && major != kFormatMajorReferences) {
       return fail(StatusCode::kVersion, "format version " + std::to_string(major) + "." + std::to_string(minor) +
-                                            " is not supported; this reader supports major version " +
-                                            std::to_string(kFormatMajor) + " (upgrade distckpt to read it)");
+                                            " is not supported; this reader supports major versions " +
+                                            std::to_string(kFormatMajor) + " and " +
+                                            std::to_string(kFormatMajorReferences) + " (upgrade distckpt to read it)");
     }
   }
 
@@ -581,7 +642,7 @@ Result<MetadataView> MetadataView::ParseImpl(std::shared_ptr<const void> owner, 
                 "field is invalid)");
   }
   const fb::Metadata* root = fb::GetMetadata(data);
-  if (!checksum && root->format_minor() >= 1) {
+  if (!checksum && (root->format_minor() >= 1 || root->format_major() > 1)) {
     // 1.1 and later always end with the trailer: without it the file was truncated or its last bytes damaged.
     return fail(StatusCode::kCorrupt, "metadata of format " + std::to_string(root->format_major()) + "." +
                                           std::to_string(root->format_minor()) +
@@ -604,6 +665,21 @@ std::string_view MetadataView::file_name(size_t i) const {
 uint64_t MetadataView::file_size(size_t i) const {
   return Root(root_)->files()->Get(static_cast<flatbuffers::uoffset_t>(i))->size();
 }
+uint32_t MetadataView::file_base(size_t i) const {
+  return Root(root_)->files()->Get(static_cast<flatbuffers::uoffset_t>(i))->base();
+}
+
+size_t MetadataView::num_bases() const { return Size(Root(root_)->bases()); }
+std::string_view MetadataView::base_name(size_t k) const {
+  return View(Root(root_)->bases()->Get(static_cast<flatbuffers::uoffset_t>(k))->name());
+}
+uint64_t MetadataView::base_metadata_checksum(size_t k) const {
+  return Root(root_)->bases()->Get(static_cast<flatbuffers::uoffset_t>(k))->metadata_checksum();
+}
+uint64_t MetadataView::base_metadata_size(size_t k) const {
+  return Root(root_)->bases()->Get(static_cast<flatbuffers::uoffset_t>(k))->metadata_size();
+}
+uint32_t MetadataView::chain_length() const { return Root(root_)->chain_length(); }
 
 size_t MetadataView::num_entries() const { return Size(Root(root_)->entries()); }
 
@@ -619,6 +695,8 @@ EntryView MetadataView::entry(size_t i) const {
   v.chunk_lengths = Data(e->chunk_lengths());
   v.chunk_locs = Data(e->chunks());
   v.block_checksums = Span<const uint64_t>(Data(e->block_checksums()), Size(e->block_checksums()));
+  v.chunk_hashes = Span<const ChunkHash>(reinterpret_cast<const ChunkHash*>(Data(e->chunk_hashes())),
+                                         Size(e->chunk_hashes()));
   return v;
 }
 
@@ -673,7 +751,11 @@ MetadataRecord MetadataView::ToRecord() const {
   r.structure = std::string(structure());
   r.source = std::string(source());
   r.files.reserve(num_files());
-  for (size_t i = 0; i < num_files(); ++i) r.files.push_back({std::string(file_name(i)), file_size(i)});
+  for (size_t i = 0; i < num_files(); ++i) r.files.push_back({std::string(file_name(i)), file_size(i), file_base(i)});
+  for (size_t k = 0; k < num_bases(); ++k) {
+    r.bases.push_back({std::string(base_name(k)), base_metadata_checksum(k), base_metadata_size(k)});
+  }
+  r.chain_length = chain_length();
   r.user.reserve(num_user());
   for (size_t i = 0; i < num_user(); ++i) {
     const auto [key, value] = user(i);
@@ -692,6 +774,7 @@ MetadataRecord MetadataView::ToRecord() const {
     e.chunks.reserve(v.num_chunks);
     for (size_t c = 0; c < v.num_chunks; ++c) e.chunks.push_back(v.chunk(c));
     e.block_checksums.assign(v.block_checksums.begin(), v.block_checksums.end());
+    e.chunk_hashes.assign(v.chunk_hashes.begin(), v.chunk_hashes.end());
     r.entries.push_back(std::move(e));
   }
   return r;
@@ -707,11 +790,12 @@ uint64_t EstimateEncodedSize(const MetadataRecord& r) {
   auto str = [](const std::string& s) -> uint64_t { return s.size() + 16; };
   uint64_t n = 256 + str(r.writer) + str(r.structure);
   for (const auto& f : r.files) n += str(f.name) + 48;
+  for (const auto& base : r.bases) n += str(base.name) + 48;
   for (const auto& kv : r.user) n += str(kv.first) + str(kv.second) + 32;
   for (const auto& e : r.entries) {
     n += str(e.name) + 128 + 8 * (e.shape.size() + e.chunk_offsets.size() + e.chunk_lengths.size() +
                                   e.block_checksums.size()) +
-         32 * e.chunks.size() + 5 * 16;
+         32 * e.chunks.size() + 16 * e.chunk_hashes.size() + 6 * 16;
   }
   return n;
 }
@@ -783,11 +867,16 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   struct EntryVectors {
     flatbuffers::Offset<flatbuffers::Vector<uint64_t>> shape, offsets, lengths, blocks;
     flatbuffers::Offset<flatbuffers::Vector<const fb::ChunkLoc*>> chunks;
+    flatbuffers::Offset<flatbuffers::Vector<const fb::Hash128*>> hashes;
   };
   std::vector<EntryVectors> vecs(record.entries.size());
   for (size_t i = 0; i < record.entries.size(); ++i) {
     const EntryRecord& e = record.entries[i];
     EntryVectors& v = vecs[i];
+    if (!e.chunk_hashes.empty()) {
+      v.hashes = b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()),
+                                         e.chunk_hashes.size());
+    }
     if (!e.chunks.empty()) {
       // ChunkLocation has ChunkLoc's exact byte layout (static_asserts at the top): one memcpy, 8-byte aligned.
       v.chunks = b.CreateVectorOfStructs(reinterpret_cast<const fb::ChunkLoc*>(e.chunks.data()), e.chunks.size());
@@ -813,7 +902,13 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   files.reserve(record.files.size());
   for (const DataFileRecord& f : record.files) {
     const auto name = b.CreateString(f.name);
-    files.push_back(fb::CreateDataFile(b, name, f.size));
+    files.push_back(fb::CreateDataFile(b, name, f.size, f.base));
+  }
+  std::vector<flatbuffers::Offset<fb::BaseRef>> bases;
+  bases.reserve(record.bases.size());
+  for (const BaseRecord& base : record.bases) {
+    const auto name = b.CreateString(base.name);
+    bases.push_back(fb::CreateBaseRef(b, name, base.metadata_checksum, base.metadata_size));
   }
   std::vector<flatbuffers::Offset<fb::KeyValue>> user;
   user.reserve(record.user.size());
@@ -829,7 +924,7 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
     const EntryVectors& v = vecs[i];
     const auto name = b.CreateString(e.name);
     entries.push_back(fb::CreateEntry(b, name, static_cast<fb::EntryKind>(e.kind), static_cast<fb::DType>(e.dtype),
-                                      v.shape, v.offsets, v.lengths, v.chunks, v.blocks));
+                                      v.shape, v.offsets, v.lengths, v.chunks, v.blocks, v.hashes));
   }
   const auto writer = b.CreateString(record.writer);
   const auto structure = b.CreateString(record.structure);
@@ -837,8 +932,13 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   if (entries_vec.IsNull()) entries_vec = b.CreateVector(entries);
   const auto user_vec = b.CreateVector(user);
   const auto source = record.source.empty() ? 0 : b.CreateString(record.source);
-  const auto root = fb::CreateMetadata(b, kFormatMajor, kFormatMinor, writer, record.checksum_block_size,
-                                       record.alignment, files_vec, entries_vec, user_vec, structure, source);
+  const auto bases_vec = bases.empty() ? 0 : b.CreateVector(bases);
+  // A checkpoint that refers to others is 2.0, which 1.x readers refuse; every other one stays 1.x (section 7).
+  const bool refers = !record.bases.empty();
+  const auto root = fb::CreateMetadata(b, refers ? kFormatMajorReferences : kFormatMajor,
+                                       refers ? kFormatMinorReferences : kFormatMinor, writer,
+                                       record.checksum_block_size, record.alignment, files_vec, entries_vec, user_vec,
+                                       structure, source, bases_vec, record.chain_length);
   fb::FinishMetadataBuffer(b, root);
 
   // A writer must never produce a file its reader rejects: run the full reader over the result.

@@ -15,12 +15,19 @@
 #include "core/base/dtype.h"
 #include "core/base/span.h"
 #include "core/base/status.h"
+#include "core/format/checksum.h"
 
 namespace distckpt {
 
 constexpr uint16_t kFormatMajor = 1;
-/// 1.1 added the checksum trailer (FORMAT.md section 2.3). Readers still accept 1.0 files, which have none.
-constexpr uint16_t kFormatMinor = 1;
+/// 1.1 added the checksum trailer (FORMAT.md section 2.3), 1.2 the chunk hashes. Readers still accept 1.0 files,
+/// which have no trailer.
+constexpr uint16_t kFormatMinor = 2;
+/// A checkpoint that reads data files of earlier ones (an incremental save, FORMAT.md "References") is written as
+/// format 2.0, so that readers of 1.x refuse it with a version error instead of reading the wrong files. A save
+/// without references still writes 1.x. Readers accept both majors.
+constexpr uint16_t kFormatMajorReferences = 2;
+constexpr uint16_t kFormatMinorReferences = 0;
 /// Data chunks start on this boundary inside data files.
 constexpr uint64_t kChunkAlignment = 4096;
 /// Default size of a checksum block (see FORMAT.md "Checksums").
@@ -61,11 +68,22 @@ struct EntryRecord {
   std::vector<uint64_t> chunk_lengths;
   std::vector<ChunkLocation> chunks;
   std::vector<uint64_t> block_checksums;
+  /// Format 1.2: the strong hash of each chunk's bytes (same order as chunks), or none.
+  std::vector<ChunkHash> chunk_hashes;
 };
 
 struct DataFileRecord {
   std::string name;
   uint64_t size = 0;  ///< Exact size of the file after the save.
+  /// 0: a file of this checkpoint; k >= 1: a data file of bases[k - 1] (format 2.0).
+  uint32_t base = 0;
+};
+
+/// An earlier checkpoint whose data files this one reads (format 2.0).
+struct BaseRecord {
+  std::string name;                ///< its directory name, a sibling of this checkpoint
+  uint64_t metadata_checksum = 0;  ///< the checksum in its metadata trailer when this checkpoint was written
+  uint64_t metadata_size = 0;      ///< the size of its metadata file then
 };
 
 /// Everything a writer puts into the metadata file.
@@ -83,6 +101,10 @@ struct MetadataRecord {
   /// offset (alignment 1 or more). Such a record is encoded only to be parsed with MetadataView::ParseForeign;
   /// MetadataView::Parse refuses it, so no metadata file can turn verification off.
   std::string source;
+  /// Format 2.0: the checkpoints whose files DataFileRecord::base names; EncodeMetadata writes 2.0 when there are any.
+  std::vector<BaseRecord> bases;
+  /// Format 2.0: saves since the last self-contained one in this chain of incremental saves.
+  uint32_t chain_length = 0;
 };
 
 /// Serialises `record` (entries sorted by name, user keys sorted) into the bytes of a metadata file: a FlatBuffers
@@ -105,6 +127,8 @@ struct EntryView {
   const uint64_t* chunk_lengths = nullptr;  ///< num_chunks * ndim values
   const void* chunk_locs = nullptr;         ///< num_chunks FlatBuffers ChunkLoc structs; use chunk()
   Span<const uint64_t> block_checksums;
+  /// One per chunk, or empty (formats before 1.2, foreign checkpoints).
+  Span<const ChunkHash> chunk_hashes;
 
   uint32_t ndim() const { return static_cast<uint32_t>(shape.size()); }
   Box chunk_box(size_t i) const;
@@ -138,6 +162,16 @@ class MetadataView {
   size_t num_files() const;
   std::string_view file_name(size_t i) const;
   uint64_t file_size(size_t i) const;
+  /// 0: file i belongs to this checkpoint; k >= 1: it is a data file of base k - 1 (format 2.0).
+  uint32_t file_base(size_t i) const;
+
+  /// The earlier checkpoints this one reads data files of (format 2.0; none before).
+  size_t num_bases() const;
+  std::string_view base_name(size_t k) const;
+  uint64_t base_metadata_checksum(size_t k) const;
+  uint64_t base_metadata_size(size_t k) const;
+  /// Saves since the last self-contained checkpoint of this chain (0: this one reads no base).
+  uint32_t chain_length() const;
 
   size_t num_entries() const;
   EntryView entry(size_t i) const;

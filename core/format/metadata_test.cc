@@ -193,12 +193,55 @@ RawEntry& Entry(RawMetadata& m, const std::string& name) {
   std::abort();
 }
 
+// Makes `m` a format 2.0 file whose first data file is one of base `name` (a valid reference), for a case to break.
+void RefersTo(RawMetadata& m, std::optional<std::string> name) {
+  m.format_major = kFormatMajorReferences;
+  m.format_minor = kFormatMinorReferences;
+  m.bases = {{std::move(name), 0x1234, 1000}};
+  m.chain_length = 1;
+  m.files[0].base = 1;
+}
+
 std::vector<Hostile> HostileCases() {
   const StatusCode kCorrupt = StatusCode::kCorrupt;
   return {
       // Header.
       {"no format version", [](RawMetadata& m) { m.format_major = 0; }, kCorrupt, "no format version"},
-      {"future major", [](RawMetadata& m) { m.format_major = 2; }, StatusCode::kVersion, "format version 2."},
+      {"future major", [](RawMetadata& m) { m.format_major = 3; }, StatusCode::kVersion, "format version 3."},
+      {"bases in 1.x", [](RawMetadata& m) { m.bases = {{"step-1", 1, 100}}, m.chain_length = 1; }, kCorrupt,
+       "which only format 2.0 may"},
+      {"base escapes the parent", [](RawMetadata& m) { RefersTo(m, ".."); }, kCorrupt, "must name a sibling"},
+      {"base is a path", [](RawMetadata& m) { RefersTo(m, "a/b"); }, kCorrupt, "invalid name 'a/b'"},
+      {"base is absolute", [](RawMetadata& m) { RefersTo(m, "/etc"); }, kCorrupt, "invalid name '/etc'"},
+      {"base without name", [](RawMetadata& m) { RefersTo(m, std::nullopt); }, kCorrupt, "verification"},
+      {"base listed twice",
+       [](RawMetadata& m) {
+         RefersTo(m, "step-1");
+         m.bases.push_back(m.bases[0]);
+       },
+       kCorrupt, "listed twice"},
+      {"file base out of range",
+       [](RawMetadata& m) {
+         RefersTo(m, "step-1");
+         m.files[0].base = 2;
+       },
+       kCorrupt, "names base checkpoint 2, but there are 1"},
+      {"chain length without bases",
+       [](RawMetadata& m) {
+         RefersTo(m, "step-1");
+         m.bases.clear();
+         m.files[0].base = 0;
+       },
+       kCorrupt, "chain_length 1 disagrees"},
+      {"same file twice in a base",
+       [](RawMetadata& m) {
+         RefersTo(m, "step-1");
+         m.files.push_back(m.files[0]);
+       },
+       kCorrupt, "are the same file"},
+      {"chunk hashes short",
+       [](RawMetadata& m) { m.entries[1].chunk_hashes.assign(m.entries[1].chunks.size() - 1, ChunkHash{1, 2}); },
+       kCorrupt, "chunk hashes for"},
       {"block size 0", [](RawMetadata& m) { m.checksum_block_size = 0; }, kCorrupt, "checksum_block_size 0"},
       {"block size not pow2", [](RawMetadata& m) { m.checksum_block_size = 5000; }, kCorrupt, "checksum_block_size 5000"},
       {"block size too small", [](RawMetadata& m) { m.checksum_block_size = 2048; }, kCorrupt, "checksum_block_size"},
@@ -522,7 +565,7 @@ TEST(MetadataTest, EncodedFileEndsWithItsChecksumTrailer) {
   EXPECT_EQ(stored, Xxh3(buf.data(), buf.size() - 16));
   Result<MetadataView> view = ParseString(buf);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
-  EXPECT_EQ(view->format_minor(), 1);
+  EXPECT_EQ(view->format_minor(), kFormatMinor);
   EXPECT_EQ(view->checksum(), stored);
   EXPECT_EQ(view->buffer_size(), buf.size());
 }
@@ -593,14 +636,14 @@ TEST(MetadataTest, TrailerIsInvisibleToAFlatBuffersReaderOfTheWholeFile) {
   EXPECT_TRUE(fb::VerifyMetadataBuffer(verifier));
   const fb::Metadata* root = fb::GetMetadata(buf.data());
   EXPECT_EQ(root->format_major(), 1);
-  EXPECT_EQ(root->format_minor(), 1);
+  EXPECT_EQ(root->format_minor(), kFormatMinor);
   EXPECT_EQ(root->entries()->size(), ValidRecord().entries.size());
   EXPECT_EQ(std::string(root->structure()->c_str()), ValidRecord().structure);
 }
 
 TEST(MetadataTest, FutureMajorVersionIsAVersionError) {
   RawMetadata m = ToRaw(ValidRecord());
-  m.format_major = kFormatMajor + 1;
+  m.format_major = kFormatMajorReferences + 1;
   Result<MetadataView> view = ParseString(RawEncode(m));
   ASSERT_FALSE(view.ok());
   EXPECT_EQ(view.status().code(), StatusCode::kVersion);
@@ -658,6 +701,42 @@ TEST(FileNameTest, Rules) {
   EXPECT_FALSE(IsValidFileName("a\x7f"));
   EXPECT_FALSE(IsValidFileName("\xc0\xae\xc0\xae"));  // overlong "..": invalid UTF-8
   EXPECT_FALSE(IsValidFileName("\xff"));
+}
+
+// Format 1.2 records chunk hashes; a record with bases is written as 2.0 (which 1.x readers refuse by its major
+// version), and every new field reads back and survives ToRecord.
+TEST(MetadataTest, ChunkHashesAndReferencesRoundTrip) {
+  MetadataRecord r = ValidRecord();
+  for (EntryRecord& e : r.entries) {
+    for (size_t i = 0; i < e.chunks.size(); ++i) e.chunk_hashes.push_back(ChunkHash{i + 1, e.name.size()});
+  }
+  Result<MetadataView> plain = ParseString(*EncodeMetadata(r));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->format_major(), 1);
+  EXPECT_EQ(plain->format_minor(), kFormatMinor);
+  EXPECT_EQ(plain->num_bases(), 0u);
+  EXPECT_EQ(plain->chain_length(), 0u);
+  const EntryView a = plain->entry(*plain->Find("a.weight"));
+  ASSERT_EQ(a.chunk_hashes.size(), a.num_chunks);
+  EXPECT_EQ(a.chunk_hashes[3], (ChunkHash{4, 8}));
+
+  r.bases = {{"step-00010", 0xabc, 4096}, {"step-00020", 0xdef, 8192}};
+  r.chain_length = 2;
+  r.files.push_back({r.files[0].name, r.files[0].size, 2});  // the same name in a base is another file
+  r.entries[0].chunks[0].file = static_cast<uint32_t>(r.files.size() - 1);
+  const std::string encoded = *EncodeMetadata(r);
+  Result<MetadataView> refs = ParseString(encoded);
+  ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+  EXPECT_EQ(refs->format_major(), kFormatMajorReferences);
+  EXPECT_EQ(refs->format_minor(), kFormatMinorReferences);
+  ASSERT_EQ(refs->num_bases(), 2u);
+  EXPECT_EQ(refs->base_name(1), "step-00020");
+  EXPECT_EQ(refs->base_metadata_checksum(1), 0xdefu);
+  EXPECT_EQ(refs->base_metadata_size(0), 4096u);
+  EXPECT_EQ(refs->chain_length(), 2u);
+  EXPECT_EQ(refs->file_base(refs->num_files() - 1), 2u);
+  EXPECT_EQ(refs->file_base(0), 0u);
+  EXPECT_EQ(*EncodeMetadata(refs->ToRecord()), encoded);
 }
 
 TEST(MetadataTest, ManyChunksRoundTrip) {

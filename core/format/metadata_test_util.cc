@@ -86,7 +86,10 @@ RawMetadata ToRaw(const MetadataRecord& record) {
   m.writer = record.writer;
   m.checksum_block_size = record.checksum_block_size;
   m.alignment = record.alignment;
-  for (const auto& f : record.files) m.files.push_back({f.name, f.size});
+  for (const auto& f : record.files) m.files.push_back({f.name, f.size, f.base});
+  for (const auto& base : record.bases) m.bases.push_back({base.name, base.metadata_checksum, base.metadata_size});
+  m.chain_length = record.chain_length;
+  if (!record.bases.empty()) m.format_major = kFormatMajorReferences, m.format_minor = kFormatMinorReferences;
   for (const auto& e : record.entries) {
     RawEntry r;
     r.name = e.name;
@@ -97,6 +100,7 @@ RawMetadata ToRaw(const MetadataRecord& record) {
     r.chunk_lengths = e.chunk_lengths;
     r.chunks = e.chunks;
     r.block_checksums = e.block_checksums;
+    r.chunk_hashes = e.chunk_hashes;
     m.entries.push_back(std::move(r));
   }
   m.user = record.user;
@@ -118,6 +122,7 @@ std::string RawEncode(const RawMetadata& m) {
     const auto start = b.StartTable();
     if (f.name) b.AddOffset(fb::DataFile::VT_NAME, name);
     b.AddElement<uint64_t>(fb::DataFile::VT_SIZE, f.size, 0);
+    b.AddElement<uint32_t>(fb::DataFile::VT_BASE, f.base, 0);
     files.push_back(Offset<fb::DataFile>(b.EndTable(start)));
   }
   std::vector<Offset<fb::KeyValue>> user;
@@ -145,6 +150,11 @@ std::string RawEncode(const RawMetadata& m) {
     }
     if (m.share_chunk_vectors && i == 0) shared_offsets = offsets, shared_lengths = lengths, shared_chunks = chunks;
     const auto blocks = b.CreateVector(e.block_checksums);
+    Offset<Vector<const fb::Hash128*>> hashes = 0;
+    if (!e.chunk_hashes.empty()) {
+      hashes = b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()),
+                                       e.chunk_hashes.size());
+    }
     Offset<flatbuffers::String> extra = 0;
     if (m.unknown_fields) extra = b.CreateString("a field from the future");
     const auto start = b.StartTable();
@@ -156,6 +166,7 @@ std::string RawEncode(const RawMetadata& m) {
     b.AddOffset(fb::Entry::VT_CHUNK_LENGTHS, lengths);
     b.AddOffset(fb::Entry::VT_CHUNKS, chunks);
     b.AddOffset(fb::Entry::VT_BLOCK_CHECKSUMS, blocks);
+    b.AddOffset(fb::Entry::VT_CHUNK_HASHES, hashes);
     if (m.unknown_fields) {
       b.AddElement<uint64_t>(kUnknownScalar, 0xfeedface, 0);
       b.AddOffset(kUnknownString, extra);
@@ -167,6 +178,20 @@ std::string RawEncode(const RawMetadata& m) {
   const auto files_vec = b.CreateVector(files);
   const auto entries_vec = b.CreateVector(entries);
   const auto user_vec = b.CreateVector(user);
+  Offset<Vector<Offset<fb::BaseRef>>> bases_vec = 0;
+  if (!m.bases.empty()) {
+    std::vector<Offset<fb::BaseRef>> bases;
+    for (const RawBase& base : m.bases) {
+      Offset<flatbuffers::String> name = 0;
+      if (base.name) name = b.CreateString(*base.name);
+      const auto start = b.StartTable();
+      if (base.name) b.AddOffset(fb::BaseRef::VT_NAME, name);
+      b.AddElement<uint64_t>(fb::BaseRef::VT_METADATA_CHECKSUM, base.metadata_checksum, 0);
+      b.AddElement<uint64_t>(fb::BaseRef::VT_METADATA_SIZE, base.metadata_size, 0);
+      bases.push_back(Offset<fb::BaseRef>(b.EndTable(start)));
+    }
+    bases_vec = b.CreateVector(bases);
+  }
   Offset<flatbuffers::String> extra = 0;
   if (m.unknown_fields) extra = b.CreateString("another field from the future");
   const auto start = b.StartTable();
@@ -179,6 +204,8 @@ std::string RawEncode(const RawMetadata& m) {
   b.AddOffset(fb::Metadata::VT_ENTRIES, entries_vec);
   b.AddOffset(fb::Metadata::VT_USER, user_vec);
   b.AddOffset(fb::Metadata::VT_STRUCTURE, structure);
+  b.AddOffset(fb::Metadata::VT_BASES, bases_vec);
+  b.AddElement<uint32_t>(fb::Metadata::VT_CHAIN_LENGTH, m.chain_length, 0);
   if (m.unknown_fields) {
     b.AddElement<uint64_t>(kUnknownScalar, 0xfeedface, 0);
     b.AddOffset(kUnknownString, extra);

@@ -28,11 +28,19 @@ struct RawEntry {
   std::vector<uint64_t> shape, chunk_offsets, chunk_lengths;
   std::vector<ChunkLocation> chunks;
   std::vector<uint64_t> block_checksums;
+  std::vector<ChunkHash> chunk_hashes;
 };
 
 struct RawFile {
   std::optional<std::string> name;
   uint64_t size = 0;
+  uint32_t base = 0;
+};
+
+struct RawBase {
+  std::optional<std::string> name;
+  uint64_t metadata_checksum = 0;
+  uint64_t metadata_size = 0;
 };
 
 struct RawMetadata {
@@ -45,6 +53,8 @@ struct RawMetadata {
   std::vector<RawEntry> entries;
   std::vector<std::pair<std::string, std::string>> user;
   std::string structure;
+  std::vector<RawBase> bases;  ///< format 2.0
+  uint32_t chain_length = 0;   ///< format 2.0
   /// Adds fields this reader does not know (as a later minor version would) to the root and every entry.
   bool unknown_fields = false;
   /// Makes every entry's chunk vectors point at entry 0's (FlatBuffers allows shared sub-objects).

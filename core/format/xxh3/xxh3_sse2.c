@@ -10,3 +10,10 @@
 #include <xxhash.h>
 
 uint64_t distckpt_xxh3_sse2(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+/* XXH3-128 of the same build: out[0] the low, out[1] the high 64 bits (the chunk hashes of FORMAT.md 1.2). */
+void distckpt_xxh3_128_sse2(const void* data, size_t size, uint64_t out[2]) {
+  const XXH128_hash_t h = XXH3_128bits(data, size);
+  out[0] = h.low64;
+  out[1] = h.high64;
+}
