@@ -642,7 +642,9 @@ class ReadExecutor::Impl {
                     static_cast<unsigned long long>(computed));
       return Corrupt("checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' chunk #" +
                      std::to_string(job.chunk) + ": checksum mismatch in data file '" +
-                     std::string(r_->meta_.file_name(loc.file)) + "' bytes " + std::to_string(loc.offset + lo) + ".." +
+                     (r_->meta_.file_base(loc.file) == 0 ? std::string(r_->meta_.file_name(loc.file))
+                                                          : r_->FilePath(loc.file)) +
+                     "' bytes " + std::to_string(loc.offset + lo) + ".." +
                      std::to_string(loc.offset + hi) + " (" + hex +
                      "); the data is corrupt: restore the file or re-save");
     };

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/base/wire.h"
+#include "core/engine/base_checkpoint.h"
 #include "core/engine/read_executor.h"
 #include "core/engine/save.h"
 #include "core/foreign/foreign.h"
@@ -41,32 +42,6 @@ Result<std::unique_ptr<Directory>> OpenCheckpointDirectory(Storage* storage, con
     return NotFound("checkpoint '" + path + "' does not exist (" + dir.status().message() + ")");
   }
   return dir;
-}
-
-// metadata.dckpt inside `dir`, opened (not read). Missing: says whether the directory is an unfinished save.
-Result<std::unique_ptr<ReadableFile>> OpenMetadataFile(Directory* dir, const std::string& path) {
-  auto file = dir->OpenFile(kMetadataFileName);
-  if (file.ok()) {
-    if ((*file)->size() >= kMaxMetadataBytes) {
-      return Corrupt("'" + (*file)->path() + "' is " + std::to_string((*file)->size()) +
-                     " bytes, over the metadata limit of " + std::to_string(kMaxMetadataBytes - 1));
-    }
-    return file;
-  }
-  if (file.status().code() != StatusCode::kNotFound) return file.status();
-  auto staging = dir->Exists(kStagingMarkerName);
-  if (staging.ok() && *staging) {
-    return NotFound("'" + path +
-                    "' is an incomplete checkpoint (a staging directory that was never committed); "
-                    "it can be removed");
-  }
-  return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName);
-}
-
-Result<std::string> ReadWhole(const ReadableFile& file) {
-  std::string bytes(static_cast<size_t>(file.size()), '\0');
-  DCKPT_RETURN_IF_ERROR(file.ReadAt(0, bytes.data(), bytes.size()));
-  return bytes;
 }
 
 // A rank other than 0 of a collective open: its own view of the directory must hold the metadata file rank 0 read
@@ -255,7 +230,29 @@ Status Reader::EntryError(size_t entry, const std::string& msg) const {
   return EntryError(entry, InvalidArgument(msg));
 }
 
+Result<const BaseCheckpoint*> Reader::Base(uint32_t k) {
+  std::lock_guard<std::mutex> lock(bases_mu_);
+  if (bases_.empty()) bases_.resize(meta_.num_bases());
+  if (k >= bases_.size()) return Internal("base index out of range");
+  if (!bases_[k]) {
+    auto opened = OpenReferencedBase(storage_, path_, meta_, k);
+    if (!opened.ok()) return opened.status();
+    bases_[k] = std::make_unique<BaseCheckpoint>(std::move(opened).value());
+  }
+  return bases_[k].get();
+}
+
+std::string Reader::FilePath(uint32_t index) const {
+  const uint32_t base = meta_.file_base(index);
+  const std::string dir = base == 0 ? dir_path_ : SiblingPath(path_, meta_.base_name(base - 1));
+  return dir + "/" + std::string(meta_.file_name(index));
+}
+
 Result<std::unique_ptr<ReadableFile>> Reader::OpenDataFile(uint32_t index) {
+  if (const uint32_t k = meta_.file_base(index); k != 0) {
+    DCKPT_ASSIGN_OR_RETURN(const BaseCheckpoint* base, Base(k - 1));
+    return OpenReferencedFile(path_, meta_, index, *base);
+  }
   const std::string name(meta_.file_name(index));
   const std::string fpath = dir_path_ + "/" + name;
   auto opened = dir_->OpenFile(name);

@@ -111,6 +111,7 @@ using ProgressFn = std::function<int(uint64_t done, uint64_t total)>;
 
 class Reader;
 class ReadExecutor;
+struct BaseCheckpoint;
 
 /// A planned set of reads over one Reader: Add targets, optionally look at what will be verified and hand over a
 /// VerifyFilter, then Run once. Reader::ReadMany is Add + Run.
@@ -206,6 +207,8 @@ class Reader {
 
   /// Data file `index` of the metadata (pinned at open, or opened now); its size is checked against the metadata.
   Result<const ReadableFile*> File(uint32_t index);
+  /// Where data file `index` lies: in this checkpoint's directory, or in a base's (format 2.0), for messages.
+  std::string FilePath(uint32_t index) const;
   /// The whole data file `index` mapped read-only (pages come from the page cache as they are touched; the mapping
   /// lives as long as the reader), or kUnsupported where the reader was opened with map_files off or the file cannot
   /// be mapped. See ReadableFile::Map for what a truncation of the file by someone else does.
@@ -218,6 +221,8 @@ class Reader {
   Reader(std::string path, std::string dir_path, MetadataView meta, const ReadOptions& options,
          std::unique_ptr<Directory> dir);
   Result<std::unique_ptr<ReadableFile>> OpenDataFile(uint32_t index);
+  /// Base k of a checkpoint with references (format 2.0), opened and checked on first use.
+  Result<const BaseCheckpoint*> Base(uint32_t k);
   Status EntryError(size_t entry, const Status& st) const;
   Status EntryError(size_t entry, const std::string& msg) const;  // kInvalidArgument
   Status NoChecksums() const;  // kUnsupported: a foreign checkpoint has nothing to verify
@@ -232,6 +237,8 @@ class Reader {
   std::mutex files_mu_;
   std::vector<std::unique_ptr<ReadableFile>> files_;
   std::vector<Status> file_errors_;  // why files_[i] could not be opened at open time (kAllAtOpen)
+  std::mutex bases_mu_;
+  std::vector<std::unique_ptr<BaseCheckpoint>> bases_;  // opened by Base()
   std::mutex index_mu_;
   std::vector<std::unique_ptr<ChunkIndex>> indexes_;
   struct AtomicStats {

@@ -12,6 +12,7 @@
 #include "core/base/version.h"
 #include "core/base/wire.h"
 #include "core/engine/coordinator_round.h"
+#include "core/engine/incremental.h"
 #include "core/engine/save_staging.h"
 #include "core/format/checksum.h"
 #include "core/plan/plan_codec.h"
@@ -44,6 +45,53 @@ LocalPlan MakeLocalPlan(const State& state, uint32_t rank) {
   }
   for (const BytesEntry& b : state.bytes()) plan.bytes.push_back(LocalBytesDecl{b.name, b.size});
   return plan;
+}
+
+// Incremental saves: the chunk hash of every host piece with bytes (device pieces stay unknown, and are written),
+// its blocks hashed in parallel on `pool`.
+Status Fingerprint(const State& state, uint64_t block, ThreadPool* pool, LocalPlan* plan) {
+  struct Job {
+    const char* data;
+    uint64_t length;
+    ChunkFingerprint* out;
+    std::vector<ChunkHash> blocks;
+  };
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < state.tensors().size(); ++i) {
+    const TensorEntry& t = state.tensors()[i];
+    plan->tensors[i].fingerprints.resize(t.pieces.size());
+    for (size_t k = 0; k < t.pieces.size(); ++k) {
+      const TensorPiece& p = t.pieces[k];
+      const uint64_t length = p.box.volume() * DTypeSize(t.dtype);
+      if (length == 0 || !p.memory.is_host()) continue;
+      jobs.push_back(Job{static_cast<const char*>(p.data), length, &plan->tensors[i].fingerprints[k], {}});
+    }
+  }
+  for (size_t i = 0; i < state.bytes().size(); ++i) {
+    const BytesEntry& b = state.bytes()[i];
+    if (b.size != 0) jobs.push_back(Job{static_cast<const char*>(b.data), b.size, &plan->bytes[i].fingerprint, {}});
+  }
+  const uint64_t per_task = std::max<uint64_t>(1, kWriteSegmentBytes / block);  // blocks a task hashes
+  TaskGroup group(pool);
+  for (Job& job : jobs) {
+    const uint64_t n = NumChecksumBlocks(job.length, block);
+    job.blocks.resize(n);
+    for (uint64_t first = 0; first < n; first += per_task) {
+      group.Run([&job, first, n, per_task, block]() -> Status {
+        for (uint64_t b = first; b < std::min(n, first + per_task); ++b) {
+          const uint64_t begin = b * block;
+          job.blocks[b] = Xxh3_128(job.data + begin, std::min(block, job.length - begin));
+        }
+        return OkStatus();
+      });
+    }
+  }
+  DCKPT_RETURN_IF_ERROR(group.Wait());
+  for (Job& job : jobs) {
+    job.out->known = true;
+    job.out->hash = CombineBlockHashes(Span<const ChunkHash>(job.blocks.data(), job.blocks.size()));
+  }
+  return OkStatus();
 }
 
 // The coordinator's answer to the planning round: a status, the staging nonce, and every rank's assignment.
@@ -88,6 +136,8 @@ std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums
     w.Var(c.entry);
     w.Var(c.chunk);
     w.U64(c.checksum);
+    w.U64(c.hash.lo);
+    w.U64(c.hash.hi);
     w.Var(c.blocks.size());
     for (uint64_t b : c.blocks) w.U64(b);
   }
@@ -97,11 +147,12 @@ std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums
 Status DecodeReports(const std::string& msg, Status* status, std::vector<ChunkChecksums>* reports) {
   WireReader r(msg);
   uint64_t n, bytes_written;
-  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 11)) return Internal("malformed checksum report");
+  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 27)) return Internal("malformed checksum report");
   for (uint64_t i = 0; i < n; ++i) {
     ChunkChecksums c;
     uint64_t entry, chunk, nblocks;
-    if (!r.Var(&entry) || !r.Var(&chunk) || !r.U64(&c.checksum) || !r.Count(&nblocks, 8)) {
+    if (!r.Var(&entry) || !r.Var(&chunk) || !r.U64(&c.checksum) || !r.U64(&c.hash.lo) || !r.U64(&c.hash.hi) ||
+        !r.Count(&nblocks, 8)) {
       return Internal("malformed checksum report");
     }
     c.entry = uint32_t(entry), c.chunk = uint32_t(chunk);
@@ -143,6 +194,7 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   const size_t n = assignment.tasks.size();
   reports->assign(n, ChunkChecksums{});
   std::vector<uint64_t> single(n, 0);
+  std::vector<std::vector<ChunkHash>> block_hashes(n);  // the chunk hash's blocks (FORMAT.md 5.1)
   uint64_t total = 0;
   for (const WriteTask& t : assignment.tasks) total += t.length;
   std::atomic<uint64_t> done{0};
@@ -153,6 +205,7 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
     const WriteTask& t = assignment.tasks[i];
     const uint64_t nblocks = NumChecksumBlocks(t.length, block);
     for (uint64_t off = seg; off < seg + seg_len; off += block) {
+      block_hashes[i][off / block] = Xxh3_128(bytes + (off - seg), std::min(block, t.length - off));
       uint64_t h = Xxh3(bytes + (off - seg), std::min(block, t.length - off));
       if (nblocks > 1) {
         (*reports)[i].blocks[off / block] = h;
@@ -197,8 +250,10 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
     report.entry = t.entry;
     report.chunk = t.chunk;
     if (nblocks > 1) report.blocks.assign(nblocks, 0);
+    block_hashes[i].resize(nblocks);
     if (t.length == 0) {
       single[i] = Xxh3(nullptr, 0);
+      block_hashes[i][0] = Xxh3_128(nullptr, 0);
       continue;
     }
     if (piece != nullptr && !piece->memory.is_host()) {
@@ -225,6 +280,7 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   for (size_t i = 0; i < n; ++i) {
     ChunkChecksums& report = (*reports)[i];
     report.checksum = report.blocks.empty() ? single[i] : CombineBlockChecksums(report.blocks);
+    report.hash = CombineBlockHashes(Span<const ChunkHash>(block_hashes[i].data(), block_hashes[i].size()));
     *bytes_written += assignment.tasks[i].length;
   }
   DCKPT_RETURN_IF_ERROR(file->Truncate(file_size));
@@ -239,13 +295,15 @@ std::string EncodeFinal(const Status& status, const SaveSummary& s) {
   w.Var(s.num_files);
   w.Var(s.num_entries);
   w.Var(s.metadata_bytes);
+  w.Var(s.bytes_reused);
   return w.Take();
 }
 
 // Rank 0's side of the planning round: decode every local plan, plan globally, create the staging directory.
 Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, Storage* storage,
                          std::vector<std::string>& hellos, std::optional<GlobalPlan>* plan,
-                         std::optional<StagedCheckpoint>* staged, std::string* nonce) {
+                         std::optional<StagedCheckpoint>* staged, std::string* nonce,
+                         std::unique_ptr<IncrementalBase>* incremental) {
   std::vector<LocalPlan> plans(hellos.size());
   for (size_t r = 0; r < hellos.size(); ++r) {
     auto decoded = DecodeLocalPlan(hellos[r]);
@@ -254,20 +312,27 @@ Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, St
   }
   SavePlanOptions popts;
   popts.checksum_block_size = options.checksum_block_size;
+  if (!options.base.empty()) {
+    DCKPT_ASSIGN_OR_RETURN(*incremental, IncrementalBase::Open(storage, path, options.base, options.full_every));
+    popts.reuse = (*incremental)->Reuse(popts.checksum_block_size, popts.alignment);
+  }
   DCKPT_ASSIGN_OR_RETURN(*plan, MakeGlobalPlan(plans, popts));
+  if (*incremental) (*incremental)->Finish(&(*plan)->metadata);
   // StagedCheckpoint::Create refuses an overwrite of anything but a checkpoint or an empty directory.
   *nonce = NewNonce();
   DCKPT_ASSIGN_OR_RETURN(*staged, StagedCheckpoint::Create(storage, path, *nonce, options.overwrite));
-  // Under the metadata-last protocol data files carry the save's nonce (FORMAT.md section 6.2).
-  for (DataFileRecord& f : (*plan)->metadata.files) f.name = (*staged)->FileName(f.name);
+  // Under the metadata-last protocol data files carry the save's nonce (FORMAT.md section 6.2); a base's keep theirs.
+  for (DataFileRecord& f : (*plan)->metadata.files) {
+    if (f.base == 0) f.name = (*staged)->FileName(f.name);
+  }
   return OkStatus();
 }
 
 // Rank 0's side of the commit round: every rank's checksums -> metadata -> commit. Fills the summary.
 Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std::string>& reports_in,
                            GlobalPlan* plan, StagedCheckpoint* staged, std::chrono::milliseconds timeout,
-                           SaveSummary* summary) {
-  std::vector<ChunkChecksums> all;
+                           const IncrementalBase* incremental, SaveSummary* summary) {
+  std::vector<ChunkChecksums> all = std::move(plan->reused);
   for (size_t r = 0; r < reports_in.size(); ++r) {
     Status peer;
     DCKPT_RETURN_IF_ERROR(DecodeReports(reports_in[r], &peer, &all).WithContext("rank " + std::to_string(r)));
@@ -284,6 +349,10 @@ Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std
   plan->metadata.structure = state.structure();
   DCKPT_ASSIGN_OR_RETURN(std::string encoded, EncodeMetadata(std::move(plan->metadata)));
   summary->metadata_bytes = encoded.size();
+  if (incremental != nullptr) {
+    summary->bytes_reused = incremental->bytes_reused();
+    DCKPT_RETURN_IF_ERROR(incremental->CheckUnchanged(storage));
+  }
   // Another save committing into the same directory holds its lock for milliseconds; wait well inside the time the
   // other ranks wait for this round.
   return staged->CommitWithMetadata(encoded, std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(60)));
@@ -329,10 +398,16 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
 
   // Round 1: every rank sends its local plan; the coordinator plans globally, creates the staging directory and
   // answers with the nonce and every rank's chunks. Coordinator state lives only on rank 0.
-  auto local = failed_before.ok() ? EncodeLocalPlan(MakeLocalPlan(state, static_cast<uint32_t>(rank)))
-                                  : Result<std::string>(failed_before);
+  ThreadPool pool(options.io_threads ? options.io_threads : DefaultIoThreads());
+  Result<std::string> local = failed_before.ok() ? Result<std::string>(std::string()) : Result<std::string>(failed_before);
+  if (failed_before.ok()) {
+    LocalPlan mine = MakeLocalPlan(state, static_cast<uint32_t>(rank));
+    Status hashed = options.base.empty() ? OkStatus() : Fingerprint(state, options.checksum_block_size, &pool, &mine);
+    local = hashed.ok() ? EncodeLocalPlan(mine) : Result<std::string>(hashed);
+  }
   std::optional<GlobalPlan> plan;
   std::optional<StagedCheckpoint> staged;
+  std::unique_ptr<IncrementalBase> incremental;  // rank 0, with options.base
   auto abort_staging = [&] {
     if (staged && rank == 0) (void)staged->Abort();
   };
@@ -340,7 +415,7 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
                                 local.ok() ? *local : std::string(), options.timeout,
                                 [&](std::vector<std::string>& hellos) {
     std::string nonce;
-    Status st = PlanOnCoordinator(path, options, storage, hellos, &plan, &staged, &nonce);
+    Status st = PlanOnCoordinator(path, options, storage, hellos, &plan, &staged, &nonce, &incremental);
     auto encoded = EncodePlanReply(st, nonce, st.ok() ? &*plan : nullptr);
     if (encoded.ok()) return std::move(encoded).value();
     abort_staging();
@@ -365,16 +440,14 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   std::vector<ChunkChecksums> reports;
   uint64_t bytes_written = 0;
   Status write_status;
-  {
-    ThreadPool pool(options.io_threads ? options.io_threads : DefaultIoThreads());
-    write_status = WriteAssignment(storage, *staged, state, mine, options, &pool, &reports, &bytes_written);
-  }
+  write_status = WriteAssignment(storage, *staged, state, mine, options, &pool, &reports, &bytes_written);
   if (!write_status.ok()) write_status = write_status.WithContext("rank " + std::to_string(rank));
   SaveSummary summary;
   summary.path = path;
   auto final_msg = CoordinatorRound(comm, write_status, EncodeReports(OkStatus(), reports, bytes_written),
                                     options.timeout, [&](std::vector<std::string>& reports_in) {
-    Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, options.timeout, &summary);
+    Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, options.timeout, incremental.get(),
+                                    &summary);
     if (!st.ok()) abort_staging();
     return EncodeFinal(st, summary);
   });
@@ -386,7 +459,7 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   Status final_status;
   uint64_t nfiles = 0, nentries = 0;
   if (!GetStatus(&in, &final_status) || !in.Var(&summary.total_bytes) || !in.Var(&nfiles) || !in.Var(&nentries) ||
-      !in.Var(&summary.metadata_bytes)) {
+      !in.Var(&summary.metadata_bytes) || !in.Var(&summary.bytes_reused)) {
     return Internal(where + ": malformed commit message from rank 0");
   }
   if (!final_status.ok()) return final_status.WithContext(where);

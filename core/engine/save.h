@@ -51,6 +51,14 @@ struct SaveOptions {
   /// SaveAsync only: threads copying the state into owned buffers while the caller waits; 0: io_threads (0: the
   /// cores). The manager writes with few threads but stages with every core.
   size_t staging_threads = 0;
+  /// Incremental save (FORMAT.md 4.1): an earlier checkpoint, a sibling of the path (named by its path or its name),
+  /// whose chunks this save refers to instead of writing them again where the bytes are equal (same entry and box, same
+  /// length and XXH3-128, hashed from the state before planning). The result is format 2.0 and needs its bases to be
+  /// read. Host pieces are compared; device pieces are always written. Empty: a self-contained save.
+  std::string base;
+  /// With `base`: a save that would be the `full_every`-th of its chain (counting from the last self-contained save)
+  /// is written whole instead. 0: no bound.
+  uint32_t full_every = 0;
 
   static constexpr uint64_t kDefaultStagingBufferBytes = 16ull << 20;
   static constexpr size_t kDefaultStagingBuffers = 4;
@@ -64,6 +72,7 @@ struct SaveSummary {
   uint32_t num_entries = 0;
   uint64_t metadata_bytes = 0;
   double seconds = 0;             ///< wall time of the call on this rank
+  uint64_t bytes_reused = 0;      ///< data bytes the checkpoint refers to in its bases instead of holding them
 };
 
 /// Saves `state` to `path` as one atomic checkpoint. Collective: every rank of `comm` (nullptr = single process)

@@ -11,14 +11,15 @@ namespace {
 
 // Layout (all integers LEB128 varints unless noted):
 //   LocalPlan:      "DLP" u8(version=1) rank  ntensors { name dtype:u8 ndim dims[ndim] nboxes { ndim:u8 off[ndim]
-//                   len[ndim] } }  nbytes { name size }
+//                   len[ndim] } }  nbytes { name size }  has_fingerprints:u8  [ ntensors { nfp { fp } }
+//                   nbytes { fp } ]   where fp = known:u8 checksum:u64 hash_lo:u64 hash_hi:u64 (fixed 8 bytes)
 //   RankAssignment: "DRA" u8(version=1) rank  ntasks { entry chunk local file offset length }
 //                   ntensor { entry }  nbytes { entry }
 // Strings are a varint length followed by the bytes. Counts are checked against the bytes left, so a hostile
 // count cannot make the decoder reserve more than the message could describe.
 constexpr char kLocalPlanMagic[3] = {'D', 'L', 'P'};
 constexpr char kAssignmentMagic[3] = {'D', 'R', 'A'};
-constexpr uint8_t kCodecVersion = 1;
+constexpr uint8_t kCodecVersion = 2;  // 2: the local plan's fingerprints (incremental saves)
 
 void PutHeader(WireWriter* w, const char (&magic)[3]) {
   w->Raw(magic, 3);
@@ -84,6 +85,27 @@ Result<std::string> EncodeLocalPlan(const LocalPlan& plan) {
     w.Str(b.name);
     w.Var(b.size);
   }
+  bool any = false;
+  for (const LocalTensorDecl& t : plan.tensors) any = any || !t.fingerprints.empty();
+  for (const LocalBytesDecl& b : plan.bytes) any = any || b.fingerprint.known;
+  w.U8(any ? 1 : 0);
+  if (any) {
+    auto put = [&w](const ChunkFingerprint& fp) {
+      w.U8(fp.known ? 1 : 0);
+      w.U64(fp.checksum);
+      w.U64(fp.hash.lo);
+      w.U64(fp.hash.hi);
+    };
+    for (const LocalTensorDecl& t : plan.tensors) {
+      if (!t.fingerprints.empty() && t.fingerprints.size() != t.boxes.size()) {
+        return InvalidArgument("tensor '" + t.name + "' has " + std::to_string(t.fingerprints.size()) +
+                               " fingerprints for " + std::to_string(t.boxes.size()) + " pieces");
+      }
+      w.Var(t.fingerprints.size());
+      for (const ChunkFingerprint& fp : t.fingerprints) put(fp);
+    }
+    for (const LocalBytesDecl& b : plan.bytes) put(b.fingerprint);
+  }
   return w.Take();
 }
 
@@ -127,6 +149,29 @@ Result<LocalPlan> DecodeLocalPlan(std::string_view data) {
   plan.bytes.resize(n);
   for (LocalBytesDecl& b : plan.bytes) {
     if (!r.Str(&b.name) || !r.Var(&b.size)) return Truncated(kWhat);
+  }
+  uint8_t has_fingerprints = 0;
+  if (!r.U8(&has_fingerprints) || has_fingerprints > 1) return Truncated(kWhat);
+  if (has_fingerprints) {
+    auto get = [&r](ChunkFingerprint* fp) {
+      uint8_t known = 0;
+      if (!r.U8(&known) || known > 1 || !r.U64(&fp->checksum) || !r.U64(&fp->hash.lo) || !r.U64(&fp->hash.hi)) {
+        return false;
+      }
+      fp->known = known == 1;
+      return true;
+    };
+    for (LocalTensorDecl& t : plan.tensors) {
+      uint64_t nfp;
+      if (!r.Count(&nfp, 25) || (nfp != 0 && nfp != t.boxes.size())) return Truncated(kWhat);
+      t.fingerprints.resize(nfp);
+      for (ChunkFingerprint& fp : t.fingerprints) {
+        if (!get(&fp)) return Truncated(kWhat);
+      }
+    }
+    for (LocalBytesDecl& b : plan.bytes) {
+      if (!get(&b.fingerprint)) return Truncated(kWhat);
+    }
   }
   if (!r.done()) return Corrupt("local plan message has trailing bytes");
   return plan;

@@ -32,11 +32,18 @@ void ExpectSame(const LocalPlan& a, const LocalPlan& b) {
     EXPECT_EQ(a.tensors[i].dtype, b.tensors[i].dtype);
     EXPECT_EQ(a.tensors[i].shape, b.tensors[i].shape);
     EXPECT_EQ(a.tensors[i].boxes, b.tensors[i].boxes);
+    ASSERT_EQ(a.tensors[i].fingerprints.size(), b.tensors[i].fingerprints.size());
+    for (size_t k = 0; k < a.tensors[i].fingerprints.size(); ++k) {
+      EXPECT_EQ(a.tensors[i].fingerprints[k].known, b.tensors[i].fingerprints[k].known);
+      EXPECT_EQ(a.tensors[i].fingerprints[k].hash, b.tensors[i].fingerprints[k].hash);
+    }
   }
   ASSERT_EQ(a.bytes.size(), b.bytes.size());
   for (size_t i = 0; i < a.bytes.size(); ++i) {
     EXPECT_EQ(a.bytes[i].name, b.bytes[i].name);
     EXPECT_EQ(a.bytes[i].size, b.bytes[i].size);
+    EXPECT_EQ(a.bytes[i].fingerprint.known, b.bytes[i].fingerprint.known);
+    EXPECT_EQ(a.bytes[i].fingerprint.hash, b.bytes[i].fingerprint.hash);
   }
 }
 
@@ -51,6 +58,18 @@ TEST(PlanCodecTest, LocalPlanRoundTrips) {
   auto empty = DecodeLocalPlan(EncodeLocalPlan(LocalPlan{}).value());
   ASSERT_TRUE(empty.ok());
   ExpectSame(LocalPlan{}, *empty);
+
+  // An incremental save's fingerprints (one per box, or none for a tensor; one per bytes entry).
+  LocalPlan hashed = SamplePlan();
+  hashed.tensors[0].fingerprints = {ChunkFingerprint{true, 7, ChunkHash{1, 2}}, ChunkFingerprint{}};
+  hashed.bytes[0].fingerprint = ChunkFingerprint{true, 9, ChunkHash{~0ull, 3}};
+  const std::string with = EncodeLocalPlan(hashed).value();
+  auto back = DecodeLocalPlan(with);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ExpectSame(hashed, *back);
+  for (size_t cut = 0; cut < with.size(); ++cut) EXPECT_FALSE(DecodeLocalPlan(with.substr(0, cut)).ok()) << cut;
+  hashed.tensors[1].fingerprints.resize(3);  // not one per box
+  EXPECT_EQ(EncodeLocalPlan(hashed).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PlanCodecTest, LocalPlanIsCompact) {
@@ -102,7 +121,7 @@ TEST(PlanCodecTest, GarbageNeverCrashes) {
 
 TEST(PlanCodecTest, HostileCountsDoNotAllocate) {
   // Header, rank 0, then a tensor count of 2^63: must be rejected before reserving anything.
-  std::string s("DLP\x01\x00", 5);
+  std::string s("DLP\x02\x00", 5);
   for (int k = 0; k < 9; ++k) s.push_back(static_cast<char>(0xff));
   s.push_back(0x7f);
   auto decoded = DecodeLocalPlan(s);
@@ -110,11 +129,11 @@ TEST(PlanCodecTest, HostileCountsDoNotAllocate) {
   EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt);
 
   // A box count far larger than the bytes left.
-  std::string t("DLP\x01\x00\x01\x01n\x0c\x00\xff\xff\xff\xff\x0f", 15);
+  std::string t("DLP\x02\x00\x01\x01n\x0c\x00\xff\xff\xff\xff\x0f", 15);
   EXPECT_FALSE(DecodeLocalPlan(t).ok());
 
   EXPECT_EQ(DecodeLocalPlan("XXXX").status().code(), StatusCode::kCorrupt);
-  EXPECT_EQ(DecodeLocalPlan(std::string("DLP\x02\x00\x00\x00", 7)).status().code(), StatusCode::kVersion);
+  EXPECT_EQ(DecodeLocalPlan(std::string("DLP\x03\x00\x00\x00", 7)).status().code(), StatusCode::kVersion);
 }
 
 TEST(PlanCodecTest, RankAssignmentRoundTripsAndRejectsTruncation) {

@@ -1,6 +1,7 @@
 #include "core/plan/save_planner.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <string_view>
 #include <unordered_map>
@@ -438,16 +439,70 @@ class GlobalPlanner {
     }
   }
 
-  // One file per writing rank, in rank order; chunks laid out in entry order, each on an aligned offset.
+  // The writer's fingerprint of chunk assignment `a` of entry `e` (unknown if it sent none).
+  ChunkFingerprint FingerprintOf(uint32_t e, const ChunkAssign& a) const {
+    const Group& g = groups_[order_[e]];
+    for (uint32_t m = g.member_begin; m < g.member_begin + g.num_members; ++m) {
+      if (members_[m].rank != a.writer) continue;
+      if (g.kind == EntryKind::kBytes) return plans_[a.writer].bytes[members_[m].decl].fingerprint;
+      const std::vector<ChunkFingerprint>& fps = plans_[a.writer].tensors[members_[m].decl].fingerprints;
+      return a.local < fps.size() ? fps[a.local] : ChunkFingerprint{};
+    }
+    return ChunkFingerprint{};
+  }
+
+  // Incremental saves: asks options_.reuse about every chunk with bytes; a reused one gets its base's location (a
+  // file record per base file, after the writers' own) and no writer. reused_of[c]: index into `reused`.
+  Status ReuseChunks(std::vector<uint32_t>* reused_of, std::vector<ReusedChunk>* reused) {
+    reused_of->assign(assign_.size(), kUnassigned);
+    if (!options_.reuse) return OkStatus();
+    size_t c = 0;
+    for (uint32_t e = 0; e < plan_.metadata.entries.size(); ++e) {
+      const EntryRecord& rec = plan_.metadata.entries[e];
+      for (uint32_t k = 0; k < rec.chunks.size(); ++k, ++c) {
+        if (rec.chunks[k].length == 0) continue;
+        ReusedChunk r;
+        if (!options_.reuse(rec, k, FingerprintOf(e, assign_[c]), &r)) continue;
+        if (r.base == 0) {
+          return Internal("entry " + Quoted(rec.name) + " chunk " + std::to_string(k) + " reuses no base");
+        }
+        (*reused_of)[c] = static_cast<uint32_t>(reused->size());
+        ChunkChecksums sums;
+        sums.entry = e;
+        sums.chunk = k;
+        sums.checksum = r.checksum;
+        sums.blocks = r.blocks;
+        sums.hash = r.hash;
+        plan_.reused.push_back(std::move(sums));
+        reused->push_back(std::move(r));
+      }
+    }
+    return OkStatus();
+  }
+
+  // One file per writing rank, in rank order; chunks laid out in entry order, each on an aligned offset. Chunks
+  // taken from a base (ReuseChunks) keep their place in the base's file.
   Status AssignFiles() {
+    std::vector<uint32_t> reused_of;
+    std::vector<ReusedChunk> reused;
+    DCKPT_RETURN_IF_ERROR(ReuseChunks(&reused_of, &reused));
     const size_t nranks = plans_.size();
     std::vector<uint32_t> tasks(nranks, 0);
-    for (const ChunkAssign& a : assign_) ++tasks[a.writer];
+    for (size_t c = 0; c < assign_.size(); ++c) {
+      if (reused_of[c] == kUnassigned) ++tasks[assign_[c].writer];
+    }
     std::vector<uint32_t> file_of(nranks, kUnassigned);
     for (uint32_t r = 0; r < nranks; ++r) {
       if (tasks[r] == 0) continue;
       file_of[r] = static_cast<uint32_t>(plan_.metadata.files.size());
       plan_.metadata.files.push_back(DataFileRecord{DataFileName(r), 0});
+    }
+    std::map<std::pair<uint32_t, std::string>, uint32_t> base_file;  // (base, name) -> file index
+    for (const ReusedChunk& r : reused) {
+      auto [it, added] = base_file.emplace(std::make_pair(r.base, r.file), 0);
+      if (!added) continue;
+      it->second = static_cast<uint32_t>(plan_.metadata.files.size());
+      plan_.metadata.files.push_back(DataFileRecord{r.file, r.file_size, r.base});
     }
     plan_.per_rank.resize(nranks);
     for (uint32_t r = 0; r < nranks; ++r) plan_.per_rank[r].reserve(tasks[r]);
@@ -460,6 +515,14 @@ class GlobalPlanner {
       for (uint32_t k = 0; k < rec.chunks.size(); ++k, ++c) {
         const ChunkAssign& a = assign_[c];
         ChunkLocation& loc = rec.chunks[k];
+        if (reused_of[c] != kUnassigned) {
+          const ReusedChunk& r = reused[reused_of[c]];
+          loc.file = base_file.at(std::make_pair(r.base, r.file));
+          loc.offset = r.offset;
+          loc.checksum = 0;
+          loc.first_block = kNoBlockTable;
+          continue;
+        }
         uint64_t& cur = cursor[a.writer];
         if (loc.length == 0) {
           // Zero-length chunks take no space; an aligned offset at or before the cursor stays inside the file.
@@ -593,10 +656,12 @@ Status FinalizeChecksums(const std::vector<ChunkChecksums>& reports, GlobalPlan*
   for (size_t e = 0; e < md.entries.size(); ++e) {
     EntryRecord& rec = md.entries[e];
     uint32_t next = 0;
+    rec.chunk_hashes.resize(rec.chunks.size());
     for (size_t k = 0; k < rec.chunks.size(); ++k) {
       const ChunkChecksums& rep = reports[report_of[base[e] + k]];
       rec.chunks[k].checksum = rep.checksum;
       rec.chunks[k].first_block = rep.blocks.empty() ? kNoBlockTable : next;
+      rec.chunk_hashes[k] = rep.hash;
       next += static_cast<uint32_t>(rep.blocks.size());
     }
     rec.block_checksums = std::move(tables[e]);

@@ -5,6 +5,7 @@
 #define DISTCKPT_CORE_PLAN_SAVE_PLANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,18 +16,29 @@
 
 namespace distckpt {
 
+/// What an incremental save knows of a piece's bytes before writing them (FORMAT.md 5.1): its chunk checksum and
+/// chunk hash. `known` is false for a piece that was not hashed (device memory): it is always written.
+struct ChunkFingerprint {
+  bool known = false;
+  uint64_t checksum = 0;
+  ChunkHash hash;
+};
+
 /// What one rank holds of one tensor: its dtype/global shape and the boxes of its local pieces.
 struct LocalTensorDecl {
   std::string name;
   DType dtype = DType::kInvalid;
   std::vector<uint64_t> shape;
   std::vector<Box> boxes;  ///< one per local piece, in the rank's own order
+  /// Incremental saves only: one per box, or empty.
+  std::vector<ChunkFingerprint> fingerprints;
 };
 
 /// A bytes entry held by one rank. If several ranks declare the same name, the sizes must agree and one writes it.
 struct LocalBytesDecl {
   std::string name;
   uint64_t size = 0;
+  ChunkFingerprint fingerprint;  ///< incremental saves only
 };
 
 /// One rank's local plan.
@@ -36,9 +48,37 @@ struct LocalPlan {
   std::vector<LocalBytesDecl> bytes;
 };
 
+/// A chunk an incremental save does not write: its bytes are already in an earlier checkpoint's data file.
+struct ReusedChunk {
+  uint32_t base = 0;       ///< 1-based index into MetadataRecord::bases (DataFileRecord::base)
+  std::string file;        ///< the data file of that base
+  uint64_t file_size = 0;  ///< its size
+  uint64_t offset = 0;     ///< where the chunk lies in it
+  uint64_t checksum = 0;
+  std::vector<uint64_t> blocks;  ///< its block checksums (empty for a single block)
+  ChunkHash hash;
+};
+
+/// Asked once per chunk that has bytes, once its writer is chosen (`fingerprint`: the writer's, possibly unknown):
+/// true and `*out` filled when the chunk is not to be written.
+using ReuseFn = std::function<bool(const EntryRecord& entry, uint32_t chunk, const ChunkFingerprint& fingerprint,
+                                   ReusedChunk* out)>;
+
 struct SavePlanOptions {
   uint64_t alignment = kChunkAlignment;
   uint64_t checksum_block_size = kDefaultChecksumBlockSize;
+  /// Incremental saves: decides which chunks are already stored (null: every chunk is written). The planner adds a
+  /// file record for each base file a reused chunk names; the caller fills MetadataRecord::bases after planning.
+  ReuseFn reuse;
+};
+
+/// The checksums a writer computed for one chunk.
+struct ChunkChecksums {
+  uint32_t entry = 0;
+  uint32_t chunk = 0;
+  uint64_t checksum = 0;
+  std::vector<uint64_t> blocks;  ///< empty when the chunk has a single block
+  ChunkHash hash;                ///< the chunk hash (FORMAT.md 5.1)
 };
 
 /// One chunk a rank must write.
@@ -64,6 +104,9 @@ struct GlobalPlan {
   std::vector<std::vector<uint32_t>> tensor_entry;
   /// Same for bytes declarations.
   std::vector<std::vector<uint32_t>> bytes_entry;
+  /// The chunks SavePlanOptions::reuse took from a base: located already, written by no rank; their checksums go
+  /// to FinalizeChecksums with the writers'.
+  std::vector<ChunkChecksums> reused;
 };
 
 /// Merges the plans (plans[r].rank must equal r). Errors name the tensor and the ranks involved: dtype or shape
@@ -89,15 +132,7 @@ struct RankAssignment {
 /// Copies rank `rank`'s share out of `plan`. Fails if the plan has no such rank.
 Result<RankAssignment> GetRankAssignment(const GlobalPlan& plan, uint32_t rank);
 
-/// The checksums a writer computed for one chunk.
-struct ChunkChecksums {
-  uint32_t entry = 0;
-  uint32_t chunk = 0;
-  uint64_t checksum = 0;
-  std::vector<uint64_t> blocks;  ///< empty when the chunk has a single block
-};
-
-/// Stores every writer's checksums into plan->metadata (chunk checksum, first_block, block_checksums).
+/// Stores every writer's checksums into plan->metadata (chunk checksum, first_block, block_checksums, chunk hashes).
 /// Fails if a chunk is reported twice or missing.
 Status FinalizeChecksums(const std::vector<ChunkChecksums>& reports, GlobalPlan* plan);
 
