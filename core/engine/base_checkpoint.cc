@@ -106,8 +106,8 @@ Result<BaseCheckpoint> OpenReferencedBase(Storage* storage, const std::string& p
   auto base = OpenBaseCheckpoint(storage, SiblingPath(path, name));
   if (!base.ok()) {
     const StatusCode code = base.status().code() == StatusCode::kNotFound ? StatusCode::kCorrupt : base.status().code();
-    return Status(code, where + ", which cannot be read (it was removed, moved or damaged): " +
-                            base.status().message());
+    return Status(code,
+                  where + ", which cannot be read (it was removed, moved or damaged): " + base.status().message());
   }
   const uint64_t want_sum = meta.base_metadata_checksum(k), want_size = meta.base_metadata_size(k);
   if (*base->meta.checksum() != want_sum || base->meta.buffer_size() != want_size) {

@@ -55,8 +55,9 @@ Result<BaseCheckpoint> OpenBaseCheckpoint(Storage* storage, const std::string& p
 Result<BaseCheckpoint> OpenReferencedBase(Storage* storage, const std::string& path, const MetadataView& meta,
                                           size_t k);
 
-/// Reader obligation R-R3, per file: file `index` of `meta` (a file of a base, opened as `base`) is a file of the base's
-/// own, of the same size; then it is opened inside the base's directory. Errors name both checkpoints and the file.
+/// Reader obligation R-R3, per file: file `index` of `meta` (a file of a base, opened as `base`) is a file of the
+/// base's own, of the same size; then it is opened inside the base's directory. Errors name both checkpoints and the
+/// file.
 Result<std::unique_ptr<ReadableFile>> OpenReferencedFile(const std::string& path, const MetadataView& meta,
                                                          uint32_t index, const BaseCheckpoint& base);
 

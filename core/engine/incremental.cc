@@ -26,8 +26,7 @@ uint32_t IncrementalBase::BaseIndex(const std::string& name, uint64_t checksum, 
 ReuseFn IncrementalBase::Reuse(uint64_t checksum_block_size, uint64_t alignment) {
   if (!active_ || base_.meta.checksum_block_size() != checksum_block_size) return nullptr;
   const std::string own = BaseName(path_);
-  return [this, alignment, own](const EntryRecord& rec, uint32_t chunk, const ChunkFingerprint& fp,
-                                ReusedChunk* out) {
+  return [this, alignment, own](const EntryRecord& rec, uint32_t chunk, const ChunkFingerprint& fp, ReusedChunk* out) {
     if (!fp.known) return false;
     const MetadataView& meta = base_.meta;
     const std::optional<size_t> found = meta.Find(rec.name);
@@ -92,8 +91,7 @@ Status IncrementalBase::CheckUnchanged(Storage* storage) const {
   for (const BaseRecord& b : bases_) {
     const std::string where = SiblingPath(path_, b.name);
     auto again = OpenBaseCheckpoint(storage, where);
-    if (!again.ok() || *again->meta.checksum() != b.metadata_checksum ||
-        again->meta.buffer_size() != b.metadata_size) {
+    if (!again.ok() || *again->meta.checksum() != b.metadata_checksum || again->meta.buffer_size() != b.metadata_size) {
       return Status(StatusCode::kState, "base checkpoint '" + where + "' was replaced or removed during the save " +
                                             "that refers to it" + (again.ok() ? "" : ": " + again.status().message()) +
                                             "; save again");

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -159,7 +159,7 @@ TEST(IncrementalTest, AChainRefersWhereTheBytesLieAndFullEveryBoundsIt) {
   Model m0(0), m1(1), m2(2);
   ASSERT_TRUE(SaveModel(m0, dir + "/a", "").ok());
   ASSERT_TRUE(SaveModel(m1, dir + "/b", "a").ok());  // by name
-  m2.rng = m1.rng;                                    // unchanged since b: its bytes lie in b
+  m2.rng = m1.rng;                                   // unchanged since b: its bytes lie in b
   auto c = SaveModel(m2, dir + "/c", dir + "/b");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->bytes_reused, kTensorBytes + m1.rng.size());

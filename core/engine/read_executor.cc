@@ -640,13 +640,12 @@ class ReadExecutor::Impl {
       char hex[64];
       std::snprintf(hex, sizeof hex, "stored %016llx, computed %016llx", static_cast<unsigned long long>(stored),
                     static_cast<unsigned long long>(computed));
-      return Corrupt("checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' chunk #" +
-                     std::to_string(job.chunk) + ": checksum mismatch in data file '" +
-                     (r_->meta_.file_base(loc.file) == 0 ? std::string(r_->meta_.file_name(loc.file))
-                                                          : r_->FilePath(loc.file)) +
-                     "' bytes " + std::to_string(loc.offset + lo) + ".." +
-                     std::to_string(loc.offset + hi) + " (" + hex +
-                     "); the data is corrupt: restore the file or re-save");
+      return Corrupt(
+          "checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' chunk #" + std::to_string(job.chunk) +
+          ": checksum mismatch in data file '" +
+          (r_->meta_.file_base(loc.file) == 0 ? std::string(r_->meta_.file_name(loc.file)) : r_->FilePath(loc.file)) +
+          "' bytes " + std::to_string(loc.offset + lo) + ".." + std::to_string(loc.offset + hi) + " (" + hex +
+          "); the data is corrupt: restore the file or re-save");
     };
     if (nblocks == 1) {
       if (!mine(0)) return OkStatus();

@@ -152,8 +152,8 @@ std::string RawEncode(const RawMetadata& m) {
     const auto blocks = b.CreateVector(e.block_checksums);
     Offset<Vector<const fb::Hash128*>> hashes = 0;
     if (!e.chunk_hashes.empty()) {
-      hashes = b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()),
-                                       e.chunk_hashes.size());
+      hashes =
+          b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()), e.chunk_hashes.size());
     }
     Offset<flatbuffers::String> extra = 0;
     if (m.unknown_fields) extra = b.CreateString("a field from the future");

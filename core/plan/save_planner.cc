@@ -1,8 +1,8 @@
 #include "core/plan/save_planner.h"
 
 #include <algorithm>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <string_view>
 #include <unordered_map>
 #include <utility>

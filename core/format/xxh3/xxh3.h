@@ -1,6 +1,6 @@
-// The XXH3-64 and XXH3-128 builds of this directory (each C file one SIMD level of xxhash's own code, inlined from Debian's
-// header), and which of them this CPU runs. checksum.cc hashes with the first of Xxh3Variants(); checksum_test checks
-// every one against the scalar build.
+// The XXH3-64 and XXH3-128 builds of this directory (each C file one SIMD level of xxhash's own code, inlined from
+// Debian's header), and which of them this CPU runs. checksum.cc hashes with the first of Xxh3Variants(); checksum_test
+// checks every one against the scalar build.
 #ifndef DISTCKPT_CORE_FORMAT_XXH3_XXH3_H_
 #define DISTCKPT_CORE_FORMAT_XXH3_XXH3_H_
 
