@@ -143,6 +143,10 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
   if (opts->version >= 4) o.max_async_staging_bytes = opts->max_async_staging_bytes;
   if (opts->version >= 5) o.device_snapshot = opts->device_snapshot != 0;
   if (opts->version >= 6 && opts->storage) o.storage = opts->storage->storage.get();
+  if (opts->version >= 7) {
+    if (opts->base) o.base = opts->base;
+    o.full_every = opts->full_every;
+  }
   return o;
 }
 
@@ -161,6 +165,7 @@ void FillSaveInfo(dckpt_save_info* info, const SaveSummary& r) {
   info->total_bytes = r.total_bytes;
   info->metadata_bytes = r.metadata_bytes;
   info->seconds = r.seconds;
+  if (info->version >= 2) info->bytes_reused = r.bytes_reused;
 }
 
 Communicator* CommOf(dckpt_comm* comm) { return comm ? CommunicatorOf(comm) : nullptr; }
@@ -364,7 +369,8 @@ int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size)
 /* ---- save ---- */
 
 int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
-  const size_t size = version >= 6   ? sizeof(dckpt_save_options)
+  const size_t size = version >= 7   ? sizeof(dckpt_save_options)
+                      : version == 6 ? offsetof(dckpt_save_options, base)
                       : version == 5 ? offsetof(dckpt_save_options, storage)
                       : version == 4 ? offsetof(dckpt_save_options, device_snapshot)
                       : version == 3 ? offsetof(dckpt_save_options, max_async_staging_bytes)
@@ -587,6 +593,34 @@ int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
       out->checksummed = m.checksummed() ? 1 : 0;
     }
     if (out->version >= 3) out->source_version = BorrowedCString(distckpt::ForeignFormatVersion(m));
+    if (out->version >= 4) {
+      out->num_bases = m.num_bases();
+      out->chain_length = m.chain_length();
+      uint64_t in_bases = 0;
+      for (size_t i = 0; i < m.num_entries(); ++i) {
+        const distckpt::EntryView e = m.entry(i);
+        for (size_t c = 0; c < e.num_chunks; ++c) {
+          const distckpt::ChunkLocation loc = e.chunk(c);
+          if (m.file_base(loc.file) != 0) in_bases += loc.length;
+        }
+      }
+      out->bytes_in_bases = in_bases;
+    }
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_reader_base(const char** name, const dckpt_reader* reader, size_t index) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
+    DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
+    const distckpt::MetadataView& m = reader->reader->metadata();
+    if (index >= m.num_bases()) {
+      return Report(distckpt::InvalidArgument("base index " + std::to_string(index) + " out of range (checkpoint '" +
+                                              reader->reader->path() + "' has " + std::to_string(m.num_bases()) +
+                                              " bases)"));
+    }
+    *name = BorrowedCString(m.base_name(index));
     return DCKPT_OK;
   })
 }

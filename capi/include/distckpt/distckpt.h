@@ -542,7 +542,7 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 
 /* ---- Save ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_SAVE_OPTIONS_VERSION 6
+#define DCKPT_SAVE_OPTIONS_VERSION 7
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
@@ -575,14 +575,22 @@ typedef struct dckpt_save_options {
   /* version >= 6 */
   dckpt_storage *storage; /* where the checkpoint is written; NULL: the POSIX file system (default). The save (an
                            * async one too) holds a reference until it finishes */
+  /* version >= 7: incremental saves (capi/API.md "Incremental checkpoints") */
+  const char *base;    /* an earlier checkpoint, a sibling of `path` (its path, or its directory name): chunks whose
+                        * bytes equal the base's (same entry and region, same length and XXH3-128) are not written
+                        * again; the checkpoint refers to them where they lie and needs those checkpoints to be read.
+                        * Host pieces are compared; device pieces are always written. NULL or "": a self-contained
+                        * save (default) */
+  unsigned full_every; /* with `base`: the save that would be the full_every-th of its chain (counted from the last
+                        * self-contained save) is written whole instead; 0: no bound (default) */
 } dckpt_save_options;
-#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0, NULL}
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0}
 /* Sets `*opts` to DCKPT_SAVE_OPTIONS_INIT with `version` (DCKPT_SAVE_OPTIONS_VERSION, or an older one: then only
  * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
  * cannot expand the macro. */
 DCKPT_API int dckpt_save_options_init(dckpt_save_options *opts, unsigned version);
 
-#define DCKPT_SAVE_INFO_VERSION 1
+#define DCKPT_SAVE_INFO_VERSION 2
 typedef struct dckpt_save_info {
   unsigned version;
   uint32_t num_files;      /* data files in the checkpoint */
@@ -591,8 +599,10 @@ typedef struct dckpt_save_info {
   uint64_t total_bytes;    /* data bytes of the whole checkpoint */
   uint64_t metadata_bytes;
   double seconds;          /* wall time of the call on this rank */
+  /* version >= 2 */
+  uint64_t bytes_reused;   /* of total_bytes, those the checkpoint refers to in its bases (an incremental save) */
 } dckpt_save_info;
-#define DCKPT_SAVE_INFO_INIT {DCKPT_SAVE_INFO_VERSION, 0, 0, 0, 0, 0, 0.0}
+#define DCKPT_SAVE_INFO_INIT {DCKPT_SAVE_INFO_VERSION, 0, 0, 0, 0, 0, 0.0, 0}
 
 /* Saves `state` to the directory `path`, atomically. Collective over `comm`: every rank calls it with the same path.
  * If any rank fails, every rank returns an error and nothing appears at `path`. `info` may be NULL. On a file system,
@@ -735,7 +745,7 @@ DCKPT_API void dckpt_reader_free(dckpt_reader *reader);
 DCKPT_API int dckpt_reader_load(dckpt_io_stats *stats, dckpt_reader *reader, dckpt_state *state, dckpt_comm *comm,
                                 dckpt_progress_fn progress, void *progress_user_data);
 
-#define DCKPT_CHECKPOINT_INFO_VERSION 3
+#define DCKPT_CHECKPOINT_INFO_VERSION 4
 typedef struct dckpt_checkpoint_info {
   unsigned version;
   unsigned format_major;
@@ -757,10 +767,18 @@ typedef struct dckpt_checkpoint_info {
                                  * (safetensors, older DCP) and for a distckpt checkpoint, whose format version is
                                  * format_major.format_minor (never NULL). format_major and format_minor of a
                                  * foreign checkpoint are those of its in-memory description, not the format's. */
+  /* version >= 4 (incremental checkpoints, format 2.0) */
+  size_t num_bases;             /* earlier checkpoints whose data files this one reads (dckpt_reader_base); 0 for a
+                                 * self-contained checkpoint */
+  unsigned chain_length;        /* saves since the last self-contained one in its chain (0: it reads no base) */
+  uint64_t bytes_in_bases;      /* of total_bytes, those that lie in its bases' data files */
 } dckpt_checkpoint_info;
-#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0, NULL, 0, NULL}
+#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, 0, 0}
 /* The checkpoint's summary (set out->version first, e.g. with DCKPT_CHECKPOINT_INFO_INIT); `writer` is borrowed. */
 DCKPT_API int dckpt_reader_info(dckpt_checkpoint_info *out, const dckpt_reader *reader);
+/* The name of base `index` (< num_bases) of an incremental checkpoint: a sibling directory (same parent, or key prefix
+ * on an object store) whose data files it reads. `*name` is borrowed from the reader. */
+DCKPT_API int dckpt_reader_base(const char **name, const dckpt_reader *reader, size_t index);
 
 #define DCKPT_ENTRY_INFO_VERSION 1
 typedef struct dckpt_entry_info {

@@ -15,11 +15,11 @@ pub const DCKPT_PATH_INFO_VERSION: u32 = 1;
 pub const DCKPT_LEFTOVER_INFO_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_DEVICE_OF_POINTER: i32 = -1;
-pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 6;
-pub const DCKPT_SAVE_INFO_VERSION: u32 = 1;
+pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 7;
+pub const DCKPT_SAVE_INFO_VERSION: u32 = 2;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
 pub const DCKPT_IO_STATS_VERSION: u32 = 4;
-pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 3;
+pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 4;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
@@ -1992,12 +1992,14 @@ pub struct dckpt_save_options {
     pub max_async_staging_bytes: u64,
     pub device_snapshot: ::std::os::raw::c_int,
     pub storage: *mut dckpt_storage,
+    pub base: *const ::std::os::raw::c_char,
+    pub full_every: ::std::os::raw::c_uint,
 }
 #[test]
 fn bindgen_test_layout_dckpt_save_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_save_options>(),
-        88usize,
+        104usize,
         concat!("Size of: ", stringify!(dckpt_save_options))
     );
     assert_eq!(
@@ -2226,6 +2228,40 @@ fn bindgen_test_layout_dckpt_save_options() {
         );
     }
     test_field_storage();
+    fn test_field_base() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).base) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(base)
+            )
+        );
+    }
+    test_field_base();
+    fn test_field_full_every() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).full_every) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(full_every)
+            )
+        );
+    }
+    test_field_full_every();
 }
 extern "C" {
     pub fn dckpt_save_options_init(
@@ -2243,12 +2279,13 @@ pub struct dckpt_save_info {
     pub total_bytes: u64,
     pub metadata_bytes: u64,
     pub seconds: f64,
+    pub bytes_reused: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_save_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_save_info>(),
-        48usize,
+        56usize,
         concat!("Size of: ", stringify!(dckpt_save_info))
     );
     assert_eq!(
@@ -2375,6 +2412,23 @@ fn bindgen_test_layout_dckpt_save_info() {
         );
     }
     test_field_seconds();
+    fn test_field_bytes_reused() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_reused) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_info),
+                "::",
+                stringify!(bytes_reused)
+            )
+        );
+    }
+    test_field_bytes_reused();
 }
 extern "C" {
     pub fn dckpt_save(
@@ -2955,12 +3009,15 @@ pub struct dckpt_checkpoint_info {
     pub source: *const ::std::os::raw::c_char,
     pub checksummed: ::std::os::raw::c_int,
     pub source_version: *const ::std::os::raw::c_char,
+    pub num_bases: usize,
+    pub chain_length: ::std::os::raw::c_uint,
+    pub bytes_in_bases: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_checkpoint_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_checkpoint_info>(),
-        88usize,
+        112usize,
         concat!("Size of: ", stringify!(dckpt_checkpoint_info))
     );
     assert_eq!(
@@ -3172,11 +3229,69 @@ fn bindgen_test_layout_dckpt_checkpoint_info() {
         );
     }
     test_field_source_version();
+    fn test_field_num_bases() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_bases) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(num_bases)
+            )
+        );
+    }
+    test_field_num_bases();
+    fn test_field_chain_length() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).chain_length) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(chain_length)
+            )
+        );
+    }
+    test_field_chain_length();
+    fn test_field_bytes_in_bases() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_in_bases) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(bytes_in_bases)
+            )
+        );
+    }
+    test_field_bytes_in_bases();
 }
 extern "C" {
     pub fn dckpt_reader_info(
         out: *mut dckpt_checkpoint_info,
         reader: *const dckpt_reader,
+    ) -> ::std::os::raw::c_int;
+}
+extern "C" {
+    pub fn dckpt_reader_base(
+        name: *mut *const ::std::os::raw::c_char,
+        reader: *const dckpt_reader,
+        index: usize,
     ) -> ::std::os::raw::c_int;
 }
 #[repr(C)]
