@@ -111,6 +111,15 @@ class Reader {
     d["source"] = std::string(info.source ? info.source : "");
     d["checksummed"] = info.checksummed != 0;
     d["source_version"] = std::string(info.source_version ? info.source_version : "");
+    py::list bases;
+    for (size_t k = 0; k < info.num_bases; ++k) {
+      const char* name = nullptr;
+      Check(dckpt_reader_base(&name, r.reader, k));
+      bases.append(std::string(name));
+    }
+    d["bases"] = bases;
+    d["chain_length"] = info.chain_length;
+    d["bytes_in_bases"] = info.bytes_in_bases;
     return d;
   }
 

@@ -23,11 +23,12 @@ py::dict SaveInfoDict(const dckpt_save_info& info) {
   d["total_bytes"] = info.total_bytes;
   d["metadata_bytes"] = info.metadata_bytes;
   d["seconds"] = info.seconds;
+  d["bytes_reused"] = info.bytes_reused;
   return d;
 }
 
 dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
-                               uint64_t timeout_ms, Progress* progress) {
+                               uint64_t timeout_ms, Progress* progress, const std::string& base, unsigned full_every) {
   dckpt_save_options o;
   Check(dckpt_save_options_init(&o, DCKPT_SAVE_OPTIONS_VERSION));
   o.io_threads = io_threads;
@@ -35,6 +36,8 @@ dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, u
   o.sync = sync ? 1 : 0;
   o.checksum_block_size = checksum_block_size;
   o.timeout_ms = timeout_ms;
+  o.base = base.empty() ? nullptr : base.c_str();  // `base` outlives the call
+  o.full_every = full_every;
   if (progress) {
     o.progress = &ProgressTrampoline;
     o.progress_user_data = progress;
@@ -44,9 +47,10 @@ dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, u
 
 py::dict Save(const std::string& path, State& state, std::shared_ptr<Comm> comm, unsigned io_threads, bool overwrite,
               bool sync, uint64_t checksum_block_size, uint64_t timeout_ms, py::object progress,
-              std::shared_ptr<Storage> storage) {
+              std::shared_ptr<Storage> storage, const std::string& base, unsigned full_every) {
   auto prog = MakeProgress(progress);
-  dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get());
+  dckpt_save_options o =
+      SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get(), base, full_every);
   StorageCall call(std::move(storage));
   o.storage = call.get();
   dckpt_save_info info = DCKPT_SAVE_INFO_INIT;
@@ -138,9 +142,11 @@ class SaveFuture {
 std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std::shared_ptr<Comm> comm,
                                       unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
                                       uint64_t timeout_ms, py::object progress, bool device_snapshot,
-                                      std::shared_ptr<Storage> storage) {
+                                      std::shared_ptr<Storage> storage, const std::string& base,
+                                      unsigned full_every) {
   auto prog = MakeProgress(progress);
-  dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get());
+  dckpt_save_options o =
+      SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get(), base, full_every);
   o.device_snapshot = device_snapshot ? 1 : 0;
   auto call = std::make_unique<StorageCall>(std::move(storage));
   o.storage = call->get();
@@ -189,10 +195,12 @@ void RegisterSaveFuture(py::module_& m) {
 void RegisterSaveLoad(py::module_& m) {
   m.def("save", &Save, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
-        py::arg("progress"), py::arg("storage").none(true) = nullptr);
+        py::arg("progress"), py::arg("storage").none(true) = nullptr, py::arg("base") = std::string(),
+        py::arg("full_every") = 0u);
   m.def("save_async", &SaveAsync, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
-        py::arg("progress"), py::arg("device_snapshot") = false, py::arg("storage").none(true) = nullptr);
+        py::arg("progress"), py::arg("device_snapshot") = false, py::arg("storage").none(true) = nullptr,
+        py::arg("base") = std::string(), py::arg("full_every") = 0u);
   m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"),
         py::arg("io_threads"), py::arg("timeout_ms"), py::arg("progress"), py::arg("map_files") = true,
         py::arg("share_verification") = true, py::arg("storage").none(true) = nullptr);

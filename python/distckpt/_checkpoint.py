@@ -12,6 +12,7 @@ import atexit
 import builtins
 import contextlib
 import os
+import posixpath
 import threading
 import warnings
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class SaveSummary:
     total_bytes: int  #: data bytes of the whole checkpoint
     metadata_bytes: int
     seconds: float  #: wall time on this rank
+    bytes_reused: int = 0  #: of total_bytes, those an incremental save refers to in its bases instead of writing
 
 
 def add_leaf(state: "_native.State", name: str, value: Any, is_array: bool, allow_pickle: bool) -> Optional[str]:
@@ -98,6 +100,8 @@ def save(
     timeout: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
     storage: Optional["_storage.Storage"] = None,
+    base: Optional[PathLike] = None,
+    full_every: int = 0,
 ) -> SaveSummary:
     """Saves a (nested) state dict as one checkpoint directory, atomically.
 
@@ -125,28 +129,59 @@ def save(
         progress: ``progress(done_bytes, total_bytes)``, called from a distckpt thread; raising aborts the save.
         storage: where to write (:mod:`distckpt.storage`); None: the one ``path`` names (``"s3://bucket/ckpt"`` to
             the core's S3 backend, other URLs through fsspec, a plain path or ``file://`` to the POSIX file system).
+        base: an incremental save: an earlier checkpoint beside this one (its path in the same directory, or its
+            name). Arrays whose bytes equal the base's (same entry and region, same XXH3-128) are not written again;
+            the checkpoint refers to them and needs those checkpoints to be read (``SaveSummary.bytes_reused``). CPU
+            arrays are compared, CUDA arrays always written. Remove checkpoints with :func:`remove_checkpoint` or
+            ``distckpt prune``, which keep what others refer to.
+        full_every: with ``base``, the ``full_every``-th save of a chain (counted from the last self-contained one) is
+            written whole instead; 0: no bound.
 
     Returns:
         The checkpoint's summary. The GIL is released while writing.
     """
     with abort_on_local_error(comm):
         state = build_save_state(state_dict, allow_pickle, user_metadata)
-    return save_state(state, path, comm, overwrite, sync, io_threads, checksum_block_size, timeout, progress, storage)
+    return save_state(
+        state,
+        path,
+        comm,
+        overwrite,
+        sync,
+        io_threads,
+        checksum_block_size,
+        timeout,
+        progress,
+        storage,
+        base,
+        full_every,
+    )
 
 
 def save_state(
     state: "_native.State", path: PathLike, comm: Optional[Communicator], overwrite: bool, sync: bool,
     io_threads: int, checksum_block_size: int, timeout: Optional[float], progress: Optional[ProgressFn],
-    storage: Optional["_storage.Storage"],
+    storage: Optional["_storage.Storage"], base: Optional[PathLike] = None, full_every: int = 0,
 ) -> SaveSummary:  # fmt: skip
     """The collective save of a built State (GIL released while writing)."""
     path = os.fspath(path)
     native_path, native_storage, _ = _storage.resolve(path, storage)
     info = _native.save(
         native_path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
-        _native.timeout_ms(timeout), progress, native_storage,
+        _native.timeout_ms(timeout), progress, native_storage, _base_name(path, base), full_every,
     )  # fmt: skip
     return SaveSummary(path=path, **info)
+
+
+def _base_name(path: str, base: Optional[PathLike]) -> str:
+    """What the core gets as an incremental save's base: the name of a sibling given by its path (the core resolves it
+    beside the path it writes to, which for a URL is not the URL), anything else as given, for the core to judge."""
+    if base is None:
+        return ""
+    base = os.fspath(base)
+    if "/" in base and posixpath.dirname(base.rstrip("/")) == posixpath.dirname(path.rstrip("/")):
+        return posixpath.basename(base.rstrip("/"))
+    return base
 
 
 @contextlib.contextmanager
@@ -301,6 +336,8 @@ def async_save(
     progress: Optional[ProgressFn] = None,
     device_snapshot: bool = False,
     storage: Optional["_storage.Storage"] = None,
+    base: Optional[PathLike] = None,
+    full_every: int = 0,
 ) -> AsyncSave:
     """Like :func:`save`, but returns once the state is copied into memory distckpt owns.
 
@@ -317,7 +354,8 @@ def async_save(
     size of the CUDA arrays (one allocation per device); the arrays of a device without that much free memory are
     staged in host memory as without the option (any other allocation failure raises).
 
-    ``storage`` as for :func:`save` (URLs too); the save keeps it alive until it finishes.
+    ``storage`` as for :func:`save` (URLs too); the save keeps it alive until it finishes. ``base`` and
+    ``full_every`` as for :func:`save`: the staged copy is compared with the base in the background.
     """
     path = os.fspath(path)
     native_path, native_storage, _ = _storage.resolve(path, storage)
@@ -332,7 +370,7 @@ def async_save(
         state = build_save_state(state_dict, allow_pickle, user_metadata)
     future = _native.save_async(
         native_path, state, native_of(comm), io_threads, overwrite, sync, checksum_block_size,
-        _native.timeout_ms(timeout), progress, device_snapshot, native_storage,
+        _native.timeout_ms(timeout), progress, device_snapshot, native_storage, _base_name(path, base), full_every,
     )  # fmt: skip
     return AsyncSave(future, path)
 

@@ -102,6 +102,13 @@ class CheckpointMetadata(Mapping[str, EntryMetadata]):
         self.source_version: Optional[str] = info["source_version"] or None
         #: False for a foreign checkpoint: those formats carry no checksums, so nothing read from them is verified
         self.checksummed: bool = info["checksummed"]
+        #: an incremental checkpoint's bases: the names of the sibling checkpoints whose data files it reads (empty for
+        #: a self-contained one); removing one of them breaks this checkpoint
+        self.bases: Tuple[str, ...] = tuple(info["bases"])
+        #: saves since the last self-contained checkpoint of its chain (0: it reads no base)
+        self.chain_length: int = info["chain_length"]
+        #: of total_bytes, those that lie in its bases' data files
+        self.bytes_in_bases: int = info["bytes_in_bases"]
         self.user: Dict[str, str] = dict(reader.user())  #: free-form key/values saved with the checkpoint
         self._entries: Dict[str, EntryMetadata] = {
             raw[0]: EntryMetadata(reader, i, raw) for i, raw in enumerate(reader.entries())
