@@ -1,5 +1,6 @@
 #include "core/engine/base_checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -145,6 +146,41 @@ Result<std::unique_ptr<ReadableFile>> OpenReferencedFile(const std::string& path
                    std::to_string((*opened)->size()) + " bytes but the metadata says " + std::to_string(size));
   }
   return opened;
+}
+
+Result<std::vector<std::string>> Dependents(Storage* storage, const std::string& path) {
+  const std::string parent = ParentPath(path), own = BaseName(path);
+  auto names = storage->ListDir(parent.empty() ? "." : parent);
+  if (!names.ok()) {
+    if (names.status().code() == StatusCode::kNotFound) return std::vector<std::string>();
+    return names.status();
+  }
+  std::vector<std::string> out;
+  for (const std::string& name : *names) {
+    if (name == own || !IsValidFileName(name)) continue;
+    auto sibling = OpenBaseCheckpoint(storage, SiblingPath(path, name));
+    if (!sibling.ok()) continue;  // not a checkpoint (a file, a leftover, a foreign or damaged one)
+    for (size_t k = 0; k < sibling->meta.num_bases(); ++k) {
+      if (sibling->meta.base_name(k) == own) {
+        out.push_back(name);
+        break;
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status CheckNoDependents(Storage* storage, const std::string& path, const std::string& what) {
+  DCKPT_ASSIGN_OR_RETURN(std::vector<std::string> dependents, Dependents(storage, path));
+  if (dependents.empty()) return OkStatus();
+  std::string list;
+  for (size_t i = 0; i < dependents.size() && i < 10; ++i) list += (i ? ", '" : "'") + dependents[i] + "'";
+  if (dependents.size() > 10) list += " and " + std::to_string(dependents.size() - 10) + " more";
+  return Status(StatusCode::kState, what + " checkpoint '" + path + "' would break " +
+                                        std::to_string(dependents.size()) + " incremental checkpoint(s) that read " +
+                                        "its data files: " + list + "; remove them first, or make them " +
+                                        "self-contained (distckpt flatten)");
 }
 
 }  // namespace distckpt

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/format/metadata.h"
@@ -60,6 +61,15 @@ Result<BaseCheckpoint> OpenReferencedBase(Storage* storage, const std::string& p
 /// file.
 Result<std::unique_ptr<ReadableFile>> OpenReferencedFile(const std::string& path, const MetadataView& meta,
                                                          uint32_t index, const BaseCheckpoint& base);
+
+/// The checkpoints beside `path` (in its parent directory, or below its parent prefix) whose metadata names it as a
+/// base, by name, sorted. What is not a readable distckpt checkpoint is skipped. Removing or overwriting `path` would
+/// break them (FORMAT.md 4.1).
+Result<std::vector<std::string>> Dependents(Storage* storage, const std::string& path);
+
+/// kState naming the checkpoints that refer to `path` (Dependents), or OK when none does. `what` says what was asked
+/// ("removing", "overwriting").
+Status CheckNoDependents(Storage* storage, const std::string& path, const std::string& what);
 
 }  // namespace distckpt
 

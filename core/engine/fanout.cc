@@ -51,7 +51,8 @@ std::vector<Piece> SharedPieces(const std::vector<std::vector<ChunkRange>>& need
     std::vector<int> needers;
     for (const auto& [rank, n] : active) needers.push_back(rank);
     const uint64_t hi = events[i].at.lo;
-    if (!out.empty() && SameChunk(out.back().range, at) && out.back().range.hi == at.lo && *out.back().needers == needers) {
+    if (!out.empty() && SameChunk(out.back().range, at) && out.back().range.hi == at.lo &&
+        *out.back().needers == needers) {
       out.back().range.hi = hi;
     } else {
       out.push_back(Piece{ChunkRange{at.entry, at.chunk, at.lo, hi},
@@ -252,7 +253,8 @@ Result<CollectiveLoadPlan> ExchangeLoadPlans(Communicator* comm, const Status& l
     if (wants[r].take_part) by_rank[r] = std::move(wants[r].ranges);
   }
   plan.parts = AssignFanout(by_rank, block);
-  plan.fanout = std::any_of(plan.parts.begin(), plan.parts.end(), [](const FanoutPart& p) { return p.needers->size() > 1; });
+  plan.fanout =
+      std::any_of(plan.parts.begin(), plan.parts.end(), [](const FanoutPart& p) { return p.needers->size() > 1; });
   if (!plan.fanout) {
     plan.parts.clear();
     return plan;

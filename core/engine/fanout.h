@@ -60,13 +60,13 @@ FanoutRounds ScheduleFanoutRounds(const std::vector<FanoutPart>& parts, int rank
 
 /// What a rank tells the others before a collective load reads anything.
 struct FanoutNeeds {
-  bool take_part = false;         ///< fan-out asked for (and this rank's needs fit the cap below)
-  bool always = false;            ///< FanoutMode::kAlways (else kAuto)
-  bool verify = true;             ///< this rank verifies checksums (ranks fan out together only if all agree)
+  bool take_part = false;  ///< fan-out asked for (and this rank's needs fit the cap below)
+  bool always = false;     ///< FanoutMode::kAlways (else kAuto)
+  bool verify = true;      ///< this rank verifies checksums (ranks fan out together only if all agree)
   /// The files this rank reads: (file index, IdentityDigest(CacheIdentity)); 0: unknown. Under kAuto the group fans
   /// out only if two ranks read a file through different caches (or an unknown one).
   std::vector<std::pair<uint32_t, uint64_t>> identities;
-  uint64_t round_bytes = 0;       ///< this rank's cap on what it receives per round (the group uses the smallest)
+  uint64_t round_bytes = 0;        ///< this rank's cap on what it receives per round (the group uses the smallest)
   std::vector<ChunkRange> ranges;  ///< sorted by (entry, chunk, lo), merged
 };
 
@@ -89,8 +89,8 @@ uint64_t DecideFanout(const std::vector<FanoutNeeds>& wants);
 struct CollectiveLoadPlan {
   /// Shared verification among the ranks that do not fan out (null for a participant: it verifies all it reads).
   VerifyFilter filter;
-  bool fanout = false;               ///< some bytes are exchanged (then `rounds` is not empty)
-  bool participant = false;          ///< this rank reads only what `parts` gives it
+  bool fanout = false;       ///< some bytes are exchanged (then `rounds` is not empty)
+  bool participant = false;  ///< this rank reads only what `parts` gives it
   std::vector<FanoutPart> parts;
   FanoutRounds rounds;
 };

@@ -240,8 +240,8 @@ TEST(DecideFanoutTest, AutoFansOutOnlyAcrossCaches) {
     return n;
   };
   // One host: both ranks read files 0 and 1 through the same cache.
-  EXPECT_EQ(DecideFanout({rank(true, false, true, 64, {{0, 7}, {1, 8}}), rank(true, false, true, 64, {{0, 7}, {1, 8}})}),
-            0u);
+  EXPECT_EQ(
+      DecideFanout({rank(true, false, true, 64, {{0, 7}, {1, 8}}), rank(true, false, true, 64, {{0, 7}, {1, 8}})}), 0u);
   // Two hosts: file 0 through two caches. The smallest round wins.
   EXPECT_EQ(DecideFanout({rank(true, false, true, 64, {{0, 7}}), rank(true, false, true, 32, {{0, 9}})}), 32u);
   // An unknown cache (storage plugged in through the C ABI) counts as separate.

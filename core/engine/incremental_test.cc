@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/base/testing/temp_dir.h"
+#include "core/engine/base_checkpoint.h"
 #include "core/engine/engine_test_util.h"
 #include "core/engine/load.h"
 #include "core/engine/reader.h"
@@ -189,14 +190,10 @@ TEST(IncrementalTest, AReplacedOrRemovedBaseIsRefusedNamingBoth) {
   Model m0(0), m1(1), other(7);
   ASSERT_TRUE(SaveModel(m0, dir + "/a", "").ok());
   ASSERT_TRUE(SaveModel(m1, dir + "/b", "a").ok());
-  // Overwritten with other values: b's references would now read other bytes.
-  {
-    SaveOptions o;
-    o.overwrite = true;
-    o.sync = false;
-    State s = other.AsState();
-    ASSERT_TRUE(Save(dir + "/a", s, nullptr, o).ok());
-  }
+  // Replaced by another checkpoint behind the library's back (an overwrite is refused: see below): b's references
+  // would now read other bytes.
+  std::filesystem::rename(dir + "/a", dir + "/a-moved");
+  ASSERT_TRUE(SaveModel(other, dir + "/a", "").ok());
   const Status replaced = VerifyStatus(dir + "/b");
   EXPECT_EQ(replaced.code(), StatusCode::kCorrupt);
   EXPECT_NE(replaced.message().find("checkpoint '" + dir + "/b' refers to base checkpoint 'a'"), std::string::npos)
@@ -247,6 +244,30 @@ TEST(IncrementalTest, AReferenceToAFileTheBaseDoesNotListIsRefused) {
   const Status st = VerifyStatus(dir + "/b");
   EXPECT_EQ(st.code(), StatusCode::kCorrupt);
   EXPECT_NE(st.message().find("does not list as a file of its own"), std::string::npos) << st.ToString();
+}
+
+// Overwriting a checkpoint that another refers to is refused, naming the dependents; once they are gone it works.
+TEST(IncrementalTest, ABaseThatOthersReferToCannotBeOverwritten) {
+  const std::string dir = MakeTempDir("incr-");
+  Model m0(0), m1(1);
+  ASSERT_TRUE(SaveModel(m0, dir + "/a", "").ok());
+  ASSERT_TRUE(SaveModel(m1, dir + "/b", "a").ok());
+  ASSERT_TRUE(SaveModel(m1, dir + "/c", "a").ok());
+  auto deps = Dependents(DefaultStorage(), dir + "/a");
+  ASSERT_TRUE(deps.ok());
+  EXPECT_EQ(*deps, (std::vector<std::string>{"b", "c"}));
+  SaveOptions o;
+  o.overwrite = true;
+  o.sync = false;
+  State s = m1.AsState();
+  auto over = Save(dir + "/a", s, nullptr, o);
+  EXPECT_EQ(over.status().code(), StatusCode::kState) << over.status().ToString();
+  EXPECT_NE(over.status().message().find("would break 2 incremental checkpoint(s)"), std::string::npos);
+  EXPECT_NE(over.status().message().find("'b', 'c'"), std::string::npos) << over.status().ToString();
+  ExpectLoads(dir + "/b", m1);
+  std::filesystem::remove_all(dir + "/b");
+  std::filesystem::remove_all(dir + "/c");
+  EXPECT_TRUE(Save(dir + "/a", s, nullptr, o).ok());
 }
 
 }  // namespace

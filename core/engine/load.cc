@@ -93,7 +93,8 @@ Result<LoadSummary> Run(Reader* reader, Status st, const std::string& path, Stat
   }
   for (const BytesEntry& b : state.bytes()) {
     if (st.ok() && b.read_only) {
-      st = InvalidArgument("loading '" + path + "': bytes entry '" + b.name + "' was added as read-only "
+      st = InvalidArgument("loading '" + path + "': bytes entry '" + b.name +
+                           "' was added as read-only "
                            "(dckpt_state_add_bytes_const); a load needs a writable buffer (dckpt_state_add_bytes)");
     }
   }
@@ -162,8 +163,8 @@ Result<LoadSummary> Load(const std::string& path, State& state, Communicator* co
   // through the directory opened with the metadata, so a checkpoint replaced mid-load fails the load instead of
   // mixing two checkpoints.
   auto reader = Reader::Open(path, comm, options, FilePinning::kOnFirstUse);
-  auto summary = Run(reader.ok() ? reader->get() : nullptr, reader.status(), path, state, comm, options,
-                     options.progress);
+  auto summary =
+      Run(reader.ok() ? reader->get() : nullptr, reader.status(), path, state, comm, options, options.progress);
   if (summary.ok()) {
     summary->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }

@@ -38,7 +38,7 @@ namespace distckpt {
 
 struct LoadSummary {
   IoStats io;
-  uint32_t entries = 0;      ///< entries this rank loaded
+  uint32_t entries = 0;  ///< entries this rank loaded
   double seconds = 0;
 };
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-
 namespace distckpt {
 
 std::vector<StridedCopy> BatchRuns(const std::vector<DeviceRun>& runs) {
@@ -60,11 +59,11 @@ Result<char*> LoadStaging::Acquire() {
 void LoadStaging::Release(char* buffer) { pool_->Release(buffer); }
 
 Status LoadStaging::Issue(const char* base, const std::vector<DeviceRun>& runs, const MemoryLocation& loc,
-                         std::vector<std::unique_ptr<CopyFence>>* fences) {
+                          std::vector<std::unique_ptr<CopyFence>>* fences) {
   for (const StridedCopy& c : BatchRuns(runs)) {
-    DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<CopyFence> fence, engine_->CopyToDeviceAsync(c.dst, c.dst_pitch,
-                                                                                          base + c.src, c.src_pitch,
-                                                                                          c.width, c.rows, loc));
+    DCKPT_ASSIGN_OR_RETURN(
+        std::unique_ptr<CopyFence> fence,
+        engine_->CopyToDeviceAsync(c.dst, c.dst_pitch, base + c.src, c.src_pitch, c.width, c.rows, loc));
     fences->push_back(std::move(fence));
   }
   return OkStatus();

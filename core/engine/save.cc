@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -147,7 +147,8 @@ std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums
 Status DecodeReports(const std::string& msg, Status* status, std::vector<ChunkChecksums>* reports) {
   WireReader r(msg);
   uint64_t n, bytes_written;
-  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 27)) return Internal("malformed checksum report");
+  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 27))
+    return Internal("malformed checksum report");
   for (uint64_t i = 0; i < n; ++i) {
     ChunkChecksums c;
     uint64_t entry, chunk, nblocks;
@@ -257,8 +258,8 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
       continue;
     }
     if (piece != nullptr && !piece->memory.is_host()) {
-      device_copies.push_back(DeviceCopy{data, t.length, piece->memory,
-                                         "tensor '" + tensor->name + "' piece " + piece->box.ToString()});
+      device_copies.push_back(
+          DeviceCopy{data, t.length, piece->memory, "tensor '" + tensor->name + "' piece " + piece->box.ToString()});
       device_task.push_back(i);
       continue;
     }
@@ -318,6 +319,8 @@ Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, St
   }
   DCKPT_ASSIGN_OR_RETURN(*plan, MakeGlobalPlan(plans, popts));
   if (*incremental) (*incremental)->Finish(&(*plan)->metadata);
+  // An overwrite must not pull the files from under the incremental checkpoints that refer to this one.
+  if (options.overwrite) DCKPT_RETURN_IF_ERROR(CheckNoDependents(storage, path, "overwriting"));
   // StagedCheckpoint::Create refuses an overwrite of anything but a checkpoint or an empty directory.
   *nonce = NewNonce();
   DCKPT_ASSIGN_OR_RETURN(*staged, StagedCheckpoint::Create(storage, path, *nonce, options.overwrite));
@@ -329,8 +332,8 @@ Status PlanOnCoordinator(const std::string& path, const SaveOptions& options, St
 }
 
 // Rank 0's side of the commit round: every rank's checksums -> metadata -> commit. Fills the summary.
-Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std::string>& reports_in,
-                           GlobalPlan* plan, StagedCheckpoint* staged, std::chrono::milliseconds timeout,
+Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std::string>& reports_in, GlobalPlan* plan,
+                           StagedCheckpoint* staged, std::chrono::milliseconds timeout,
                            const IncrementalBase* incremental, SaveSummary* summary) {
   std::vector<ChunkChecksums> all = std::move(plan->reused);
   for (size_t r = 0; r < reports_in.size(); ++r) {
@@ -355,7 +358,8 @@ Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std
   }
   // Another save committing into the same directory holds its lock for milliseconds; wait well inside the time the
   // other ranks wait for this round.
-  return staged->CommitWithMetadata(encoded, std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(60)));
+  return staged->CommitWithMetadata(encoded,
+                                    std::min<std::chrono::milliseconds>(timeout / 2, std::chrono::seconds(60)));
 }
 
 }  // namespace
@@ -399,7 +403,8 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   // Round 1: every rank sends its local plan; the coordinator plans globally, creates the staging directory and
   // answers with the nonce and every rank's chunks. Coordinator state lives only on rank 0.
   ThreadPool pool(options.io_threads ? options.io_threads : DefaultIoThreads());
-  Result<std::string> local = failed_before.ok() ? Result<std::string>(std::string()) : Result<std::string>(failed_before);
+  Result<std::string> local =
+      failed_before.ok() ? Result<std::string>(std::string()) : Result<std::string>(failed_before);
   if (failed_before.ok()) {
     LocalPlan mine = MakeLocalPlan(state, static_cast<uint32_t>(rank));
     Status hashed = options.base.empty() ? OkStatus() : Fingerprint(state, options.checksum_block_size, &pool, &mine);
@@ -411,17 +416,17 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   auto abort_staging = [&] {
     if (staged && rank == 0) (void)staged->Abort();
   };
-  auto reply = CoordinatorRound(comm, local.status().WithContext("rank " + std::to_string(rank)),
-                                local.ok() ? *local : std::string(), options.timeout,
-                                [&](std::vector<std::string>& hellos) {
-    std::string nonce;
-    Status st = PlanOnCoordinator(path, options, storage, hellos, &plan, &staged, &nonce, &incremental);
-    auto encoded = EncodePlanReply(st, nonce, st.ok() ? &*plan : nullptr);
-    if (encoded.ok()) return std::move(encoded).value();
-    abort_staging();
-    staged.reset();
-    return EncodePlanReply(encoded.status(), "", nullptr).value();
-  });
+  auto reply = CoordinatorRound(
+      comm, local.status().WithContext("rank " + std::to_string(rank)), local.ok() ? *local : std::string(),
+      options.timeout, [&](std::vector<std::string>& hellos) {
+        std::string nonce;
+        Status st = PlanOnCoordinator(path, options, storage, hellos, &plan, &staged, &nonce, &incremental);
+        auto encoded = EncodePlanReply(st, nonce, st.ok() ? &*plan : nullptr);
+        if (encoded.ok()) return std::move(encoded).value();
+        abort_staging();
+        staged.reset();
+        return EncodePlanReply(encoded.status(), "", nullptr).value();
+      });
   if (!reply.ok()) {
     abort_staging();
     return reply.status().WithContext(where);
@@ -446,11 +451,11 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   summary.path = path;
   auto final_msg = CoordinatorRound(comm, write_status, EncodeReports(OkStatus(), reports, bytes_written),
                                     options.timeout, [&](std::vector<std::string>& reports_in) {
-    Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged, options.timeout, incremental.get(),
-                                    &summary);
-    if (!st.ok()) abort_staging();
-    return EncodeFinal(st, summary);
-  });
+                                      Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged,
+                                                                      options.timeout, incremental.get(), &summary);
+                                      if (!st.ok()) abort_staging();
+                                      return EncodeFinal(st, summary);
+                                    });
   if (!final_msg.ok()) {
     abort_staging();
     return final_msg.status().WithContext(where);

@@ -19,12 +19,12 @@ namespace distckpt {
 class CopyEngine;
 
 struct SaveOptions {
-  size_t io_threads = 0;          ///< 0: a default suited to the machine
-  bool overwrite = false;         ///< replace an existing checkpoint at the path
-  bool sync = true;               ///< fsync data, metadata and directories (turn off only for scratch data)
+  size_t io_threads = 0;   ///< 0: a default suited to the machine
+  bool overwrite = false;  ///< replace an existing checkpoint at the path
+  bool sync = true;        ///< fsync data, metadata and directories (turn off only for scratch data)
   uint64_t checksum_block_size = kDefaultChecksumBlockSize;
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
-  Storage* storage = nullptr;     ///< nullptr: the POSIX filesystem
+  Storage* storage = nullptr;  ///< nullptr: the POSIX filesystem
   /// Called with (bytes written by this rank, bytes it will write); non-zero aborts the save (kUser) on every rank.
   std::function<int(uint64_t done, uint64_t total)> progress;
   /// Device pieces: the engine that copies them to host. nullptr: the CUDA engine, loaded on first use (kUnsupported
@@ -65,14 +65,14 @@ struct SaveOptions {
 };
 
 struct SaveSummary {
-  std::string path;               ///< the committed checkpoint
-  uint64_t bytes_written = 0;     ///< by this rank
-  uint64_t total_bytes = 0;       ///< data bytes in the checkpoint (all ranks)
-  uint32_t num_files = 0;         ///< data files in the checkpoint
+  std::string path;            ///< the committed checkpoint
+  uint64_t bytes_written = 0;  ///< by this rank
+  uint64_t total_bytes = 0;    ///< data bytes in the checkpoint (all ranks)
+  uint32_t num_files = 0;      ///< data files in the checkpoint
   uint32_t num_entries = 0;
   uint64_t metadata_bytes = 0;
-  double seconds = 0;             ///< wall time of the call on this rank
-  uint64_t bytes_reused = 0;      ///< data bytes the checkpoint refers to in its bases instead of holding them
+  double seconds = 0;         ///< wall time of the call on this rank
+  uint64_t bytes_reused = 0;  ///< data bytes the checkpoint refers to in its bases instead of holding them
 };
 
 /// Saves `state` to `path` as one atomic checkpoint. Collective: every rank of `comm` (nullptr = single process)

@@ -167,7 +167,9 @@ class PendingCopies {
   PendingCopies(const PendingCopies&) = delete;
   PendingCopies& operator=(const PendingCopies&) = delete;
   ~PendingCopies() { (void)WaitAll(); }
-  void Add(std::unique_ptr<CopyFence> fence, std::string what) { fences_.emplace_back(std::move(fence), std::move(what)); }
+  void Add(std::unique_ptr<CopyFence> fence, std::string what) {
+    fences_.emplace_back(std::move(fence), std::move(what));
+  }
   Status WaitAll() {
     Status st;
     bool stuck = false;
@@ -355,13 +357,14 @@ Status SaveFuture::Stage(const std::string& path, const State& state, const Save
       }
       engine = *cuda;
     }
-    pinned_ = AcquireKept(KeptPinned(), engine, device_total, /*poolable=*/options.copy_engine == nullptr, pinned_stuck);
+    pinned_ =
+        AcquireKept(KeptPinned(), engine, device_total, /*poolable=*/options.copy_engine == nullptr, pinned_stuck);
   }
   const uint64_t host_size = pinned_ != nullptr ? host_total : total;
   buffer_ = AcquireKept(KeptHost(), nullptr, host_size, /*poolable=*/true);
   if (buffer_ == nullptr) {
-    return Status(StatusCode::kNoMemory, "saving '" + path + "': cannot allocate " + std::to_string(host_size) +
-                  " bytes to stage the state");
+    return Status(StatusCode::kNoMemory,
+                  "saving '" + path + "': cannot allocate " + std::to_string(host_size) + " bytes to stage the state");
   }
   char* const buffer = buffer_.get();
 

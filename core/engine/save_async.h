@@ -38,7 +38,7 @@ class SaveFuture {
 
  private:
   friend Result<std::unique_ptr<SaveFuture>> SaveAsync(const std::string&, const State&, Communicator*,
-                                                         const SaveOptions&);
+                                                       const SaveOptions&);
   SaveFuture() = default;
   /// Copies `state` into buffers this future owns (owned_; host data in buffer_, device pieces in pinned_, or through
   /// the staging pipeline into buffer_ where no pinned memory could be had).
@@ -61,7 +61,7 @@ class SaveFuture {
   State owned_;
   std::shared_ptr<char> buffer_;  // host data's staging (pageable, kept for the next save: save_async.cc)
   std::shared_ptr<char> pinned_;  // device pieces' staging: page-locked memory of the copy engine
-  uint64_t reserved_ = 0;  // bytes of the process-wide async staging budget this save holds until it finishes
+  uint64_t reserved_ = 0;         // bytes of the process-wide async staging budget this save holds until it finishes
   double staging_seconds_ = 0;
   uint64_t staged_bytes_ = 0;
   uint64_t snapshot_bytes_ = 0;

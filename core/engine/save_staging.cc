@@ -61,9 +61,7 @@ Status RunStagingPipeline(const StagingResources& res, const std::vector<DeviceC
   // Tasks may outlive this call (until group->Wait()): they hold their own copies of what they use.
   auto consumer = std::make_shared<StagedConsumer>(consume);
   const uint64_t segment = pool->buffer_bytes();
-  auto cancelled = [group] {
-    return group->cancelled() ? Status(StatusCode::kUnknown, "cancelled") : OkStatus();
-  };
+  auto cancelled = [group] { return group->cancelled() ? Status(StatusCode::kUnknown, "cancelled") : OkStatus(); };
   for (size_t i = 0; i < copies.size(); ++i) {
     const DeviceCopy& c = copies[i];
     for (uint64_t off = 0; off < c.size; off += segment) {

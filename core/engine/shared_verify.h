@@ -22,7 +22,7 @@ namespace distckpt {
 /// block-aligned ranges of each that it will hash.
 struct VerifyClaim {
   std::vector<std::pair<uint32_t, uint64_t>> identities;  ///< (file index, IdentityDigest(CacheIdentity)); 0: unknown
-  std::vector<FileRange> ranges;                           ///< merged, sorted by (file, lo)
+  std::vector<FileRange> ranges;                          ///< merged, sorted by (file, lo)
 };
 
 /// 64-bit digest of a ReadableFile::CacheIdentity (0 for an empty identity: nothing to share).
@@ -45,8 +45,8 @@ bool DecodeVerifyClaim(const std::string& msg, Status* local, VerifyClaim* claim
 std::string VerifyClaimMessage(const Status& local, const VerifyClaim& claim);
 
 /// Collective: every rank sends its status so far and its claim (an empty one if `mine` encodes larger than
-/// kMaxVerifyClaimBytes); returns this rank's filter, computed from the claims as every rank received them. If a rank is missing or
-/// reports a failure, every rank returns an error (as AgreeOnStatus does), and no rank starts reading.
+/// kMaxVerifyClaimBytes); returns this rank's filter, computed from the claims as every rank received them. If a rank
+/// is missing or reports a failure, every rank returns an error (as AgreeOnStatus does), and no rank starts reading.
 Result<VerifyFilter> ShareVerification(Communicator* comm, const Status& local, const VerifyClaim& mine,
                                        std::chrono::milliseconds timeout);
 

@@ -85,7 +85,7 @@ TEST(SharedVerifyTest, OnlyRanksReadingTheSameInodeShare) {
   for (VerifyClaim& c : claims) c.ranges = {FileRange{0, 0, 64 * kBlock}};
   claims[0].identities = {{0, IdentityDigest("host-a:inode")}};
   claims[1].identities = {{0, IdentityDigest("host-b:inode")}};  // another host: its own page cache
-  claims[2].identities = {{0, IdentityDigest("")}};  // unknown: verifies everything itself
+  claims[2].identities = {{0, IdentityDigest("")}};              // unknown: verifies everything itself
   for (int r = 0; r < 3; ++r) EXPECT_FALSE(MakeVerifyFilter(claims, r)) << "rank " << r;
   // Same identity on ranks 0 and 1: they split; rank 2 (unknown) still verifies all of its blocks.
   claims[1].identities = {{0, IdentityDigest("host-a:inode")}};

@@ -53,16 +53,16 @@ class State {
   Status AddTensor(const std::string& name, DType dtype, const std::vector<uint64_t>& shape);
   /// Adds a local piece to a declared tensor. Fails if the box is outside the tensor or data is NULL for a
   /// non-empty box.
-  Status AddPiece(const std::string& name, const std::vector<uint64_t>& offsets,
-                  const std::vector<uint64_t>& lengths, void* data);
+  Status AddPiece(const std::string& name, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& lengths,
+                  void* data);
   /// A piece a save only reads: a load of a state holding one fails with kInvalidArgument naming the tensor.
   Status AddConstPiece(const std::string& name, const std::vector<uint64_t>& offsets,
                        const std::vector<uint64_t>& lengths, const void* data);
   /// A piece in the memory `memory` describes (host or a CUDA device, with the stream its data is ordered on). Only
   /// the location is recorded: checking that `data` really is such memory needs the driver, which the C ABI does
   /// (CheckDeviceBuffer) and a save or load does when it copies.
-  Status AddPieceIn(const std::string& name, const std::vector<uint64_t>& offsets,
-                    const std::vector<uint64_t>& lengths, void* data, const MemoryLocation& memory);
+  Status AddPieceIn(const std::string& name, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& lengths,
+                    void* data, const MemoryLocation& memory);
   Status AddBytes(const std::string& name, void* data, uint64_t size);
   /// A bytes entry a save only reads (as AddConstPiece).
   Status AddConstBytes(const std::string& name, const void* data, uint64_t size);

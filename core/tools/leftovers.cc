@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/engine/base_checkpoint.h"
 #include "core/format/metadata.h"
 #include "core/tools/rename_leftovers.h"
 #include "core/tools/staging_marker.h"
@@ -206,6 +207,9 @@ Status RemoveCheckpoint(Storage* storage, const std::string& path) {
   auto j = Judge(storage, path, std::chrono::seconds(0));
   if (!j.ok()) return j.status().WithContext(context);
   if (j->scan.kind == CheckpointScan::Kind::kNone) return NotFound(context + ": no checkpoint is there");
+  if (j->scan.kind == CheckpointScan::Kind::kCheckpoint) {
+    DCKPT_RETURN_IF_ERROR(CheckNoDependents(storage, path, "removing"));
+  }
   // The metadata goes first and alone: from then on the checkpoint does not exist, and what remains are leftovers.
   std::vector<std::string> names = j->committed;
   names.insert(names.end(), j->scan.leftovers.begin(), j->scan.leftovers.end());

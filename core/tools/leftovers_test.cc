@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/reader.h"
+#include "core/engine/save.h"
 #include "core/format/metadata.h"
 #include "core/storage/object/object_storage.h"
 #include "core/storage/storage.h"
@@ -55,6 +57,46 @@ TEST(LeftoversTest, RemovingACheckpointNeverRemovesAFileDistckptDidNotWrite) {
   auto names = storage->ListDir("b/c");
   ASSERT_TRUE(names.ok());
   EXPECT_EQ(*names, std::vector<std::string>({"notes.txt"}));
+}
+
+// Incremental checkpoints on an object store (nonce'd file names): the increment reads the base's objects, and
+// removing the base is refused, naming the increment, until the increment is gone.
+TEST(LeftoversTest, ACheckpointOthersReferToIsNotRemoved) {
+  std::unique_ptr<Storage> storage = NewObjectStorage(NewMemoryObjectClient());
+  std::vector<float> frozen(300000, 1.5f), adapter(1000, 0.f);
+  auto save = [&](const std::string& path, const std::string& base) {
+    State s;
+    EXPECT_TRUE(s.AddTensor("frozen", DType::kF32, {frozen.size()}).ok());
+    EXPECT_TRUE(s.AddPiece("frozen", {0}, {frozen.size()}, frozen.data()).ok());
+    EXPECT_TRUE(s.AddTensor("adapter", DType::kF32, {adapter.size()}).ok());
+    EXPECT_TRUE(s.AddPiece("adapter", {0}, {adapter.size()}, adapter.data()).ok());
+    SaveOptions o;
+    o.storage = storage.get();
+    o.base = base;
+    return Save(path, s, nullptr, o);
+  };
+  ASSERT_TRUE(save("run/a", "").ok());
+  adapter.assign(adapter.size(), 2.f);
+  auto b = save("run/b", "run/a");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->bytes_reused, frozen.size() * 4);
+  Status refused = RemoveCheckpoint(storage.get(), "run/a");
+  EXPECT_EQ(refused.code(), StatusCode::kState) << refused.ToString();
+  EXPECT_NE(refused.message().find("'b'"), std::string::npos) << refused.ToString();
+  ASSERT_TRUE(*storage->Exists("run/a/metadata.dckpt")) << "nothing was removed";
+  {
+    ReadOptions ro;
+    ro.storage = storage.get();
+    auto reader = Reader::Open("run/b", nullptr, ro);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    std::vector<float> got(frozen.size());
+    const std::vector<uint64_t> shape{frozen.size()};
+    Box whole = Box::Whole(shape).value();
+    ASSERT_TRUE((*reader)->ReadRegion("frozen", whole, got.data(), got.size() * 4).ok());
+    EXPECT_EQ(got, frozen);
+  }
+  ASSERT_TRUE(RemoveCheckpoint(storage.get(), "run/b").ok());
+  ASSERT_TRUE(RemoveCheckpoint(storage.get(), "run/a").ok());
 }
 
 // Issue 27: removing a checkpoint left its empty directory behind. Now the directory goes once empty, and stays when

@@ -71,10 +71,16 @@ def test_a_removed_or_replaced_base_is_refused_naming_both(tmp_path):
     distckpt.save(model(2), tmp_path / "b", base=tmp_path / "a")
     other = model(9)
     other["frozen"]["emb"] += 1
-    distckpt.save(other, tmp_path / "a", overwrite=True)
+    with pytest.raises(distckpt.Error, match=r"overwriting checkpoint .* would break 1 incremental .*'b'"):
+        distckpt.save(other, tmp_path / "a", overwrite=True)
+    with pytest.raises(distckpt.Error, match="would break"):
+        distckpt.remove_checkpoint(tmp_path / "a")
+    shutil.move(tmp_path / "a", tmp_path / "a-moved")  # replaced behind the library's back
+    distckpt.save(other, tmp_path / "a")
     with pytest.raises(distckpt.CorruptCheckpointError, match=r"refers to base checkpoint 'a'.*metadata changed"):
         distckpt.load(None, tmp_path / "b")
     shutil.rmtree(tmp_path / "a")
+    shutil.rmtree(tmp_path / "a-moved")
     with pytest.raises(distckpt.CorruptCheckpointError, match=r"refers to base checkpoint 'a'.*cannot be read"):
         distckpt.load(None, tmp_path / "b")
 
