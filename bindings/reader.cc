@@ -159,7 +159,7 @@ class Reader {
       off[d] = py::int_(c.offsets[d]);
       len[d] = py::int_(c.lengths[d]);
     }
-    return py::make_tuple(off, len, py::str(c.file), c.file_offset, c.length, c.checksum);
+    return py::make_tuple(off, len, py::str(c.file), c.file_offset, c.length, c.checksum, py::str(c.base));
   }
 
   /// Reads the box [offsets, offsets + lengths) of tensor `name` into the writable C-contiguous buffer `dst`.

@@ -405,6 +405,22 @@ void StorageRemoveCheckpoint(std::shared_ptr<Storage> storage, const std::string
   CheckStorage(rc, call);
 }
 
+py::dict Flatten(std::shared_ptr<Storage> storage, const std::string& src, const std::string& dst, bool overwrite) {
+  StorageCall call(storage);
+  dckpt_flatten_info info = DCKPT_FLATTEN_INFO_INIT;
+  int rc;
+  {
+    py::gil_scoped_release nogil;
+    rc = dckpt_flatten(&info, src.c_str(), dst.c_str(), overwrite ? 1 : 0, call.get());
+  }
+  CheckStorage(rc, call);
+  py::dict d;
+  d["bytes_copied"] = info.bytes_copied;
+  d["bytes_from_bases"] = info.bytes_from_bases;
+  d["num_files"] = info.num_files;
+  return d;
+}
+
 }  // namespace
 
 void RegisterStorage(py::module_& m) {
@@ -425,6 +441,7 @@ void RegisterStorage(py::module_& m) {
   m.def("storage_remove_leftovers", &StorageRemoveLeftovers, py::arg("storage").none(true), py::arg("path"),
         py::arg("grace_seconds"), py::arg("dry_run"));
   m.def("storage_remove_checkpoint", &StorageRemoveCheckpoint, py::arg("storage").none(true), py::arg("path"));
+  m.def("flatten", &Flatten, py::arg("storage").none(true), py::arg("src"), py::arg("dst"), py::arg("overwrite"));
 }
 
 }  // namespace distckpt_python

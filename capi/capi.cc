@@ -676,6 +676,10 @@ int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t
     out->file_offset = loc.offset;
     out->length = loc.length;
     out->checksum = loc.checksum;
+    if (out->version >= 2) {
+      const uint32_t base = m.file_base(loc.file);
+      out->base = base == 0 ? "" : BorrowedCString(m.base_name(base - 1));
+    }
     return DCKPT_OK;
   })
 }

@@ -6,6 +6,7 @@
 
 #include "capi/capi_internal.h"
 #include "capi/include/distckpt/distckpt.h"
+#include "core/tools/flatten.h"
 #include "core/tools/safetensors_export.h"
 
 using distckpt::capi::CheckVersion;
@@ -66,6 +67,24 @@ int dckpt_export_safetensors_collective(const char* ckpt_path, const char* out_d
     o.comm = comm ? distckpt::capi::CommunicatorOf(comm) : nullptr;
     auto r = distckpt::ExportSafetensors(ckpt_path, out_dir, o);
     if (!r.ok()) return Report(r.status());
+    return DCKPT_OK;
+  })
+}
+
+int dckpt_flatten(dckpt_flatten_info* info, const char* src, const char* dst, int overwrite, dckpt_storage* storage) {
+  DCKPT_GUARD({
+    DCKPT_RETURN_IF_FAILED(NotNull(src, "src"));
+    DCKPT_RETURN_IF_FAILED(NotNull(dst, "dst"));
+    if (info) DCKPT_RETURN_IF_FAILED(CheckVersion(info->version, DCKPT_FLATTEN_INFO_VERSION, "dckpt_flatten_info"));
+    auto held = distckpt::capi::StorageOrUrl(storage, src);
+    if (!held.ok()) return Report(held.status());
+    auto r = distckpt::FlattenCheckpoint(src, dst, overwrite != 0, held->get());
+    if (!r.ok()) return Report(r.status());
+    if (info) {
+      info->bytes_copied = r->bytes_copied;
+      info->bytes_from_bases = r->bytes_from_bases;
+      info->num_files = r->num_files;
+    }
     return DCKPT_OK;
   })
 }

@@ -3,6 +3,10 @@ package distckpt
 /*
 #include <stdlib.h>
 #include <distckpt/distckpt.h>
+
+// Weak, so that this package still links against a libdistckpt from before incremental checkpoints: it is called
+// only when the library filled dckpt_checkpoint_info version 4, which means it has it.
+#pragma weak dckpt_reader_base
 */
 import "C"
 
@@ -145,6 +149,14 @@ type Info struct {
 	// checkpoint, whose format version is FormatMajor.FormatMinor (those of a foreign checkpoint describe the
 	// library's in-memory description of it, not the foreign format).
 	SourceVersion string `json:"source_version"`
+	// Bases names the checkpoints an incremental checkpoint reads data files of: siblings in the same directory (or
+	// below the same prefix). Empty for a self-contained checkpoint. Removing a base breaks this checkpoint; the
+	// library refuses to remove or overwrite one while others refer to it.
+	Bases []string `json:"bases"`
+	// ChainLength is the number of saves since the last self-contained checkpoint of its chain (0: it reads no base).
+	ChainLength int `json:"chain_length"`
+	// BytesInBases is how many of TotalBytes lie in its bases' data files.
+	BytesInBases uint64 `json:"bytes_in_bases"`
 }
 
 // Info returns the checkpoint's summary.
@@ -161,7 +173,7 @@ func readerInfo(p *C.dckpt_reader) (Info, error) {
 	var ci C.dckpt_checkpoint_info
 	ci.version = C.DCKPT_CHECKPOINT_INFO_VERSION
 	err := ccall(func() C.int { return C.dckpt_reader_info(&ci, p) })
-	for older := 2; errors.Is(err, ErrVersion) && older >= 1; older-- {
+	for older := 3; errors.Is(err, ErrVersion) && older >= 1; older-- {
 		// A library of the same ABI from before this version of the struct: version 2 has no source_version (read
 		// as ""), and version 1, from a library that reads distckpt checkpoints only, leaves source NULL (read below
 		// as distckpt, checksummed).
@@ -182,7 +194,20 @@ func readerInfo(p *C.dckpt_reader) (Info, error) {
 	if ci.version >= 3 && ci.source_version != nil {
 		sourceVersion = C.GoString(ci.source_version)
 	}
+	bases := []string{}
+	if ci.version >= 4 {
+		for k := 0; k < int(ci.num_bases); k++ {
+			var name *C.char
+			if err := ccall(func() C.int { return C.dckpt_reader_base(&name, p, C.size_t(k)) }); err != nil {
+				return Info{}, err
+			}
+			bases = append(bases, C.GoString(name))
+		}
+	}
 	return Info{
+		Bases:             bases,
+		ChainLength:       int(ci.chain_length),
+		BytesInBases:      uint64(ci.bytes_in_bases),
 		Format:            format,
 		Checksummed:       checksummed,
 		SourceVersion:     sourceVersion,
@@ -315,10 +340,11 @@ type Chunk struct {
 	Index      int
 	Offsets    []uint64
 	Lengths    []uint64
-	File       string // data file name inside the checkpoint directory
+	File       string // data file name inside the checkpoint directory (of Base, when that is not "")
 	FileOffset uint64
 	Length     uint64 // bytes
 	Checksum   uint64 // XXH3-64, see FORMAT.md section 5; 0 in a checkpoint another library wrote (it has none)
+	Base       string // "" for the checkpoint's own file; else the base checkpoint (Info.Bases) whose file it is
 }
 
 // Chunks lists the chunks of entry number `entry` (Entry.Index).
@@ -344,10 +370,20 @@ func (r *Reader) Chunks(entry int) ([]Chunk, error) {
 func readerChunk(p *C.dckpt_reader, entry, chunk int) (Chunk, error) {
 	var ci C.dckpt_chunk_info
 	ci.version = C.DCKPT_CHUNK_INFO_VERSION
-	if err := ccall(func() C.int { return C.dckpt_reader_chunk(&ci, p, C.size_t(entry), C.size_t(chunk)) }); err != nil {
+	err := ccall(func() C.int { return C.dckpt_reader_chunk(&ci, p, C.size_t(entry), C.size_t(chunk)) })
+	if errors.Is(err, ErrVersion) { // a library from before chunk info version 2: no base
+		ci = C.dckpt_chunk_info{version: 1}
+		err = ccall(func() C.int { return C.dckpt_reader_chunk(&ci, p, C.size_t(entry), C.size_t(chunk)) })
+	}
+	if err != nil {
 		return Chunk{}, err
 	}
+	base := ""
+	if ci.version >= 2 && ci.base != nil {
+		base = C.GoString(ci.base)
+	}
 	return Chunk{
+		Base:       base,
 		Index:      chunk,
 		Offsets:    copyU64(ci.offsets, int(ci.ndim)),
 		Lengths:    copyU64(ci.lengths, int(ci.ndim)),

@@ -134,6 +134,13 @@ type SaveOptions struct {
 	// POSIX file system). On a storage other than POSIX the checkpoint is committed by writing its metadata last, and
 	// path is the storage's (an "s3://bucket/prefix" URL, an object key prefix, ...).
 	Storage *StorageHandle
+	// Base makes an incremental save: an earlier checkpoint beside path (its path in the same directory, or its name)
+	// whose chunks are not written again where the bytes are equal (same entry and region, same XXH3-128); the
+	// checkpoint refers to them and needs those checkpoints to be read (Info.Bases). "": a self-contained save.
+	Base string
+	// FullEvery, with Base: the FullEvery-th save of a chain (counted from the last self-contained one) is written
+	// whole instead. 0: no bound.
+	FullEvery int
 }
 
 // SaveInfo reports what Save wrote.
@@ -144,6 +151,7 @@ type SaveInfo struct {
 	TotalBytes    uint64  `json:"total_bytes"`
 	MetadataBytes uint64  `json:"metadata_bytes"`
 	Seconds       float64 `json:"seconds"`
+	BytesReused   uint64  `json:"bytes_reused"` // of TotalBytes, those an incremental save refers to in its bases
 }
 
 // cState owns a C state and the C copies of the buffers it borrows. cgo forbids C from keeping Go pointers after a
@@ -275,6 +283,12 @@ func Save(path string, state *State, opts *SaveOptions) (SaveInfo, error) {
 		}
 		copts.io_threads = C.unsigned(opts.IOThreads)
 		copts.checksum_block_size = C.uint64_t(opts.ChecksumBlockSize)
+		if opts.Base != "" {
+			cbase := C.CString(opts.Base)
+			defer C.free(unsafe.Pointer(cbase))
+			copts.base = cbase
+		}
+		copts.full_every = C.unsigned(opts.FullEvery)
 		hook = newProgressHook(opts.Progress)
 		copts.progress = hook.cfn()
 		copts.progress_user_data = hook.userData()
@@ -295,5 +309,6 @@ func Save(path string, state *State, opts *SaveOptions) (SaveInfo, error) {
 	return SaveInfo{
 		NumFiles: int(info.num_files), NumEntries: int(info.num_entries), BytesWritten: uint64(info.bytes_written),
 		TotalBytes: uint64(info.total_bytes), MetadataBytes: uint64(info.metadata_bytes), Seconds: float64(info.seconds),
+		BytesReused: uint64(info.bytes_reused),
 	}, nil
 }

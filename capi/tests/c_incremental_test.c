@@ -89,6 +89,21 @@ int main(void) {
   CHECK(memcmp(a2, adapter, N * sizeof(float)) == 0);
   dckpt_state_free(back);
 
+  /* The base cannot go while step-2 refers to it; a flattened copy of step-2 needs no base. */
+  CHECK(dckpt_storage_remove_checkpoint(NULL, full) == DCKPT_ESTATE);
+  CHECK(strstr(dckpt_error_last(), "'step-2'") != NULL);
+  char flat[4200];
+  snprintf(flat, sizeof flat, "%s/flat", dir);
+  dckpt_flatten_info fi = DCKPT_FLATTEN_INFO_INIT;
+  CHECK_OK(dckpt_flatten(&fi, incr, flat, 0, NULL));
+  CHECK(fi.bytes_copied == 2 * N * sizeof(float));
+  CHECK(fi.bytes_from_bases == N * sizeof(float));
+  CHECK_OK(dckpt_reader_open(&reader, flat, NULL, NULL));
+  ci = (dckpt_checkpoint_info)DCKPT_CHECKPOINT_INFO_INIT;
+  CHECK_OK(dckpt_reader_info(&ci, reader));
+  CHECK(ci.num_bases == 0 && ci.format_major == 1 && ci.bytes_in_bases == 0);
+  dckpt_reader_free(reader);
+
   /* A base that is not a sibling is refused, naming the rule. */
   state = make_state(frozen, adapter);
   opts.base = "/somewhere/else";

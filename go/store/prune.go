@@ -119,7 +119,8 @@ func (e *PruneError) Unwrap() error { return e.Failed[0].Err }
 // judges it anew and, likewise, moves it aside and checks it is the directory it judged before removing it; one that
 // is no longer garbage, or no longer a leftover directory, is reported as a failed deletion.
 //
-// Never deleted, whatever the policy: symbolic links and what they point to (never followed); a checkpoint a symbolic
+// Never deleted, whatever the policy: a checkpoint a kept incremental checkpoint refers to (Info.Bases), and the bases
+// of those in turn; symbolic links and what they point to (never followed); a checkpoint a symbolic
 // link in dir points to; a checkpoint with a staging directory of the same name next to it that is kept (an overwrite
 // may be committing over it); Corrupt or Unreadable checkpoints (they may be of a newer format version); a staging
 // directory whose STAGING marker names a running process on this host, however old; and any directory that is not a
@@ -171,11 +172,8 @@ func Prune(dir string, p PrunePolicy) (PruneResult, error) {
 	res.Actions, res.Order = plan(entries, p, res.Grace)
 
 	var failed []PruneAction
-	for i := range res.Actions {
+	for _, i := range deletionOrder(res.Actions) {
 		a := &res.Actions[i]
-		if a.Action != Delete {
-			continue
-		}
 		if p.DryRun {
 			res.FreedBytes += a.Checkpoint.DiskBytes
 			continue
@@ -304,7 +302,82 @@ func plan(entries []*Checkpoint, p PrunePolicy, grace time.Duration) ([]PruneAct
 		}
 		decided = append(decided, a)
 	}
+	keepBases(decided)
 	return append(actions, decided...), order
+}
+
+// deletionOrder lists the indices of the Delete actions in their order, except that a checkpoint that another one
+// being deleted refers to (a base of an incremental checkpoint) comes after it: the library refuses to remove a base
+// while a checkpoint that refers to it is there.
+func deletionOrder(actions []PruneAction) []int {
+	var order []int
+	done := map[int]bool{}
+	for len(order) < countDeletes(actions) {
+		progressed := false
+		for i := range actions {
+			if actions[i].Action != Delete || done[i] || referredToByPending(actions, done, i) {
+				continue
+			}
+			order, done[i], progressed = append(order, i), true, true
+		}
+		if !progressed { // a cycle (a replaced base): the library judges each removal
+			for i := range actions {
+				if actions[i].Action == Delete && !done[i] {
+					order, done[i] = append(order, i), true
+				}
+			}
+		}
+	}
+	return order
+}
+
+func countDeletes(actions []PruneAction) int {
+	n := 0
+	for i := range actions {
+		if actions[i].Action == Delete {
+			n++
+		}
+	}
+	return n
+}
+
+// referredToByPending: another Delete action not yet ordered is an incremental checkpoint with actions[i] as a base.
+func referredToByPending(actions []PruneAction, done map[int]bool, i int) bool {
+	for j := range actions {
+		if j == i || done[j] || actions[j].Action != Delete || actions[j].Checkpoint.Info == nil {
+			continue
+		}
+		for _, b := range actions[j].Checkpoint.Info.Bases {
+			if b == actions[i].Checkpoint.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// keepBases keeps every checkpoint that a kept one refers to (its bases: an incremental checkpoint reads their data
+// files), and theirs in turn, whatever the policy said: deleting one would break the kept checkpoint.
+func keepBases(decided []PruneAction) {
+	byName := map[string]*PruneAction{}
+	for i := range decided {
+		byName[decided[i].Checkpoint.Name] = &decided[i]
+	}
+	for changed := true; changed; {
+		changed = false
+		for i := range decided {
+			a := &decided[i]
+			if a.Action != Keep || a.Checkpoint.Info == nil {
+				continue
+			}
+			for _, base := range a.Checkpoint.Info.Bases {
+				if b := byName[base]; b != nil && b.Action == Delete {
+					b.Action, b.Reason = Keep, "a kept incremental checkpoint refers to it ("+a.Checkpoint.Name+")"
+					changed = true
+				}
+			}
+		}
+	}
 }
 
 // remover removes what Prune decided to delete: from a directory (dirRemover) or below a URL (objectStore).

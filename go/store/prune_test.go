@@ -306,3 +306,34 @@ func snapshot(t *testing.T, root string) map[string]string {
 	}
 	return out
 }
+
+// An incremental checkpoint's bases are kept with it, whatever the policy; the rest goes, newest first.
+func TestPruneKeepsTheBasesOfKeptCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	fixtures.Write(t, filepath.Join(dir, "a"), fixtures.Options{Step: 100})
+	fixtures.Write(t, filepath.Join(dir, "b"), fixtures.Options{Step: 200, Seed: 1})
+	fixtures.Write(t, filepath.Join(dir, "c"), fixtures.Options{Step: 300, Base: "a"}) // a's values: all in a
+	fixtures.Write(t, filepath.Join(dir, "d"), fixtures.Options{Step: 400, Seed: 1, Base: "b"})
+	res, err := Prune(dir, PrunePolicy{KeepLast: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := left(t, dir); got != "b d" {
+		t.Fatalf("left %s: %+v", got, res.Actions)
+	}
+	if a := actionOf(t, res, "b"); a.Action != Keep || !strings.Contains(a.Reason, "refers to it (d)") {
+		t.Fatalf("%+v", a)
+	}
+	// c referred to a; both went, c first (the library refuses to remove a base while others refer to it).
+	if !actionOf(t, res, "a").Deleted || !actionOf(t, res, "c").Deleted {
+		t.Fatalf("%+v", res.Actions)
+	}
+	r, err := distckpt.Open(filepath.Join(dir, "d"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if v, err := r.Verify(nil); err != nil || len(v.Bad) != 0 {
+		t.Fatalf("%+v %v", v, err)
+	}
+}

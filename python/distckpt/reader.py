@@ -30,6 +30,8 @@ class ChunkMetadata:
     file_offset: int
     length: int  #: bytes
     checksum: int  #: see core/format/FORMAT.md
+    #: "" when ``file`` is the checkpoint's own; else the base checkpoint (a sibling) it lies in (incremental saves)
+    base: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,8 @@ class EntryMetadata:
         """The chunk layout: boxes tiling the tensor, each with its file and byte range (read lazily)."""
         if self._chunks is None:
             self._chunks = tuple(
-                ChunkMetadata(tuple(o), tuple(n), f, fo, ln, ck)
-                for o, n, f, fo, ln, ck in (self._reader.chunk(self.index, c) for c in range(self.num_chunks))
+                ChunkMetadata(tuple(o), tuple(n), f, fo, ln, ck, b)
+                for o, n, f, fo, ln, ck, b in (self._reader.chunk(self.index, c) for c in range(self.num_chunks))
             )
         return self._chunks
 

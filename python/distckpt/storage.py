@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _native
 from ._backends import CallbackStorage, MemoryStorage, PathLike, PosixStorage, S3Storage, Storage
@@ -187,6 +187,18 @@ def remove_checkpoint(path: PathLike, *, storage: Optional[Storage] = None) -> N
     ``NotFoundError`` when nothing distckpt wrote is there."""
     p, native, _ = resolve(path, storage)
     _native.storage_remove_checkpoint(native, p)
+
+
+def flatten(
+    src: PathLike, dst: PathLike, *, overwrite: bool = False, storage: Optional[Storage] = None
+) -> Dict[str, int]:
+    """Writes a self-contained copy of the checkpoint ``src`` to ``dst``: every chunk, wherever it lies (in ``src``
+    or the checkpoints an incremental save made it refer to), read, verified and written to the copy's own data files.
+    ``dst`` may be ``src`` with ``overwrite=True``: it then becomes self-contained in place, and its bases can be
+    removed. Returns ``bytes_copied``, ``bytes_from_bases`` and ``num_files``."""
+    s, native, _ = resolve(src, storage)
+    d, _, _ = resolve(dst, storage)
+    return dict(_native.flatten(native, s, d, overwrite))
 
 
 def read_file(path: str, storage: Optional[Storage]) -> bytes:

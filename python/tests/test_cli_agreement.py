@@ -102,9 +102,9 @@ def test_inspect_json_is_the_same_document_in_both(go_cli, ckpts):
     # What the schema (docs/cli.md) promises, checked on the shared document.
     assert set(want) == {"schema_version", "path", "format", "format_version", "format_major", "format_minor",
                          "writer", "num_entries", "num_files", "total_bytes", "metadata_bytes", "checksum_block_size",
-                         "user", "entries", "layout"}  # fmt: skip
-    assert (want["format"], want["format_version"], want["format_major"], want["format_minor"]) == ("distckpt", "1.1",
-                                                                                                    1, 1)  # fmt: skip
+                         "bases", "chain_length", "bytes_in_bases", "user", "entries", "layout"}  # fmt: skip
+    assert (want["format"], want["format_version"], want["format_major"], want["format_minor"]) == ("distckpt", "1.2",
+                                                                                                    1, 2)  # fmt: skip
     assert want["user"]["framework"] == "numpy" and want["layout"] is None
     by_name = {e["name"]: e for e in want["entries"]}
     assert by_name["model.w"] == {"name": "model.w", "kind": "tensor", "dtype": "F32", "shape": [16, 8],
@@ -120,8 +120,22 @@ def test_inspect_json_is_the_same_document_in_both(go_cli, ckpts):
         go_doc, py_doc = json.loads(go.stdout), json.loads(py.stdout)
         assert go_doc == py_doc and go_doc["layout"]["name"] == entry
         chunk = go_doc["layout"]["chunks"][0]
-        assert set(chunk) == {"index", "offsets", "lengths", "file", "file_offset", "length", "checksum"}
+        assert set(chunk) == {"index", "offsets", "lengths", "file", "file_offset", "length", "checksum", "base"}
         assert len(chunk["checksum"]) == 16
+
+    # An incremental checkpoint: its bases and the chunks that lie there, the same in both.
+    incr = os.path.join(os.path.dirname(good), "incremental")
+    distckpt.save({"model": {"w": np.ones((16, 8), np.float32)}, "head": np.arange(4.0)}, incr + "-base")
+    distckpt.save({"model": {"w": np.ones((16, 8), np.float32)}, "head": np.arange(4.0) + 1}, incr,
+                  base=incr + "-base")  # fmt: skip
+    go = run_go(go_cli, "inspect", "--json", "--layout", "model.w", incr)
+    py = run_py("inspect", "--json", "--layout", "model.w", incr)
+    assert go.returncode == py.returncode == OK, go.stderr + py.stderr
+    go_doc, py_doc = json.loads(go.stdout), json.loads(py.stdout)
+    assert go_doc == py_doc
+    assert go_doc["bases"] == ["incremental-base"] and go_doc["chain_length"] == 1
+    assert go_doc["bytes_in_bases"] == 16 * 8 * 4 and go_doc["format_version"] == "2.0"
+    assert go_doc["layout"]["chunks"][0]["base"] == "incremental-base"
 
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")

@@ -102,3 +102,18 @@ def test_three_ranks_save_incrementally_two_ranks_load_it_resharded(tmp_path):
     with distckpt.open(incr) as r:
         assert r.metadata.bases == ("full",)
         assert r.metadata.num_files == 3 + 3  # the three ranks' new files and the three of the base they refer to
+
+
+def test_flatten_makes_a_self_contained_copy_and_lets_the_base_go(tmp_path):
+    distckpt.save(model(1), tmp_path / "a")
+    distckpt.save(model(2), tmp_path / "b", base=tmp_path / "a")
+    info = distckpt.flatten(tmp_path / "b", tmp_path / "c")
+    assert info["bytes_from_bases"] == 256 * 512 * 4 + 512 * 4 and info["bytes_copied"] > info["bytes_from_bases"]
+    distckpt.flatten(tmp_path / "b", tmp_path / "b", overwrite=True)  # in place
+    with distckpt.open(tmp_path / "b") as r:
+        assert r.metadata.bases == () and r.metadata.format_version[0] == 1
+    distckpt.remove_checkpoint(tmp_path / "a")
+    for name in ("b", "c"):
+        got = distckpt.load(None, tmp_path / name)
+        np.testing.assert_array_equal(got["frozen"]["emb"], model(2)["frozen"]["emb"])
+        np.testing.assert_array_equal(got["adapter"], model(2)["adapter"])

@@ -26,7 +26,7 @@ def test_metadata_describes_dtype_shape_and_chunks(tmp_path):
     with distckpt.open(tmp_path / "c") as r:
         assert list(r.keys()) == ["cfg.lr", "w"] and len(r) == 2 and "w" in r and "x" not in r
         m = r.metadata
-        assert m.format_version == (1, 1) and m.user == {"step": "9"} and m.total_bytes == full.nbytes + 3
+        assert m.format_version == (1, 2) and m.user == {"step": "9"} and m.total_bytes == full.nbytes + 3
         w = m["w"]
         assert (w.kind, w.dtype, w.shape, w.num_chunks, w.nbytes) == ("tensor", "F64", (8, 6), 2, full.nbytes)
         assert w.numpy_dtype == np.float64

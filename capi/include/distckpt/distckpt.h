@@ -797,7 +797,7 @@ DCKPT_API int dckpt_reader_entry(dckpt_entry_info *out, const dckpt_reader *read
 /* DCKPT_ENOTFOUND if there is no such entry. */
 DCKPT_API int dckpt_reader_find(size_t *index, const dckpt_reader *reader, const char *name);
 
-#define DCKPT_CHUNK_INFO_VERSION 1
+#define DCKPT_CHUNK_INFO_VERSION 2
 typedef struct dckpt_chunk_info {
   unsigned version;
   size_t ndim;
@@ -807,8 +807,11 @@ typedef struct dckpt_chunk_info {
   uint64_t file_offset;
   uint64_t length;          /* bytes */
   uint64_t checksum;        /* see FORMAT.md */
+  /* version >= 2 */
+  const char *base;         /* borrowed; "" when `file` is the checkpoint's own, else the base checkpoint (a sibling,
+                             * dckpt_reader_base) whose data file it is (an incremental checkpoint) */
 } dckpt_chunk_info;
-#define DCKPT_CHUNK_INFO_INIT {DCKPT_CHUNK_INFO_VERSION, 0, NULL, NULL, NULL, 0, 0, 0}
+#define DCKPT_CHUNK_INFO_INIT {DCKPT_CHUNK_INFO_VERSION, 0, NULL, NULL, NULL, 0, 0, 0, NULL}
 /* Chunk `chunk` (0..num_chunks-1) of entry `entry` (as in dckpt_reader_entry); set out->version first. The pointers
  * are borrowed from the reader. */
 DCKPT_API int dckpt_reader_chunk(dckpt_chunk_info *out, const dckpt_reader *reader, size_t entry, size_t chunk);
@@ -944,6 +947,23 @@ DCKPT_API int dckpt_export_safetensors(const char *ckpt_path, const char *out_di
  * failure no index is written (and this export's temporary files are removed). Progress counts this rank's files. */
 DCKPT_API int dckpt_export_safetensors_collective(const char *ckpt_path, const char *out_dir, dckpt_comm *comm,
                                                   const dckpt_export_options *opts);
+
+#define DCKPT_FLATTEN_INFO_VERSION 1
+typedef struct dckpt_flatten_info {
+  unsigned version;
+  uint64_t bytes_copied;     /* data bytes read, verified and written: every chunk of the checkpoint */
+  uint64_t bytes_from_bases; /* of which the source held in its bases */
+  uint32_t num_files;        /* data files of the copy */
+} dckpt_flatten_info;
+#define DCKPT_FLATTEN_INFO_INIT {DCKPT_FLATTEN_INFO_VERSION, 0, 0, 0}
+
+/* Writes a self-contained copy of the checkpoint at `src` to `dst` (capi/API.md "Incremental checkpoints"): every
+ * chunk, wherever it lies (in `src` or the bases it refers to), read, checked against its checksums and written to
+ * the copy's own data files; the metadata is src's with no references. Committed atomically, as a save is. `dst` may
+ * be `src` itself with `overwrite` = 1: the checkpoint becomes self-contained in place (DCKPT_ESTATE if incremental
+ * checkpoints refer to it). `storage` as for dckpt_save (NULL: as the paths say). `info` may be NULL. */
+DCKPT_API int dckpt_flatten(dckpt_flatten_info *info, const char *src, const char *dst, int overwrite,
+                            dckpt_storage *storage);
 
 /* ---- Checkpoint manager: a checkpoint every step, in tiers ------------------------------------------------------ */
 

@@ -15,10 +15,13 @@ var duCommand = &command{
 	help: `
 Groups the entries by the first 1..N components of their names (split at S, default "."), as a tree: with the
 default depth 2, "model.*" and under it "model.layers.*" and "model.embed". A group named "P.*" holds every entry
-whose name starts with "P."; a group without ".*" is a single entry. Bytes are the entries' stored data bytes.
+whose name starts with "P."; a group without ".*" is a single entry. Bytes are the entries' stored data bytes. For an
+incremental checkpoint, IN BASES is how many of them lie in the data files of its bases (the checkpoints it refers
+to) rather than its own: the bytes it owns are the rest.
 
-JSON: {"schema_version": 1, "path": str, "total_bytes": int, "entries": int,
-  "groups": [{"prefix": str, "depth": int, "entries": int, "bytes": int, "percent": float}]}
+JSON: {"schema_version": 1, "path": str, "total_bytes": int, "entries": int, "bases": [str],
+  "bytes_owned": int, "bytes_in_bases": int,
+  "groups": [{"prefix": str, "depth": int, "entries": int, "bytes": int, "percent": float, "bytes_in_bases": int}]}
 Groups come in tree order: each group is followed by its sub-groups, largest first.`,
 	run: runDu,
 }
@@ -29,12 +32,14 @@ type duGroup struct {
 	Entries int     `json:"entries"`
 	Bytes   uint64  `json:"bytes"`
 	Percent float64 `json:"percent"`
+	InBases uint64  `json:"bytes_in_bases"`
 	key     string
 	parent  string
 }
 
 // duGroups sums entry bytes per name prefix, up to depth components, in tree order (largest first at each level).
-func duGroups(entries []distckpt.Entry, depth int, sep string) ([]*duGroup, uint64) {
+// inBases gives, per entry name, its bytes that lie in base checkpoints (nil: none do).
+func duGroups(entries []distckpt.Entry, depth int, sep string, inBases map[string]uint64) ([]*duGroup, uint64) {
 	groups := map[string]*duGroup{}
 	var total uint64
 	for _, e := range entries {
@@ -59,6 +64,7 @@ func duGroups(entries []distckpt.Entry, depth int, sep string) ([]*duGroup, uint
 			}
 			g.Entries++
 			g.Bytes += e.NBytes
+			g.InBases += inBases[e.Name]
 		}
 	}
 	children := map[string][]*duGroup{}
@@ -110,27 +116,67 @@ func runDu(c *ctx, args []string) int {
 	if err != nil {
 		return c.fail(err, pos[0])
 	}
-	groups, total := duGroups(entries, *depth, *sep)
+	info, err := r.Info()
+	if err != nil {
+		return c.fail(err, pos[0])
+	}
+	var inBases map[string]uint64
+	if len(info.Bases) > 0 {
+		inBases = map[string]uint64{}
+		for _, e := range entries {
+			chunks, err := r.Chunks(e.Index)
+			if err != nil {
+				return c.fail(err, pos[0])
+			}
+			for _, ch := range chunks {
+				if ch.Base != "" {
+					inBases[e.Name] += ch.Length
+				}
+			}
+		}
+	}
+	groups, total := duGroups(entries, *depth, *sep, inBases)
 	if c.json {
 		out := struct {
-			Path       string     `json:"path"`
-			TotalBytes uint64     `json:"total_bytes"`
-			Entries    int        `json:"entries"`
-			Groups     []*duGroup `json:"groups"`
-		}{pos[0], total, len(entries), groups}
+			Path         string     `json:"path"`
+			TotalBytes   uint64     `json:"total_bytes"`
+			Entries      int        `json:"entries"`
+			Bases        []string   `json:"bases"`
+			BytesOwned   uint64     `json:"bytes_owned"`
+			BytesInBases uint64     `json:"bytes_in_bases"`
+			Groups       []*duGroup `json:"groups"`
+		}{pos[0], total, len(entries), info.Bases, total - info.BytesInBases, info.BytesInBases, groups}
 		if out.Groups == nil {
 			out.Groups = []*duGroup{}
+		}
+		if out.Bases == nil {
+			out.Bases = []string{}
 		}
 		c.writeJSON(out)
 		return exitOK
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "BYTES\tSHARE\tENTRIES\tPREFIX")
-	for _, g := range groups {
-		fmt.Fprintf(tw, "%s\t%5.1f%%\t%d\t%s%s\n", humanBytes(g.Bytes), g.Percent, g.Entries,
-			strings.Repeat("  ", g.Depth-1), g.Prefix)
+	incremental := len(info.Bases) > 0
+	if incremental {
+		fmt.Fprintln(tw, "BYTES\tSHARE\tIN BASES\tENTRIES\tPREFIX")
+	} else {
+		fmt.Fprintln(tw, "BYTES\tSHARE\tENTRIES\tPREFIX")
 	}
-	fmt.Fprintf(tw, "%s\t%5.1f%%\t%d\t%s\n", humanBytes(total), 100.0, len(entries), "(total)")
+	row := func(bytes uint64, percent float64, in uint64, n int, label string) {
+		if incremental {
+			fmt.Fprintf(tw, "%s\t%5.1f%%\t%s\t%d\t%s\n", humanBytes(bytes), percent, humanBytes(in), n, label)
+		} else {
+			fmt.Fprintf(tw, "%s\t%5.1f%%\t%d\t%s\n", humanBytes(bytes), percent, n, label)
+		}
+	}
+	for _, g := range groups {
+		row(g.Bytes, g.Percent, g.InBases, g.Entries, strings.Repeat("  ", g.Depth-1)+g.Prefix)
+	}
+	row(total, 100.0, info.BytesInBases, len(entries), "(total)")
 	tw.Flush()
+	if incremental {
+		fmt.Fprintf(c.stdout, "%s owned, %s in bases %s\n", humanBytes(total-info.BytesInBases),
+			humanBytes(info.BytesInBases), strings.Join(info.Bases, ", "))
+	}
 	return exitOK
 }

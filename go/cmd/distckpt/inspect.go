@@ -24,7 +24,7 @@ offset), with checksum "-" in --layout. User values longer than 100 characters a
 their size; --json gives them whole.
 
 In JSON, "format" is "distckpt", "safetensors" or "torch-dcp"; "format_version" the version that format records
-of itself ("1.1" for distckpt, a DCP .metadata's "1.0.0"; null where it records none: safetensors, older DCP);
+of itself ("1.2" for distckpt, a DCP .metadata's "1.0.0"; null where it records none: safetensors, older DCP);
 "format_major" and "format_minor" are distckpt's format version, null for a checkpoint another library wrote. Such
 a checkpoint's "writer" is the library ("safetensors", "torch.distributed.checkpoint") and its checksums are 0.
 
@@ -65,6 +65,7 @@ type chunkJSON struct {
 	FileOffset uint64   `json:"file_offset"`
 	Length     uint64   `json:"length"`
 	Checksum   string   `json:"checksum"`
+	Base       string   `json:"base"` // "" for the checkpoint's own file; else the base checkpoint it lies in
 }
 
 // formatName is how the text output names a checkpoint's format: "safetensors", "PyTorch DCP", or the library's name
@@ -163,13 +164,19 @@ func runInspect(c *ctx, args []string) int {
 			TotalBytes        uint64            `json:"total_bytes"`
 			MetadataBytes     uint64            `json:"metadata_bytes"`
 			ChecksumBlockSize uint64            `json:"checksum_block_size"`
+			Bases             []string          `json:"bases"`
+			ChainLength       int               `json:"chain_length"`
+			BytesInBases      uint64            `json:"bytes_in_bases"`
 			User              map[string]string `json:"user"`
 			Entries           []entryJSON       `json:"entries"`
 			Layout            *layoutJSON       `json:"layout"`
 		}{Path: pos[0], Format: info.Format, FormatVersion: strOrNil(formatVersion(info)), Writer: info.Writer,
 			NumEntries: info.NumEntries, NumFiles: info.NumFiles, TotalBytes: info.TotalBytes,
-			MetadataBytes: info.MetadataBytes, ChecksumBlockSize: info.ChecksumBlockSize, User: user,
-			Entries: []entryJSON{}}
+			MetadataBytes: info.MetadataBytes, ChecksumBlockSize: info.ChecksumBlockSize, Bases: info.Bases,
+			ChainLength: info.ChainLength, BytesInBases: info.BytesInBases, User: user, Entries: []entryJSON{}}
+		if out.Bases == nil {
+			out.Bases = []string{}
+		}
 		if !info.Format.Foreign() { // distckpt's own format version: a foreign format has none
 			out.FormatMajor, out.FormatMinor = &info.FormatMajor, &info.FormatMinor
 		}
@@ -180,7 +187,7 @@ func runInspect(c *ctx, args []string) int {
 			out.Layout = &layoutJSON{Name: laid.Name, Chunks: []chunkJSON{}}
 			for _, ch := range chunks {
 				out.Layout.Chunks = append(out.Layout.Chunks, chunkJSON{ch.Index, ch.Offsets, ch.Lengths, ch.File,
-					ch.FileOffset, ch.Length, fmt.Sprintf("%016x", ch.Checksum)})
+					ch.FileOffset, ch.Length, fmt.Sprintf("%016x", ch.Checksum), ch.Base})
 			}
 		}
 		c.writeJSON(out)
@@ -209,6 +216,10 @@ func runInspect(c *ctx, args []string) int {
 			plural(info.NumEntries, "entry", "entries"), plural(tensors, "tensor", "tensors"),
 			plural(info.NumEntries-tensors, "bytes entry", "bytes entries"),
 			plural(info.NumFiles, "data file", "data files"), humanBytes(info.TotalBytes), humanBytes(info.MetadataBytes))
+	}
+	if len(info.Bases) > 0 {
+		fmt.Fprintf(c.stdout, "bases       %s (incremental: %s of the data lies there; %s since the last self-contained save)\n",
+			strings.Join(info.Bases, ", "), humanBytes(info.BytesInBases), plural(info.ChainLength, "save", "saves"))
 	}
 	if info.Checksummed {
 		fmt.Fprintf(c.stdout, "checksums   XXH3-64 per %s block\n", humanBytes(info.ChecksumBlockSize))
@@ -246,7 +257,11 @@ func runInspect(c *ctx, args []string) int {
 			if !info.Checksummed {
 				sum = "-"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", ch.Index, box, ch.File, ch.FileOffset, ch.Length, sum)
+			file := ch.File
+			if ch.Base != "" {
+				file = "../" + ch.Base + "/" + ch.File
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", ch.Index, box, file, ch.FileOffset, ch.Length, sum)
 		}
 		tw.Flush()
 	}

@@ -13,7 +13,7 @@ func TestInspectText(t *testing.T) {
 	ckpt := filepath.Join(newStore(t, 3), "step-3")
 	out, errOut, code := cli(t, "inspect", ckpt, "--layout", "model.layers.0.w")
 	wantCode(t, code, exitOK, out, errOut)
-	for _, s := range []string{"format      1.1", "step=3", "model.embed", "F32", "[64, 32]", "BF16", "optim.step",
+	for _, s := range []string{"format      1.2", "step=3", "model.embed", "F32", "[64, 32]", "BF16", "optim.step",
 		"I64", "[]", fixtures.BytesEntry, "bytes", "layout of model.layers.0.w", "[0:16, 32:64]", "data-00000.bin"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("inspect output lacks %q:\n%s", s, out)
@@ -57,8 +57,8 @@ func TestInspectOfADCPCheckpointSummarisesLongValues(t *testing.T) {
 	if code := cliJSON(t, &doc, "inspect", "--json", ckpt); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	if doc.Format != "distckpt" || doc.FormatVersion == nil || *doc.FormatVersion != "1.1" || doc.FormatMajor == nil ||
-		*doc.FormatMajor != 1 || doc.FormatMinor == nil || *doc.FormatMinor != 1 {
+	if doc.Format != "distckpt" || doc.FormatVersion == nil || *doc.FormatVersion != "1.2" || doc.FormatMajor == nil ||
+		*doc.FormatMajor != 1 || doc.FormatMinor == nil || *doc.FormatMinor != 2 {
 		t.Fatalf("%+v", doc)
 	}
 }

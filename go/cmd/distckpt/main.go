@@ -110,7 +110,7 @@ type ctx struct {
 
 func commands() []*command {
 	return []*command{lsCommand, inspectCommand, verifyCommand, duCommand, diffCommand, pruneCommand, exportCommand,
-		consolidateCommand, tiersCommand, versionCommand}
+		consolidateCommand, flattenCommand, tiersCommand, versionCommand}
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

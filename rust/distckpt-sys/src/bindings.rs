@@ -24,6 +24,7 @@ pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
 pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 3;
+pub const DCKPT_FLATTEN_INFO_VERSION: u32 = 1;
 pub const DCKPT_REPLICAS_AUTO: u32 = 4294967295;
 pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 2;
 pub const DCKPT_MANAGER_COUNTERS_VERSION: u32 = 1;
@@ -4178,6 +4179,104 @@ extern "C" {
         out_dir: *const ::std::os::raw::c_char,
         comm: *mut dckpt_comm,
         opts: *const dckpt_export_options,
+    ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dckpt_flatten_info {
+    pub version: ::std::os::raw::c_uint,
+    pub bytes_copied: u64,
+    pub bytes_from_bases: u64,
+    pub num_files: u32,
+}
+#[test]
+fn bindgen_test_layout_dckpt_flatten_info() {
+    assert_eq!(
+        ::std::mem::size_of::<dckpt_flatten_info>(),
+        32usize,
+        concat!("Size of: ", stringify!(dckpt_flatten_info))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<dckpt_flatten_info>(),
+        8usize,
+        concat!("Alignment of ", stringify!(dckpt_flatten_info))
+    );
+    fn test_field_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_flatten_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).version) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_flatten_info),
+                "::",
+                stringify!(version)
+            )
+        );
+    }
+    test_field_version();
+    fn test_field_bytes_copied() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_flatten_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_copied) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_flatten_info),
+                "::",
+                stringify!(bytes_copied)
+            )
+        );
+    }
+    test_field_bytes_copied();
+    fn test_field_bytes_from_bases() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_flatten_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_from_bases) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_flatten_info),
+                "::",
+                stringify!(bytes_from_bases)
+            )
+        );
+    }
+    test_field_bytes_from_bases();
+    fn test_field_num_files() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_flatten_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_files) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_flatten_info),
+                "::",
+                stringify!(num_files)
+            )
+        );
+    }
+    test_field_num_files();
+}
+extern "C" {
+    pub fn dckpt_flatten(
+        info: *mut dckpt_flatten_info,
+        src: *const ::std::os::raw::c_char,
+        dst: *const ::std::os::raw::c_char,
+        overwrite: ::std::os::raw::c_int,
+        storage: *mut dckpt_storage,
     ) -> ::std::os::raw::c_int;
 }
 #[repr(C)]

@@ -1,0 +1,134 @@
+#include "core/tools/flatten.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "core/engine/base_checkpoint.h"
+#include "core/engine/reader.h"
+#include "core/format/checksum.h"
+#include "core/format/metadata.h"
+#include "core/plan/save_planner.h"
+
+namespace distckpt {
+
+namespace {
+
+constexpr uint64_t kCopyBytes = 16ull << 20;  // read and written at a time (a multiple of any checksum block <= it)
+
+// One chunk to copy: where it is in the source, where it goes.
+struct Move {
+  size_t entry;
+  size_t chunk;
+  ChunkLocation from;
+  uint64_t to_offset = 0;
+};
+
+}  // namespace
+
+Result<FlattenSummary> FlattenCheckpoint(const std::string& src, const std::string& dst, bool overwrite,
+                                         Storage* storage) {
+  if (storage == nullptr) storage = DefaultStorage();
+  const std::string where = "flattening '" + src + "' into '" + dst + "'";
+  ReadOptions ro;
+  ro.storage = storage;
+  ro.map_files = false;
+  auto opened = Reader::Open(src, nullptr, ro);
+  if (!opened.ok()) return opened.status().WithContext(where);
+  Reader& reader = **opened;
+  const MetadataView& meta = reader.metadata();
+  if (!meta.checksummed()) {
+    return InvalidArgument(where + ": it is a foreign checkpoint (" + std::string(meta.source()) +
+                           "), which is self-contained already");
+  }
+  MetadataRecord record = meta.ToRecord();
+  const uint64_t block = record.checksum_block_size;
+  const uint64_t align = record.alignment;
+
+  // One new data file per source file that holds a chunk, chunks in their source order, each on an aligned offset.
+  std::vector<std::vector<Move>> per_file(meta.num_files());
+  for (size_t e = 0; e < record.entries.size(); ++e) {
+    for (size_t c = 0; c < record.entries[e].chunks.size(); ++c) {
+      const ChunkLocation& loc = record.entries[e].chunks[c];
+      per_file[loc.file].push_back(Move{e, c, loc});
+    }
+  }
+  std::vector<DataFileRecord> files;
+  std::vector<uint32_t> new_index(meta.num_files(), UINT32_MAX);
+  for (uint32_t f = 0; f < meta.num_files(); ++f) {
+    std::vector<Move>& moves = per_file[f];
+    if (moves.empty()) continue;
+    std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.from.offset < b.from.offset; });
+    uint64_t cursor = 0;
+    for (Move& m : moves) {
+      m.to_offset = m.from.length == 0 ? cursor / align * align : (cursor + align - 1) / align * align;
+      cursor = std::max(cursor, m.to_offset + m.from.length);
+    }
+    new_index[f] = static_cast<uint32_t>(files.size());
+    files.push_back(DataFileRecord{DataFileName(new_index[f]), cursor, 0});
+  }
+
+  const std::string nonce = NewNonce();
+  if (overwrite) {
+    auto st = CheckNoDependents(storage, dst, "overwriting");
+    if (!st.ok()) return st.WithContext(where);
+  }
+  auto staged = StagedCheckpoint::Create(storage, dst, nonce, overwrite);
+  if (!staged.ok()) return staged.status().WithContext(where);
+  FlattenSummary summary;
+  auto copy_all = [&]() -> Status {
+    const uint64_t step = std::max(block, kCopyBytes / block * block);  // whole blocks at a time
+    std::vector<char> buf(step);
+    for (uint32_t f = 0; f < meta.num_files(); ++f) {
+      if (per_file[f].empty()) continue;
+      DCKPT_ASSIGN_OR_RETURN(const ReadableFile* in, reader.File(f));
+      DataFileRecord& out_rec = files[new_index[f]];
+      out_rec.name = staged->FileName(out_rec.name);
+      DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, storage->CreateFile(staged->StagingFile(out_rec.name)));
+      DCKPT_RETURN_IF_ERROR(out->Preallocate(out_rec.size));
+      for (const Move& m : per_file[f]) {
+        // Every block is hashed as it passes and the chunk's checksum checked from them: nothing unverified is copied.
+        std::vector<uint64_t> blocks;
+        if (m.from.length == 0) blocks.push_back(Xxh3(nullptr, 0));
+        for (uint64_t done = 0; done < m.from.length;) {
+          const uint64_t n = std::min(step, m.from.length - done);
+          DCKPT_RETURN_IF_ERROR(in->ReadAt(m.from.offset + done, buf.data(), n));
+          for (uint64_t b = 0; b < n; b += block) blocks.push_back(Xxh3(buf.data() + b, std::min(block, n - b)));
+          DCKPT_RETURN_IF_ERROR(out->WriteAt(m.to_offset + done, buf.data(), n));
+          done += n;
+        }
+        if (CombineBlockChecksums(Span<const uint64_t>(blocks.data(), blocks.size())) != m.from.checksum) {
+          return Corrupt("checkpoint '" + src + "': entry '" + record.entries[m.entry].name + "' chunk #" +
+                         std::to_string(m.chunk) + ": checksum mismatch in data file '" + reader.FilePath(f) +
+                         "'; the data is corrupt (no copy was made)");
+        }
+        summary.bytes_copied += m.from.length;
+        if (meta.file_base(f) != 0) summary.bytes_from_bases += m.from.length;
+      }
+      DCKPT_RETURN_IF_ERROR(out->Truncate(out_rec.size));
+      DCKPT_RETURN_IF_ERROR(out->Sync());
+      DCKPT_RETURN_IF_ERROR(out->Close());
+    }
+    for (uint32_t f = 0; f < meta.num_files(); ++f) {
+      for (const Move& m : per_file[f]) {
+        ChunkLocation& loc = record.entries[m.entry].chunks[m.chunk];
+        loc.file = new_index[f];
+        loc.offset = m.to_offset;
+      }
+    }
+    record.files = files;
+    record.bases.clear();
+    record.chain_length = 0;
+    DCKPT_ASSIGN_OR_RETURN(std::string encoded, EncodeMetadata(record));
+    return staged->CommitWithMetadata(encoded);
+  };
+  Status st = copy_all();
+  if (!st.ok()) {
+    (void)staged->Abort();
+    return st.WithContext(where);
+  }
+  summary.num_files = static_cast<uint32_t>(files.size());
+  return summary;
+}
+
+}  // namespace distckpt
