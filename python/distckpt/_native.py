@@ -28,6 +28,7 @@ from ._distckpt import (  # noqa: F401  (re-exported for the rest of the package
     dtype_name,
     dtype_size,
     export_safetensors,
+    flatten,
     load,
     remove_leftover,
     save,
