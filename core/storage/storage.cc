@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <mutex>
+#include <set>
 
 #include "core/storage/backend_util.h"
 
@@ -293,6 +295,41 @@ Status Storage::Publish(const std::string& path, const std::string& data, bool r
     if (exists) return Status(StatusCode::kExists, "'" + path + "' already exists");
   }
   return WriteFileDurably(path, data);
+}
+
+namespace {
+
+std::mutex& LiveNoncesMutex() {
+  static std::mutex* mu = new std::mutex;  // never destroyed: saves may end during static destruction
+  return *mu;
+}
+
+std::multiset<std::string>& LiveNonces() {
+  static auto* nonces = new std::multiset<std::string>;
+  return *nonces;
+}
+
+}  // namespace
+
+std::shared_ptr<void> StagedCheckpoint::HoldLiveNonce(const std::string& nonce) {
+  {
+    std::lock_guard<std::mutex> lock(LiveNoncesMutex());
+    LiveNonces().insert(nonce);
+  }
+  return std::shared_ptr<void>(new std::string(nonce), [](void* p) {
+    auto* held = static_cast<std::string*>(p);
+    {
+      std::lock_guard<std::mutex> lock(LiveNoncesMutex());
+      auto it = LiveNonces().find(*held);
+      if (it != LiveNonces().end()) LiveNonces().erase(it);
+    }
+    delete held;
+  });
+}
+
+bool StagedSaveIsLive(const std::string& nonce) {
+  std::lock_guard<std::mutex> lock(LiveNoncesMutex());
+  return LiveNonces().count(nonce) != 0;
 }
 
 std::string StagingMarkerText(const std::string& final_path) {

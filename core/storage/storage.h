@@ -234,6 +234,10 @@ std::string DeletingPath(const std::string& final_path, const std::string& nonce
 /// True if a directory name looks like one a prune moved aside; sets *final_name like ParseStagingName.
 bool ParseDeletingName(const std::string& name, std::string* final_name);
 
+/// Whether a save of this process with this nonce is in progress: a StagedCheckpoint (or a copy of it) made with it
+/// still exists. Judges the markers this process wrote: a save that failed left a marker naming a running process.
+bool StagedSaveIsLive(const std::string& nonce);
+
 /// A checkpoint being written under a staging name. Protocol (FORMAT.md "Commit"): create staging dir and marker ->
 /// write + fsync data files -> write + fsync metadata -> remove marker -> fsync staging dir -> move to the final
 /// path -> fsync the parent directory.
@@ -288,7 +292,10 @@ class StagedCheckpoint {
         overwrite_(overwrite),
         nonce_(std::move(nonce)),
         expected_(std::move(expected)),
-        protocol_(protocol) {}
+        protocol_(protocol),
+        live_(HoldLiveNonce(nonce_)) {}
+  // Registers `nonce` as a save of this process in progress until the last copy of the returned token goes.
+  static std::shared_ptr<void> HoldLiveNonce(const std::string& nonce);
   // The kMetadataLast halves of Create, CommitWithMetadata and Abort (object_commit.cc).
   static Result<StagedCheckpoint> CreateMetadataLast(Storage* storage, const std::string& final_path,
                                                      const std::string& nonce, bool overwrite);
@@ -307,6 +314,7 @@ class StagedCheckpoint {
   std::string nonce_;
   std::string expected_;  // Identity() of the final path when Create ran ("" = nothing there)
   CommitProtocol protocol_;
+  std::shared_ptr<void> live_;  // keeps nonce_ in the process's live saves (StagedSaveIsLive) while any copy exists
 };
 
 }  // namespace distckpt

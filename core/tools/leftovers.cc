@@ -18,9 +18,9 @@ namespace {
 // writer on another host), when it started longer than `grace` ago. A writer of this host that still runs is never
 // abandoned, however long its save takes (the rename layout judges it so too): RemoveCheckpoint's grace of 0 removed
 // the files of a save running beside it once a second had passed since it started.
-bool MarkerIsStale(const std::string& text, std::chrono::seconds grace) {
+bool MarkerIsStale(const std::string& text, const std::string& nonce, std::chrono::seconds grace) {
   const StagingMarker marker = ParseStagingMarker(text);
-  const WriterState writer = WriterStateOf(marker);
+  const WriterState writer = WriterStateOf(marker, nonce);
   if (writer == WriterState::kExited) return true;
   if (writer == WriterState::kRunning) return false;
   const std::optional<std::time_t> started = StartedAt(marker);
@@ -98,7 +98,7 @@ Result<Judged> Judge(Storage* storage, const std::string& path, std::chrono::sec
     if (!committed_nonces.count(nonce)) {
       auto text = storage->ReadFile(path + "/" + name, 1 << 16);
       if (!text.ok() && text.status().code() == StatusCode::kNotFound) continue;
-      if (!text.ok() || !MarkerIsStale(*text, grace)) {
+      if (!text.ok() || !MarkerIsStale(*text, nonce, grace)) {
         live.insert(nonce);
         continue;
       }

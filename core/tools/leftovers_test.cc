@@ -132,13 +132,22 @@ TEST(LeftoversTest, ARunningSaveOfThisHostKeepsItsFilesWhateverItsAge) {
     return std::string("distckpt staging directory (not committed)\nhost: ") + host + "\npid: " + std::to_string(pid) +
            "\nstarted_utc: 2020-01-01T00:00:00Z\n";  // years ago
   };
-  ASSERT_TRUE(storage->WriteFileDurably("b/c/STAGING.00000000000000cc", marker(::getpid())).ok());
+  // A running process of this host (the test's parent) wrote it.
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/STAGING.00000000000000cc", marker(::getppid())).ok());
   ASSERT_TRUE(storage->WriteFileDurably("b/c/data-00000.00000000000000cc.bin", "running").ok());
   ASSERT_TRUE(RemoveLeftovers(storage.get(), "b/c", std::chrono::seconds(3600), false, nullptr).ok());
   ASSERT_TRUE(RemoveCheckpoint(storage.get(), "b/c").ok());
   auto names = storage->ListDir("b/c");
   ASSERT_TRUE(names.ok()) << names.status().ToString();
   EXPECT_EQ(*names, std::vector<std::string>({"STAGING.00000000000000cc", "data-00000.00000000000000cc.bin"}));
+  // This very process, with no save of that nonce running in it (one that failed): judged by its age, years.
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/STAGING.00000000000000cc", marker(::getpid())).ok());
+  ASSERT_TRUE(RemoveLeftovers(storage.get(), "b/c", std::chrono::seconds(3600), false, nullptr).ok());
+  names = storage->ListDir("b/c");
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_TRUE(names->empty()) << names->size() << " left";
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/STAGING.00000000000000cc", marker(::getppid())).ok());
+  ASSERT_TRUE(storage->WriteFileDurably("b/c/data-00000.00000000000000cc.bin", "running").ok());
   // Its writer gone (a pid no process has: above the kernel's pid_max), the files are an abandoned save's.
   ASSERT_TRUE(storage->WriteFileDurably("b/c/STAGING.00000000000000cc", marker(1L << 30)).ok());
   ASSERT_TRUE(RemoveLeftovers(storage.get(), "b/c", std::chrono::seconds(3600), false, nullptr).ok());

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/storage/storage.h"
+
 namespace distckpt {
 
 StagingMarker ParseStagingMarker(const std::string& text) {
@@ -32,10 +34,13 @@ StagingMarker ParseStagingMarker(const std::string& text) {
   return m;
 }
 
-WriterState WriterStateOf(const StagingMarker& marker) {
+WriterState WriterStateOf(const StagingMarker& marker, const std::string& nonce) {
   char host[256] = {};
   if (marker.pid <= 0 || marker.host.empty() || gethostname(host, sizeof(host) - 1) != 0 || marker.host != host) {
     return WriterState::kUnknown;
+  }
+  if (marker.pid == static_cast<long>(getpid()) && !nonce.empty()) {
+    return StagedSaveIsLive(nonce) ? WriterState::kRunning : WriterState::kUnknown;
   }
   if (kill(static_cast<pid_t>(marker.pid), 0) == 0 || errno == EPERM) return WriterState::kRunning;
   return errno == ESRCH ? WriterState::kExited : WriterState::kUnknown;

@@ -22,7 +22,10 @@ StagingMarker ParseStagingMarker(const std::string& text);
 
 /// Whether the marker's writer is alive. Only a process of this host can be asked.
 enum class WriterState { kUnknown, kRunning, kExited };
-WriterState WriterStateOf(const StagingMarker& marker);
+/// Whether the writer a marker names is running. A marker this very process wrote (same host and pid) names the save
+/// `nonce`: running only while that save is (StagedSaveIsLive); a save of this process that failed left it, and its
+/// state is then kUnknown (judged by its age). Without a nonce, this process counts as running.
+WriterState WriterStateOf(const StagingMarker& marker, const std::string& nonce = "");
 
 /// When the writer started (started_utc), if the marker says so in the expected form.
 std::optional<std::time_t> StartedAt(const StagingMarker& marker);
