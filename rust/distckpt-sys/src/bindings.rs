@@ -21,7 +21,7 @@ pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
 pub const DCKPT_IO_STATS_VERSION: u32 = 4;
 pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 4;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
-pub const DCKPT_CHUNK_INFO_VERSION: u32 = 1;
+pub const DCKPT_CHUNK_INFO_VERSION: u32 = 2;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 3;
 pub const DCKPT_FLATTEN_INFO_VERSION: u32 = 1;
@@ -3481,12 +3481,13 @@ pub struct dckpt_chunk_info {
     pub file_offset: u64,
     pub length: u64,
     pub checksum: u64,
+    pub base: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_dckpt_chunk_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_chunk_info>(),
-        64usize,
+        72usize,
         concat!("Size of: ", stringify!(dckpt_chunk_info))
     );
     assert_eq!(
@@ -3630,6 +3631,23 @@ fn bindgen_test_layout_dckpt_chunk_info() {
         );
     }
     test_field_checksum();
+    fn test_field_base() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_chunk_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).base) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_chunk_info),
+                "::",
+                stringify!(base)
+            )
+        );
+    }
+    test_field_base();
 }
 extern "C" {
     pub fn dckpt_reader_chunk(

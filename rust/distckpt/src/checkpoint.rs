@@ -175,6 +175,8 @@ pub struct ChunkInfo<'a> {
     pub length: u64,
     /// XXH3-64 checksum, as FORMAT.md section 5 defines it; 0 in a foreign checkpoint, which has none.
     pub checksum: u64,
+    /// `""` when `file` is the checkpoint's own; else the base checkpoint ([`CheckpointInfo::bases`]) it lies in.
+    pub base: &'a str,
 }
 
 /// What wrote a checkpoint: distckpt, or another library whose files the core reads in place, with no conversion
@@ -249,6 +251,13 @@ pub struct CheckpointInfo {
     /// whose format version is `format_major.format_minor` (those of a foreign checkpoint describe the library's
     /// in-memory description of it, not the foreign format).
     pub source_version: Option<String>,
+    /// An incremental checkpoint's bases: the checkpoints beside it (same directory or prefix) whose data files it
+    /// reads; empty for a self-contained checkpoint. Removing one of them breaks this checkpoint.
+    pub bases: Vec<String>,
+    /// Saves since the last self-contained checkpoint of its chain (0: it reads no base).
+    pub chain_length: u32,
+    /// Of `total_bytes`, those that lie in its bases' data files.
+    pub bytes_in_bases: u64,
 }
 
 /// I/O counters (`dckpt_io_stats`).
@@ -350,7 +359,7 @@ impl Checkpoint {
         let mut raw: sys::dckpt_checkpoint_info = unsafe { std::mem::zeroed() };
         raw.version = sys::DCKPT_CHECKPOINT_INFO_VERSION;
         let mut rc = unsafe { sys::dckpt_reader_info(&mut raw, self.raw) };
-        let mut older = 2;
+        let mut older = 3;
         while rc == sys::DCKPT_EVERSION && older >= 1 {
             // A libdistckpt.so (feature `shared`) from before this version of the struct: version 2 has no
             // `source_version` (read as None), and version 1, from a library that reads distckpt checkpoints only,
@@ -383,7 +392,22 @@ impl Checkpoint {
             } else {
                 None
             },
+            bases: if raw.version >= 4 { self.bases(raw.num_bases) } else { Vec::new() },
+            chain_length: if raw.version >= 4 { raw.chain_length } else { 0 },
+            bytes_in_bases: if raw.version >= 4 { raw.bytes_in_bases } else { 0 },
         }
+    }
+
+    /// The names of the `n` bases (`dckpt_reader_base`).
+    fn bases(&self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|k| {
+                let mut name: *const std::os::raw::c_char = std::ptr::null();
+                // Cannot fail for k < num_bases on a valid reader.
+                check(unsafe { sys::dckpt_reader_base(&mut name, self.raw, k) }).expect("dckpt_reader_base");
+                unsafe { borrowed_str(name) }.to_string()
+            })
+            .collect()
     }
 
     /// Who wrote the checkpoint: [`Format::Distckpt`], or the format of a checkpoint another library wrote that the
@@ -453,7 +477,14 @@ impl Checkpoint {
     pub fn chunk(&self, entry: &Entry<'_>, chunk: usize) -> Result<ChunkInfo<'_>> {
         let mut info: sys::dckpt_chunk_info = unsafe { std::mem::zeroed() };
         info.version = sys::DCKPT_CHUNK_INFO_VERSION;
-        check(unsafe { sys::dckpt_reader_chunk(&mut info, self.raw, entry.index, chunk) })?;
+        let mut rc = unsafe { sys::dckpt_reader_chunk(&mut info, self.raw, entry.index, chunk) };
+        if rc == sys::DCKPT_EVERSION {
+            // A libdistckpt.so from before chunk info version 2: no `base`.
+            info = unsafe { std::mem::zeroed() };
+            info.version = 1;
+            rc = unsafe { sys::dckpt_reader_chunk(&mut info, self.raw, entry.index, chunk) };
+        }
+        check(rc)?;
         let dims = |p: *const u64| {
             if info.ndim == 0 || p.is_null() {
                 &[][..]
@@ -468,6 +499,7 @@ impl Checkpoint {
             file_offset: info.file_offset,
             length: info.length,
             checksum: info.checksum,
+            base: if info.version >= 2 && !info.base.is_null() { unsafe { borrowed_str(info.base) } } else { "" },
         })
     }
 

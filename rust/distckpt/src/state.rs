@@ -33,6 +33,15 @@ pub struct SaveOptions {
     /// Where the checkpoint is written; `None`: the POSIX file system. An async save keeps a clone of the handle
     /// until it finishes.
     pub storage: Option<StorageHandle>,
+    /// An incremental save: an earlier checkpoint beside the path (its path in the same directory, or its name) whose
+    /// chunks are not written again where the bytes are equal (same entry and region, same XXH3-128); the checkpoint
+    /// refers to them and needs those checkpoints to be read ([`CheckpointInfo::bases`]). `None`: self-contained.
+    ///
+    /// [`CheckpointInfo::bases`]: crate::CheckpointInfo::bases
+    pub base: Option<String>,
+    /// With `base`: the `full_every`-th save of a chain (counted from the last self-contained one) is written whole
+    /// instead; 0: no bound.
+    pub full_every: u32,
 }
 
 impl Default for SaveOptions {
@@ -44,12 +53,15 @@ impl Default for SaveOptions {
             checksum_block_size: 0,
             timeout: None,
             storage: None,
+            base: None,
+            full_every: 0,
         }
     }
 }
 
 impl SaveOptions {
-    fn to_raw(&self) -> Result<sys::dckpt_save_options> {
+    /// The C options, and the C string `base` points into (keep it alive for the call).
+    fn to_raw(&self) -> Result<(sys::dckpt_save_options, Option<std::ffi::CString>)> {
         let mut raw: sys::dckpt_save_options = unsafe { std::mem::zeroed() };
         check(unsafe { sys::dckpt_save_options_init(&mut raw, sys::DCKPT_SAVE_OPTIONS_VERSION) })?;
         raw.io_threads = self.io_threads;
@@ -58,7 +70,10 @@ impl SaveOptions {
         raw.checksum_block_size = self.checksum_block_size;
         raw.timeout_ms = timeout_ms(self.timeout);
         raw.storage = raw_or_null(&self.storage);
-        Ok(raw)
+        let base = self.base.as_deref().map(|b| cstring(b, "base")).transpose()?;
+        raw.base = base.as_ref().map_or(std::ptr::null(), |b| b.as_ptr());
+        raw.full_every = self.full_every;
+        Ok((raw, base))
     }
 
     /// These options, writing to `storage`.
@@ -80,6 +95,8 @@ pub struct SaveInfo {
     pub metadata_bytes: u64,
     /// Wall time of the call on this rank.
     pub seconds: f64,
+    /// Of `total_bytes`, those an incremental save refers to in its bases instead of writing them.
+    pub bytes_reused: u64,
 }
 
 fn new_save_info() -> sys::dckpt_save_info {
@@ -97,6 +114,7 @@ impl SaveInfo {
             total_bytes: r.total_bytes,
             metadata_bytes: r.metadata_bytes,
             seconds: r.seconds,
+            bytes_reused: r.bytes_reused,
         }
     }
 }
@@ -297,7 +315,7 @@ impl<'a> SaveState<'a> {
         progress: Option<ProgressFn<'_>>,
     ) -> Result<SaveInfo> {
         let cpath = path_cstring(path)?;
-        let mut raw_opts = opts.to_raw()?;
+        let (mut raw_opts, _base) = opts.to_raw()?;
         let progress = progress.map(Progress::new);
         (raw_opts.progress, raw_opts.progress_user_data) = progress::c_pair(&progress);
         let mut info = new_save_info();
@@ -316,7 +334,7 @@ impl<'a> SaveState<'a> {
         opts: &SaveOptions,
     ) -> Result<SaveFuture<'c>> {
         let cpath = path_cstring(path.as_ref())?;
-        let raw_opts = opts.to_raw()?;
+        let (raw_opts, _base) = opts.to_raw()?;
         let mut raw = std::ptr::null_mut();
         let rc = unsafe { sys::dckpt_save_async(&mut raw, cpath.as_ptr(), self.inner.raw, comm_ptr(&comm), &raw_opts) };
         if let Err(e) = check(rc) {
