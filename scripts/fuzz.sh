@@ -49,9 +49,22 @@ build_cpp() {  # compiles the library once per run (objects reused when their so
     echo "fuzz: clang++-14 is missing (apt-get install clang-14 libclang-rt-14-dev)" >&2
     return 1
   fi
+  # Objects are reused only for the same sources: the build directory outlives checkouts, and a clone's files may
+  # be older than objects another checkout built (modification times cannot tell).
+  local stamp
+  stamp=$(cd "$root" && find core -type f \( -name '*.h' -o -name '*.cc' -o -name '*.c' -o -name '*.fbs' \) -print0 |
+          sort -z | xargs -0 sha1sum | sha1sum | cut -d' ' -f1)
+  if [[ $(cat "$build/sources.sha1" 2>/dev/null) != "$stamp" ]]; then
+    rm -rf "$build/obj" "$build/gen"
+  fi
   mkdir -p "$build/gen/core/format" "$build/obj"
-  if [[ ! -f $build/gen/core/format/schema_generated.h || $root/core/format/schema.fbs -nt $build/gen/core/format/schema_generated.h ]]; then
+  echo "$stamp" >"$build/sources.sha1"
+  # By content, not modification time: the build directory outlives clones (a schema older than the header it
+  # generated last is still another schema).
+  if [[ ! -f $build/gen/core/format/schema_generated.h ]] ||
+     ! cmp -s "$root/core/format/schema.fbs" "$build/gen/core/format/schema.fbs.used"; then
     flatc --cpp --scoped-enums -o "$build/gen/core/format" "$root/core/format/schema.fbs" || return 1
+    cp "$root/core/format/schema.fbs" "$build/gen/core/format/schema.fbs.used"
   fi
   local pids=() objs=() src obj
   # XXH3 without SIMD and at each SIMD level: C files, each with its own -m flag (core/format/BUILD.bazel).

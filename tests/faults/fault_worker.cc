@@ -2,8 +2,10 @@
 // engine, with FaultStorage (core/storage/fault) on the rank the faults are meant for. One process, or several ranks
 // over Gloo when started by tools/launcher (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
 //
-//   fault_worker --mode save|load --path CKPT [--variant V] [--mb MIB] [--overwrite 1] [--async 1]
-//                [--faults SPEC --fault-rank R] [--timeout-ms T] [--sync 0]
+//   fault_worker --mode save|load|remove --path CKPT [--variant V] [--mb MIB] [--overwrite 1] [--async 1]
+//                [--base NAME] [--faults SPEC --fault-rank R] [--timeout-ms T] [--sync 0]
+//
+// `remove` removes the checkpoint (RemoveCheckpoint, through the faults); `--base` makes `save` incremental.
 //
 // The state is test_state.h's, about MIB MiB in all (default 2), saved in 64 KiB checksum blocks; `load` checks every
 // value and the bytes entry against the variant. Exit codes: 0 done (and exact, for load); 2 wrong values; 3 an
@@ -21,6 +23,7 @@
 #include "core/engine/save.h"
 #include "core/engine/save_async.h"
 #include "core/storage/fault/fault_storage.h"
+#include "core/tools/leftovers.h"
 #include "tests/faults/test_state.h"
 
 namespace distckpt {
@@ -33,7 +36,7 @@ int Error(int rank, const Status& st) {
 }
 
 int Main(int argc, char** argv) {
-  std::string mode, path, faults;
+  std::string mode, path, faults, base;
   uint64_t variant = 0, mib = 2, timeout_ms = 0;
   int fault_rank = 0;
   bool overwrite = false, async = false, sync = true;
@@ -47,11 +50,12 @@ int Main(int argc, char** argv) {
     else if (k == "--async") async = v == "1";
     else if (k == "--sync") sync = v != "0";
     else if (k == "--faults") faults = v;
+    else if (k == "--base") base = v;
     else if (k == "--fault-rank") fault_rank = std::atoi(v.c_str());
     else if (k == "--timeout-ms") timeout_ms = std::strtoull(v.c_str(), nullptr, 10);
   }
-  if ((mode != "save" && mode != "load") || path.empty()) {
-    std::fprintf(stderr, "usage: %s --mode save|load --path CKPT [options]\n", argv[0]);
+  if ((mode != "save" && mode != "load" && mode != "remove") || path.empty()) {
+    std::fprintf(stderr, "usage: %s --mode save|load|remove --path CKPT [options]\n", argv[0]);
     return 64;
   }
   const char* world_env = std::getenv("DCKPT_WORLD_SIZE");
@@ -74,8 +78,15 @@ int Main(int argc, char** argv) {
     if (!rules.ok()) return Error(rank, rules.status());
     fault_storage = std::make_unique<FaultStorage>(DefaultStorage(), std::move(rules).value());
   }
-  const std::chrono::milliseconds timeout = timeout_ms ? std::chrono::milliseconds(timeout_ms)
-                                                       : kDefaultCollectiveTimeout;
+  const std::chrono::milliseconds timeout =
+      timeout_ms ? std::chrono::milliseconds(timeout_ms) : kDefaultCollectiveTimeout;
+  if (mode == "remove") {
+    Status removed =
+        RemoveCheckpoint(fault_storage ? static_cast<Storage*>(fault_storage.get()) : DefaultStorage(), path);
+    if (!removed.ok()) return Error(rank, removed);
+    std::printf("rank %d: removed\n", rank);
+    return 0;
+  }
   testing_util::TestState state(mode == "save", rank, world, variant, mib);
   if (!state.status().ok()) return Error(rank, state.status());
 
@@ -86,6 +97,7 @@ int Main(int argc, char** argv) {
     so.timeout = timeout;
     so.checksum_block_size = 64 << 10;
     so.storage = fault_storage.get();
+    so.base = base;
     if (async) {
       auto future = SaveAsync(path, state.state(), comm.get(), so);
       if (!future.ok()) return Error(rank, future.status());
@@ -98,8 +110,8 @@ int Main(int argc, char** argv) {
     }
     std::printf("rank %d: saved\n", rank);
     // How many storage operations the save took here: the crash suite kills saves at each of them.
-    if (fault_storage) std::printf("rank %d: operations: %llu\n", rank,
-                                   static_cast<unsigned long long>(fault_storage->operations()));
+    if (fault_storage)
+      std::printf("rank %d: operations: %llu\n", rank, static_cast<unsigned long long>(fault_storage->operations()));
     return 0;
   }
   ReadOptions ro;

@@ -1,5 +1,6 @@
 // The reproducible state the fault-injection and crash-consistency suites save and load: tensors sharded by rows
-// over the ranks, a replicated one, a 0-d one, a bytes entry and user metadata, every byte a function of `variant`.
+// over the ranks, a replicated one, a 0-d one, a bytes entry and user metadata, every byte a function of `variant`
+// ("model.emb", the frozen weights of a fine-tuning run, of `variant / 1000` only: incremental saves reuse it).
 #ifndef DISTCKPT_TESTS_FAULTS_TEST_STATE_H_
 #define DISTCKPT_TESTS_FAULTS_TEST_STATE_H_
 
