@@ -142,8 +142,7 @@ class SaveFuture {
 std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std::shared_ptr<Comm> comm,
                                       unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
                                       uint64_t timeout_ms, py::object progress, bool device_snapshot,
-                                      std::shared_ptr<Storage> storage, const std::string& base,
-                                      unsigned full_every) {
+                                      std::shared_ptr<Storage> storage, const std::string& base, unsigned full_every) {
   auto prog = MakeProgress(progress);
   dckpt_save_options o =
       SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get(), base, full_every);
