@@ -7,8 +7,10 @@ import (
 	distckpt "distckpt.dev/go"
 )
 
-// The golden checkpoint written by tests/golden/make_golden.cc must stay readable forever, from Go too.
-const goldenPath = "../tests/golden/v1_all_dtypes"
+// The golden checkpoints written by tests/golden/make_golden.cc, one per format version, must stay readable forever,
+// from Go too (v2_0 is an incremental checkpoint that reads most of its chunks from its sibling v1_2).
+var goldenPaths = []string{"../tests/golden/v1_all_dtypes", "../tests/golden/v1_1_all_dtypes",
+	"../tests/golden/v1_2_all_dtypes", "../tests/golden/v2_0_all_dtypes"}
 
 // goldenByte mirrors GoldenByte in tests/golden/golden_values.h.
 func goldenByte(name string, element, b uint64) byte {
@@ -20,6 +22,12 @@ func goldenByte(name string, element, b uint64) byte {
 }
 
 func TestGoldenAllDtypes(t *testing.T) {
+	for _, p := range goldenPaths {
+		t.Run(p[len("../tests/golden/"):], func(t *testing.T) { checkGolden(t, p) })
+	}
+}
+
+func checkGolden(t *testing.T, goldenPath string) {
 	r := open(t, goldenPath)
 	entries, err := r.Entries()
 	if err != nil {

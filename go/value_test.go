@@ -145,7 +145,7 @@ func TestValueWithoutStructure(t *testing.T) {
 
 // The golden checkpoint's bytes entry is JSON too.
 func TestValueOfTheGoldenCheckpoint(t *testing.T) {
-	r := open(t, goldenPath)
+	r := open(t, goldenPaths[0])
 	v, err := r.Value("train.state")
 	want := map[string]any{"step": json.Number("42"), "rng": []any{json.Number("1"), json.Number("2"), json.Number("3")}}
 	if err != nil || !reflect.DeepEqual(v, want) {

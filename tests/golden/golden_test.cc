@@ -26,29 +26,38 @@ struct Golden {
   bool has_metadata_checksum;
   uint64_t metadata_digest;
   uint64_t data_digest;
+  uint16_t format_major = 1;
+  const char* base = nullptr;  // 2.0: the sibling golden it refers to (copied beside it)
 };
 
 const Golden kGoldens[] = {
     {"v1_all_dtypes", 0, false, 0x062661bd2ba7ceb7ull, 0xcc879087ad328e58ull},
     {"v1_1_all_dtypes", 1, true, 0xc2aa5804ac3575abull, 0xcc879087ad328e58ull},
+    {"v1_2_all_dtypes", 2, true, 0xf3ff41b4a013a94bull, 0xcc879087ad328e58ull},
+    {"v2_0_all_dtypes", 0, true, 0x960460d114ea58b9ull, 0x4a739a7cd1e8831full, 2, "v1_2_all_dtypes"},
 };
 
-std::string GoldenDir(const Golden& g) {
+std::string GoldenDir(const std::string& dir) {
   const char* src = std::getenv("TEST_SRCDIR");
   const char* ws = std::getenv("TEST_WORKSPACE");
-  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/tests/golden/" + g.dir;
+  return std::string(src ? src : ".") + "/" + (ws ? ws : "distckpt") + "/tests/golden/" + dir;
 }
+std::string GoldenDir(const Golden& g) { return GoldenDir(g.dir); }
 
 // Bazel's runfiles are a tree of symbolic links, and a reader never follows a link inside a checkpoint: the test
-// reads a real copy of the golden, in its scratch directory.
+// reads a real copy of the golden (and of its base, beside it), in its scratch directory.
 std::string RealCopyOf(const Golden& g) {
-  const std::string copy = testing_util::MakeTempDir(std::string(g.dir) + "-");
-  for (const char* name : {"metadata.dckpt", "data-00000.bin"}) {
-    std::ifstream in(GoldenDir(g) + "/" + name, std::ios::binary);
-    std::ofstream out(copy + "/" + name, std::ios::binary | std::ios::trunc);
-    out << in.rdbuf();
+  const std::string parent = testing_util::MakeTempDir(std::string(g.dir) + "-");
+  for (const char* dir : {g.dir, g.base}) {
+    if (dir == nullptr) continue;
+    ::mkdir((parent + "/" + dir).c_str(), 0755);
+    for (const char* name : {"metadata.dckpt", "data-00000.bin"}) {
+      std::ifstream in(GoldenDir(dir) + "/" + name, std::ios::binary);
+      std::ofstream out(parent + "/" + dir + "/" + name, std::ios::binary | std::ios::trunc);
+      out << in.rdbuf();
+    }
   }
-  return copy;
+  return parent + "/" + g.dir;
 }
 
 uint64_t FileDigest(const std::string& path) {
@@ -84,8 +93,13 @@ TEST_P(GoldenTest, AllDtypesLoadToKnownValues) {
   auto reader = Reader::Open(RealCopyOf(GetParam()), nullptr, ReadOptions{});
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   const MetadataView& m = (*reader)->metadata();
-  EXPECT_EQ(m.format_major(), 1);
+  EXPECT_EQ(m.format_major(), GetParam().format_major);
   EXPECT_EQ(m.format_minor(), GetParam().format_minor);
+  if (GetParam().base != nullptr) {
+    ASSERT_EQ(m.num_bases(), 1u);
+    EXPECT_EQ(m.base_name(0), GetParam().base);
+    EXPECT_EQ(m.chain_length(), 1u);
+  }
   EXPECT_EQ(m.checksum().has_value(), GetParam().has_metadata_checksum);
   EXPECT_EQ(m.FindUser("step").value(), "42");
   EXPECT_EQ(std::string(m.structure()), "{\"golden\": true}");

@@ -1,6 +1,9 @@
 // Writes the golden checkpoint of the current format version under tests/golden/ (v<major>_<minor>_all_dtypes; the
 // 1.0 one is v1_all_dtypes). Run once per format version, never to "fix" a test, and never over a committed golden:
 //   bazel run //tests/golden:make_golden -- $PWD/tests/golden
+// With --incremental BASE, the format 2.0 golden instead (v2_0_all_dtypes): the same values saved as an incremental
+// save of the sibling golden BASE, with the first tensor split into one more piece, so that its chunks are written
+// (they differ in their boxes) and every other chunk is a reference into BASE.
 // The committed checkpoints must stay readable forever (golden_test).
 #include <cstdio>
 #include <string>
@@ -16,12 +19,17 @@ namespace golden {
 namespace {
 
 int Main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+  if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--incremental")) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR [--incremental BASE]\n", argv[0]);
     return 2;
   }
-  const std::string path = std::string(argv[1]) + "/v" + std::to_string(kFormatMajor) + "_" +
-                           std::to_string(kFormatMinor) + "_all_dtypes";
+  const std::string base = argc == 4 ? argv[3] : "";
+  const std::string path =
+      std::string(argv[1]) + (base.empty() ? "/v" + std::to_string(kFormatMajor) + "_" + std::to_string(kFormatMinor)
+                                           : "/v" + std::to_string(kFormatMajorReferences) + "_" +
+                                                 std::to_string(kFormatMinorReferences)) +
+      "_all_dtypes";
+  bool first = true;
   State state;
   std::vector<std::vector<uint8_t>> buffers;
   for (const GoldenTensor& t : AllDtypesTensors()) {
@@ -30,9 +38,11 @@ int Main(int argc, char** argv) {
     const uint64_t rows = t.shape.empty() ? 1 : t.shape[0];
     uint64_t row_elems = 1;
     for (size_t d = 1; d < t.shape.size(); ++d) row_elems *= t.shape[d];
-    for (uint64_t p = 0; p < t.row_pieces; ++p) {
+    const uint64_t pieces = t.row_pieces + (!base.empty() && first && rows > t.row_pieces ? 1 : 0);
+    first = false;
+    for (uint64_t p = 0; p < pieces; ++p) {
       std::vector<uint64_t> off(t.shape.size(), 0), len = t.shape;
-      uint64_t lo = rows * p / t.row_pieces, hi = rows * (p + 1) / t.row_pieces;
+      uint64_t lo = rows * p / pieces, hi = rows * (p + 1) / pieces;
       if (!t.shape.empty()) {
         off[0] = lo;
         len[0] = hi - lo;
@@ -51,6 +61,7 @@ int Main(int argc, char** argv) {
   state.SetStructure("{\"golden\": true}");
   SaveOptions so;
   so.checksum_block_size = 4096;
+  so.base = base;
   auto r = Save(path, state, nullptr, so);
   if (!r.ok()) {
     std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
