@@ -117,3 +117,27 @@ def test_flatten_makes_a_self_contained_copy_and_lets_the_base_go(tmp_path):
         got = distckpt.load(None, tmp_path / name)
         np.testing.assert_array_equal(got["frozen"]["emb"], model(2)["frozen"]["emb"])
         np.testing.assert_array_equal(got["adapter"], model(2)["adapter"])
+
+
+def test_mapped_views_export_and_consolidate_follow_the_references(tmp_path):
+    import safetensors.numpy
+
+    distckpt.save(model(1), tmp_path / "a")
+    distckpt.save(model(2), tmp_path / "b", base="a")
+    want = model(2)
+    with distckpt.open(tmp_path / "b") as r:
+        mapped = r.map_all()
+        np.testing.assert_array_equal(mapped.get_tensor("frozen.emb"), want["frozen"]["emb"])
+        np.testing.assert_array_equal(mapped.get_tensor("adapter"), want["adapter"])
+    files = distckpt.export_safetensors(tmp_path / "b", tmp_path / "hf")
+    got = {}
+    for f in files:
+        if f.endswith(".safetensors"):
+            got.update(safetensors.numpy.load_file(str(tmp_path / "hf" / f)))
+    np.testing.assert_array_equal(got["frozen.emb"], want["frozen"]["emb"])
+    np.testing.assert_array_equal(got["adapter"], want["adapter"])
+    from distckpt.consolidate import consolidate
+
+    consolidate(tmp_path / "b", tmp_path / "one.safetensors")
+    one = safetensors.numpy.load_file(str(tmp_path / "one.safetensors"))
+    np.testing.assert_array_equal(one["frozen.norm"], want["frozen"]["norm"])
