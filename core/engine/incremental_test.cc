@@ -246,6 +246,25 @@ TEST(IncrementalTest, AReferenceToAFileTheBaseDoesNotListIsRefused) {
   EXPECT_NE(st.message().find("does not list as a file of its own"), std::string::npos) << st.ToString();
 }
 
+// A checkpoint saved without chunk hashes (the manager's node-local parts) records none; as a base it offers nothing
+// to compare with, so the next save is written whole (and is still a valid, self-contained checkpoint).
+TEST(IncrementalTest, ABaseWithoutChunkHashesIsNotReused) {
+  const std::string dir = MakeTempDir("incr-");
+  Model m0(0);
+  SaveOptions o;
+  o.sync = false;
+  o.chunk_hashes = false;
+  State s = m0.AsState();
+  ASSERT_TRUE(Save(dir + "/a", s, nullptr, o).ok());
+  const MetadataView meta = Metadata(dir + "/a");
+  for (size_t i = 0; i < meta.num_entries(); ++i) EXPECT_TRUE(meta.entry(i).chunk_hashes.empty());
+  auto b = SaveModel(m0, dir + "/b", "a");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->bytes_reused, 0u);
+  EXPECT_EQ(Metadata(dir + "/b").num_bases(), 0u);
+  ExpectLoads(dir + "/b", m0);
+}
+
 // Overwriting a checkpoint that another refers to is refused, naming the dependents; once they are gone it works.
 TEST(IncrementalTest, ABaseThatOthersReferToCannotBeOverwritten) {
   const std::string dir = MakeTempDir("incr-");

@@ -136,6 +136,7 @@ std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums
     w.Var(c.entry);
     w.Var(c.chunk);
     w.U64(c.checksum);
+    w.U8(c.has_hash ? 1 : 0);
     w.U64(c.hash.lo);
     w.U64(c.hash.hi);
     w.Var(c.blocks.size());
@@ -147,16 +148,18 @@ std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums
 Status DecodeReports(const std::string& msg, Status* status, std::vector<ChunkChecksums>* reports) {
   WireReader r(msg);
   uint64_t n, bytes_written;
-  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 27))
+  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 28))
     return Internal("malformed checksum report");
   for (uint64_t i = 0; i < n; ++i) {
     ChunkChecksums c;
     uint64_t entry, chunk, nblocks;
-    if (!r.Var(&entry) || !r.Var(&chunk) || !r.U64(&c.checksum) || !r.U64(&c.hash.lo) || !r.U64(&c.hash.hi) ||
-        !r.Count(&nblocks, 8)) {
+    uint8_t has_hash = 0;
+    if (!r.Var(&entry) || !r.Var(&chunk) || !r.U64(&c.checksum) || !r.U8(&has_hash) || !r.U64(&c.hash.lo) ||
+        !r.U64(&c.hash.hi) || !r.Count(&nblocks, 8)) {
       return Internal("malformed checksum report");
     }
     c.entry = uint32_t(entry), c.chunk = uint32_t(chunk);
+    c.has_hash = has_hash != 0;
     c.blocks.resize(nblocks);
     for (uint64_t& b : c.blocks) r.U64(&b);
     reports->push_back(std::move(c));
@@ -206,7 +209,9 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
     const WriteTask& t = assignment.tasks[i];
     const uint64_t nblocks = NumChecksumBlocks(t.length, block);
     for (uint64_t off = seg; off < seg + seg_len; off += block) {
-      block_hashes[i][off / block] = Xxh3_128(bytes + (off - seg), std::min(block, t.length - off));
+      if (options.chunk_hashes) {
+        block_hashes[i][off / block] = Xxh3_128(bytes + (off - seg), std::min(block, t.length - off));
+      }
       uint64_t h = Xxh3(bytes + (off - seg), std::min(block, t.length - off));
       if (nblocks > 1) {
         (*reports)[i].blocks[off / block] = h;
@@ -281,7 +286,10 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   for (size_t i = 0; i < n; ++i) {
     ChunkChecksums& report = (*reports)[i];
     report.checksum = report.blocks.empty() ? single[i] : CombineBlockChecksums(report.blocks);
-    report.hash = CombineBlockHashes(Span<const ChunkHash>(block_hashes[i].data(), block_hashes[i].size()));
+    report.has_hash = options.chunk_hashes;
+    if (options.chunk_hashes) {
+      report.hash = CombineBlockHashes(Span<const ChunkHash>(block_hashes[i].data(), block_hashes[i].size()));
+    }
     *bytes_written += assignment.tasks[i].length;
   }
   DCKPT_RETURN_IF_ERROR(file->Truncate(file_size));

@@ -59,6 +59,10 @@ struct SaveOptions {
   /// With `base`: a save that would be the `full_every`-th of its chain (counting from the last self-contained save)
   /// is written whole instead. 0: no bound.
   uint32_t full_every = 0;
+  /// Record every chunk's XXH3-128 (format 1.2, FORMAT.md 5.1), which later saves compare with when this checkpoint
+  /// is their base: one more hash of every byte while writing (XXH3-128 runs as fast as the checksums' XXH3-64).
+  /// The checkpoint manager turns it off for its node-local parts, which are never bases.
+  bool chunk_hashes = true;
 
   static constexpr uint64_t kDefaultStagingBufferBytes = 16ull << 20;
   static constexpr size_t kDefaultStagingBuffers = 4;

@@ -368,6 +368,7 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
     so.io_threads = options_.threads ? options_.threads : DefaultManagerThreads();
     so.staging_threads = std::max(1u, std::thread::hardware_concurrency());  // the caller waits for the staging
     so.background_priority = options_.background_priority;
+    so.chunk_hashes = false;  // a part is never an incremental save's base: no second hash of every byte
     auto future = SaveAsync(PartDir(step, comm_->rank()), part.value(), nullptr, so);
     if (future.ok()) job->future = std::move(future).value();
     else st = future.status();

@@ -21,10 +21,10 @@ struct ByteRun {
 /// row-major buffer holding box `dst`. Trailing dimensions that are contiguous in both buffers are merged into a
 /// single run, so a full-box copy is one run. Runs are produced in increasing src (and dst) order.
 struct CopyPlan {
-  uint64_t src_base = 0;   ///< byte offset of the first run in the source buffer
-  uint64_t dst_base = 0;   ///< byte offset of the first run in the destination buffer
-  uint64_t run_length = 0; ///< bytes per run
-  uint32_t outer_dims = 0; ///< number of outer loop dimensions
+  uint64_t src_base = 0;    ///< byte offset of the first run in the source buffer
+  uint64_t dst_base = 0;    ///< byte offset of the first run in the destination buffer
+  uint64_t run_length = 0;  ///< bytes per run
+  uint32_t outer_dims = 0;  ///< number of outer loop dimensions
   uint64_t count[kMaxDims] = {};
   uint64_t src_stride[kMaxDims] = {};  ///< bytes
   uint64_t dst_stride[kMaxDims] = {};  ///< bytes

@@ -656,14 +656,17 @@ Status FinalizeChecksums(const std::vector<ChunkChecksums>& reports, GlobalPlan*
   for (size_t e = 0; e < md.entries.size(); ++e) {
     EntryRecord& rec = md.entries[e];
     uint32_t next = 0;
+    bool hashed = true;  // an entry records a hash for every chunk, or none
     rec.chunk_hashes.resize(rec.chunks.size());
     for (size_t k = 0; k < rec.chunks.size(); ++k) {
       const ChunkChecksums& rep = reports[report_of[base[e] + k]];
       rec.chunks[k].checksum = rep.checksum;
       rec.chunks[k].first_block = rep.blocks.empty() ? kNoBlockTable : next;
       rec.chunk_hashes[k] = rep.hash;
+      hashed = hashed && rep.has_hash;
       next += static_cast<uint32_t>(rep.blocks.size());
     }
+    if (!hashed) rec.chunk_hashes.clear();
     rec.block_checksums = std::move(tables[e]);
   }
   return OkStatus();

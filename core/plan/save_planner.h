@@ -79,6 +79,7 @@ struct ChunkChecksums {
   uint64_t checksum = 0;
   std::vector<uint64_t> blocks;  ///< empty when the chunk has a single block
   ChunkHash hash;                ///< the chunk hash (FORMAT.md 5.1)
+  bool has_hash = true;          ///< false: the writer did not compute it (SaveOptions::chunk_hashes off)
 };
 
 /// One chunk a rank must write.
