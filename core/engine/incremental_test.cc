@@ -246,6 +246,36 @@ TEST(IncrementalTest, AReferenceToAFileTheBaseDoesNotListIsRefused) {
   EXPECT_NE(st.message().find("does not list as a file of its own"), std::string::npos) << st.ToString();
 }
 
+// Hostile references: to itself, and two checkpoints referring to each other (a cycle no honest writer can make, as
+// each would have to record the other's final checksum). Both are refused with the reason; nothing loops.
+TEST(IncrementalTest, ASelfReferenceAndACycleAreRefused) {
+  const std::string dir = MakeTempDir("incr-");
+  Model m0(0), m1(1);
+  ASSERT_TRUE(SaveModel(m0, dir + "/a", "").ok());
+  ASSERT_TRUE(SaveModel(m1, dir + "/b", "a").ok());
+  MetadataRecord self = Metadata(dir + "/b").ToRecord();
+  self.bases[0].name = "b";
+  testing_util::WriteAll(dir + "/b/metadata.dckpt", *EncodeMetadata(self));
+  Status st = VerifyStatus(dir + "/b");
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
+  EXPECT_NE(st.message().find("which is itself"), std::string::npos) << st.ToString();
+
+  // b -> a and a -> b, each recording the other's metadata as it is now.
+  ASSERT_TRUE(SaveModel(m1, dir + "/c", "a").ok());
+  MetadataRecord c = Metadata(dir + "/c").ToRecord();
+  MetadataRecord a_rec = Metadata(dir + "/a").ToRecord();
+  a_rec.bases = {{"c", *Metadata(dir + "/c").checksum(), Metadata(dir + "/c").buffer_size()}};
+  a_rec.chain_length = 1;
+  a_rec.files.push_back({c.files[0].name, c.files[0].size, 1});
+  testing_util::WriteAll(dir + "/a/metadata.dckpt", *EncodeMetadata(a_rec));
+  // c's base changed under it: refused. a (whose new reference no chunk uses) reads its own chunks: a reader follows
+  // one hop and never a base's own references, so a cycle cannot make it loop.
+  const Status cyc = VerifyStatus(dir + "/c");
+  EXPECT_EQ(cyc.code(), StatusCode::kCorrupt) << cyc.ToString();
+  EXPECT_NE(cyc.message().find("metadata changed"), std::string::npos) << cyc.ToString();
+  EXPECT_TRUE(VerifyStatus(dir + "/a").ok());
+}
+
 // A checkpoint saved without chunk hashes (the manager's node-local parts) records none; as a base it offers nothing
 // to compare with, so the next save is written whole (and is still a valid, self-contained checkpoint).
 TEST(IncrementalTest, ABaseWithoutChunkHashesIsNotReused) {
