@@ -197,7 +197,7 @@ int CheckReader(const std::string& path, uint64_t variant) {
   dckpt_checkpoint_info info = DCKPT_CHECKPOINT_INFO_INIT;
   CALL("dckpt_reader_info", dckpt_reader_info(&info, r));
   if (info.num_entries != Specs().size() + 2) Wrong("number of entries " + std::to_string(info.num_entries));
-  if (info.format_major != 1 || info.format_minor != 1) Wrong("format version");
+  if (info.format_major != 1 || info.format_minor != 2) Wrong("format version");
   if (std::string(info.writer) != std::string("distckpt ") + dckpt_version_string()) {
     Wrong(std::string("writer '") + info.writer + "'");
   }
