@@ -273,6 +273,7 @@ def stats_job(rank, world, cfg):
     import threading
     import time
 
+    os.environ.update(cfg.get("env", {}))  # read by the core when the first manager of the process starts
     test_comm, comm, mgr = open_job(rank, world, cfg)
     big = cfg.get("big_rows", 0)
     steps = cfg["steps"]

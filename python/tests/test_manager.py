@@ -611,7 +611,10 @@ def test_stats_count_a_save_that_waits(tmp_path, wait_for):
     if wait_for == "budget":
         # A step takes its 2 MiB of staging plus two parts of ~2 MiB (its own, a replica) on each side of the budget
         # check: one step in flight fits in 11 MiB beside the one kept, two do not.
-        cfg.update(steps=[1, 2], local_budget_bytes=11 << 20)
+        # The wait must begin while step 1's part is still being written (its staging counts until then): its syncs
+        # stall, or a fast host wrote it before the second save looked (1 run in 7 here did).
+        cfg.update(steps=[1, 2], local_budget_bytes=11 << 20,
+                   env={"DCKPT_TEST_MANAGER_FAULTS": "sync:step-0000000001/:every:stall=300ms"})  # fmt: skip
     out = run_job(mw.stats_job, 2, cfg)
     seen, st = out[0]["while_waiting"], out[0]["stats"]
     assert seen["saves_waited"] == 1, seen  # counted as the wait began, while rank 1 had not saved
