@@ -20,6 +20,8 @@ EXAMPLES = REPO / "examples" / "python"
 # Subprocesses import the distckpt this process imported (the installed package, or the sources on PYTHONPATH).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(distckpt.__file__)))
 PYTHONPATH = os.pathsep.join(p for p in [_PACKAGE_DIR, os.environ.get("PYTHONPATH", "")] if p)
+# What libstdc++ prints when torch's gloo threads are torn down under a running collective at interpreter exit.
+TORCH_TEARDOWN_ABORT = "terminate called without an active exception"
 
 
 def _torch_skip_reason():
@@ -43,6 +45,14 @@ def test_example_runs(tmp_path, name, ok):
     env = {**os.environ, "PYTHONPATH": PYTHONPATH, "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
     p = subprocess.run([sys.executable, str(EXAMPLES / name), str(tmp_path)], env=env, capture_output=True, text=True,
                        timeout=300)  # fmt: skip
+    if p.returncode != 0 and TORCH_TEARDOWN_ABORT in p.stderr:
+        # torch's own gloo teardown aborts a process now and then (torch alone, init + one collective + exit: 5 of 40
+        # two-rank runs here); the examples avoid what they can of it. Such a run proves nothing either way: run the
+        # example once more, from scratch, and that run must pass.
+        tmp_path = tmp_path / "again"
+        tmp_path.mkdir()
+        p = subprocess.run([sys.executable, str(EXAMPLES / name), str(tmp_path)], env=env, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, f"{name} exited with {p.returncode}\n{p.stdout}\n{p.stderr}"
     assert ok in p.stdout, p.stdout
     # The checkpoint the example wrote is an ordinary one: distckpt opens it and every checksum verifies.
