@@ -6,6 +6,7 @@
 // torch.distributed.checkpoint side reads, so both systems save and load identical tensors and shardings.
 //
 //   launch -n 4 -- bench_worker --mode save  --spec S --dir D [--io-threads N] [--no-sync] [--unaligned]
+//                                           [--no-chunk-hashes]   (what the second hash of every byte costs)
 //   launch -n 3 -- bench_worker --mode load  --spec S --dir D [--no-verify] [--no-check] [--no-map] [--no-share]
 //   launch -n 4 -- bench_worker --mode async --spec S --dir D
 //   launch -n 3 -- bench_worker --mode reshard-limit --spec S --dir D [--repeat N] [--private]   a reshard's least work
@@ -175,9 +176,9 @@ std::string Json(const std::vector<double>& v) {
 struct Args {
   std::string mode, spec, dir, name;
   size_t io_threads = 0;
-  bool sync = true, verify = true, check = true;
+  bool sync = true, verify = true, check = true, chunk_hashes = true;
   bool map = true, share = true;  // ReadOptions::map_files, ::share_verification
-  bool private_copy = false;  // reshard-limit: also time the work from a private copy of the files
+  bool private_copy = false;      // reshard-limit: also time the work from a private copy of the files
   bool unaligned = false;  // pieces start 64 bytes into a page (as torch's CPU allocator aligns them), not on one
   uint64_t mib = 1024;
   int repeat = 5;
@@ -254,6 +255,7 @@ int RunSave(const Args& a, Communicator* comm) {
   SaveOptions so;
   so.sync = a.sync;
   so.io_threads = a.io_threads;
+  so.chunk_hashes = a.chunk_hashes;
   const double t0 = Now();
   auto saved = Save(path, rs.state, comm, so);
   const double dt = Now() - t0;
@@ -307,12 +309,12 @@ int RunLoad(const Args& a, Communicator* comm) {
   double bytes = 0;
   for (double h : held) bytes += h;
   if (rank == 0) {
-    std::printf("RESULT {\"mode\": \"load\", \"seconds\": %.6f, \"bytes\": %.0f, \"bytes_read\": %s, "
-                "\"bytes_mapped\": %s, \"bytes_verified\": %s, \"bad\": %.0f, "
-                "\"checked\": %s, \"rank_seconds\": %s, \"rss_peak\": %s, \"rss_base\": %s, \"state_bytes\": %s}\n",
-                Max(secs), bytes, Json(read).c_str(), Json(mapped).c_str(), Json(verified).c_str(), Max(bads),
-                a.check ? "true" : "false", Json(secs).c_str(), Json(peak).c_str(), Json(base).c_str(),
-                Json(held).c_str());
+    std::printf(
+        "RESULT {\"mode\": \"load\", \"seconds\": %.6f, \"bytes\": %.0f, \"bytes_read\": %s, "
+        "\"bytes_mapped\": %s, \"bytes_verified\": %s, \"bad\": %.0f, "
+        "\"checked\": %s, \"rank_seconds\": %s, \"rss_peak\": %s, \"rss_base\": %s, \"state_bytes\": %s}\n",
+        Max(secs), bytes, Json(read).c_str(), Json(mapped).c_str(), Json(verified).c_str(), Max(bads),
+        a.check ? "true" : "false", Json(secs).c_str(), Json(peak).c_str(), Json(base).c_str(), Json(held).c_str());
   }
   return Max(bads) == 0 ? 0 : 1;
 }
@@ -355,11 +357,13 @@ int RunAsync(const Args& a, Communicator* comm) {
   auto held = Gather(comm, static_cast<double>(rs.bytes));
   if (rank == 0) {
     (void)DefaultStorage()->RemoveAll(path + "-first");
-    std::printf("RESULT {\"mode\": \"async\", \"first_stall\": %.6f, \"first_total\": %.6f, \"stall\": %.6f, "
-                "\"total\": %.6f, \"bytes\": %" PRIu64 ", \"memcpy_fresh\": %.6f, \"memcpy_prefaulted\": %.6f, "
-                "\"rank_stall\": %s, \"rss_peak\": %s, \"rss_base\": %s, \"state_bytes\": %s}\n",
-                Max(stalls0), Max(totals0), Max(stalls), Max(totals), bytes, Max(fresh_all), Max(warm_all),
-                Json(stalls).c_str(), Json(peak).c_str(), Json(base).c_str(), Json(held).c_str());
+    std::printf(
+        "RESULT {\"mode\": \"async\", \"first_stall\": %.6f, \"first_total\": %.6f, \"stall\": %.6f, "
+        "\"total\": %.6f, \"bytes\": %" PRIu64
+        ", \"memcpy_fresh\": %.6f, \"memcpy_prefaulted\": %.6f, "
+        "\"rank_stall\": %s, \"rss_peak\": %s, \"rss_base\": %s, \"state_bytes\": %s}\n",
+        Max(stalls0), Max(totals0), Max(stalls), Max(totals), bytes, Max(fresh_all), Max(warm_all),
+        Json(stalls).c_str(), Json(peak).c_str(), Json(base).c_str(), Json(held).c_str());
   }
   return 0;
 }
@@ -540,9 +544,11 @@ int RunReshardLimit(const Args& a, Communicator* comm) {
   double bytes = 0;
   for (double h : Gather(comm, static_cast<double>(rs.bytes))) bytes += h;
   if (rank == 0) {
-    std::printf("RESULT {\"mode\": \"reshard-limit\", \"bytes\": %.0f, \"map_seconds\": %s, \"read_seconds\": %s, "
-                "\"private_seconds\": %s, \"bad\": %.0f, \"sink\": %llu}\n", bytes, Json(map_s).c_str(),
-                Json(read_s).c_str(), Json(secs[2]).c_str(), bads, static_cast<unsigned long long>(sink & 1));
+    std::printf(
+        "RESULT {\"mode\": \"reshard-limit\", \"bytes\": %.0f, \"map_seconds\": %s, \"read_seconds\": %s, "
+        "\"private_seconds\": %s, \"bad\": %.0f, \"sink\": %llu}\n",
+        bytes, Json(map_s).c_str(), Json(read_s).c_str(), Json(secs[2]).c_str(), bads,
+        static_cast<unsigned long long>(sink & 1));
   }
   return bads == 0 ? 0 : 1;
 }
@@ -596,10 +602,11 @@ int RunMemcpy(const Args& a) {
     return static_cast<double>(n) / b;
   };
   const double hash_all = hash_copy(false), hash_copy_all = hash_copy(true);
-  std::printf("RESULT {\"mode\": \"memcpy\", \"bytes\": %zu, \"threads\": %u, \"one_thread_Bps\": %.0f, "
-              "\"all_threads_Bps\": %.0f, \"hash_all_threads_Bps\": %.0f, \"hash_copy_all_threads_Bps\": %.0f, "
-              "\"sink\": %llu}\n", n, threads, one, all, hash_all, hash_copy_all,
-              static_cast<unsigned long long>(sink[0] & 1));
+  std::printf(
+      "RESULT {\"mode\": \"memcpy\", \"bytes\": %zu, \"threads\": %u, \"one_thread_Bps\": %.0f, "
+      "\"all_threads_Bps\": %.0f, \"hash_all_threads_Bps\": %.0f, \"hash_copy_all_threads_Bps\": %.0f, "
+      "\"sink\": %llu}\n",
+      n, threads, one, all, hash_all, hash_copy_all, static_cast<unsigned long long>(sink[0] & 1));
   std::free(src);
   std::free(dst);
   return 0;
@@ -621,10 +628,12 @@ int RunOpen(const Args& a) {
     times.push_back(Now() - t0);
     meta_bytes = (*reader)->metadata().buffer_size();
     chunks = 0;
-    for (size_t i = 0; i < (*reader)->metadata().num_entries(); ++i) chunks += (*reader)->metadata().entry(i).num_chunks;
+    for (size_t i = 0; i < (*reader)->metadata().num_entries(); ++i)
+      chunks += (*reader)->metadata().entry(i).num_chunks;
   }
   std::printf("RESULT {\"mode\": \"open\", \"seconds\": %s, \"metadata_bytes\": %" PRIu64 ", \"chunks\": %" PRIu64
-              "}\n", Json(times).c_str(), meta_bytes, chunks);
+              "}\n",
+              Json(times).c_str(), meta_bytes, chunks);
   return 0;
 }
 
@@ -644,6 +653,7 @@ int Main(int argc, char** argv) {
     else if (k == "--mib") a.mib = std::stoull(next());
     else if (k == "--repeat") a.repeat = std::stoi(next());
     else if (k == "--no-sync") a.sync = false;
+    else if (k == "--no-chunk-hashes") a.chunk_hashes = false;
     else if (k == "--no-verify") a.verify = false;
     else if (k == "--no-check") a.check = false;
     else if (k == "--no-map") a.map = false;
