@@ -98,12 +98,18 @@ class StorageWriter(_DcpStorageWriter):
         overwrite: replace a checkpoint already at the path, atomically (DCP's ``FileSystemWriter`` overwrites too).
         allow_pickle: store objects JSON cannot represent with pickle (loading them then needs it too).
         sync, io_threads, checksum_block_size, timeout, storage: as for :func:`distckpt.save`.
+        incremental: each save of this writer is an incremental save (docs/incremental.md) of the previous checkpoint
+            it wrote, when that one is in the same directory (``checkpoint_id`` ``ckpt/step-200`` after
+            ``ckpt/step-100``): tensors whose bytes did not change are referred to, not written again. The training
+            loop does not change; prune with distckpt's tools, which keep what later checkpoints refer to.
+        full_every: with ``incremental``, every ``full_every``-th save of a chain is written whole (0: never).
     """
 
     def __init__(
         self, path: Optional[PathLike] = None, *, process_group: Any = None, overwrite: bool = True,
         allow_pickle: bool = False, sync: bool = True, io_threads: int = 0, checksum_block_size: int = 0,
-        timeout: Optional[float] = None, storage: Optional[_storage.Storage] = None,
+        timeout: Optional[float] = None, storage: Optional[_storage.Storage] = None, incremental: bool = False,
+        full_every: int = 0,
     ) -> None:  # fmt: skip
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
@@ -115,7 +121,19 @@ class StorageWriter(_DcpStorageWriter):
         self.checksum_block_size = checksum_block_size
         self.timeout = timeout
         self.storage = storage
+        self.incremental = incremental
+        self.full_every = full_every
+        self._last: Optional[str] = None  # the checkpoint this writer committed last (an incremental save's base)
         self.summary: Optional[_checkpoint.SaveSummary] = None  #: the last save's summary
+
+    def _base(self) -> Optional[str]:
+        """The previous checkpoint of this writer, when it lies beside this one (a base must be a sibling)."""
+        if not self.incremental or self._last is None or self.path is None:
+            return None
+        last, here = self._last.rstrip("/"), self.path.rstrip("/")
+        if last == here or os.path.dirname(last) != os.path.dirname(here):
+            return None
+        return last
 
     def reset(self, checkpoint_id: Optional[PathLike] = None) -> None:
         if checkpoint_id is not None:
@@ -192,8 +210,9 @@ class StorageWriter(_DcpStorageWriter):
         state.set_structure(_tree.dump_structure(_structure(paths, encodings)))
         self.summary = _checkpoint.save_state(
             state, self.path, comm, self.overwrite, self.sync, self.io_threads, self.checksum_block_size,
-            self.timeout, None, self.storage,
+            self.timeout, None, self.storage, self._base(), self.full_every,
         )  # fmt: skip
+        self._last = self.path
         return _done(results)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:

@@ -120,3 +120,18 @@ def test_overwrite_checkpoint_id_and_errors(tmp_path):
     assert "'w'" in str(info.value) and "data-" in str(info.value)
     with pytest.raises(CheckpointException, match="missing. does not exist"):  # no checkpoint at all
         dcp.load(out, storage_reader=distckpt.torch.StorageReader(tmp_path / "missing"))
+
+
+def test_an_incremental_writer_writes_only_what_changed(tmp_path):
+    # The training loop is DCP's own; only the writer changes.
+    frozen = torch.randn(256, 256)
+    writer = distckpt.torch.StorageWriter(incremental=True)
+    for step in (100, 200, 300):
+        sd = {"frozen": frozen, "head": torch.full((64,), float(step))}
+        dcp.save(sd, checkpoint_id=tmp_path / f"step-{step}", storage_writer=writer)
+        assert writer.summary.bytes_reused == (0 if step == 100 else frozen.numel() * 4), writer.summary
+    with distckpt.open(tmp_path / "step-300") as r:
+        assert r.metadata.bases == ("step-100",)
+    out = {"frozen": torch.zeros(256, 256), "head": torch.zeros(64)}
+    dcp.load(out, checkpoint_id=tmp_path / "step-300", storage_reader=distckpt.torch.StorageReader())
+    assert torch.equal(out["frozen"], frozen) and torch.equal(out["head"], torch.full((64,), 300.0))
