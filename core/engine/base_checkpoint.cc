@@ -172,6 +172,9 @@ Result<std::vector<std::string>> Dependents(Storage* storage, const std::string&
 }
 
 Status CheckNoDependents(Storage* storage, const std::string& path, const std::string& what) {
+  // Nothing committed there, nothing to break (a save to a new path, the common case, lists no siblings).
+  auto committed = storage->Exists(path + "/" + kMetadataFileName);
+  if (committed.ok() && !*committed) return OkStatus();
   DCKPT_ASSIGN_OR_RETURN(std::vector<std::string> dependents, Dependents(storage, path));
   if (dependents.empty()) return OkStatus();
   std::string list;

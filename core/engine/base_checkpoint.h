@@ -67,8 +67,8 @@ Result<std::unique_ptr<ReadableFile>> OpenReferencedFile(const std::string& path
 /// break them (FORMAT.md 4.1).
 Result<std::vector<std::string>> Dependents(Storage* storage, const std::string& path);
 
-/// kState naming the checkpoints that refer to `path` (Dependents), or OK when none does. `what` says what was asked
-/// ("removing", "overwriting").
+/// kState naming the checkpoints that refer to `path` (Dependents), or OK when none does or no checkpoint is committed
+/// there. `what` says what was asked ("removing", "overwriting").
 Status CheckNoDependents(Storage* storage, const std::string& path, const std::string& what);
 
 }  // namespace distckpt
