@@ -8,12 +8,6 @@ namespace distckpt {
 
 namespace {
 
-std::string Trimmed(const std::string& path) {
-  size_t end = path.size();
-  while (end > 1 && path[end - 1] == '/') --end;
-  return path.substr(0, end);
-}
-
 std::string Hex(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -22,32 +16,18 @@ std::string Hex(uint64_t v) {
 
 }  // namespace
 
-std::string ParentPath(const std::string& path) {
-  const std::string p = Trimmed(path);
-  const size_t slash = p.rfind('/');
-  if (slash == std::string::npos) return "";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
-}
-
-std::string BaseName(const std::string& path) {
-  const std::string p = Trimmed(path);
-  const size_t slash = p.rfind('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
 std::string SiblingPath(const std::string& checkpoint, std::string_view name) {
-  const std::string parent = ParentPath(checkpoint);
-  if (parent.empty()) return std::string(name);
+  const std::string parent = ParentDir(checkpoint);
+  if (parent == ".") return std::string(name);  // a bare name (or an object key without a prefix)
   return parent + (parent.back() == '/' ? "" : "/") + std::string(name);
 }
 
 Result<std::string> SiblingName(const std::string& path, const std::string& base) {
   const std::string name = BaseName(base);
   const bool bare = base.find('/') == std::string::npos;
-  if (!IsValidFileName(name) || (!bare && ParentPath(base) != ParentPath(path))) {
+  if (!IsValidFileName(name) || (!bare && ParentDir(base) != ParentDir(path))) {
     return InvalidArgument("the base checkpoint '" + base + "' must be a sibling of '" + path + "' (in '" +
-                           ParentPath(path) + "'), named by its path there or by its name: a checkpoint refers to " +
+                           ParentDir(path) + "'), named by its path there or by its name: a checkpoint refers to " +
                            "its base by name (FORMAT.md 4.1)");
   }
   if (name == BaseName(path)) {
@@ -73,6 +53,21 @@ Result<std::unique_ptr<ReadableFile>> OpenMetadataFile(Directory* dir, const std
                     "it can be removed");
   }
   return NotFound("'" + path + "' is not a checkpoint: it has no " + kMetadataFileName);
+}
+
+Result<std::unique_ptr<ReadableFile>> OpenDataFileOfSize(Directory* dir, const std::string& name, uint64_t size,
+                                                         const std::string& fpath, const std::string& missing) {
+  auto opened = dir->OpenFile(name);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kNotFound) return Corrupt("data file '" + fpath + "' " + missing);
+    return opened.status();
+  }
+  if ((*opened)->size() != size) {
+    return Corrupt("data file '" + fpath + "' has " + std::to_string((*opened)->size()) +
+                   " bytes but the metadata says " + std::to_string(size) +
+                   ((*opened)->size() < size ? " (truncated)" : " (modified)"));
+  }
+  return opened;
 }
 
 Result<std::string> ReadWhole(const ReadableFile& file) {
@@ -133,24 +128,13 @@ Result<std::unique_ptr<ReadableFile>> OpenReferencedFile(const std::string& path
     return Corrupt("checkpoint '" + path + "' refers to data file '" + fpath + "' (" + std::to_string(size) +
                    " bytes), which its base does not list as a file of its own of that size");
   }
-  auto opened = base.dir->OpenFile(std::string(name));
-  if (!opened.ok()) {
-    if (opened.status().code() == StatusCode::kNotFound) {
-      return Corrupt("data file '" + fpath + "', which checkpoint '" + path + "' refers to, is missing from its " +
-                     "base checkpoint");
-    }
-    return opened.status();
-  }
-  if ((*opened)->size() != size) {
-    return Corrupt("data file '" + fpath + "', which checkpoint '" + path + "' refers to, has " +
-                   std::to_string((*opened)->size()) + " bytes but the metadata says " + std::to_string(size));
-  }
-  return opened;
+  return OpenDataFileOfSize(base.dir.get(), std::string(name), size, fpath,
+                            "is missing from the base checkpoint that checkpoint '" + path + "' refers to");
 }
 
 Result<std::vector<std::string>> Dependents(Storage* storage, const std::string& path) {
-  const std::string parent = ParentPath(path), own = BaseName(path);
-  auto names = storage->ListDir(parent.empty() ? "." : parent);
+  const std::string own = BaseName(path);
+  auto names = storage->ListDir(ParentDir(path));
   if (!names.ok()) {
     if (names.status().code() == StatusCode::kNotFound) return std::vector<std::string>();
     return names.status();

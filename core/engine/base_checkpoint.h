@@ -16,14 +16,7 @@
 
 namespace distckpt {
 
-/// The directory holding `path` ("/a/b" -> "/a", "s3://bucket/b" -> "s3://bucket", "b" -> ""), trailing separators
-/// ignored.
-std::string ParentPath(const std::string& path);
-
-/// The last component of `path` (trailing separators ignored).
-std::string BaseName(const std::string& path);
-
-/// `<parent of checkpoint>/<name>`: where a reference by name points.
+/// `<parent of checkpoint>/<name>` (ParentDir, storage.h): where a reference by name points.
 std::string SiblingPath(const std::string& checkpoint, std::string_view name);
 
 /// The name by which checkpoint `path` refers to `base`: its directory name, if `base` is a sibling of `path` (named
@@ -34,6 +27,12 @@ Result<std::string> SiblingName(const std::string& path, const std::string& base
 /// metadata.dckpt inside `dir` (the checkpoint `path`), opened (not read). Missing: says whether the directory is an
 /// unfinished save.
 Result<std::unique_ptr<ReadableFile>> OpenMetadataFile(Directory* dir, const std::string& path);
+
+/// Data file `name` of the directory `dir` (its path for messages: `fpath`), of exactly `size` bytes: a missing file
+/// is kCorrupt "data file '<fpath>' <missing>", another size kCorrupt naming both sizes. For a checkpoint's own files
+/// and those of its bases alike.
+Result<std::unique_ptr<ReadableFile>> OpenDataFileOfSize(Directory* dir, const std::string& name, uint64_t size,
+                                                         const std::string& fpath, const std::string& missing);
 
 /// Every byte of `file`.
 Result<std::string> ReadWhole(const ReadableFile& file);

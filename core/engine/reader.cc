@@ -254,22 +254,9 @@ Result<std::unique_ptr<ReadableFile>> Reader::OpenDataFile(uint32_t index) {
     return OpenReferencedFile(path_, meta_, index, *base);
   }
   const std::string name(meta_.file_name(index));
-  const std::string fpath = dir_path_ + "/" + name;
-  auto opened = dir_->OpenFile(name);
-  if (!opened.ok()) {
-    if (opened.status().code() == StatusCode::kNotFound) {
-      return Corrupt("data file '" + fpath + "' is missing from the checkpoint (it was damaged, or removed or " +
-                     "replaced after the checkpoint was opened)");
-    }
-    return opened.status();
-  }
-  const uint64_t want = meta_.file_size(index);
-  if ((*opened)->size() != want) {
-    return Corrupt("data file '" + fpath + "' has " + std::to_string((*opened)->size()) +
-                   " bytes but the metadata says " + std::to_string(want) +
-                   ((*opened)->size() < want ? " (truncated)" : " (modified)"));
-  }
-  return opened;
+  return OpenDataFileOfSize(dir_.get(), name, meta_.file_size(index), dir_path_ + "/" + name,
+                            "is missing from the checkpoint (it was damaged, or removed or replaced after the "
+                            "checkpoint was opened)");
 }
 
 Result<const ReadableFile*> Reader::File(uint32_t index) {

@@ -11,6 +11,9 @@
 #include "core/base/status.h"
 
 namespace distckpt {
+
+std::string ParentDir(const std::string& path);  // declared with its contract in storage.h
+
 namespace internal_storage {
 
 /// "'<path>'", as every backend quotes paths in its messages.
@@ -21,8 +24,7 @@ std::vector<std::string> LexicalComponents(const std::string& path);
 
 /// "a/b//" -> "a/b"; "/" stays "/".
 std::string StripTrailingSlashes(const std::string& path);
-/// The directory holding `path`: "a/b" -> "a", "/a" -> "/", "a" -> ".".
-std::string ParentDir(const std::string& path);
+using ::distckpt::ParentDir;
 
 /// kCorrupt "data file '<path>' is truncated: wanted N bytes at offset O, file has S bytes".
 Status TruncatedFileError(const std::string& path, uint64_t offset, size_t size, uint64_t file_size);

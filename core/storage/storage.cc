@@ -120,14 +120,6 @@ std::string StripTrailingSlashes(const std::string& path) {
   return path.substr(0, end);
 }
 
-std::string ParentDir(const std::string& path) {
-  const std::string p = StripTrailingSlashes(path);
-  const size_t slash = p.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
-}
-
 Status TruncatedFileError(const std::string& path, uint64_t offset, size_t size, uint64_t file_size) {
   return Corrupt("data file '" + path + "' is truncated: wanted " + std::to_string(size) + " bytes at offset " +
                  std::to_string(offset) + ", file has " + std::to_string(file_size) + " bytes");
@@ -163,8 +155,21 @@ Status ReadableFile::Populate(uint64_t offset, uint64_t size) const {
   return OkStatus();
 }
 
-using internal_storage::ParentDir;
 using internal_storage::StripTrailingSlashes;
+
+std::string ParentDir(const std::string& path) {
+  const std::string p = StripTrailingSlashes(path);
+  const size_t slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
+std::string BaseName(const std::string& path) {
+  const std::string p = StripTrailingSlashes(path);
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
 
 std::string StagingPath(const std::string& final_path, const std::string& nonce) {
   // "<parent>/<basename>.dckpt-staging-<nonce>" is the final path with a suffix: same directory, so the commit is a

@@ -214,6 +214,12 @@ std::string StagingMarkerText(const std::string& final_path);
 /// committed"; it is removed just before the rename.
 constexpr char kStagingMarkerName[] = "STAGING";
 
+/// The directory holding `path`: "a/b" -> "a", "/a" -> "/", "a" -> "." (trailing separators ignored; on an object
+/// store, the key prefix above it).
+std::string ParentDir(const std::string& path);
+/// The last component of `path`: "a/b/" -> "b", "b" -> "b".
+std::string BaseName(const std::string& path);
+
 /// The staging directory for `final_path` and a nonce: "<parent>/<basename>.dckpt-staging-<nonce>".
 std::string StagingPath(const std::string& final_path, const std::string& nonce);
 /// True if a directory name looks like a staging directory; sets *final_name to the checkpoint name it is for.

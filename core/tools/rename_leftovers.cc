@@ -171,12 +171,7 @@ Result<std::optional<RenameLeftover>> Judge(int dirfd, const std::string& dir, c
 }
 
 // "a/b//" -> {"a", "b"}; "b" -> {".", "b"}; "/b" -> {"/", "b"}.
-std::pair<std::string, std::string> SplitPath(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return {".", path};
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
+std::pair<std::string, std::string> SplitPath(const std::string& path) { return {ParentDir(path), BaseName(path)}; }
 
 Status Same(int dirfd, const std::string& name, const RenameLeftover& l) {
   struct stat st;
