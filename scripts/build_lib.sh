@@ -47,7 +47,7 @@ case $arch in
     # shellcheck source=../tests/packaging/chroot.sh
     source tests/packaging/chroot.sh
     sysroot=$(chroot_aarch64) || exit 1
-    core_config=(--config=portable_aarch64)
+    core_config=(--config=portable_aarch64 "--repo_env=DISTCKPT_AARCH64_SYSROOT=$sysroot")  # its libzstd.a
     plugin_config=(--config=gcc_aarch64 "--repo_env=DISTCKPT_AARCH64_SYSROOT=$sysroot")
     tools=aarch64-linux-gnu-
     zig_target=aarch64-linux-gnu.2.28

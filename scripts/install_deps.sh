@@ -10,6 +10,7 @@ PACKAGES=(
   libgloo-dev libhiredis-dev                          # Gloo (TCP collectives, FileStore/RedisStore rendezvous)
   libgtest-dev libgmock-dev libbenchmark-dev          # tests and micro-benchmarks
   libxxhash-dev                                       # xxHash3-64 checksums
+  libzstd-dev                                         # zstd for compressed chunks (its static archive, in the core)
   redis-server iproute2                               # Redis rendezvous tests, network-namespace tests
   libcurl4                                            # S3 storage (libcurl, loaded at run time)
   fio                                                 # measuring the disk in benchmarks

@@ -57,6 +57,14 @@ static_assert(static_cast<uint8_t>(fb::EntryKind::Tensor) == static_cast<uint8_t
 static_assert(sizeof(fb::Hash128) == sizeof(ChunkHash) && alignof(fb::Hash128) == 8 && offsetof(ChunkHash, lo) == 0 &&
                   offsetof(ChunkHash, hi) == 8 && std::is_trivially_copyable<ChunkHash>::value,
               "ChunkHash must mirror fb::Hash128 byte for byte");
+static_assert(sizeof(fb::ChunkCoding) == 16 && sizeof(ChunkCoding) == 16 && alignof(fb::ChunkCoding) == 8 &&
+                  offsetof(ChunkCoding, stored_length) == 0 && offsetof(ChunkCoding, first_stored) == 8 &&
+                  offsetof(ChunkCoding, codec) == 12 && std::is_trivially_copyable<ChunkCoding>::value,
+              "ChunkCoding must mirror fb::ChunkCoding byte for byte");
+static_assert(sizeof(fb::StoredBlock) == 16 && sizeof(StoredBlock) == 16 && alignof(fb::StoredBlock) == 8 &&
+                  offsetof(StoredBlock, checksum) == 0 && offsetof(StoredBlock, size) == 8 &&
+                  std::is_trivially_copyable<StoredBlock>::value,
+              "StoredBlock must mirror fb::StoredBlock byte for byte");
 static_assert(sizeof(kMetadataFileIdentifier) == flatbuffers::kFileIdentifierLength + 1, "identifier is 4 bytes");
 static_assert(sizeof(kMetadataTrailerMagic) == 9 && kMetadataTrailerBytes == 16, "trailer: 8-byte sum + 8-byte magic");
 
@@ -107,8 +115,11 @@ bool IsPowerOfTwo(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 bool ByteLess(std::string_view a, std::string_view b) { return a.compare(b) < 0; }  // char_traits: unsigned bytes
 
-// The newest minor version this reader knows of `major` (1.x or 2.x).
-uint16_t KnownMinor(uint16_t major) { return major == kFormatMajorReferences ? kFormatMinorReferences : kFormatMinor; }
+// The newest minor version this reader knows of `major` (1.x, 2.x or 3.x).
+uint16_t KnownMinor(uint16_t major) {
+  if (major == kFormatMajorCompression) return kFormatMinorCompression;
+  return major == kFormatMajorReferences ? kFormatMinorReferences : kFormatMinor;
+}
 
 // Runs the semantic checks of FORMAT.md "Reader obligations" over a buffer that passed the FlatBuffers verifier.
 class Validator {
@@ -351,6 +362,12 @@ class Validator {
     const auto* blocks_v = e->block_checksums();
     const auto* hashes_v = e->chunk_hashes();
     DCKPT_RETURN_IF_ERROR(CheckVector(hashes_v, sizeof(fb::Hash128), alignof(fb::Hash128), Field("chunk_hashes")));
+    const auto* codings_v = e->chunk_codings();
+    const auto* stored_v = e->stored_blocks();
+    DCKPT_RETURN_IF_ERROR(
+        CheckVector(codings_v, sizeof(fb::ChunkCoding), alignof(fb::ChunkCoding), Field("chunk_codings")));
+    DCKPT_RETURN_IF_ERROR(
+        CheckVector(stored_v, sizeof(fb::StoredBlock), alignof(fb::StoredBlock), Field("stored_blocks")));
     DCKPT_RETURN_IF_ERROR(CheckVector(shape_v, 8, 8, Field("shape")));
     DCKPT_RETURN_IF_ERROR(CheckVector(offsets_v, 8, 8, Field("chunk_offsets")));
     DCKPT_RETURN_IF_ERROR(CheckVector(lengths_v, 8, 8, Field("chunk_lengths")));
@@ -370,6 +387,17 @@ class Validator {
     if (Size(hashes_v) != 0 && (Size(hashes_v) != nchunks || foreign_)) {
       return Bad(Where() + ": has " + std::to_string(Size(hashes_v)) + " chunk hashes for " + std::to_string(nchunks) +
                  " chunks (one per chunk, or none" + (foreign_ ? "; a foreign checkpoint has none" : "") + ")");
+    }
+    if (Size(codings_v) != 0 || Size(stored_v) != 0) {
+      if (foreign_ || m_->format_major() < kFormatMajorCompression) {
+        return Bad(Where() + ": has compressed chunks, which only format " + std::to_string(kFormatMajorCompression) +
+                   ".0 may (this is " + (foreign_ ? "a foreign checkpoint" : "format " +
+                   std::to_string(m_->format_major()) + "." + std::to_string(m_->format_minor())) + ")");
+      }
+      if (Size(codings_v) != nchunks) {
+        return Bad(Where() + ": has " + std::to_string(Size(codings_v)) + " chunk codings for " +
+                   std::to_string(nchunks) + " chunks (one per chunk, or none)");
+      }
     }
     // Sizes are < 2^31 (verified buffer), so nchunks * ndim cannot overflow.
     if (Size(offsets_v) != nchunks * ndim || Size(lengths_v) != nchunks * ndim) {
@@ -391,6 +419,7 @@ class Validator {
     const uint64_t nblocks_stored = Size(blocks_v);
     const size_t nfiles = file_sizes_.size();
     uint64_t next_block = 0;  // block tables are laid out in chunk order, without gaps
+    uint64_t next_stored = 0;  // so are the stored blocks of compressed chunks
     bool whole_in_one = false;
     boxes_.resize(nchunks);
     for (size_t i = 0; i < nchunks; ++i) {
@@ -429,8 +458,15 @@ class Validator {
         return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " in data file " + FileName(file) +
                    " is not a multiple of the alignment " + std::to_string(alignment_));
       }
-      if (offset > file_size || length > file_size - offset) {
-        return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " + length " + std::to_string(length) +
+      // The bytes the chunk takes in its file: its length, or what its compressed blocks add up to.
+      uint64_t extent = length;
+      if (Size(codings_v) != 0) {
+        DCKPT_ASSIGN_OR_RETURN(extent, CheckCoding(i, *codings_v->Get(static_cast<flatbuffers::uoffset_t>(i)),
+                                                   length, stored_v, &next_stored));
+      }
+      if (offset > file_size || extent > file_size - offset) {
+        return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " + " +
+                   (extent == length ? "length " : "stored length ") + std::to_string(extent) +
                    " exceeds the size " + std::to_string(file_size) + " of data file " + FileName(file));
       }
       const uint32_t first = loc->first_block();
@@ -465,6 +501,10 @@ class Validator {
       return Bad(Where() + ": has " + std::to_string(nblocks_stored - next_block) +
                  " block checksums that no chunk uses");
     }
+    if (next_stored != Size(stored_v)) {
+      return Bad(Where() + ": has " + std::to_string(Size(stored_v) - next_stored) +
+                 " stored blocks that no compressed chunk uses");
+    }
     if (!whole_in_one) {
       Status tiling = CheckExactTiling(shape, boxes_);
       if (!tiling.ok()) {
@@ -475,6 +515,51 @@ class Validator {
     return OkStatus();
   }
 
+  // Format 3.0: how chunk i (of `length` bytes) is stored. Returns the bytes it takes in its data file. A compressed
+  // chunk's blocks follow the previous one's (*next_stored), one per checksum block, each no larger than the block it
+  // decodes to and at least one byte, and they add up to stored_length.
+  Result<uint64_t> CheckCoding(size_t i, const fb::ChunkCoding& c, uint64_t length,
+                               const flatbuffers::Vector<const fb::StoredBlock*>* stored_v, uint64_t* next_stored) {
+    const auto codec = static_cast<uint8_t>(c.codec());
+    if (codec == static_cast<uint8_t>(Codec::kRaw)) {
+      if (c.first_stored() != kNoBlockTable || c.stored_length() != length) {
+        return Bad(ChunkWhere(i) + "is stored raw but has stored length " + std::to_string(c.stored_length()) +
+                   " (its length is " + std::to_string(length) + ") or stored blocks");
+      }
+      return length;
+    }
+    if (codec != static_cast<uint8_t>(Codec::kZstdGrouped)) {
+      const bool newer_minor = m_->format_minor() > KnownMinor(m_->format_major());
+      return Fail(newer_minor ? StatusCode::kVersion : StatusCode::kCorrupt,
+                  ChunkWhere(i) + "unknown codec " + std::to_string(codec) +
+                      (newer_minor ? " (written by a newer format minor version; upgrade distckpt)" : ""));
+    }
+    if (length == 0) return Bad(ChunkWhere(i) + "is empty but marked compressed");
+    const uint64_t nb = NumChecksumBlocks(length, block_size_);
+    const uint64_t n_stored = Size(stored_v);
+    const uint32_t first = c.first_stored();
+    if (first != *next_stored || first > n_stored || nb > n_stored - first) {
+      return Bad(ChunkWhere(i) + "stored blocks [" + std::to_string(first) + ", +" + std::to_string(nb) +
+                 ") are out of range or out of order (expected to start at " + std::to_string(*next_stored) + " of " +
+                 std::to_string(n_stored) + " stored blocks)");
+    }
+    *next_stored = first + nb;
+    uint64_t total = 0;
+    for (uint64_t b = 0; b < nb; ++b) {
+      const uint64_t size = stored_v->Get(static_cast<flatbuffers::uoffset_t>(first + b))->size();
+      const uint64_t decoded = std::min(block_size_, length - b * block_size_);
+      if (size == 0 || size > decoded) {
+        return Bad(ChunkWhere(i) + "stored block #" + std::to_string(b) + " is " + std::to_string(size) +
+                   " bytes for " + std::to_string(decoded) + " decoded bytes (1 to " + std::to_string(decoded) + ")");
+      }
+      total += size;  // <= length: no overflow
+    }
+    if (total != c.stored_length()) {
+      return Bad(ChunkWhere(i) + "stored length " + std::to_string(c.stored_length()) + " is not the " +
+                 std::to_string(total) + " bytes of its stored blocks");
+    }
+    return total;
+  }
 
   static std::string ShapeString(Span<const uint64_t> shape) {
     std::string s = "[";
@@ -527,6 +612,20 @@ ChunkLocation EntryView::chunk(size_t i) const {
   loc.file = c.file();
   loc.first_block = c.first_block();
   return loc;
+}
+
+ChunkCoding EntryView::coding(size_t i) const {
+  if (!codings.empty()) return codings[i];
+  ChunkCoding raw;
+  raw.stored_length = chunk(i).length;
+  return raw;
+}
+
+Span<const StoredBlock> EntryView::stored(size_t i) const {
+  if (!compressed(i)) return Span<const StoredBlock>();
+  // Validated: one per checksum block, inside stored_blocks.
+  return Span<const StoredBlock>(stored_blocks.data() + codings[i].first_stored,
+                                 static_cast<size_t>(NumChecksumBlocks(chunk(i).length, block_size)));
 }
 
 uint64_t EntryView::nbytes() const {
@@ -624,11 +723,11 @@ Result<MetadataView> MetadataView::ParseImpl(std::shared_ptr<const void> owner, 
     const uint16_t major = root->GetField<uint16_t>(fb::Metadata::VT_FORMAT_MAJOR, 0);
     const uint16_t minor = root->GetField<uint16_t>(fb::Metadata::VT_FORMAT_MINOR, 0);
     if (major == 0) return fail(StatusCode::kCorrupt, "metadata has no format version");
-    if (major != kFormatMajor && major != kFormatMajorReferences) {
+    if (major != kFormatMajor && major != kFormatMajorReferences && major != kFormatMajorCompression) {
       return fail(StatusCode::kVersion, "format version " + std::to_string(major) + "." + std::to_string(minor) +
                                             " is not supported; this reader supports major versions " +
-                                            std::to_string(kFormatMajor) + " and " +
-                                            std::to_string(kFormatMajorReferences) + " (upgrade distckpt to read it)");
+                                            std::to_string(kFormatMajor) + " to " +
+                                            std::to_string(kFormatMajorCompression) + " (upgrade distckpt to read it)");
     }
   }
 
@@ -697,6 +796,11 @@ EntryView MetadataView::entry(size_t i) const {
   v.block_checksums = Span<const uint64_t>(Data(e->block_checksums()), Size(e->block_checksums()));
   v.chunk_hashes = Span<const ChunkHash>(reinterpret_cast<const ChunkHash*>(Data(e->chunk_hashes())),
                                          Size(e->chunk_hashes()));
+  v.codings = Span<const ChunkCoding>(reinterpret_cast<const ChunkCoding*>(Data(e->chunk_codings())),
+                                      Size(e->chunk_codings()));
+  v.stored_blocks = Span<const StoredBlock>(reinterpret_cast<const StoredBlock*>(Data(e->stored_blocks())),
+                                            Size(e->stored_blocks()));
+  v.block_size = Root(root_)->checksum_block_size();
   return v;
 }
 
@@ -775,6 +879,8 @@ MetadataRecord MetadataView::ToRecord() const {
     for (size_t c = 0; c < v.num_chunks; ++c) e.chunks.push_back(v.chunk(c));
     e.block_checksums.assign(v.block_checksums.begin(), v.block_checksums.end());
     e.chunk_hashes.assign(v.chunk_hashes.begin(), v.chunk_hashes.end());
+    e.codings.assign(v.codings.begin(), v.codings.end());
+    e.stored_blocks.assign(v.stored_blocks.begin(), v.stored_blocks.end());
     r.entries.push_back(std::move(e));
   }
   return r;
@@ -795,7 +901,7 @@ uint64_t EstimateEncodedSize(const MetadataRecord& r) {
   for (const auto& e : r.entries) {
     n += str(e.name) + 128 + 8 * (e.shape.size() + e.chunk_offsets.size() + e.chunk_lengths.size() +
                                   e.block_checksums.size()) +
-         32 * e.chunks.size() + 16 * e.chunk_hashes.size() + 6 * 16;
+         32 * e.chunks.size() + 16 * (e.chunk_hashes.size() + e.codings.size() + e.stored_blocks.size()) + 8 * 16;
   }
   return n;
 }
@@ -838,6 +944,45 @@ Status CanonicalizeBlockTables(MetadataRecord* r) {
   return OkStatus();
 }
 
+// The same for the stored blocks of compressed chunks (format 3.0); an entry whose chunks are all raw gets no codings.
+Status CanonicalizeStoredBlocks(MetadataRecord* r) {
+  std::vector<StoredBlock> stored;
+  for (EntryRecord& e : r->entries) {
+    bool any = false;
+    for (const ChunkCoding& c : e.codings) any = any || !c.raw();
+    if (!any) {
+      e.codings.clear();
+      e.stored_blocks.clear();
+      continue;
+    }
+    if (e.codings.size() != e.chunks.size()) {
+      return InvalidArgument("entry " + Quote(e.name) + " has " + std::to_string(e.codings.size()) +
+                             " chunk codings for " + std::to_string(e.chunks.size()) + " chunks");
+    }
+    stored.clear();
+    for (size_t i = 0; i < e.chunks.size(); ++i) {
+      ChunkCoding& c = e.codings[i];
+      if (c.raw()) {
+        c.first_stored = kNoBlockTable;
+        continue;
+      }
+      const uint64_t nb = NumChecksumBlocks(e.chunks[i].length, r->checksum_block_size);
+      if (c.first_stored == kNoBlockTable || c.first_stored > e.stored_blocks.size() ||
+          nb > e.stored_blocks.size() - c.first_stored) {
+        return InvalidArgument("entry " + Quote(e.name) + " chunk #" + std::to_string(i) +
+                               " is compressed but its stored blocks are missing or out of range");
+      }
+      const uint64_t first = stored.size();
+      if (first + nb >= kNoBlockTable) return InvalidArgument("entry " + Quote(e.name) + " has too many stored blocks");
+      stored.insert(stored.end(), e.stored_blocks.begin() + c.first_stored,
+                    e.stored_blocks.begin() + c.first_stored + nb);
+      c.first_stored = static_cast<uint32_t>(first);
+    }
+    e.stored_blocks.swap(stored);
+  }
+  return OkStatus();
+}
+
 template <typename T>
 flatbuffers::Offset<flatbuffers::Vector<T>> VectorOrNull(flatbuffers::FlatBufferBuilder& b, const std::vector<T>& v) {
   if (v.empty()) return 0;  // absent == empty for readers; saves 4-8 bytes per vector
@@ -850,7 +995,10 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   std::sort(record.entries.begin(), record.entries.end(),
             [](const EntryRecord& a, const EntryRecord& b) { return a.name < b.name; });
   std::sort(record.user.begin(), record.user.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  if (record.source.empty()) DCKPT_RETURN_IF_ERROR(CanonicalizeBlockTables(&record));
+  if (record.source.empty()) {
+    DCKPT_RETURN_IF_ERROR(CanonicalizeBlockTables(&record));
+    DCKPT_RETURN_IF_ERROR(CanonicalizeStoredBlocks(&record));
+  }
   const uint64_t estimate = EstimateEncodedSize(record);
   if (estimate >= kMaxMetadataBytes) {
     return InvalidArgument("metadata would be about " + std::to_string(estimate) + " bytes; the format's limit is " +
@@ -868,11 +1016,21 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
     flatbuffers::Offset<flatbuffers::Vector<uint64_t>> shape, offsets, lengths, blocks;
     flatbuffers::Offset<flatbuffers::Vector<const fb::ChunkLoc*>> chunks;
     flatbuffers::Offset<flatbuffers::Vector<const fb::Hash128*>> hashes;
+    flatbuffers::Offset<flatbuffers::Vector<const fb::ChunkCoding*>> codings;
+    flatbuffers::Offset<flatbuffers::Vector<const fb::StoredBlock*>> stored;
   };
   std::vector<EntryVectors> vecs(record.entries.size());
   for (size_t i = 0; i < record.entries.size(); ++i) {
     const EntryRecord& e = record.entries[i];
     EntryVectors& v = vecs[i];
+    if (!e.stored_blocks.empty()) {
+      v.stored = b.CreateVectorOfStructs(reinterpret_cast<const fb::StoredBlock*>(e.stored_blocks.data()),
+                                         e.stored_blocks.size());
+    }
+    if (!e.codings.empty()) {
+      v.codings =
+          b.CreateVectorOfStructs(reinterpret_cast<const fb::ChunkCoding*>(e.codings.data()), e.codings.size());
+    }
     if (!e.chunk_hashes.empty()) {
       v.hashes = b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()),
                                          e.chunk_hashes.size());
@@ -924,7 +1082,8 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
     const EntryVectors& v = vecs[i];
     const auto name = b.CreateString(e.name);
     entries.push_back(fb::CreateEntry(b, name, static_cast<fb::EntryKind>(e.kind), static_cast<fb::DType>(e.dtype),
-                                      v.shape, v.offsets, v.lengths, v.chunks, v.blocks, v.hashes));
+                                      v.shape, v.offsets, v.lengths, v.chunks, v.blocks, v.hashes, v.codings,
+                                      v.stored));
   }
   const auto writer = b.CreateString(record.writer);
   const auto structure = b.CreateString(record.structure);
@@ -933,10 +1092,14 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   const auto user_vec = b.CreateVector(user);
   const auto source = record.source.empty() ? 0 : b.CreateString(record.source);
   const auto bases_vec = bases.empty() ? 0 : b.CreateVector(bases);
-  // A checkpoint that refers to others is 2.0, which 1.x readers refuse; every other one stays 1.x (section 7).
+  // A checkpoint with compressed chunks is 3.0 and one that refers to others 2.0, which older readers refuse; every
+  // other one stays 1.x (section 7).
+  bool compressed = false;
+  for (const EntryRecord& e : record.entries) compressed = compressed || !e.codings.empty();
   const bool refers = !record.bases.empty();
-  const auto root = fb::CreateMetadata(b, refers ? kFormatMajorReferences : kFormatMajor,
-                                       refers ? kFormatMinorReferences : kFormatMinor, writer,
+  const uint16_t major = compressed ? kFormatMajorCompression : refers ? kFormatMajorReferences : kFormatMajor;
+  const uint16_t minor = compressed ? kFormatMinorCompression : refers ? kFormatMinorReferences : kFormatMinor;
+  const auto root = fb::CreateMetadata(b, major, minor, writer,
                                        record.checksum_block_size, record.alignment, files_vec, entries_vec, user_vec,
                                        structure, source, bases_vec, record.chain_length);
   fb::FinishMetadataBuffer(b, root);

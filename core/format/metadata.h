@@ -28,6 +28,10 @@ constexpr uint16_t kFormatMinor = 2;
 /// without references still writes 1.x. Readers accept both majors.
 constexpr uint16_t kFormatMajorReferences = 2;
 constexpr uint16_t kFormatMinorReferences = 0;
+/// A checkpoint with compressed chunks (FORMAT.md "Compressed chunks") is written as format 3.0: readers of 1.x and
+/// 2.x would read the stored bytes as the chunk's own and report corruption. Readers accept majors 1 to 3.
+constexpr uint16_t kFormatMajorCompression = 3;
+constexpr uint16_t kFormatMinorCompression = 0;
 /// Data chunks start on this boundary inside data files.
 constexpr uint64_t kChunkAlignment = 4096;
 /// Default size of a checksum block (see FORMAT.md "Checksums").
@@ -48,6 +52,14 @@ constexpr uint64_t kMaxMetadataBytes = (1ull << 31) - 1;
 
 enum class EntryKind : uint8_t { kTensor = 0, kBytes = 1 };
 
+/// How a chunk's bytes are stored (format 3.0). Never renumber.
+enum class Codec : uint8_t {
+  kRaw = 0,
+  /// Each checksum block on its own: the elements' bytes grouped by position (all first bytes, then all second bytes,
+  /// ...; for element sizes 2, 4 and 8), then one zstd frame; a block that would not shrink is stored raw.
+  kZstdGrouped = 1,
+};
+
 /// Where one chunk's bytes live. Mirrors the FlatBuffers struct `ChunkLoc`.
 struct ChunkLocation {
   uint64_t offset = 0;     ///< Byte offset in the data file; a multiple of kChunkAlignment.
@@ -55,6 +67,21 @@ struct ChunkLocation {
   uint64_t checksum = 0;   ///< Chunk checksum, see ChunkChecksum() in checksum.h.
   uint32_t file = 0;       ///< Index into Metadata files.
   uint32_t first_block = kNoBlockTable;  ///< Index of the chunk's first block checksum, or kNoBlockTable.
+};
+
+/// How one chunk is stored (format 3.0). Mirrors the FlatBuffers struct `ChunkCoding`.
+struct ChunkCoding {
+  uint64_t stored_length = 0;  ///< Bytes the chunk takes in its data file (== length when raw).
+  uint32_t first_stored = kNoBlockTable;  ///< Index of its first StoredBlock, or kNoBlockTable for a raw chunk.
+  Codec codec = Codec::kRaw;
+  uint8_t reserved[3] = {0, 0, 0};
+  bool raw() const { return codec == Codec::kRaw; }
+};
+
+/// One checksum block of a compressed chunk as it lies in the data file. Mirrors the FlatBuffers struct `StoredBlock`.
+struct StoredBlock {
+  uint64_t checksum = 0;  ///< XXH3-64 of the stored bytes
+  uint64_t size = 0;      ///< stored size; equal to the block's decoded size when the block is stored raw
 };
 
 /// Writer-side description of one entry. Tensor chunk boxes are stored flattened: chunk i's offsets are
@@ -70,6 +97,10 @@ struct EntryRecord {
   std::vector<uint64_t> block_checksums;
   /// Format 1.2: the strong hash of each chunk's bytes (same order as chunks), or none.
   std::vector<ChunkHash> chunk_hashes;
+  /// Format 3.0: how each chunk is stored (same order as chunks), or none (all raw). A compressed chunk's blocks are
+  /// stored_blocks[first_stored .. first_stored + its checksum blocks).
+  std::vector<ChunkCoding> codings;
+  std::vector<StoredBlock> stored_blocks;
 };
 
 struct DataFileRecord {
@@ -129,10 +160,19 @@ struct EntryView {
   Span<const uint64_t> block_checksums;
   /// One per chunk, or empty (formats before 1.2, foreign checkpoints).
   Span<const ChunkHash> chunk_hashes;
+  /// Format 3.0: one per chunk, or empty (every chunk raw).
+  Span<const ChunkCoding> codings;
+  Span<const StoredBlock> stored_blocks;
+  uint64_t block_size = 0;  ///< the checkpoint's checksum_block_size
 
   uint32_t ndim() const { return static_cast<uint32_t>(shape.size()); }
   Box chunk_box(size_t i) const;
   ChunkLocation chunk(size_t i) const;
+  /// How chunk i is stored (a raw coding of its length when the entry has none).
+  ChunkCoding coding(size_t i) const;
+  bool compressed(size_t i) const { return !codings.empty() && !codings[i].raw(); }
+  /// The stored blocks of a compressed chunk i (empty for a raw one).
+  Span<const StoredBlock> stored(size_t i) const;
   /// Total bytes of the entry (product of shape * dtype size, or the blob size).
   uint64_t nbytes() const;
 };

@@ -207,7 +207,7 @@ std::vector<Hostile> HostileCases() {
   return {
       // Header.
       {"no format version", [](RawMetadata& m) { m.format_major = 0; }, kCorrupt, "no format version"},
-      {"future major", [](RawMetadata& m) { m.format_major = 3; }, StatusCode::kVersion, "format version 3."},
+      {"future major", [](RawMetadata& m) { m.format_major = 4; }, StatusCode::kVersion, "format version 4."},
       {"bases in 1.x", [](RawMetadata& m) { m.bases = {{"step-1", 1, 100}}, m.chain_length = 1; }, kCorrupt,
        "which only format 2.0 may"},
       {"base escapes the parent", [](RawMetadata& m) { RefersTo(m, ".."); }, kCorrupt, "must name a sibling"},
@@ -643,7 +643,7 @@ TEST(MetadataTest, TrailerIsInvisibleToAFlatBuffersReaderOfTheWholeFile) {
 
 TEST(MetadataTest, FutureMajorVersionIsAVersionError) {
   RawMetadata m = ToRaw(ValidRecord());
-  m.format_major = kFormatMajorReferences + 1;
+  m.format_major = kFormatMajorCompression + 1;
   Result<MetadataView> view = ParseString(RawEncode(m));
   ASSERT_FALSE(view.ok());
   EXPECT_EQ(view.status().code(), StatusCode::kVersion);
@@ -837,6 +837,130 @@ TEST(MetadataTest, ForeignDescriptionRefusesChecksumsAndBadBounds) {
   r = ForeignRecord();
   r.alignment = 3;
   EXPECT_FALSE(EncodeMetadata(r).ok());
+}
+
+}  // namespace
+}  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+using testing_util::RawMetadata;
+using testing_util::ToRaw;
+
+// ValidRecord with two compressed chunks: "big" (3 blocks, the last stored raw) and chunk #1 of "two_big".
+MetadataRecord CompressedRecord() {
+  MetadataRecord r = ValidRecord();
+  for (EntryRecord& e : r.entries) {
+    if (e.name == "big") {
+      e.stored_blocks = {{0x51, 1000}, {0x52, 2000}, {0x53, 3808}};
+      e.codings = {ChunkCoding{6808, 0, Codec::kZstdGrouped, {0, 0, 0}}};
+    } else if (e.name == "two_big") {
+      e.stored_blocks = {{0x61, 100}, {0x62, 904}};
+      e.codings = {ChunkCoding{5000, kNoBlockTable, Codec::kRaw, {0, 0, 0}},
+                   ChunkCoding{1004, 0, Codec::kZstdGrouped, {0, 0, 0}}};
+    }
+  }
+  return r;
+}
+
+RawEntry& Named(RawMetadata& m, const char* name) {
+  for (RawEntry& e : m.entries) {
+    if (e.name && *e.name == name) return e;
+  }
+  std::abort();
+}
+
+TEST(MetadataTest, CompressedChunksRoundTripAsFormat3) {
+  const MetadataRecord r = CompressedRecord();
+  const std::string encoded = *EncodeMetadata(r);
+  Result<MetadataView> v = ParseString(encoded);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->format_major(), kFormatMajorCompression);
+  EXPECT_EQ(v->format_minor(), kFormatMinorCompression);
+  const EntryView big = v->entry(*v->Find("big"));
+  ASSERT_TRUE(big.compressed(0));
+  EXPECT_EQ(big.coding(0).stored_length, 6808u);
+  ASSERT_EQ(big.stored(0).size(), 3u);
+  EXPECT_EQ(big.stored(0)[2].size, 3808u);
+  const EntryView two = v->entry(*v->Find("two_big"));
+  EXPECT_FALSE(two.compressed(0));
+  EXPECT_TRUE(two.stored(0).empty());
+  ASSERT_EQ(two.stored(1).size(), 2u);
+  EXPECT_EQ(two.stored(1)[0].checksum, 0x61u);
+  const EntryView bias = v->entry(*v->Find("a.bias"));
+  EXPECT_FALSE(bias.compressed(0));
+  EXPECT_EQ(bias.coding(0).stored_length, bias.chunk(0).length);
+  EXPECT_EQ(*EncodeMetadata(v->ToRecord()), encoded);
+  // Codings that are all raw are dropped: the file stays 1.x.
+  MetadataRecord raw = ValidRecord();
+  raw.entries[0].codings = {ChunkCoding{raw.entries[0].chunks[0].length, kNoBlockTable, Codec::kRaw, {0, 0, 0}}};
+  Result<MetadataView> plain = ParseString(*EncodeMetadata(raw));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->format_major(), kFormatMajor);
+  EXPECT_TRUE(plain->entry(0).codings.empty());
+}
+
+TEST(MetadataTest, RejectsEveryHostileCoding) {
+  struct Case {
+    const char* what;
+    std::function<void(RawMetadata&)> damage;
+    StatusCode code;
+    const char* needle;
+  };
+  const StatusCode kCorrupt = StatusCode::kCorrupt;
+  const std::vector<Case> cases = {
+      {"codings in 2.0", [](RawMetadata& m) { m.format_major = 2; }, kCorrupt, "only format 3.0 may"},
+      {"codings in 1.2", [](RawMetadata& m) { m.format_major = 1, m.format_minor = 2; }, kCorrupt, "only format 3.0"},
+      {"one coding short", [](RawMetadata& m) { Named(m, "two_big").codings.pop_back(); }, kCorrupt,
+       "1 chunk codings for 2 chunks"},
+      {"unknown codec", [](RawMetadata& m) { Named(m, "big").codings[0].codec = static_cast<Codec>(7); }, kCorrupt,
+       "unknown codec 7"},
+      {"unknown codec, newer minor",
+       [](RawMetadata& m) { m.format_minor = 5, Named(m, "big").codings[0].codec = static_cast<Codec>(7); },
+       StatusCode::kVersion, "upgrade distckpt"},
+      {"raw with blocks", [](RawMetadata& m) { Named(m, "two_big").codings[0].first_stored = 0; }, kCorrupt,
+       "stored raw but"},
+      {"raw of another length", [](RawMetadata& m) { Named(m, "two_big").codings[0].stored_length = 4999; }, kCorrupt,
+       "stored raw but"},
+      {"blocks out of range", [](RawMetadata& m) { Named(m, "big").codings[0].first_stored = 1; }, kCorrupt,
+       "out of range or out of order"},
+      {"blocks missing", [](RawMetadata& m) { Named(m, "big").stored_blocks.pop_back(); }, kCorrupt,
+       "out of range or out of order"},
+      {"a block too many", [](RawMetadata& m) { Named(m, "big").stored_blocks.push_back({1, 1}); }, kCorrupt,
+       "1 stored blocks that no compressed chunk uses"},
+      {"block larger than it decodes to", [](RawMetadata& m) { Named(m, "big").stored_blocks[0].size = 4097; },
+       kCorrupt, "stored block #0 is 4097 bytes for 4096"},
+      {"last block larger", [](RawMetadata& m) { Named(m, "big").stored_blocks[2].size = 3809; }, kCorrupt,
+       "stored block #2 is 3809 bytes for 3808"},
+      {"empty block", [](RawMetadata& m) { Named(m, "big").stored_blocks[1].size = 0; }, kCorrupt,
+       "stored block #1 is 0 bytes"},
+      {"huge block (sum would overflow)",
+       [](RawMetadata& m) { Named(m, "big").stored_blocks[1].size = UINT64_MAX - 500; }, kCorrupt, "stored block #1"},
+      {"stored length disagrees", [](RawMetadata& m) { Named(m, "big").codings[0].stored_length = 6807; }, kCorrupt,
+       "stored length 6807 is not the 6808 bytes"},
+      {"empty chunk compressed",
+       [](RawMetadata& m) {
+         RawEntry& e = Named(m, "empty_blob");
+         e.codings = {ChunkCoding{0, 0, Codec::kZstdGrouped, {0, 0, 0}}};
+       },
+       kCorrupt, "is empty but marked compressed"},
+      {"stored extent past the file",
+       [](RawMetadata& m) {
+         RawEntry& e = Named(m, "big");
+         m.files[e.chunks[0].file].size = e.chunks[0].offset + 6807;
+       },
+       kCorrupt, "stored length 6808 exceeds the size"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    RawMetadata m = ToRaw(CompressedRecord());
+    c.damage(m);
+    Result<MetadataView> view = ParseString(RawEncode(m));
+    ASSERT_FALSE(view.ok());
+    EXPECT_EQ(view.status().code(), c.code) << view.status().ToString();
+    EXPECT_NE(view.status().message().find(c.needle), std::string::npos) << view.status().ToString();
+  }
 }
 
 }  // namespace

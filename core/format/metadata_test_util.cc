@@ -91,6 +91,9 @@ RawMetadata ToRaw(const MetadataRecord& record) {
   m.chain_length = record.chain_length;
   if (!record.bases.empty()) m.format_major = kFormatMajorReferences, m.format_minor = kFormatMinorReferences;
   for (const auto& e : record.entries) {
+    if (!e.codings.empty()) m.format_major = kFormatMajorCompression, m.format_minor = kFormatMinorCompression;
+  }
+  for (const auto& e : record.entries) {
     RawEntry r;
     r.name = e.name;
     r.kind = static_cast<uint8_t>(e.kind);
@@ -101,6 +104,8 @@ RawMetadata ToRaw(const MetadataRecord& record) {
     r.chunks = e.chunks;
     r.block_checksums = e.block_checksums;
     r.chunk_hashes = e.chunk_hashes;
+    r.codings = e.codings;
+    r.stored_blocks = e.stored_blocks;
     m.entries.push_back(std::move(r));
   }
   m.user = record.user;
@@ -155,6 +160,15 @@ std::string RawEncode(const RawMetadata& m) {
       hashes =
           b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()), e.chunk_hashes.size());
     }
+    Offset<Vector<const fb::ChunkCoding*>> codings = 0;
+    if (!e.codings.empty()) {
+      codings = b.CreateVectorOfStructs(reinterpret_cast<const fb::ChunkCoding*>(e.codings.data()), e.codings.size());
+    }
+    Offset<Vector<const fb::StoredBlock*>> stored = 0;
+    if (!e.stored_blocks.empty()) {
+      stored = b.CreateVectorOfStructs(reinterpret_cast<const fb::StoredBlock*>(e.stored_blocks.data()),
+                                       e.stored_blocks.size());
+    }
     Offset<flatbuffers::String> extra = 0;
     if (m.unknown_fields) extra = b.CreateString("a field from the future");
     const auto start = b.StartTable();
@@ -167,6 +181,8 @@ std::string RawEncode(const RawMetadata& m) {
     b.AddOffset(fb::Entry::VT_CHUNKS, chunks);
     b.AddOffset(fb::Entry::VT_BLOCK_CHECKSUMS, blocks);
     b.AddOffset(fb::Entry::VT_CHUNK_HASHES, hashes);
+    b.AddOffset(fb::Entry::VT_CHUNK_CODINGS, codings);
+    b.AddOffset(fb::Entry::VT_STORED_BLOCKS, stored);
     if (m.unknown_fields) {
       b.AddElement<uint64_t>(kUnknownScalar, 0xfeedface, 0);
       b.AddOffset(kUnknownString, extra);

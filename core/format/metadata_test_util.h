@@ -29,6 +29,8 @@ struct RawEntry {
   std::vector<ChunkLocation> chunks;
   std::vector<uint64_t> block_checksums;
   std::vector<ChunkHash> chunk_hashes;
+  std::vector<ChunkCoding> codings;         ///< format 3.0
+  std::vector<StoredBlock> stored_blocks;   ///< format 3.0
 };
 
 struct RawFile {

@@ -108,7 +108,7 @@ binfmt_aarch64() { binfmt_for arm64; }
 chroot_debian11() { chroot_make bullseye amd64 minbase python3 python3-venv libc6-dev; }
 # Debian 12 arm64, run by qemu-user: gloo and gtest to link the AArch64 plugin and C++ tests against, Python 3.11
 # (with its headers for the cp311 AArch64 wheel) to run the wheel.
-chroot_aarch64() { chroot_make bookworm arm64 minbase python3 python3-venv libpython3.11-dev libgloo-dev libgtest-dev; }
+chroot_aarch64() { chroot_make bookworm arm64 minbase python3 python3-venv libpython3.11-dev libgloo-dev libgtest-dev libzstd-dev; }
 
 # chroot_possible: whether this machine lets the tests make and enter roots (root, a private mount namespace);
 # prints why not. The suites that need roots report SKIPPED with that reason where it does not.
