@@ -120,6 +120,8 @@ class Reader {
     d["bases"] = bases;
     d["chain_length"] = info.chain_length;
     d["bytes_in_bases"] = info.bytes_in_bases;
+    d["stored_bytes"] = info.stored_bytes;
+    d["compressed_chunks"] = info.compressed_chunks;
     return d;
   }
 
@@ -159,7 +161,8 @@ class Reader {
       off[d] = py::int_(c.offsets[d]);
       len[d] = py::int_(c.lengths[d]);
     }
-    return py::make_tuple(off, len, py::str(c.file), c.file_offset, c.length, c.checksum, py::str(c.base));
+    return py::make_tuple(off, len, py::str(c.file), c.file_offset, c.length, c.checksum, py::str(c.base),
+                          c.codec == DCKPT_COMPRESSION_ZSTD ? "zstd" : "none", c.stored_length);
   }
 
   /// Reads the box [offsets, offsets + lengths) of tensor `name` into the writable C-contiguous buffer `dst`.

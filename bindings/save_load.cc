@@ -28,7 +28,8 @@ py::dict SaveInfoDict(const dckpt_save_info& info) {
 }
 
 dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
-                               uint64_t timeout_ms, Progress* progress, const std::string& base, unsigned full_every) {
+                               uint64_t timeout_ms, Progress* progress, const std::string& base, unsigned full_every,
+                               int compression, int compression_level) {
   dckpt_save_options o;
   Check(dckpt_save_options_init(&o, DCKPT_SAVE_OPTIONS_VERSION));
   o.io_threads = io_threads;
@@ -38,6 +39,8 @@ dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, u
   o.timeout_ms = timeout_ms;
   o.base = base.empty() ? nullptr : base.c_str();  // `base` outlives the call
   o.full_every = full_every;
+  o.compression = compression;
+  o.compression_level = compression_level;
   if (progress) {
     o.progress = &ProgressTrampoline;
     o.progress_user_data = progress;
@@ -47,10 +50,11 @@ dckpt_save_options SaveOptions(unsigned io_threads, bool overwrite, bool sync, u
 
 py::dict Save(const std::string& path, State& state, std::shared_ptr<Comm> comm, unsigned io_threads, bool overwrite,
               bool sync, uint64_t checksum_block_size, uint64_t timeout_ms, py::object progress,
-              std::shared_ptr<Storage> storage, const std::string& base, unsigned full_every) {
+              std::shared_ptr<Storage> storage, const std::string& base, unsigned full_every, int compression,
+              int compression_level) {
   auto prog = MakeProgress(progress);
-  dckpt_save_options o =
-      SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get(), base, full_every);
+  dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get(), base,
+                                     full_every, compression, compression_level);
   StorageCall call(std::move(storage));
   o.storage = call.get();
   dckpt_save_info info = DCKPT_SAVE_INFO_INIT;
@@ -142,10 +146,11 @@ class SaveFuture {
 std::unique_ptr<SaveFuture> SaveAsync(const std::string& path, State& state, std::shared_ptr<Comm> comm,
                                       unsigned io_threads, bool overwrite, bool sync, uint64_t checksum_block_size,
                                       uint64_t timeout_ms, py::object progress, bool device_snapshot,
-                                      std::shared_ptr<Storage> storage, const std::string& base, unsigned full_every) {
+                                      std::shared_ptr<Storage> storage, const std::string& base, unsigned full_every,
+                                      int compression, int compression_level) {
   auto prog = MakeProgress(progress);
-  dckpt_save_options o =
-      SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get(), base, full_every);
+  dckpt_save_options o = SaveOptions(io_threads, overwrite, sync, checksum_block_size, timeout_ms, prog.get(), base,
+                                     full_every, compression, compression_level);
   o.device_snapshot = device_snapshot ? 1 : 0;
   auto call = std::make_unique<StorageCall>(std::move(storage));
   o.storage = call->get();
@@ -195,11 +200,12 @@ void RegisterSaveLoad(py::module_& m) {
   m.def("save", &Save, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
         py::arg("progress"), py::arg("storage").none(true) = nullptr, py::arg("base") = std::string(),
-        py::arg("full_every") = 0u);
+        py::arg("full_every") = 0u, py::arg("compression") = 0, py::arg("compression_level") = 0);
   m.def("save_async", &SaveAsync, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("io_threads"),
         py::arg("overwrite"), py::arg("sync"), py::arg("checksum_block_size"), py::arg("timeout_ms"),
         py::arg("progress"), py::arg("device_snapshot") = false, py::arg("storage").none(true) = nullptr,
-        py::arg("base") = std::string(), py::arg("full_every") = 0u);
+        py::arg("base") = std::string(), py::arg("full_every") = 0u, py::arg("compression") = 0,
+        py::arg("compression_level") = 0);
   m.def("load", &Load, py::arg("path"), py::arg("state"), py::arg("comm").none(true), py::arg("verify"),
         py::arg("io_threads"), py::arg("timeout_ms"), py::arg("progress"), py::arg("map_files") = true,
         py::arg("share_verification") = true, py::arg("storage").none(true) = nullptr);

@@ -2,8 +2,8 @@
 // per-thread message.
 #include "capi/include/distckpt/distckpt.h"
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -76,7 +76,8 @@ int ReportException() {
 }
 
 Status CheckVersion(unsigned version, unsigned current, const char* what) {
-  if (version == 0) return InvalidArgument(std::string(what) + ".version is 0: initialise it with its _INIT macro or _init()");
+  if (version == 0)
+    return InvalidArgument(std::string(what) + ".version is 0: initialise it with its _INIT macro or _init()");
   if (version > current) {
     return VersionError(std::string(what) + ".version " + std::to_string(version) + " is newer than this library (" +
                         std::to_string(current) + "); link a newer libdistckpt");
@@ -109,9 +110,15 @@ Result<ReadOptions> ToReadOptions(const dckpt_read_options* opts) {
   }
   if (opts->version >= 5) {
     switch (opts->fanout) {
-      case DCKPT_FANOUT_AUTO: o.fanout = FanoutMode::kAuto; break;
-      case DCKPT_FANOUT_OFF: o.fanout = FanoutMode::kOff; break;
-      case DCKPT_FANOUT_ALWAYS: o.fanout = FanoutMode::kAlways; break;
+      case DCKPT_FANOUT_AUTO:
+        o.fanout = FanoutMode::kAuto;
+        break;
+      case DCKPT_FANOUT_OFF:
+        o.fanout = FanoutMode::kOff;
+        break;
+      case DCKPT_FANOUT_ALWAYS:
+        o.fanout = FanoutMode::kAlways;
+        break;
       default:
         return InvalidArgument("dckpt_read_options.fanout = " + std::to_string(opts->fanout) +
                                " is not a dckpt_fanout_mode");
@@ -146,6 +153,13 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
   if (opts->version >= 7) {
     if (opts->base) o.base = opts->base;
     o.full_every = opts->full_every;
+  }
+  if (opts->version >= 8) {
+    o.compression = static_cast<Codec>(opts->compression);
+    if (opts->compression < 0 || opts->compression > 255) {
+      return InvalidArgument("dckpt_save_options.compression " + std::to_string(opts->compression) + " is unknown");
+    }
+    if (opts->compression_level != 0) o.compression_level = opts->compression_level;
   }
   return o;
 }
@@ -186,7 +200,8 @@ namespace {
 // Where a buffer lives, from dckpt_piece_options (NULL: host memory).
 distckpt::Result<distckpt::MemoryLocation> MemoryOf(const dckpt_piece_options* opts) {
   if (opts == nullptr) return distckpt::MemoryLocation{};
-  DCKPT_RETURN_IF_ERROR(distckpt::capi::CheckVersion(opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
+  DCKPT_RETURN_IF_ERROR(
+      distckpt::capi::CheckVersion(opts->version, DCKPT_PIECE_OPTIONS_VERSION, "dckpt_piece_options"));
   // DCKPT_STREAM_READY: complete data, which waits for no stream.
   if (opts->stream == DCKPT_STREAM_READY) {
     return distckpt::MemoryLocation{static_cast<distckpt::MemoryKind>(opts->memory), opts->device, nullptr, true};
@@ -234,9 +249,7 @@ int AddPieceImpl(dckpt_state* state, const char* name, const uint64_t* offsets, 
 
 extern "C" {
 
-unsigned dckpt_version(void) {
-  return DCKPT_VERSION_MAJOR * 10000 + DCKPT_VERSION_MINOR * 100 + DCKPT_VERSION_PATCH;
-}
+unsigned dckpt_version(void) { return DCKPT_VERSION_MAJOR * 10000 + DCKPT_VERSION_MINOR * 100 + DCKPT_VERSION_PATCH; }
 const char* dckpt_version_string(void) { return distckpt::kVersionString; }
 unsigned dckpt_abi_version(void) { return DCKPT_ABI_VERSION; }
 
@@ -255,14 +268,16 @@ size_t dckpt_dtype_size(int dtype) {
   return distckpt::IsValidDType(static_cast<uint32_t>(dtype)) ? distckpt::DTypeSize(static_cast<DType>(dtype)) : 0;
 }
 const char* dckpt_dtype_name(int dtype) {
-  return distckpt::IsValidDType(static_cast<uint32_t>(dtype)) ? distckpt::DTypeName(static_cast<DType>(dtype)) : nullptr;
+  return distckpt::IsValidDType(static_cast<uint32_t>(dtype)) ? distckpt::DTypeName(static_cast<DType>(dtype))
+                                                              : nullptr;
 }
 int dckpt_dtype_from_name(int* out, const char* name) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(out, "out"));
     DCKPT_RETURN_IF_FAILED(NotNull(name, "name"));
     DType d = distckpt::DTypeFromName(name);
-    if (d == DType::kInvalid) return Report(distckpt::InvalidArgument(std::string("unknown dtype name '") + name + "'"));
+    if (d == DType::kInvalid)
+      return Report(distckpt::InvalidArgument(std::string("unknown dtype name '") + name + "'"));
     *out = static_cast<int>(d);
     return DCKPT_OK;
   })
@@ -290,7 +305,8 @@ int dckpt_state_add_tensor(dckpt_state* state, const char* name, int dtype, size
                                               " dimensions; at most 8 are supported"));
     }
     if (!distckpt::IsValidDType(static_cast<uint32_t>(dtype))) {
-      return Report(distckpt::InvalidArgument("tensor '" + std::string(name) + "': unknown dtype " + std::to_string(dtype)));
+      return Report(
+          distckpt::InvalidArgument("tensor '" + std::string(name) + "': unknown dtype " + std::to_string(dtype)));
     }
     std::vector<uint64_t> s(shape, shape + ndim);
     return Report(state->state.AddTensor(name, static_cast<DType>(dtype), s));
@@ -302,8 +318,8 @@ int dckpt_state_add_piece(dckpt_state* state, const char* name, const uint64_t* 
   return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/false, distckpt::MemoryLocation{});
 }
 
-int dckpt_state_add_piece_const(dckpt_state* state, const char* name, const uint64_t* offsets,
-                                const uint64_t* lengths, const void* data) {
+int dckpt_state_add_piece_const(dckpt_state* state, const char* name, const uint64_t* offsets, const uint64_t* lengths,
+                                const void* data) {
   return AddPieceImpl(state, name, offsets, lengths, data, /*read_only=*/true, distckpt::MemoryLocation{});
 }
 
@@ -369,7 +385,8 @@ int dckpt_state_set_structure(dckpt_state* state, const char* data, size_t size)
 /* ---- save ---- */
 
 int dckpt_save_options_init(dckpt_save_options* opts, unsigned version) {
-  const size_t size = version >= 7   ? sizeof(dckpt_save_options)
+  const size_t size = version >= 8   ? sizeof(dckpt_save_options)
+                      : version == 7 ? offsetof(dckpt_save_options, compression)
                       : version == 6 ? offsetof(dckpt_save_options, base)
                       : version == 5 ? offsetof(dckpt_save_options, storage)
                       : version == 4 ? offsetof(dckpt_save_options, device_snapshot)
@@ -422,7 +439,8 @@ int dckpt_save_async(dckpt_save_future** out, const char* path, const dckpt_stat
 int dckpt_save_future_wait(dckpt_save_info* info, dckpt_save_future* future, uint64_t timeout_ms) {
   DCKPT_GUARD({
     DCKPT_RETURN_IF_FAILED(NotNull(future, "future"));
-    if (info) DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(info->version, DCKPT_SAVE_INFO_VERSION, "dckpt_save_info"));
+    if (info)
+      DCKPT_RETURN_IF_FAILED(distckpt::capi::CheckVersion(info->version, DCKPT_SAVE_INFO_VERSION, "dckpt_save_info"));
     // Cap "forever" so that the chrono arithmetic inside cannot overflow (about 292 years).
     const uint64_t ms = std::min<uint64_t>(timeout_ms, uint64_t{1} << 53);
     auto r = future->future->Wait(std::chrono::milliseconds(ms));
@@ -551,9 +569,9 @@ int dckpt_reader_load(dckpt_io_stats* stats, dckpt_reader* reader, dckpt_state* 
 
 void dckpt_reader_free(dckpt_reader* reader) { delete reader; }
 
-#define DCKPT_CHECK_OUT_STRUCT(ptr, VERSION, what)                                                     \
-  do {                                                                                                  \
-    if (Status st_ = NotNull(ptr, what); !st_.ok()) return Report(st_);                                \
+#define DCKPT_CHECK_OUT_STRUCT(ptr, VERSION, what)                                                               \
+  do {                                                                                                           \
+    if (Status st_ = NotNull(ptr, what); !st_.ok()) return Report(st_);                                          \
     if (Status st_ = distckpt::capi::CheckVersion((ptr)->version, VERSION, what); !st_.ok()) return Report(st_); \
   } while (0)
 
@@ -605,6 +623,19 @@ int dckpt_reader_info(dckpt_checkpoint_info* out, const dckpt_reader* reader) {
         }
       }
       out->bytes_in_bases = in_bases;
+    }
+    if (out->version >= 5) {
+      uint64_t stored = 0;
+      size_t compressed = 0;
+      for (size_t i = 0; i < m.num_entries(); ++i) {
+        const distckpt::EntryView e = m.entry(i);
+        for (size_t c = 0; c < e.num_chunks; ++c) {
+          stored += e.coding(c).stored_length;
+          compressed += e.compressed(c) ? 1 : 0;
+        }
+      }
+      out->stored_bytes = stored;
+      out->compressed_chunks = compressed;
     }
     return DCKPT_OK;
   })
@@ -680,6 +711,10 @@ int dckpt_reader_chunk(dckpt_chunk_info* out, const dckpt_reader* reader, size_t
       const uint32_t base = m.file_base(loc.file);
       out->base = base == 0 ? "" : BorrowedCString(m.base_name(base - 1));
     }
+    if (out->version >= 3) {
+      out->codec = static_cast<int>(e.coding(chunk).codec);
+      out->stored_length = e.coding(chunk).stored_length;
+    }
     return DCKPT_OK;
   })
 }
@@ -694,6 +729,12 @@ int dckpt_reader_map_chunk(const void** data, uint64_t* size, dckpt_reader* read
     if (!found.ok()) return Report(found.status());
     const distckpt::EntryView e = *found;
     const distckpt::ChunkLocation loc = e.chunk(chunk);
+    if (e.compressed(chunk)) {
+      return Report(distckpt::Status(distckpt::StatusCode::kUnsupported,
+                                     "checkpoint '" + reader->reader->path() + "': entry '" + std::string(e.name) +
+                                         "' chunk #" + std::to_string(chunk) +
+                                         " is compressed: it cannot be mapped in place (read it instead)"));
+    }
     auto mapped = reader->reader->MappedFile(loc.file);
     if (!mapped.ok()) {
       return Report(mapped.status().WithContext("checkpoint '" + reader->reader->path() + "': entry '" +
@@ -777,7 +818,8 @@ int dckpt_reader_user_get(const char** value, const dckpt_reader* reader, const 
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
     DCKPT_RETURN_IF_FAILED(NotNull(key, "key"));
     auto v = reader->reader->metadata().FindUser(key);
-    if (!v) return Report(distckpt::NotFound("checkpoint '" + reader->reader->path() + "' has no user key '" + key + "'"));
+    if (!v)
+      return Report(distckpt::NotFound("checkpoint '" + reader->reader->path() + "' has no user key '" + key + "'"));
     *value = BorrowedCString(*v);
     return DCKPT_OK;
   })

@@ -58,25 +58,35 @@ void Ungroup(const char* src, size_t n, char* dst) {
 int MinCompressionLevel() { return ZSTD_minCLevel(); }
 int MaxCompressionLevel() { return ZSTD_maxCLevel(); }
 
-size_t GroupWidth(uint64_t dtype_size) { return dtype_size == 2 || dtype_size == 4 || dtype_size == 8 ? dtype_size : 1; }
+size_t GroupWidth(uint64_t dtype_size) {
+  return dtype_size == 2 || dtype_size == 4 || dtype_size == 8 ? dtype_size : 1;
+}
 
 void GroupBytes(const char* src, size_t len, size_t width, char* dst) {
   const size_t n = len / width;
   switch (width) {
-    case 2: return Group<2>(src, n, dst);
-    case 4: return Group<4>(src, n, dst);
-    case 8: return Group<8>(src, n, dst);
-    default: std::memcpy(dst, src, len);
+    case 2:
+      return Group<2>(src, n, dst);
+    case 4:
+      return Group<4>(src, n, dst);
+    case 8:
+      return Group<8>(src, n, dst);
+    default:
+      std::memcpy(dst, src, len);
   }
 }
 
 void UngroupBytes(const char* src, size_t len, size_t width, char* dst) {
   const size_t n = len / width;
   switch (width) {
-    case 2: return Ungroup<2>(src, n, dst);
-    case 4: return Ungroup<4>(src, n, dst);
-    case 8: return Ungroup<8>(src, n, dst);
-    default: std::memcpy(dst, src, len);
+    case 2:
+      return Ungroup<2>(src, n, dst);
+    case 4:
+      return Ungroup<4>(src, n, dst);
+    case 8:
+      return Ungroup<8>(src, n, dst);
+    default:
+      std::memcpy(dst, src, len);
   }
 }
 

@@ -21,7 +21,8 @@ constexpr int kDefaultCompressionLevel = 1;
 /// The width whose bytes are grouped for elements of `dtype_size` bytes: the size when 2, 4 or 8, else 1 (no grouping).
 size_t GroupWidth(uint64_t dtype_size);
 
-/// dst[j * n + i] = src[i * width + j] for the n = len / width elements of src (len a multiple of width). width 1 copies.
+/// dst[j * n + i] = src[i * width + j] for the n = len / width elements of src (len a multiple of width). width 1
+/// copies.
 void GroupBytes(const char* src, size_t len, size_t width, char* dst);
 /// The inverse: dst[i * width + j] = src[j * n + i].
 void UngroupBytes(const char* src, size_t len, size_t width, char* dst);

@@ -29,7 +29,7 @@ TEST(GroupBytes, RoundTripsEveryWidth) {
     GroupBytes(src.data(), src.size(), width, &grouped[0]);
     if (width > 1) {
       EXPECT_EQ(grouped[0], src[0]);
-      EXPECT_EQ(grouped[1], src[width]);  // element 1's first byte follows element 0's
+      EXPECT_EQ(grouped[1], src[width]);               // element 1's first byte follows element 0's
       EXPECT_EQ(grouped[src.size() / width], src[1]);  // then every second byte
     }
     UngroupBytes(grouped.data(), grouped.size(), width, &back[0]);

@@ -77,6 +77,9 @@ ReuseFn IncrementalBase::Reuse(uint64_t checksum_block_size, uint64_t alignment)
       out->blocks.assign(e.block_checksums.begin() + loc.first_block, e.block_checksums.begin() + loc.first_block + nb);
     }
     out->hash = fp.hash;
+    out->coding = e.coding(k);
+    const Span<const StoredBlock> stored = e.stored(k);
+    out->stored.assign(stored.begin(), stored.end());
     bytes_reused_ += loc.length;
     return true;
   };

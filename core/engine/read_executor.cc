@@ -8,10 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <tuple>
 #include <utility>
 
+#include "core/codec/block_codec.h"
 #include "core/engine/load_staging.h"
 #include "core/format/checksum.h"
 
@@ -179,7 +182,8 @@ class ReadExecutor::Impl {
     DCKPT_RETURN_IF_ERROR(Prepare());
     std::vector<FileRange> out;  // work_ is in (file, offset) order: merging neighbours is enough
     for (const Work& w : work_) {
-      if (!verify(*w.job)) continue;
+      // A compressed chunk's blocks are verified by every rank that decodes them: they are never shared.
+      if (!verify(*w.job) || r_->meta_.entry(w.job->entry).compressed(w.job->chunk)) continue;
       auto file = r_->File(w.file);  // opened now, so that its CacheIdentity is known
       if (!file.ok()) return r_->EntryError(w.job->entry, file.status());
       const uint64_t lo = w.offset, hi = w.offset + (w.seg.hi - w.seg.lo);
@@ -230,8 +234,9 @@ class ReadExecutor::Impl {
       const uint64_t seg = SegmentBytes(*job);
       const ChunkLocation loc = r_->meta_.entry(job->entry).chunk(job->chunk);
       if (r.hi > loc.length || r.lo > r.hi) return Internal("fan-out range beyond its chunk");
+      const EntryView e = r_->meta_.entry(job->entry);
       for (uint64_t lo = r.lo; lo < r.hi; lo += seg) {
-        work.push_back(Work{job, Range{lo, std::min(r.hi, lo + seg)}, loc.file, loc.offset + lo});
+        work.push_back(Work{job, Range{lo, std::min(r.hi, lo + seg)}, loc.file, FileOffset(e, job->chunk, lo)});
       }
     }
     std::sort(work.begin(), work.end(),
@@ -357,10 +362,11 @@ class ReadExecutor::Impl {
     for (const Job& job : jobs_) {
       segments.clear();
       DCKPT_RETURN_IF_ERROR(Segments(job, &segments));
-      const ChunkLocation loc = r_->meta_.entry(job.entry).chunk(job.chunk);
+      const EntryView e = r_->meta_.entry(job.entry);
+      const ChunkLocation loc = e.chunk(job.chunk);
       for (const Range& seg : segments) {
         total_ += seg.hi - seg.lo;
-        work_.push_back(Work{&job, seg, loc.file, loc.offset + seg.lo});
+        work_.push_back(Work{&job, seg, loc.file, FileOffset(e, job.chunk, seg.lo)});
       }
     }
     std::sort(work_.begin(), work_.end(),
@@ -408,11 +414,18 @@ class ReadExecutor::Impl {
     if (loc.length == 0) return OkStatus();
     const uint64_t block = r_->meta_.checksum_block_size();
     const uint64_t nblocks = NumChecksumBlocks(loc.length, block);
+    const bool compressed = r_->meta_.entry(job.entry).compressed(job.chunk);
+    if (compressed && job.mapped) {
+      return r_->EntryError(job.entry, Status(StatusCode::kUnsupported,
+                                              "chunk #" + std::to_string(job.chunk) +
+                                                  " is compressed: it cannot be mapped in place (load it instead)"));
+    }
     std::vector<Range> ranges;
     if (job.verify_only || job.mapped || (verify(job) && nblocks == 1)) {  // whole chunks
       ranges.push_back({0, loc.length});
-    } else if (verify(job)) {
-      // Only the checksum blocks that hold needed bytes are read (and verified).
+    } else if (verify(job) || compressed) {
+      // Only the checksum blocks that hold needed bytes are read (and verified; a compressed chunk is decoded block
+      // by block, so it is read so too, with or without verification).
       for (const Op& op : job.ops) {
         if (op.copy->num_runs() == 0) continue;
         ranges.push_back({op.copy->src_begin() / block * block,
@@ -469,6 +482,7 @@ class ReadExecutor::Impl {
     auto file = r_->File(loc.file);
     if (!file.ok()) return r_->EntryError(job.entry, file.status());
     if (job.mapped) return RunMappedSegment(job, e, loc, seg, *file);
+    if (e.compressed(job.chunk)) return RunCompressedSegment(job, e, loc, seg, Own(*file, loc.file, own));
 
     // Data already in the page cache is hashed and scattered straight from a mapping of the file: no kernel copy,
     // no bounce buffer, and only the bytes needed (plus the blocks this rank verifies) are touched.
@@ -480,31 +494,13 @@ class ReadExecutor::Impl {
       return st;
     }
 
-    const ReadableFile* from = *file;
-    if (own != nullptr && loc.file < own->size()) {
-      std::unique_ptr<ReadableFile>& mine = (*own)[loc.file];
-      if (!mine) mine = (*file)->Reopen();
-      if (mine) from = mine.get();
-    }
+    const ReadableFile* from = Own(*file, loc.file, own);
     if (job.device) return RunStagedSegment(job, e, loc, seg, from);
 
     // Read straight into a destination when one run covers the whole segment; otherwise into a bounce buffer.
-    char* buf = nullptr;
-    const Op* direct_op = nullptr;
-    uint64_t direct_dst = 0;
-    for (const Op& op : job.ops) {
-      ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
-        if (direct_op == nullptr && src == seg.lo && n == len) {
-          direct_op = &op;
-          direct_dst = dst;
-        }
-      });
-      if (direct_op) break;
-    }
+    char* buf = DirectDestination(job, seg);
     char* bounce = nullptr;
-    if (direct_op) {
-      buf = direct_op->dst + direct_dst;
-    } else {
+    if (buf == nullptr) {
       bounce = pool_.Get();
       if (bounce == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate a read buffer");
       buf = bounce;
@@ -522,6 +518,126 @@ class ReadExecutor::Impl {
     r_->stats_.bytes_read += len;
     r_->stats_.read_calls += 1;
     return Deliver(job, e, loc, seg, buf, /*mapped=*/false);
+  }
+
+  // The stream's own handle of file `index` (opened on first use), or the shared one where the backend has none.
+  const ReadableFile* Own(const ReadableFile* shared, uint32_t index, std::vector<std::unique_ptr<ReadableFile>>* own) {
+    if (own == nullptr || index >= own->size()) return shared;
+    std::unique_ptr<ReadableFile>& mine = (*own)[index];
+    if (!mine) mine = shared->Reopen();
+    return mine ? mine.get() : shared;
+  }
+
+  // A host destination that one run of the job covers for the whole segment (bytes may land there directly), or null.
+  char* DirectDestination(const Job& job, Range seg) const {
+    for (const Op& op : job.ops) {
+      if (!op.memory.is_host()) continue;
+      char* found = nullptr;
+      ForEachRunIn(*op.copy, seg.lo, seg.hi, [&](uint64_t src, uint64_t dst, uint64_t n) {
+        if (found == nullptr && src == seg.lo && n == seg.hi - seg.lo) found = op.dst + dst;
+      });
+      if (found) return found;
+    }
+    return nullptr;
+  }
+
+  // Where byte `lo` of chunk `chunk` is stored in its data file: the chunk's offset plus, for a compressed chunk,
+  // the stored sizes of the blocks before it (lo is then on a block boundary).
+  uint64_t FileOffset(const EntryView& e, uint32_t chunk, uint64_t lo) const {
+    const ChunkLocation loc = e.chunk(chunk);
+    if (!e.compressed(chunk)) return loc.offset + lo;
+    const Span<const StoredBlock> stored = e.stored(chunk);
+    uint64_t at = loc.offset;
+    for (uint64_t b = 0; b < lo / r_->meta_.checksum_block_size(); ++b) at += stored[b].size;
+    return at;
+  }
+
+  // A segment of a compressed chunk (block-aligned, Segments): its stored blocks are read into a bounce buffer and
+  // checked against their stored checksums before the decoder sees them, then decoded into a destination the segment
+  // lands in whole, a pinned staging buffer (device destinations) or a second bounce buffer, and delivered as read
+  // bytes are (Deliver verifies the decoded bytes against the chunk's checksums).
+  Status RunCompressedSegment(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg,
+                              const ReadableFile* from) {
+    const uint64_t block = r_->meta_.checksum_block_size();
+    const Span<const StoredBlock> stored = e.stored(job.chunk);
+    const uint64_t first = seg.lo / block, last = (seg.hi + block - 1) / block;
+    const uint64_t at = FileOffset(e, job.chunk, seg.lo);
+    uint64_t stored_len = 0;
+    for (uint64_t b = first; b < last; ++b) stored_len += stored[b].size;
+    // Pooled bounce buffers, or (checksum blocks larger than a pooled buffer) buffers of their own.
+    struct Buffers {
+      BufferPool* p;
+      char* in = nullptr;
+      char* out = nullptr;
+      std::vector<std::unique_ptr<char[]>> big;
+      char* Get(uint64_t n) {
+        if (n <= kReadSegmentBytes) return p->Get();
+        big.emplace_back(new (std::nothrow) char[n]);
+        return big.back().get();
+      }
+      ~Buffers() {
+        if (in && big.empty()) p->Put(in);
+        if (out && big.empty()) p->Put(out);
+      }
+    } bufs{&pool_};
+    if (seg.hi - seg.lo > kReadSegmentBytes) bufs.big.reserve(2);
+    bufs.in = bufs.Get(seg.hi - seg.lo);
+    if (bufs.in == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate a read buffer");
+    const std::string chunk = "chunk #" + std::to_string(job.chunk);
+    Status st = from->ReadAt(at, bufs.in, stored_len);
+    if (!st.ok()) return r_->EntryError(job.entry, st.WithContext(chunk));
+    r_->stats_.bytes_read += stored_len;
+    r_->stats_.read_calls += 1;
+
+    char* out = nullptr;
+    char* staged = nullptr;
+    if (job.device) {
+      auto acquired = staging_->Acquire();
+      if (!acquired.ok()) {
+        return acquired.status().code() == StatusCode::kNoMemory ? r_->EntryError(job.entry, acquired.status())
+                                                                 : acquired.status();
+      }
+      out = staged = *acquired;
+    } else if ((out = DirectDestination(job, seg)) == nullptr) {
+      out = bufs.out = bufs.Get(seg.hi - seg.lo);
+      if (out == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate a read buffer");
+    }
+    uint64_t in = 0;
+    for (uint64_t b = first; b < last; ++b) {
+      const char* src = bufs.in + in;
+      const uint64_t lo = b * block, len = std::min(block, loc.length - lo);
+      const std::string where = "checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' " + chunk +
+                                " block #" + std::to_string(b) + " in data file '" + FileLabel(loc.file) + "' bytes " +
+                                std::to_string(at + in) + ".." + std::to_string(at + in + stored[b].size);
+      if (verify(job)) {
+        r_->stats_.bytes_verified += stored[b].size;
+        const uint64_t h = Xxh3(src, stored[b].size);
+        if (h != stored[b].checksum) {
+          if (staged != nullptr) staging_->Release(staged);
+          return Corrupt(where + ": stored checksum mismatch (" + Hex(stored[b].checksum, h) +
+                         "); the data is corrupt: restore the file or re-save");
+        }
+      }
+      st = DecodeBlock(src, stored[b].size, GroupWidth(DTypeSize(e.dtype)), out + (lo - seg.lo), len);
+      if (!st.ok()) {
+        if (staged != nullptr) staging_->Release(staged);
+        return Corrupt(where + ": " + st.message() + "; the data is corrupt: restore the file or re-save");
+      }
+      in += stored[b].size;
+    }
+    return Deliver(job, e, loc, seg, out, /*mapped=*/false, staged);
+  }
+
+  // A data file as errors name it: its name in this checkpoint, or its path in a base.
+  std::string FileLabel(uint32_t file) const {
+    return r_->meta_.file_base(file) == 0 ? std::string(r_->meta_.file_name(file)) : r_->FilePath(file);
+  }
+
+  static std::string Hex(uint64_t stored, uint64_t computed) {
+    char hex[64];
+    std::snprintf(hex, sizeof hex, "stored %016llx, computed %016llx", static_cast<unsigned long long>(stored),
+                  static_cast<unsigned long long>(computed));
+    return hex;
   }
 
   // A segment of a job with device destinations: read into a pinned staging buffer, verified there, then copied to
@@ -635,17 +751,17 @@ class ReadExecutor::Impl {
   Status Verify(const Job& job, const EntryView& e, const ChunkLocation& loc, Range seg, const char* buf) {
     const uint64_t block = r_->meta_.checksum_block_size();
     const uint64_t nblocks = NumChecksumBlocks(loc.length, block);
-    auto mine = [&](uint64_t off) { return !filter_ || filter_(loc.file, loc.offset + off); };
+    const bool compressed = e.compressed(job.chunk);
+    auto mine = [&](uint64_t off) { return compressed || !filter_ || filter_(loc.file, loc.offset + off); };
     auto mismatch = [&](uint64_t lo, uint64_t hi, uint64_t stored, uint64_t computed) {
-      char hex[64];
-      std::snprintf(hex, sizeof hex, "stored %016llx, computed %016llx", static_cast<unsigned long long>(stored),
-                    static_cast<unsigned long long>(computed));
-      return Corrupt(
-          "checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' chunk #" + std::to_string(job.chunk) +
-          ": checksum mismatch in data file '" +
-          (r_->meta_.file_base(loc.file) == 0 ? std::string(r_->meta_.file_name(loc.file)) : r_->FilePath(loc.file)) +
-          "' bytes " + std::to_string(loc.offset + lo) + ".." + std::to_string(loc.offset + hi) + " (" + hex +
-          "); the data is corrupt: restore the file or re-save");
+      // A compressed chunk's decoded bytes have no place in the file: name the decoded range.
+      const std::string range =
+          compressed ? "decoded bytes " + std::to_string(lo) + ".." + std::to_string(hi) + " of the chunk stored at " +
+                           std::to_string(loc.offset)
+                     : "bytes " + std::to_string(loc.offset + lo) + ".." + std::to_string(loc.offset + hi);
+      return Corrupt("checkpoint '" + r_->path_ + "': entry '" + std::string(e.name) + "' chunk #" +
+                     std::to_string(job.chunk) + ": checksum mismatch in data file '" + FileLabel(loc.file) + "' " +
+                     range + " (" + Hex(stored, computed) + "); the data is corrupt: restore the file or re-save");
     };
     if (nblocks == 1) {
       if (!mine(0)) return OkStatus();

@@ -11,8 +11,10 @@
 #include "core/base/thread_pool.h"
 #include "core/base/version.h"
 #include "core/base/wire.h"
+#include "core/codec/block_codec.h"
 #include "core/engine/coordinator_round.h"
 #include "core/engine/incremental.h"
+#include "core/engine/save_compressed.h"
 #include "core/engine/save_staging.h"
 #include "core/format/checksum.h"
 #include "core/plan/plan_codec.h"
@@ -141,6 +143,20 @@ std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums
     w.U64(c.hash.hi);
     w.Var(c.blocks.size());
     for (uint64_t b : c.blocks) w.U64(b);
+    w.U8(static_cast<uint8_t>(c.coding.codec));
+    w.U8(c.placed ? 1 : 0);
+    if (c.placed) {
+      w.Var(c.offset);
+      w.Var(c.file_size);
+    }
+    if (!c.coding.raw()) {
+      w.Var(c.coding.stored_length);
+      w.Var(c.stored.size());
+      for (const StoredBlock& sb : c.stored) {
+        w.U64(sb.checksum);
+        w.Var(sb.size);
+      }
+    }
   }
   return w.Take();
 }
@@ -162,10 +178,34 @@ Status DecodeReports(const std::string& msg, Status* status, std::vector<ChunkCh
     c.has_hash = has_hash != 0;
     c.blocks.resize(nblocks);
     for (uint64_t& b : c.blocks) r.U64(&b);
+    uint8_t codec = 0, placed = 0;
+    if (!r.U8(&codec) || !r.U8(&placed)) return Internal("malformed checksum report");
+    c.coding.codec = static_cast<Codec>(codec);
+    c.placed = placed != 0;
+    if (c.placed && (!r.Var(&c.offset) || !r.Var(&c.file_size))) return Internal("malformed checksum report");
+    if (!c.coding.raw()) {
+      uint64_t nstored = 0;
+      if (!r.Var(&c.coding.stored_length) || !r.Count(&nstored, 9)) return Internal("malformed checksum report");
+      c.stored.resize(nstored);
+      for (StoredBlock& sb : c.stored) {
+        if (!r.U64(&sb.checksum) || !r.Var(&sb.size)) return Internal("malformed checksum report");
+      }
+    }
     reports->push_back(std::move(c));
   }
   return r.ok() ? OkStatus() : Internal("malformed checksum report");
 }
+
+// Where a task's bytes are: host memory, or a device piece (staged through pinned memory).
+struct TaskSource {
+  const void* data = nullptr;
+  const TensorEntry* tensor = nullptr;
+  const TensorPiece* piece = nullptr;
+  size_t width = 1;  // the element width compression groups bytes by
+  bool device() const { return piece != nullptr && !piece->memory.is_host(); }
+};
+
+uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // Writes this rank's chunks into its data file in the staging directory, hashing as it goes.
 Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const State& state,
@@ -179,34 +219,93 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
     tensor_decl[assignment.tensor_entry[i]] = &state.tensors()[i];
   }
   for (size_t i = 0; i < assignment.bytes_entry.size(); ++i) bytes_decl[assignment.bytes_entry[i]] = &state.bytes()[i];
+  const size_t n = assignment.tasks.size();
+  std::vector<TaskSource> sources(n);
+  for (size_t i = 0; i < n; ++i) {
+    const WriteTask& t = assignment.tasks[i];
+    TaskSource& src = sources[i];
+    if (t.length == 0) {
+      // Nothing to write (an empty tensor's single chunk): no piece needs to back it.
+    } else if (auto it = tensor_decl.find(t.entry); it != tensor_decl.end()) {
+      if (t.local >= it->second->pieces.size()) return Internal("the plan names a piece this rank does not hold");
+      src.tensor = it->second;
+      src.piece = &src.tensor->pieces[t.local];
+      src.data = src.piece->data;
+      src.width = GroupWidth(DTypeSize(src.tensor->dtype));
+    } else if (auto jt = bytes_decl.find(t.entry); jt != bytes_decl.end()) {
+      src.data = jt->second->data;
+    } else {
+      return Internal("the plan assigns entry #" + std::to_string(t.entry) + " to a rank that does not hold it");
+    }
+  }
+
+  // A compressed save lays the file out itself: the chunks written raw (device pieces) first, at aligned offsets,
+  // then the compressed stream; every byte up to the end is written, padding included.
+  const bool compress = options.compression != Codec::kRaw;
+  std::vector<WriteTask> tasks = assignment.tasks;
+  std::vector<CompressedChunk> compressed;
+  uint64_t raw_end = 0;
+  if (compress) {
+    for (size_t i = 0; i < n; ++i) {
+      WriteTask& t = tasks[i];
+      if (t.length != 0 && !sources[i].device()) {
+        compressed.push_back(CompressedChunk{i, static_cast<const char*>(sources[i].data), t.length, sources[i].width});
+        continue;
+      }
+      t.offset = t.length == 0 ? 0 : AlignUp(raw_end, kChunkAlignment);
+      raw_end = t.length == 0 ? raw_end : t.offset + t.length;
+    }
+  }
   uint64_t file_size = 0;
-  for (const WriteTask& t : assignment.tasks) file_size = std::max(file_size, t.offset + t.length);
+  for (const WriteTask& t : tasks) file_size = std::max(file_size, t.offset + t.length);
 
   const std::string file_path = staged.StagingFile(staged.FileName(DataFileName(assignment.rank)));
   DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, storage->CreateFile(file_path));
-  DCKPT_RETURN_IF_ERROR(file->Preallocate(file_size));
-  {
+  if (compress) {
+    // The gaps between the raw chunks, and up to the compressed stream.
+    uint64_t end = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> raw;
+    for (const WriteTask& t : tasks) {
+      if (t.length != 0 && sources[&t - tasks.data()].device()) raw.emplace_back(t.offset, t.length);
+    }
+    std::sort(raw.begin(), raw.end());
+    const uint64_t stream = compressed.empty() ? raw_end : AlignUp(raw_end, kChunkAlignment);
+    for (const auto& [offset, length] : raw) {
+      DCKPT_RETURN_IF_ERROR(WriteZeros(file.get(), end, offset));
+      end = offset + length;
+    }
+    DCKPT_RETURN_IF_ERROR(WriteZeros(file.get(), end, stream));
+    raw_end = stream;
+  } else {
+    DCKPT_RETURN_IF_ERROR(file->Preallocate(file_size));
     // The padding between chunks is never written: storage that uploads in parts must not wait for it.
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    ranges.reserve(assignment.tasks.size());
-    for (const WriteTask& t : assignment.tasks) ranges.emplace_back(t.offset, t.length);
+    ranges.reserve(n);
+    for (const WriteTask& t : tasks) ranges.emplace_back(t.offset, t.length);
     file->ExpectWrites(ranges);
   }
 
   const uint64_t block = options.checksum_block_size;
   const uint64_t segment = std::max<uint64_t>(block, kWriteSegmentBytes / block * block);
-  const size_t n = assignment.tasks.size();
   reports->assign(n, ChunkChecksums{});
   std::vector<uint64_t> single(n, 0);
   std::vector<std::vector<ChunkHash>> block_hashes(n);  // the chunk hash's blocks (FORMAT.md 5.1)
   uint64_t total = 0;
-  for (const WriteTask& t : assignment.tasks) total += t.length;
+  for (const WriteTask& t : tasks) total += t.length;
   std::atomic<uint64_t> done{0};
   std::mutex progress_mu;
+  auto report_progress = [&](uint64_t len) -> Status {
+    if (options.progress) {
+      std::lock_guard<std::mutex> lock(progress_mu);  // before counting: `now` grows call after call
+      const uint64_t now = done.fetch_add(len) + len;
+      if (options.progress(now, total) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
+    }
+    return OkStatus();
+  };
   // Hashes the checksum blocks of bytes [seg, seg + seg_len) of task i (held at `bytes`), writes them, reports
   // progress. Segments start on block boundaries, so each block is hashed by exactly one segment.
   auto hash_and_write = [&](size_t i, const char* bytes, uint64_t seg, uint64_t seg_len) -> Status {
-    const WriteTask& t = assignment.tasks[i];
+    const WriteTask& t = tasks[i];
     const uint64_t nblocks = NumChecksumBlocks(t.length, block);
     for (uint64_t off = seg; off < seg + seg_len; off += block) {
       if (options.chunk_hashes) {
@@ -220,12 +319,7 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
       }
     }
     DCKPT_RETURN_IF_ERROR(file->WriteAt(t.offset + seg, bytes, seg_len));
-    if (options.progress) {
-      std::lock_guard<std::mutex> lock(progress_mu);  // before counting: `now` grows call after call
-      const uint64_t now = done.fetch_add(seg_len) + seg_len;
-      if (options.progress(now, total) != 0) return Status(StatusCode::kUser, "aborted by the progress callback");
-    }
-    return OkStatus();
+    return report_progress(seg_len);
   };
   // Device pieces go through the staging pipeline (save_staging.h); device_task[k] is the task of device_copies[k].
   std::vector<DeviceCopy> device_copies;
@@ -233,28 +327,17 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
   const StagedConsumer write_staged = [&](size_t k, uint64_t off, const char* bytes, uint64_t len) {
     return hash_and_write(device_task[k], bytes, off, len);
   };
+  size_t next_compressed = 0;
   TaskGroup group(pool);
   for (size_t i = 0; i < n; ++i) {
-    const WriteTask& t = assignment.tasks[i];
-    const void* data = nullptr;
-    const TensorEntry* tensor = nullptr;
-    const TensorPiece* piece = nullptr;
-    if (t.length == 0) {
-      // Nothing to write (an empty tensor's single chunk): no piece needs to back it.
-    } else if (auto it = tensor_decl.find(t.entry); it != tensor_decl.end()) {
-      if (t.local >= it->second->pieces.size()) return Internal("the plan names a piece this rank does not hold");
-      tensor = it->second;
-      piece = &tensor->pieces[t.local];
-      data = piece->data;
-    } else if (auto jt = bytes_decl.find(t.entry); jt != bytes_decl.end()) {
-      data = jt->second->data;
-    } else {
-      return Internal("the plan assigns entry #" + std::to_string(t.entry) + " to a rank that does not hold it");
-    }
+    const WriteTask& t = tasks[i];
+    const TaskSource& src = sources[i];
     const uint64_t nblocks = NumChecksumBlocks(t.length, block);
     ChunkChecksums& report = (*reports)[i];
     report.entry = t.entry;
     report.chunk = t.chunk;
+    report.placed = compress;
+    report.offset = t.offset;
     if (nblocks > 1) report.blocks.assign(nblocks, 0);
     block_hashes[i].resize(nblocks);
     if (t.length == 0) {
@@ -262,15 +345,20 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
       block_hashes[i][0] = Xxh3_128(nullptr, 0);
       continue;
     }
-    if (piece != nullptr && !piece->memory.is_host()) {
-      device_copies.push_back(
-          DeviceCopy{data, t.length, piece->memory, "tensor '" + tensor->name + "' piece " + piece->box.ToString()});
+    if (src.device()) {
+      device_copies.push_back(DeviceCopy{src.data, t.length, src.piece->memory,
+                                         "tensor '" + src.tensor->name + "' piece " + src.piece->box.ToString()});
       device_task.push_back(i);
+      continue;
+    }
+    if (next_compressed < compressed.size() && compressed[next_compressed].task == i) {
+      report.stored.resize(nblocks);
+      ++next_compressed;
       continue;
     }
     for (uint64_t seg = 0; seg < t.length; seg += segment) {
       const uint64_t seg_len = std::min(segment, t.length - seg);
-      group.Run([&, i, data, seg, seg_len]() -> Status {
+      group.Run([&, i, seg, seg_len, data = src.data]() -> Status {
         return hash_and_write(i, static_cast<const char*>(data) + seg, seg, seg_len);
       });
     }
@@ -282,6 +370,21 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
                          : res.status().WithContext(device_copies.front().what);
     if (!st.ok()) group.Run([st] { return st; });  // fails the group: queued segments are skipped
   }
+  if (!compressed.empty()) {
+    CompressedWriteOptions copts;
+    copts.block_size = block;
+    copts.level = options.compression_level;
+    copts.chunk_hashes = options.chunk_hashes;
+    copts.progress = report_progress;
+    auto end = WriteCompressedChunks(file.get(), raw_end, compressed, copts, pool,
+                                     ChunkHashSinks{reports, &single, &block_hashes});
+    if (!end.ok()) {
+      Status st = end.status();
+      group.Run([st] { return st; });
+    } else {
+      file_size = *end;
+    }
+  }
   DCKPT_RETURN_IF_ERROR(group.Wait());
   for (size_t i = 0; i < n; ++i) {
     ChunkChecksums& report = (*reports)[i];
@@ -290,7 +393,10 @@ Status WriteAssignment(Storage* storage, const StagedCheckpoint& staged, const S
     if (options.chunk_hashes) {
       report.hash = CombineBlockHashes(Span<const ChunkHash>(block_hashes[i].data(), block_hashes[i].size()));
     }
-    *bytes_written += assignment.tasks[i].length;
+    *bytes_written += report.coding.raw() ? tasks[i].length : report.coding.stored_length;
+  }
+  if (compress) {
+    for (ChunkChecksums& report : *reports) report.file_size = file_size;
   }
   DCKPT_RETURN_IF_ERROR(file->Truncate(file_size));
   if (options.sync) DCKPT_RETURN_IF_ERROR(file->Sync());
@@ -406,6 +512,15 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   const std::string where = "saving '" + path + "'";
   if (options.checksum_block_size < 4096 || (options.checksum_block_size & (options.checksum_block_size - 1))) {
     return InvalidArgument(where + ": checksum_block_size must be a power of two >= 4096");
+  }
+  if (options.compression != Codec::kRaw && options.compression != Codec::kZstdGrouped) {
+    return InvalidArgument(where + ": unknown compression " + std::to_string(static_cast<int>(options.compression)));
+  }
+  if (options.compression != Codec::kRaw &&
+      (options.compression_level < MinCompressionLevel() || options.compression_level > MaxCompressionLevel())) {
+    return InvalidArgument(where + ": compression level " + std::to_string(options.compression_level) +
+                           " is outside zstd's [" + std::to_string(MinCompressionLevel()) + ", " +
+                           std::to_string(MaxCompressionLevel()) + "]");
   }
 
   // Round 1: every rank sends its local plan; the coordinator plans globally, creates the staging directory and

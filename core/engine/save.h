@@ -63,6 +63,15 @@ struct SaveOptions {
   /// is their base: one more hash of every byte while writing (XXH3-128 runs as fast as the checksums' XXH3-64).
   /// The checkpoint manager turns it off for its node-local parts, which are never bases.
   bool chunk_hashes = true;
+  /// Lossless compression (FORMAT.md "Compressed chunks"; the result is format 3.0): Codec::kZstdGrouped compresses
+  /// every checksum block of a host piece on its own, its elements' bytes grouped by position first (2-, 4- and 8-byte
+  /// dtypes); a block that does not shrink is stored raw, and a chunk none of whose blocks shrink is a raw chunk.
+  /// Device pieces are written raw. Each rank lays its data file out as it writes (compressed sizes are known only
+  /// then). Loads decode in the read threads and verify both the stored and the decoded bytes.
+  Codec compression = Codec::kRaw;
+  /// zstd's level, MinCompressionLevel() to MaxCompressionLevel() (core/codec/block_codec.h); 1 is fast and, on
+  /// grouped floats, within a few percent of the higher levels.
+  int compression_level = 1;
 
   static constexpr uint64_t kDefaultStagingBufferBytes = 16ull << 20;
   static constexpr size_t kDefaultStagingBuffers = 4;

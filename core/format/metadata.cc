@@ -212,8 +212,8 @@ class Validator {
     alignment_ = m_->alignment();
     const uint64_t min_alignment = foreign_ ? 1 : kChunkAlignment;
     if (!IsPowerOfTwo(alignment_) || alignment_ < min_alignment) {
-      return Bad("alignment " + std::to_string(alignment_) + " is not a power of two >= " +
-                 std::to_string(min_alignment));
+      return Bad("alignment " + std::to_string(alignment_) +
+                 " is not a power of two >= " + std::to_string(min_alignment));
     }
     DCKPT_RETURN_IF_ERROR(CheckText(m_->writer(), Named("writer")));
     DCKPT_RETURN_IF_ERROR(CheckText(m_->structure(), Named("structure")));
@@ -227,8 +227,8 @@ class Validator {
     DCKPT_RETURN_IF_ERROR(CheckVector(bases, 4, 4, Named("bases")));
     const size_t n = Size(bases);
     if (m_->format_major() < kFormatMajorReferences && (n != 0 || m_->chain_length() != 0)) {
-      return Bad("metadata of format " + std::to_string(m_->format_major()) + "." +
-                 std::to_string(m_->format_minor()) + " refers to other checkpoints, which only format 2.0 may");
+      return Bad("metadata of format " + std::to_string(m_->format_major()) + "." + std::to_string(m_->format_minor()) +
+                 " refers to other checkpoints, which only format 2.0 may");
     }
     if (foreign_ && n != 0) return Bad("a foreign checkpoint's description refers to other checkpoints");
     if ((n == 0) != (m_->chain_length() == 0)) {
@@ -267,7 +267,8 @@ class Validator {
     for (uint32_t i = 0; i < n; ++i) {
       const fb::DataFile* f = files->Get(i);
       if (f == nullptr || f->name() == nullptr) return Bad("data file #" + std::to_string(i) + " has no name");
-      DCKPT_RETURN_IF_ERROR(Account(f->name()->size() + 5ull, [i] { return "name of data file #" + std::to_string(i); }));
+      DCKPT_RETURN_IF_ERROR(
+          Account(f->name()->size() + 5ull, [i] { return "name of data file #" + std::to_string(i); }));
       const std::string_view name = View(f->name());
       if (!IsValidFileName(name)) {
         return Bad("data file #" + std::to_string(i) + " has an invalid name " + Quote(name) +
@@ -347,10 +348,10 @@ class Validator {
     }
     const auto raw_dtype = static_cast<uint8_t>(e->dtype());
     if (!IsValidDType(raw_dtype)) {
-      return Fail(newer_minor && raw_dtype != 0 ? StatusCode::kVersion : StatusCode::kCorrupt,
-                  Where() + ": unknown dtype " + std::to_string(raw_dtype) +
-                      (newer_minor && raw_dtype != 0 ? " (written by a newer format minor version; upgrade distckpt)"
-                                                     : ""));
+      return Fail(
+          newer_minor && raw_dtype != 0 ? StatusCode::kVersion : StatusCode::kCorrupt,
+          Where() + ": unknown dtype " + std::to_string(raw_dtype) +
+              (newer_minor && raw_dtype != 0 ? " (written by a newer format minor version; upgrade distckpt)" : ""));
     }
     const auto dtype = static_cast<DType>(raw_dtype);
     const uint64_t itemsize = DTypeSize(dtype);
@@ -381,7 +382,8 @@ class Validator {
     }
     const Span<const uint64_t> shape(Data(shape_v), ndim);
     Result<uint64_t> nbytes = CheckedVolume(shape, itemsize);
-    if (!nbytes.ok()) return Bad(Where() + ": shape " + ShapeString(shape) + " of " + DTypeName(dtype) + " overflows 64 bits");
+    if (!nbytes.ok())
+      return Bad(Where() + ": shape " + ShapeString(shape) + " of " + DTypeName(dtype) + " overflows 64 bits");
 
     const size_t nchunks = Size(chunks_v);
     if (Size(hashes_v) != 0 && (Size(hashes_v) != nchunks || foreign_)) {
@@ -391,8 +393,11 @@ class Validator {
     if (Size(codings_v) != 0 || Size(stored_v) != 0) {
       if (foreign_ || m_->format_major() < kFormatMajorCompression) {
         return Bad(Where() + ": has compressed chunks, which only format " + std::to_string(kFormatMajorCompression) +
-                   ".0 may (this is " + (foreign_ ? "a foreign checkpoint" : "format " +
-                   std::to_string(m_->format_major()) + "." + std::to_string(m_->format_minor())) + ")");
+                   ".0 may (this is " +
+                   (foreign_
+                        ? "a foreign checkpoint"
+                        : "format " + std::to_string(m_->format_major()) + "." + std::to_string(m_->format_minor())) +
+                   ")");
       }
       if (Size(codings_v) != nchunks) {
         return Bad(Where() + ": has " + std::to_string(Size(codings_v)) + " chunk codings for " +
@@ -418,7 +423,7 @@ class Validator {
     const uint64_t* blocks = Data(blocks_v);
     const uint64_t nblocks_stored = Size(blocks_v);
     const size_t nfiles = file_sizes_.size();
-    uint64_t next_block = 0;  // block tables are laid out in chunk order, without gaps
+    uint64_t next_block = 0;   // block tables are laid out in chunk order, without gaps
     uint64_t next_stored = 0;  // so are the stored blocks of compressed chunks
     bool whole_in_one = false;
     boxes_.resize(nchunks);
@@ -461,13 +466,13 @@ class Validator {
       // The bytes the chunk takes in its file: its length, or what its compressed blocks add up to.
       uint64_t extent = length;
       if (Size(codings_v) != 0) {
-        DCKPT_ASSIGN_OR_RETURN(extent, CheckCoding(i, *codings_v->Get(static_cast<flatbuffers::uoffset_t>(i)),
-                                                   length, stored_v, &next_stored));
+        DCKPT_ASSIGN_OR_RETURN(extent, CheckCoding(i, *codings_v->Get(static_cast<flatbuffers::uoffset_t>(i)), length,
+                                                   stored_v, &next_stored));
       }
       if (offset > file_size || extent > file_size - offset) {
         return Bad(ChunkWhere(i) + "offset " + std::to_string(offset) + " + " +
-                   (extent == length ? "length " : "stored length ") + std::to_string(extent) +
-                   " exceeds the size " + std::to_string(file_size) + " of data file " + FileName(file));
+                   (extent == length ? "length " : "stored length ") + std::to_string(extent) + " exceeds the size " +
+                   std::to_string(file_size) + " of data file " + FileName(file));
       }
       const uint32_t first = loc->first_block();
       if (foreign_) {  // no checksums at all
@@ -508,8 +513,8 @@ class Validator {
     if (!whole_in_one) {
       Status tiling = CheckExactTiling(shape, boxes_);
       if (!tiling.ok()) {
-        return Fail(tiling.code(), Where() + ": chunks do not tile the shape " + ShapeString(shape) + " exactly: " +
-                                       tiling.message());
+        return Fail(tiling.code(),
+                    Where() + ": chunks do not tile the shape " + ShapeString(shape) + " exactly: " + tiling.message());
       }
     }
     return OkStatus();
@@ -583,8 +588,8 @@ class Validator {
   uint64_t alignment_ = 0;
   const bool foreign_;
   uint64_t visited_bytes_ = 0;
-  std::string_view entry_name_;  // the entry being checked, for messages
-  std::vector<Box> boxes_;       // reused across entries
+  std::string_view entry_name_;       // the entry being checked, for messages
+  std::vector<Box> boxes_;            // reused across entries
   std::vector<uint64_t> file_sizes_;  // Metadata.files[i].size, read once
   size_t num_bases_ = 0;
 };
@@ -656,8 +661,7 @@ Result<MetadataView> MetadataView::Parse(std::shared_ptr<const void> owner, cons
   return ParseImpl(std::move(owner), bytes, size, context, /*foreign=*/false);
 }
 
-Result<MetadataView> MetadataView::ParseForeign(std::shared_ptr<const std::string> buffer,
-                                                const std::string& context) {
+Result<MetadataView> MetadataView::ParseForeign(std::shared_ptr<const std::string> buffer, const std::string& context) {
   if (buffer == nullptr) return Status(StatusCode::kInvalidArgument, "MetadataView::ParseForeign: null buffer");
   const void* data = buffer->data();
   const size_t size = buffer->size();
@@ -683,8 +687,8 @@ Result<MetadataView> MetadataView::ParseImpl(std::shared_ptr<const void> owner, 
     return Status(StatusCode::kInvalidArgument, "MetadataView::Parse: buffer is not 8-byte aligned in memory");
   }
   if (size < 8) {
-    return fail(StatusCode::kCorrupt, "metadata is truncated (" + std::to_string(size) +
-                                          " bytes) or not a distckpt metadata file");
+    return fail(StatusCode::kCorrupt,
+                "metadata is truncated (" + std::to_string(size) + " bytes) or not a distckpt metadata file");
   }
   // The trailer comes first: once it matches, no byte of the file is damaged, so every later error is a real
   // property of the file. FORMAT.md pins the trailer for every later version, so a mismatch is corruption even in a
@@ -794,12 +798,12 @@ EntryView MetadataView::entry(size_t i) const {
   v.chunk_lengths = Data(e->chunk_lengths());
   v.chunk_locs = Data(e->chunks());
   v.block_checksums = Span<const uint64_t>(Data(e->block_checksums()), Size(e->block_checksums()));
-  v.chunk_hashes = Span<const ChunkHash>(reinterpret_cast<const ChunkHash*>(Data(e->chunk_hashes())),
-                                         Size(e->chunk_hashes()));
-  v.codings = Span<const ChunkCoding>(reinterpret_cast<const ChunkCoding*>(Data(e->chunk_codings())),
-                                      Size(e->chunk_codings()));
-  v.stored_blocks = Span<const StoredBlock>(reinterpret_cast<const StoredBlock*>(Data(e->stored_blocks())),
-                                            Size(e->stored_blocks()));
+  v.chunk_hashes =
+      Span<const ChunkHash>(reinterpret_cast<const ChunkHash*>(Data(e->chunk_hashes())), Size(e->chunk_hashes()));
+  v.codings =
+      Span<const ChunkCoding>(reinterpret_cast<const ChunkCoding*>(Data(e->chunk_codings())), Size(e->chunk_codings()));
+  v.stored_blocks =
+      Span<const StoredBlock>(reinterpret_cast<const StoredBlock*>(Data(e->stored_blocks())), Size(e->stored_blocks()));
   v.block_size = Root(root_)->checksum_block_size();
   return v;
 }
@@ -899,8 +903,8 @@ uint64_t EstimateEncodedSize(const MetadataRecord& r) {
   for (const auto& base : r.bases) n += str(base.name) + 48;
   for (const auto& kv : r.user) n += str(kv.first) + str(kv.second) + 32;
   for (const auto& e : r.entries) {
-    n += str(e.name) + 128 + 8 * (e.shape.size() + e.chunk_offsets.size() + e.chunk_lengths.size() +
-                                  e.block_checksums.size()) +
+    n += str(e.name) + 128 +
+         8 * (e.shape.size() + e.chunk_offsets.size() + e.chunk_lengths.size() + e.block_checksums.size()) +
          32 * e.chunks.size() + 16 * (e.chunk_hashes.size() + e.codings.size() + e.stored_blocks.size()) + 8 * 16;
   }
   return n;
@@ -1028,12 +1032,11 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
                                          e.stored_blocks.size());
     }
     if (!e.codings.empty()) {
-      v.codings =
-          b.CreateVectorOfStructs(reinterpret_cast<const fb::ChunkCoding*>(e.codings.data()), e.codings.size());
+      v.codings = b.CreateVectorOfStructs(reinterpret_cast<const fb::ChunkCoding*>(e.codings.data()), e.codings.size());
     }
     if (!e.chunk_hashes.empty()) {
-      v.hashes = b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()),
-                                         e.chunk_hashes.size());
+      v.hashes =
+          b.CreateVectorOfStructs(reinterpret_cast<const fb::Hash128*>(e.chunk_hashes.data()), e.chunk_hashes.size());
     }
     if (!e.chunks.empty()) {
       // ChunkLocation has ChunkLoc's exact byte layout (static_asserts at the top): one memcpy, 8-byte aligned.
@@ -1099,9 +1102,8 @@ Result<std::string> EncodeMetadata(MetadataRecord record) {
   const bool refers = !record.bases.empty();
   const uint16_t major = compressed ? kFormatMajorCompression : refers ? kFormatMajorReferences : kFormatMajor;
   const uint16_t minor = compressed ? kFormatMinorCompression : refers ? kFormatMinorReferences : kFormatMinor;
-  const auto root = fb::CreateMetadata(b, major, minor, writer,
-                                       record.checksum_block_size, record.alignment, files_vec, entries_vec, user_vec,
-                                       structure, source, bases_vec, record.chain_length);
+  const auto root = fb::CreateMetadata(b, major, minor, writer, record.checksum_block_size, record.alignment, files_vec,
+                                       entries_vec, user_vec, structure, source, bases_vec, record.chain_length);
   fb::FinishMetadataBuffer(b, root);
 
   // A writer must never produce a file its reader rejects: run the full reader over the result.

@@ -208,8 +208,11 @@ std::vector<Hostile> HostileCases() {
       // Header.
       {"no format version", [](RawMetadata& m) { m.format_major = 0; }, kCorrupt, "no format version"},
       {"future major", [](RawMetadata& m) { m.format_major = 4; }, StatusCode::kVersion, "format version 4."},
-      {"bases in 1.x", [](RawMetadata& m) { m.bases = {{"step-1", 1, 100}}, m.chain_length = 1; }, kCorrupt,
-       "which only format 2.0 may"},
+      {"bases in 1.x",
+       [](RawMetadata& m) {
+         m.bases = {{"step-1", 1, 100}}, m.chain_length = 1;
+       },
+       kCorrupt, "which only format 2.0 may"},
       {"base escapes the parent", [](RawMetadata& m) { RefersTo(m, ".."); }, kCorrupt, "must name a sibling"},
       {"base is a path", [](RawMetadata& m) { RefersTo(m, "a/b"); }, kCorrupt, "invalid name 'a/b'"},
       {"base is absolute", [](RawMetadata& m) { RefersTo(m, "/etc"); }, kCorrupt, "invalid name '/etc'"},
@@ -240,10 +243,13 @@ std::vector<Hostile> HostileCases() {
        },
        kCorrupt, "are the same file"},
       {"chunk hashes short",
-       [](RawMetadata& m) { m.entries[1].chunk_hashes.assign(m.entries[1].chunks.size() - 1, ChunkHash{1, 2}); },
+       [](RawMetadata& m) {
+         m.entries[1].chunk_hashes.assign(m.entries[1].chunks.size() - 1, ChunkHash{1, 2});
+       },
        kCorrupt, "chunk hashes for"},
       {"block size 0", [](RawMetadata& m) { m.checksum_block_size = 0; }, kCorrupt, "checksum_block_size 0"},
-      {"block size not pow2", [](RawMetadata& m) { m.checksum_block_size = 5000; }, kCorrupt, "checksum_block_size 5000"},
+      {"block size not pow2", [](RawMetadata& m) { m.checksum_block_size = 5000; }, kCorrupt,
+       "checksum_block_size 5000"},
       {"block size too small", [](RawMetadata& m) { m.checksum_block_size = 2048; }, kCorrupt, "checksum_block_size"},
       {"alignment 0", [](RawMetadata& m) { m.alignment = 0; }, kCorrupt, "alignment 0"},
       {"alignment not pow2", [](RawMetadata& m) { m.alignment = 12288; }, kCorrupt, "alignment 12288"},
@@ -252,24 +258,28 @@ std::vector<Hostile> HostileCases() {
       {"structure not utf-8", [](RawMetadata& m) { m.structure = "{\xc0\xaf}"; }, kCorrupt, "structure is not valid"},
       // Files.
       {"file without name", [](RawMetadata& m) { m.files[1].name.reset(); }, kCorrupt, "FlatBuffers verification"},
-      {"file name with slash", [](RawMetadata& m) { m.files[1].name = "sub/data.bin"; }, kCorrupt, "invalid name 'sub/data.bin'"},
+      {"file name with slash", [](RawMetadata& m) { m.files[1].name = "sub/data.bin"; }, kCorrupt,
+       "invalid name 'sub/data.bin'"},
       {"file name with backslash", [](RawMetadata& m) { m.files[1].name = "a\\b"; }, kCorrupt, "invalid name"},
       {"file name ..", [](RawMetadata& m) { m.files[1].name = ".."; }, kCorrupt, "invalid name '..'"},
       {"file name .", [](RawMetadata& m) { m.files[1].name = "."; }, kCorrupt, "invalid name '.'"},
       {"file name ../x", [](RawMetadata& m) { m.files[1].name = "../x"; }, kCorrupt, "invalid name"},
       {"file name with ..", [](RawMetadata& m) { m.files[1].name = "x..y"; }, kCorrupt, "invalid name"},
       {"file name empty", [](RawMetadata& m) { m.files[1].name = ""; }, kCorrupt, "invalid name ''"},
-      {"file name NUL", [](RawMetadata& m) { m.files[1].name = std::string("a\0b", 3); }, kCorrupt, "invalid name 'a\\x00b'"},
+      {"file name NUL", [](RawMetadata& m) { m.files[1].name = std::string("a\0b", 3); }, kCorrupt,
+       "invalid name 'a\\x00b'"},
       {"file name control", [](RawMetadata& m) { m.files[1].name = "a\nb"; }, kCorrupt, "invalid name 'a\\x0ab'"},
       {"file name not utf-8", [](RawMetadata& m) { m.files[1].name = "a\xffz"; }, kCorrupt, "invalid name"},
-      {"file name 256 bytes", [](RawMetadata& m) { m.files[1].name = std::string(256, 'x'); }, kCorrupt, "invalid name"},
+      {"file name 256 bytes", [](RawMetadata& m) { m.files[1].name = std::string(256, 'x'); }, kCorrupt,
+       "invalid name"},
       {"file name reserved", [](RawMetadata& m) { m.files[1].name = "metadata.dckpt"; }, kCorrupt, "reserved name"},
       {"duplicate file", [](RawMetadata& m) { m.files[1].name = m.files[0].name; }, kCorrupt,
        "data files #0 and #1 have the same name 'data-00000.bin'"},
       // User key/values.
       {"duplicate user key", [](RawMetadata& m) { m.user[1].first = m.user[0].first; }, kCorrupt,
        "user key 'framework' appears twice"},
-      {"unsorted user keys", [](RawMetadata& m) { std::swap(m.user[0], m.user[1]); }, kCorrupt, "user keys are not sorted"},
+      {"unsorted user keys", [](RawMetadata& m) { std::swap(m.user[0], m.user[1]); }, kCorrupt,
+       "user keys are not sorted"},
       {"empty user key", [](RawMetadata& m) { m.user[0].first = ""; }, kCorrupt, "user key #0 is empty"},
       {"user key NUL", [](RawMetadata& m) { m.user[0].first = std::string("f\0", 2); }, kCorrupt, "NUL"},
       {"user value not utf-8", [](RawMetadata& m) { m.user[0].second = "\x80"; }, kCorrupt, "value of user key #0"},
@@ -281,9 +291,11 @@ std::vector<Hostile> HostileCases() {
       {"unsorted entries", [](RawMetadata& m) { std::swap(m.entries[1], m.entries[2]); }, kCorrupt,
        "entries are not sorted by name: 'big' comes before 'a.weight'"},
       {"entry name NUL", [](RawMetadata& m) { m.entries[0].name = std::string("a.bias\0x", 8); }, kCorrupt, "NUL"},
-      {"entry name not utf-8", [](RawMetadata& m) { m.entries[0].name = "a\xed\xa0\x80"; }, kCorrupt, "not valid UTF-8"},
+      {"entry name not utf-8", [](RawMetadata& m) { m.entries[0].name = "a\xed\xa0\x80"; }, kCorrupt,
+       "not valid UTF-8"},
       // Kinds, dtypes, shapes.
-      {"unknown kind", [](RawMetadata& m) { Entry(m, "a.bias").kind = 7; }, kCorrupt, "entry 'a.bias': unknown entry kind 7"},
+      {"unknown kind", [](RawMetadata& m) { Entry(m, "a.bias").kind = 7; }, kCorrupt,
+       "entry 'a.bias': unknown entry kind 7"},
       {"dtype 0", [](RawMetadata& m) { Entry(m, "a.bias").dtype = 0; }, kCorrupt, "entry 'a.bias': unknown dtype 0"},
       {"dtype 18", [](RawMetadata& m) { Entry(m, "a.bias").dtype = 18; }, kCorrupt, "unknown dtype 18"},
       {"dtype 255", [](RawMetadata& m) { Entry(m, "a.bias").dtype = 255; }, kCorrupt, "unknown dtype 255"},
@@ -309,11 +321,8 @@ std::vector<Hostile> HostileCases() {
       // Chunk boxes.
       {"box past the shape", [](RawMetadata& m) { Entry(m, "a.weight").chunk_lengths[7] = 4; }, kCorrupt,
        "entry 'a.weight' chunk #3: box [2:4, 3:7] lies outside the shape [4, 6]"},
-      {"box offset overflow",
-       [](RawMetadata& m) {
-         Entry(m, "a.weight").chunk_offsets[6] = UINT64_MAX;
-       },
-       kCorrupt, "entry 'a.weight' chunk #3: box [18446744073709551615:overflow, 3:6] lies outside"},
+      {"box offset overflow", [](RawMetadata& m) { Entry(m, "a.weight").chunk_offsets[6] = UINT64_MAX; }, kCorrupt,
+       "entry 'a.weight' chunk #3: box [18446744073709551615:overflow, 3:6] lies outside"},
       {"length != volume * itemsize", [](RawMetadata& m) { Entry(m, "a.weight").chunks[2].length = 24; }, kCorrupt,
        "entry 'a.weight' chunk #2: length 24 does not match its box [2:4, 0:3] of BF16 (12 bytes)"},
       {"scalar length", [](RawMetadata& m) { Entry(m, "scalar").chunks[0].length = 4; }, kCorrupt,
@@ -369,9 +378,8 @@ std::vector<Hostile> HostileCases() {
        "data file index 4294967295 is out of range"},
       {"misaligned offset", [](RawMetadata& m) { Entry(m, "a.weight").chunks[1].offset += 512; }, kCorrupt,
        "entry 'a.weight' chunk #1: offset 4608 in data file 'data-00000.bin' is not a multiple of the alignment 4096"},
-      {"offset + length overflows",
-       [](RawMetadata& m) { Entry(m, "big").chunks[0].offset = UINT64_MAX - 4095; }, kCorrupt,
-       "entry 'big' chunk #0: offset 18446744073709547520 + length 12000 exceeds the size"},
+      {"offset + length overflows", [](RawMetadata& m) { Entry(m, "big").chunks[0].offset = UINT64_MAX - 4095; },
+       kCorrupt, "entry 'big' chunk #0: offset 18446744073709547520 + length 12000 exceeds the size"},
       // Checksum block tables.
       {"multi-block chunk without table", [](RawMetadata& m) { Entry(m, "big").chunks[0].first_block = kNoBlockTable; },
        kCorrupt, "entry 'big' chunk #0: has 3 checksum blocks but no block table"},
@@ -520,7 +528,10 @@ TEST(MetadataTest, WrongIdentifierAndGarbage) {
   EXPECT_FALSE(ParseString("PK\x03\x04 this is a zip file, not a checkpoint").ok());
   EXPECT_FALSE(MetadataView::Parse(nullptr, "x").ok());
   // A buffer of only the header: root offset 8 points past the end.
-  std::string header("\x08\x00\x00\x00" "DCK1", 8);
+  std::string header(
+      "\x08\x00\x00\x00"
+      "DCK1",
+      8);
   EXPECT_EQ(ParseString(header).status().code(), StatusCode::kCorrupt);
 }
 
@@ -768,7 +779,6 @@ TEST(MetadataTest, ManyChunksRoundTrip) {
   for (size_t i = 0; i < r.entries.size(); ++i) ExpectEntryMatches(r.entries[i], view->entry(i));
 }
 
-
 // ---- Foreign checkpoints' descriptions (FORMAT.md 2.4) ----
 
 namespace {
@@ -927,8 +937,11 @@ TEST(MetadataTest, RejectsEveryHostileCoding) {
        "out of range or out of order"},
       {"blocks missing", [](RawMetadata& m) { Named(m, "big").stored_blocks.pop_back(); }, kCorrupt,
        "out of range or out of order"},
-      {"a block too many", [](RawMetadata& m) { Named(m, "big").stored_blocks.push_back({1, 1}); }, kCorrupt,
-       "1 stored blocks that no compressed chunk uses"},
+      {"a block too many",
+       [](RawMetadata& m) {
+         Named(m, "big").stored_blocks.push_back({1, 1});
+       },
+       kCorrupt, "1 stored blocks that no compressed chunk uses"},
       {"block larger than it decodes to", [](RawMetadata& m) { Named(m, "big").stored_blocks[0].size = 4097; },
        kCorrupt, "stored block #0 is 4097 bytes for 4096"},
       {"last block larger", [](RawMetadata& m) { Named(m, "big").stored_blocks[2].size = 3809; }, kCorrupt,

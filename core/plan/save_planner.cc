@@ -473,6 +473,8 @@ class GlobalPlanner {
         sums.checksum = r.checksum;
         sums.blocks = r.blocks;
         sums.hash = r.hash;
+        sums.coding = r.coding;
+        sums.stored = r.stored;
         plan_.reused.push_back(std::move(sums));
         reused->push_back(std::move(r));
       }
@@ -634,6 +636,14 @@ Status FinalizeChecksums(const std::vector<ChunkChecksums>& reports, GlobalPlan*
     if (nblocks > 1 && CombineBlockChecksums(rep.blocks) != rep.checksum) {
       return InvalidArgument(what + ": the reported chunk checksum does not match its block checksums");
     }
+    if (!rep.coding.raw() && rep.stored.size() != nblocks) {
+      return InvalidArgument(what + " is compressed in " + std::to_string(nblocks) + " blocks, but " +
+                             std::to_string(rep.stored.size()) + " stored blocks were reported");
+    }
+    const uint32_t file = rec.chunks[rep.chunk].file;
+    if (rep.placed && (file >= md.files.size() || md.files[file].base != 0)) {
+      return InvalidArgument(what + ": a writer placed a chunk in a file it does not write");
+    }
   }
 
   // Build the new tables aside so a failure leaves the plan untouched, then install them.
@@ -668,6 +678,24 @@ Status FinalizeChecksums(const std::vector<ChunkChecksums>& reports, GlobalPlan*
     }
     if (!hashed) rec.chunk_hashes.clear();
     rec.block_checksums = std::move(tables[e]);
+    // Format 3.0: the codings, with the stored blocks of the compressed chunks in chunk order.
+    rec.codings.clear();
+    rec.stored_blocks.clear();
+    for (size_t k = 0; k < rec.chunks.size(); ++k) {
+      const ChunkChecksums& rep = reports[report_of[base[e] + k]];
+      if (rep.placed) {
+        rec.chunks[k].offset = rep.offset;
+        md.files[rec.chunks[k].file].size = rep.file_size;
+      }
+      if (rep.coding.raw()) continue;
+      if (rec.codings.empty()) {
+        rec.codings.resize(rec.chunks.size());
+        for (size_t j = 0; j < rec.chunks.size(); ++j) rec.codings[j].stored_length = rec.chunks[j].length;
+      }
+      rec.codings[k] = rep.coding;
+      rec.codings[k].first_stored = static_cast<uint32_t>(rec.stored_blocks.size());
+      rec.stored_blocks.insert(rec.stored_blocks.end(), rep.stored.begin(), rep.stored.end());
+    }
   }
   return OkStatus();
 }

@@ -57,6 +57,8 @@ struct ReusedChunk {
   uint64_t checksum = 0;
   std::vector<uint64_t> blocks;  ///< its block checksums (empty for a single block)
   ChunkHash hash;
+  ChunkCoding coding;               ///< how the base stores it (format 3.0; raw by default)
+  std::vector<StoredBlock> stored;  ///< its stored blocks when compressed
 };
 
 /// Asked once per chunk that has bytes, once its writer is chosen (`fingerprint`: the writer's, possibly unknown):
@@ -80,6 +82,14 @@ struct ChunkChecksums {
   std::vector<uint64_t> blocks;  ///< empty when the chunk has a single block
   ChunkHash hash;                ///< the chunk hash (FORMAT.md 5.1)
   bool has_hash = true;          ///< false: the writer did not compute it (SaveOptions::chunk_hashes off)
+  /// Format 3.0: how the chunk is stored (raw by default) and, when compressed, its stored blocks.
+  ChunkCoding coding;
+  std::vector<StoredBlock> stored;
+  /// A compressed save's writer lays its file out itself (stored sizes are known only once written): the chunk's
+  /// offset and the size of the file, which replace the plan's.
+  bool placed = false;
+  uint64_t offset = 0;
+  uint64_t file_size = 0;
 };
 
 /// One chunk a rank must write.
@@ -133,8 +143,9 @@ struct RankAssignment {
 /// Copies rank `rank`'s share out of `plan`. Fails if the plan has no such rank.
 Result<RankAssignment> GetRankAssignment(const GlobalPlan& plan, uint32_t rank);
 
-/// Stores every writer's checksums into plan->metadata (chunk checksum, first_block, block_checksums, chunk hashes).
-/// Fails if a chunk is reported twice or missing.
+/// Stores every writer's checksums into plan->metadata (chunk checksum, first_block, block_checksums, chunk hashes,
+/// and for compressed saves the codings, stored blocks, offsets and file sizes the writers chose). Fails if a chunk
+/// is reported twice or missing.
 Status FinalizeChecksums(const std::vector<ChunkChecksums>& reports, GlobalPlan* plan);
 
 }  // namespace distckpt

@@ -16,6 +16,11 @@ from .errors import NotFoundError
 __all__ = ["MappedTensors"]
 
 
+def _mappable(entry: Any) -> bool:
+    """One chunk, stored raw: its bytes lie in the file as the array has them."""
+    return bool(entry.num_chunks == 1 and entry.chunks[0].codec == "none")
+
+
 class MappedTensors(Mapping[str, np.ndarray]):
     """Tensor name -> read-only numpy array over the mapped file (see :meth:`distckpt.Reader.map_all`)."""
 
@@ -43,9 +48,10 @@ class MappedTensors(Mapping[str, np.ndarray]):
                 raise NotFoundError(f"checkpoint '{self._path}': entry '{name}' is a bytes entry, not a tensor")
             self._entries[name] = entry
         self._arrays: Dict[str, np.ndarray] = {}
-        self.copied: List[str] = []  #: tensors stored as several chunks, read into memory instead of mapped
+        #: tensors stored as several chunks, or compressed, read into memory instead of mapped
+        self.copied: List[str] = []
         if not lazy:
-            indices = [e.index for e in self._entries.values() if e.num_chunks == 1]
+            indices = [e.index for e in self._entries.values() if _mappable(e)]
             native.map_all(indices, progress)
             for name in self._entries:
                 self._arrays[name] = self._take(name, reader)
@@ -54,7 +60,7 @@ class MappedTensors(Mapping[str, np.ndarray]):
 
     def _take(self, name: str, reader: Any) -> np.ndarray:
         entry = self._entries[name]
-        if entry.num_chunks != 1:
+        if not _mappable(entry):
             a = reader.read(name)
             self.copied.append(name)
         else:

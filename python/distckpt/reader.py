@@ -32,6 +32,8 @@ class ChunkMetadata:
     checksum: int  #: see core/format/FORMAT.md
     #: "" when ``file`` is the checkpoint's own; else the base checkpoint (a sibling) it lies in (incremental saves)
     base: str = ""
+    codec: str = "none"  #: how it is stored: "none" (raw) or "zstd" (compressed per checksum block)
+    stored_length: int = -1  #: bytes it takes in ``file`` from ``file_offset`` (== length when stored raw)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,10 @@ class EntryMetadata:
         """The chunk layout: boxes tiling the tensor, each with its file and byte range (read lazily)."""
         if self._chunks is None:
             self._chunks = tuple(
-                ChunkMetadata(tuple(o), tuple(n), f, fo, ln, ck, b)
-                for o, n, f, fo, ln, ck, b in (self._reader.chunk(self.index, c) for c in range(self.num_chunks))
+                ChunkMetadata(tuple(o), tuple(n), f, fo, ln, ck, b, codec, stored)
+                for o, n, f, fo, ln, ck, b, codec, stored in (
+                    self._reader.chunk(self.index, c) for c in range(self.num_chunks)
+                )
             )
         return self._chunks
 
@@ -111,6 +115,9 @@ class CheckpointMetadata(Mapping[str, EntryMetadata]):
         self.chain_length: int = info["chain_length"]
         #: of total_bytes, those that lie in its bases' data files
         self.bytes_in_bases: int = info["bytes_in_bases"]
+        #: what the chunks take in data files (compressed ones at their stored size), and how many are compressed
+        self.stored_bytes: int = info["stored_bytes"]
+        self.compressed_chunks: int = info["compressed_chunks"]
         self.user: Dict[str, str] = dict(reader.user())  #: free-form key/values saved with the checkpoint
         self._entries: Dict[str, EntryMetadata] = {
             raw[0]: EntryMetadata(reader, i, raw) for i, raw in enumerate(reader.entries())

@@ -103,7 +103,7 @@ def spawn(target, world, args_of, deadline, killed=()):
     return payloads
 
 
-def save_rank(rank, world, rendezvous, path, async_path):
+def save_rank(rank, world, rendezvous, path, async_path, compression=None):
     import distckpt
 
     ex = expected()
@@ -125,11 +125,11 @@ def save_rank(rank, world, rendezvous, path, async_path):
             "step": 1000,
             "world": world,
         }
-        summary = distckpt.save(state, path, comm=comm, timeout=60)
+        summary = distckpt.save(state, path, comm=comm, timeout=60, compression=compression)
         # Replicas (bias, step, world) are written once: the data is exactly the arrays plus two JSON values.
         assert summary.total_bytes == sum(a.nbytes for a in ex.values()) + len(b"1000") + len(str(world))
         # The same state through async_save, mutated as soon as the call returns.
-        handle = distckpt.async_save(state, async_path, comm=comm, timeout=60)
+        handle = distckpt.async_save(state, async_path, comm=comm, timeout=60, compression=compression)
         state["model"]["w"].data[...] = -1
         state["model"]["bias"][...] = -1
         handle.result(timeout=120)

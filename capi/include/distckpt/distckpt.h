@@ -542,7 +542,7 @@ DCKPT_API int dckpt_state_set_structure(dckpt_state *state, const char *data, si
 
 /* ---- Save ---------------------------------------------------------------------------------------------------- */
 
-#define DCKPT_SAVE_OPTIONS_VERSION 7
+#define DCKPT_SAVE_OPTIONS_VERSION 8
 typedef struct dckpt_save_options {
   unsigned version;
   unsigned io_threads;          /* 0: default */
@@ -583,8 +583,20 @@ typedef struct dckpt_save_options {
                         * save (default) */
   unsigned full_every; /* with `base`: the save that would be the full_every-th of its chain (counted from the last
                         * self-contained save) is written whole instead; 0: no bound (default) */
+  /* version >= 8: lossless compression (capi/API.md "Compression") */
+  int compression;       /* dckpt_compression: DCKPT_COMPRESSION_NONE (default) or DCKPT_COMPRESSION_ZSTD: every
+                          * checksum block of a host piece is compressed on its own, its elements' bytes grouped by
+                          * position first (2-, 4- and 8-byte dtypes); what does not shrink is stored raw; device
+                          * pieces are written raw. The checkpoint is format 3.0 */
+  int compression_level; /* zstd's level, -7 (fastest) to 22; 0: the default (1) */
 } dckpt_save_options;
-#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0}
+#define DCKPT_SAVE_OPTIONS_INIT {DCKPT_SAVE_OPTIONS_VERSION, 0, 0, 1, 0, 0, NULL, NULL, 0, 0, 0, 0, NULL, NULL, 0, 0, 0}
+
+/* How chunks are stored (dckpt_save_options.compression, dckpt_chunk_info.codec). Never renumbered. */
+typedef enum dckpt_compression {
+  DCKPT_COMPRESSION_NONE = 0,
+  DCKPT_COMPRESSION_ZSTD = 1 /* zstd over byte-grouped elements, per checksum block */
+} dckpt_compression;
 /* Sets `*opts` to DCKPT_SAVE_OPTIONS_INIT with `version` (DCKPT_SAVE_OPTIONS_VERSION, or an older one: then only
  * that version's fields are written); DCKPT_EVERSION for a version newer than the library. For bindings, which
  * cannot expand the macro. */
@@ -745,7 +757,7 @@ DCKPT_API void dckpt_reader_free(dckpt_reader *reader);
 DCKPT_API int dckpt_reader_load(dckpt_io_stats *stats, dckpt_reader *reader, dckpt_state *state, dckpt_comm *comm,
                                 dckpt_progress_fn progress, void *progress_user_data);
 
-#define DCKPT_CHECKPOINT_INFO_VERSION 4
+#define DCKPT_CHECKPOINT_INFO_VERSION 5
 typedef struct dckpt_checkpoint_info {
   unsigned version;
   unsigned format_major;
@@ -772,8 +784,12 @@ typedef struct dckpt_checkpoint_info {
                                  * self-contained checkpoint */
   unsigned chain_length;        /* saves since the last self-contained one in its chain (0: it reads no base) */
   uint64_t bytes_in_bases;      /* of total_bytes, those that lie in its bases' data files */
+  /* version >= 5 (compression, format 3.0) */
+  uint64_t stored_bytes;        /* what the chunks take in data files (its own and its bases'): total_bytes less
+                                 * what compression saved */
+  size_t compressed_chunks;     /* chunks stored compressed */
 } dckpt_checkpoint_info;
-#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, 0, 0}
+#define DCKPT_CHECKPOINT_INFO_INIT {DCKPT_CHECKPOINT_INFO_VERSION, 0, 0, NULL, 0, 0, 0, 0, 0, NULL, 0, NULL, 0, 0, 0, 0, 0}
 /* The checkpoint's summary (set out->version first, e.g. with DCKPT_CHECKPOINT_INFO_INIT); `writer` is borrowed. */
 DCKPT_API int dckpt_reader_info(dckpt_checkpoint_info *out, const dckpt_reader *reader);
 /* The name of base `index` (< num_bases) of an incremental checkpoint: a sibling directory (same parent, or key prefix
@@ -797,7 +813,7 @@ DCKPT_API int dckpt_reader_entry(dckpt_entry_info *out, const dckpt_reader *read
 /* DCKPT_ENOTFOUND if there is no such entry. */
 DCKPT_API int dckpt_reader_find(size_t *index, const dckpt_reader *reader, const char *name);
 
-#define DCKPT_CHUNK_INFO_VERSION 2
+#define DCKPT_CHUNK_INFO_VERSION 3
 typedef struct dckpt_chunk_info {
   unsigned version;
   size_t ndim;
@@ -810,8 +826,11 @@ typedef struct dckpt_chunk_info {
   /* version >= 2 */
   const char *base;         /* borrowed; "" when `file` is the checkpoint's own, else the base checkpoint (a sibling,
                              * dckpt_reader_base) whose data file it is (an incremental checkpoint) */
+  /* version >= 3 */
+  int codec;                /* dckpt_compression: how the chunk is stored */
+  uint64_t stored_length;   /* bytes it takes in `file` from file_offset (== length when stored raw) */
 } dckpt_chunk_info;
-#define DCKPT_CHUNK_INFO_INIT {DCKPT_CHUNK_INFO_VERSION, 0, NULL, NULL, NULL, 0, 0, 0, NULL}
+#define DCKPT_CHUNK_INFO_INIT {DCKPT_CHUNK_INFO_VERSION, 0, NULL, NULL, NULL, 0, 0, 0, NULL, 0, 0}
 /* Chunk `chunk` (0..num_chunks-1) of entry `entry` (as in dckpt_reader_entry); set out->version first. The pointers
  * are borrowed from the reader. */
 DCKPT_API int dckpt_reader_chunk(dckpt_chunk_info *out, const dckpt_reader *reader, size_t entry, size_t chunk);
@@ -823,7 +842,8 @@ DCKPT_API int dckpt_reader_chunk(dckpt_chunk_info *out, const dckpt_reader *read
  * overwrite or a removal of the checkpoint does not change what *data shows. A data file truncated in place by another
  * process while mapped raises SIGBUS on access, as with any mapped reader: open with map_files = 0 where that can
  * happen (this function then returns DCKPT_EUNSUPPORTED, and nothing the reader does can raise SIGBUS).
- * DCKPT_EUNSUPPORTED also where the storage cannot map. */
+ * DCKPT_EUNSUPPORTED also where the storage cannot map, and for a compressed chunk (its bytes exist only decoded:
+ * read it with dckpt_reader_read). */
 DCKPT_API int dckpt_reader_map_chunk(const void **data, uint64_t *size, dckpt_reader *reader, size_t entry,
                                      size_t chunk);
 

@@ -15,13 +15,13 @@ pub const DCKPT_PATH_INFO_VERSION: u32 = 1;
 pub const DCKPT_LEFTOVER_INFO_VERSION: u32 = 1;
 pub const DCKPT_PIECE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_DEVICE_OF_POINTER: i32 = -1;
-pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 7;
+pub const DCKPT_SAVE_OPTIONS_VERSION: u32 = 8;
 pub const DCKPT_SAVE_INFO_VERSION: u32 = 2;
 pub const DCKPT_READ_OPTIONS_VERSION: u32 = 7;
 pub const DCKPT_IO_STATS_VERSION: u32 = 4;
-pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 4;
+pub const DCKPT_CHECKPOINT_INFO_VERSION: u32 = 5;
 pub const DCKPT_ENTRY_INFO_VERSION: u32 = 1;
-pub const DCKPT_CHUNK_INFO_VERSION: u32 = 2;
+pub const DCKPT_CHUNK_INFO_VERSION: u32 = 3;
 pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 3;
 pub const DCKPT_FLATTEN_INFO_VERSION: u32 = 1;
@@ -1995,12 +1995,14 @@ pub struct dckpt_save_options {
     pub storage: *mut dckpt_storage,
     pub base: *const ::std::os::raw::c_char,
     pub full_every: ::std::os::raw::c_uint,
+    pub compression: ::std::os::raw::c_int,
+    pub compression_level: ::std::os::raw::c_int,
 }
 #[test]
 fn bindgen_test_layout_dckpt_save_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_save_options>(),
-        104usize,
+        112usize,
         concat!("Size of: ", stringify!(dckpt_save_options))
     );
     assert_eq!(
@@ -2263,7 +2265,44 @@ fn bindgen_test_layout_dckpt_save_options() {
         );
     }
     test_field_full_every();
+    fn test_field_compression() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).compression) as usize - ptr as usize
+            },
+            100usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(compression)
+            )
+        );
+    }
+    test_field_compression();
+    fn test_field_compression_level() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_save_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).compression_level) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_save_options),
+                "::",
+                stringify!(compression_level)
+            )
+        );
+    }
+    test_field_compression_level();
 }
+pub const DCKPT_COMPRESSION_NONE: dckpt_compression = 0;
+pub const DCKPT_COMPRESSION_ZSTD: dckpt_compression = 1;
+pub type dckpt_compression = ::std::os::raw::c_uint;
 extern "C" {
     pub fn dckpt_save_options_init(
         opts: *mut dckpt_save_options,
@@ -3013,12 +3052,14 @@ pub struct dckpt_checkpoint_info {
     pub num_bases: usize,
     pub chain_length: ::std::os::raw::c_uint,
     pub bytes_in_bases: u64,
+    pub stored_bytes: u64,
+    pub compressed_chunks: usize,
 }
 #[test]
 fn bindgen_test_layout_dckpt_checkpoint_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_checkpoint_info>(),
-        112usize,
+        128usize,
         concat!("Size of: ", stringify!(dckpt_checkpoint_info))
     );
     assert_eq!(
@@ -3281,6 +3322,40 @@ fn bindgen_test_layout_dckpt_checkpoint_info() {
         );
     }
     test_field_bytes_in_bases();
+    fn test_field_stored_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stored_bytes) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(stored_bytes)
+            )
+        );
+    }
+    test_field_stored_bytes();
+    fn test_field_compressed_chunks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_checkpoint_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).compressed_chunks) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_checkpoint_info),
+                "::",
+                stringify!(compressed_chunks)
+            )
+        );
+    }
+    test_field_compressed_chunks();
 }
 extern "C" {
     pub fn dckpt_reader_info(
@@ -3482,12 +3557,14 @@ pub struct dckpt_chunk_info {
     pub length: u64,
     pub checksum: u64,
     pub base: *const ::std::os::raw::c_char,
+    pub codec: ::std::os::raw::c_int,
+    pub stored_length: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_chunk_info() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_chunk_info>(),
-        72usize,
+        88usize,
         concat!("Size of: ", stringify!(dckpt_chunk_info))
     );
     assert_eq!(
@@ -3648,6 +3725,40 @@ fn bindgen_test_layout_dckpt_chunk_info() {
         );
     }
     test_field_base();
+    fn test_field_codec() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_chunk_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).codec) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_chunk_info),
+                "::",
+                stringify!(codec)
+            )
+        );
+    }
+    test_field_codec();
+    fn test_field_stored_length() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_chunk_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stored_length) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_chunk_info),
+                "::",
+                stringify!(stored_length)
+            )
+        );
+    }
+    test_field_stored_length();
 }
 extern "C" {
     pub fn dckpt_reader_chunk(
