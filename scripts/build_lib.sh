@@ -147,6 +147,10 @@ mv -f "$so.tmp" "$so"
 objs=$(bazel aquery -c opt "${core_config[@]}" 'mnemonic("CppLink", //capi:libdistckpt.so)' --output=text 2>/dev/null |
   grep -E '^\s+Inputs:' | tr ',[] ' '\n\n\n\n' | grep -E '\.(o|a|lo)$' | grep -v '/_solib' | sort -u)
 [[ -n $objs ]] || { echo "build_lib.sh: bazel aquery found no objects of //capi:libdistckpt.so" >&2; exit 1; }
+# Archives of other repositories (Debian's libzstd.a through @zstd) are named external/<repo>/...: the execroot links
+# only the repositories of the last build (the plugin's), so they are taken from the output base.
+output_base=$(bazel info output_base 2>/dev/null)
+objs=$(for o in $objs; do if [[ $o == external/* ]]; then echo "$output_base/$o"; else echo "$o"; fi; done)
 # The runtime archives: those zig's own link of a shared library names (same target, same -O2 as the toolchain's).
 echo 'void distckpt_probe(void) {}' > "$work/probe.c"
 runtime=$(cd "$work" && ZIG_GLOBAL_CACHE_DIR="$HOME/.cache/distckpt/zig-cache" \

@@ -7,6 +7,15 @@
 #include <cstring>
 #include <memory>
 
+// Debian builds zstd with tracing hooks that an application may define (weak references otherwise). Defined here as
+// "no tracing", so the core leaves no undefined zstd symbol for a program's own zstd to satisfy with another layout.
+extern "C" {
+unsigned long long ZSTD_trace_compress_begin(const void*) { return 0; }
+void ZSTD_trace_compress_end(unsigned long long, const void*) {}
+unsigned long long ZSTD_trace_decompress_begin(const void*) { return 0; }
+void ZSTD_trace_decompress_end(unsigned long long, const void*) {}
+}
+
 namespace distckpt {
 namespace {
 

@@ -339,14 +339,16 @@ def inspect_json(r: Any, path: str, layout: Optional[str] = None) -> Dict[str, A
         "writer": m.writer,
         "num_entries": len(m), "num_files": m.num_files, "total_bytes": m.total_bytes,
         "metadata_bytes": m.metadata_bytes, "checksum_block_size": m.checksum_block_size, "bases": list(m.bases),
-        "chain_length": m.chain_length, "bytes_in_bases": m.bytes_in_bases, "user": dict(m.user),
+        "chain_length": m.chain_length, "bytes_in_bases": m.bytes_in_bases, "stored_bytes": m.stored_bytes,
+        "compressed_chunks": m.compressed_chunks, "user": dict(m.user),
         "entries": [entry(e) for e in m.values()], "layout": None,
     }  # fmt: skip
     if layout is not None:
         e = _layout_entry(r, path, layout)
         doc["layout"] = {"name": e.name, "chunks": [
             {"index": i, "offsets": list(c.offsets), "lengths": list(c.lengths), "file": c.file,
-             "file_offset": c.file_offset, "length": c.length, "checksum": f"{c.checksum:016x}", "base": c.base}
+             "file_offset": c.file_offset, "length": c.length, "checksum": f"{c.checksum:016x}", "base": c.base,
+             "codec": c.codec, "stored_length": c.stored_length}
             for i, c in enumerate(e.chunks)]}  # fmt: skip
     return doc
 
@@ -373,6 +375,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 print(f"{r.path}: format {m.format}{version} (written by another library, read in place; "
                       "no checksums)")  # fmt: skip
             print(f"{len(m)} entries, {_human(m.total_bytes)} in {m.num_files} data files")
+            if m.compressed_chunks:
+                print(f"compressed: {m.compressed_chunks} chunks; {_human(m.stored_bytes)} stored "
+                      f"({m.stored_bytes / max(1, m.total_bytes):.2f} of the data)")  # fmt: skip
             if m.bases:
                 print(f"bases: {', '.join(m.bases)} (incremental: {_human(m.bytes_in_bases)} of the data lies there; "
                       f"{m.chain_length} saves since the last self-contained one)")  # fmt: skip
@@ -388,7 +393,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 for i, c in enumerate(laid.chunks):
                     box = ", ".join(f"{o}:{o + n}" for o, n in zip(c.offsets, c.lengths))
                     file = f"../{c.base}/{c.file}" if c.base else c.file
-                    print(f"  chunk {i}  [{box}]  {file} @ {c.file_offset}  {c.length} B  {c.checksum:016x}")
+                    stored = f"  zstd, {c.stored_length} B stored" if c.codec != "none" else ""
+                    print(f"  chunk {i}  [{box}]  {file} @ {c.file_offset}  {c.length} B  {c.checksum:016x}{stored}")
     except (Error, OSError) as e:
         raise CommandFailed(e, exit_status(e), args.checkpoint) from e
     return 0
