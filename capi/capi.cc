@@ -159,7 +159,7 @@ Result<SaveOptions> ToSaveOptions(const dckpt_save_options* opts) {
     if (opts->compression < 0 || opts->compression > 255) {
       return InvalidArgument("dckpt_save_options.compression " + std::to_string(opts->compression) + " is unknown");
     }
-    if (opts->compression_level != 0) o.compression_level = opts->compression_level;
+    o.compression_level = opts->compression_level;
   }
   return o;
 }

@@ -8,9 +8,10 @@ import (
 )
 
 // The golden checkpoints written by tests/golden/make_golden.cc, one per format version, must stay readable forever,
-// from Go too (v2_0 is an incremental checkpoint that reads most of its chunks from its sibling v1_2).
+// from Go too (v2_0 is an incremental checkpoint that reads most of its chunks from its sibling v1_2; v3_0 has
+// compressed chunks).
 var goldenPaths = []string{"../tests/golden/v1_all_dtypes", "../tests/golden/v1_1_all_dtypes",
-	"../tests/golden/v1_2_all_dtypes", "../tests/golden/v2_0_all_dtypes"}
+	"../tests/golden/v1_2_all_dtypes", "../tests/golden/v2_0_all_dtypes", "../tests/golden/v3_0_all_dtypes"}
 
 // goldenByte mirrors GoldenByte in tests/golden/golden_values.h.
 func goldenByte(name string, element, b uint64) byte {

@@ -157,6 +157,11 @@ type Info struct {
 	ChainLength int `json:"chain_length"`
 	// BytesInBases is how many of TotalBytes lie in its bases' data files.
 	BytesInBases uint64 `json:"bytes_in_bases"`
+	// StoredBytes is what the chunks take in data files (its own and its bases'): TotalBytes less what compression
+	// saved (SaveOptions.Compression). Equal to TotalBytes when no chunk is compressed.
+	StoredBytes uint64 `json:"stored_bytes"`
+	// CompressedChunks is how many chunks are stored compressed (Chunk.Codec not "none"); 0 below format 3.0.
+	CompressedChunks int `json:"compressed_chunks"`
 }
 
 // Info returns the checkpoint's summary.
@@ -173,10 +178,10 @@ func readerInfo(p *C.dckpt_reader) (Info, error) {
 	var ci C.dckpt_checkpoint_info
 	ci.version = C.DCKPT_CHECKPOINT_INFO_VERSION
 	err := ccall(func() C.int { return C.dckpt_reader_info(&ci, p) })
-	for older := 3; errors.Is(err, ErrVersion) && older >= 1; older-- {
-		// A library of the same ABI from before this version of the struct: version 2 has no source_version (read
-		// as ""), and version 1, from a library that reads distckpt checkpoints only, leaves source NULL (read below
-		// as distckpt, checksummed).
+	for older := 4; errors.Is(err, ErrVersion) && older >= 1; older-- {
+		// A library of the same ABI from before this version of the struct: version 4 has no stored_bytes (read as
+		// TotalBytes: nothing compressed), version 2 no source_version (read as ""), and version 1, from a library
+		// that reads distckpt checkpoints only, leaves source NULL (read below as distckpt, checksummed).
 		ci = C.dckpt_checkpoint_info{version: C.uint(older)}
 		err = ccall(func() C.int { return C.dckpt_reader_info(&ci, p) })
 	}
@@ -204,7 +209,13 @@ func readerInfo(p *C.dckpt_reader) (Info, error) {
 			bases = append(bases, C.GoString(name))
 		}
 	}
+	storedBytes, compressedChunks := uint64(ci.total_bytes), 0
+	if ci.version >= 5 {
+		storedBytes, compressedChunks = uint64(ci.stored_bytes), int(ci.compressed_chunks)
+	}
 	return Info{
+		StoredBytes:       storedBytes,
+		CompressedChunks:  compressedChunks,
 		Bases:             bases,
 		ChainLength:       int(ci.chain_length),
 		BytesInBases:      uint64(ci.bytes_in_bases),
@@ -345,6 +356,11 @@ type Chunk struct {
 	Length     uint64 // bytes
 	Checksum   uint64 // XXH3-64, see FORMAT.md section 5; 0 in a checkpoint another library wrote (it has none)
 	Base       string // "" for the checkpoint's own file; else the base checkpoint (Info.Bases) whose file it is
+	// Codec is how the chunk is stored: "none" (raw) or "zstd" (compressed per checksum block; Compression's
+	// String). Reads decode it; its Length and Checksum are of the decoded bytes.
+	Codec string
+	// StoredLength is the bytes it takes in File from FileOffset: Length when stored raw.
+	StoredLength uint64
 }
 
 // Chunks lists the chunks of entry number `entry` (Entry.Index).
@@ -371,8 +387,9 @@ func readerChunk(p *C.dckpt_reader, entry, chunk int) (Chunk, error) {
 	var ci C.dckpt_chunk_info
 	ci.version = C.DCKPT_CHUNK_INFO_VERSION
 	err := ccall(func() C.int { return C.dckpt_reader_chunk(&ci, p, C.size_t(entry), C.size_t(chunk)) })
-	if errors.Is(err, ErrVersion) { // a library from before chunk info version 2: no base
-		ci = C.dckpt_chunk_info{version: 1}
+	for older := 2; errors.Is(err, ErrVersion) && older >= 1; older-- {
+		// A library from before chunk info version 3 (no codec: stored raw) or 2 (no base).
+		ci = C.dckpt_chunk_info{version: C.uint(older)}
 		err = ccall(func() C.int { return C.dckpt_reader_chunk(&ci, p, C.size_t(entry), C.size_t(chunk)) })
 	}
 	if err != nil {
@@ -382,15 +399,21 @@ func readerChunk(p *C.dckpt_reader, entry, chunk int) (Chunk, error) {
 	if ci.version >= 2 && ci.base != nil {
 		base = C.GoString(ci.base)
 	}
+	codec, stored := CompressionNone, uint64(ci.length)
+	if ci.version >= 3 {
+		codec, stored = Compression(ci.codec), uint64(ci.stored_length)
+	}
 	return Chunk{
-		Base:       base,
-		Index:      chunk,
-		Offsets:    copyU64(ci.offsets, int(ci.ndim)),
-		Lengths:    copyU64(ci.lengths, int(ci.ndim)),
-		File:       C.GoString(ci.file),
-		FileOffset: uint64(ci.file_offset),
-		Length:     uint64(ci.length),
-		Checksum:   uint64(ci.checksum),
+		Codec:        codec.String(),
+		StoredLength: stored,
+		Base:         base,
+		Index:        chunk,
+		Offsets:      copyU64(ci.offsets, int(ci.ndim)),
+		Lengths:      copyU64(ci.lengths, int(ci.ndim)),
+		File:         C.GoString(ci.file),
+		FileOffset:   uint64(ci.file_offset),
+		Length:       uint64(ci.length),
+		Checksum:     uint64(ci.checksum),
 	}, nil
 }
 

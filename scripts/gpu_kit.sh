@@ -104,6 +104,7 @@ cp bench/gpu/gpu_bench.py "$kit/bench/"
 # Golden checkpoints written elsewhere: verifying them there checks that machine's XXH3 SIMD build (e.g. AVX-512).
 mkdir -p "$kit/golden"
 cp -R tests/golden/v1_all_dtypes tests/golden/v1_1_all_dtypes tests/golden/v1_2_all_dtypes tests/golden/v2_0_all_dtypes \
+  tests/golden/v3_0_all_dtypes \
   "$kit/golden/"
 install -m 0755 scripts/gpu_check.sh "$kit/gpu_check.sh"
 

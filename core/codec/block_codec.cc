@@ -1,11 +1,20 @@
 #include "core/codec/block_codec.h"
 
+// ZSTD_compressSequences (entropy-only frames) is in zstd's static-linking section: the core links one known build.
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 // Debian builds zstd with tracing hooks that an application may define (weak references otherwise). Defined here as
 // "no tracing", so the core leaves no undefined zstd symbol for a program's own zstd to satisfy with another layout.
@@ -35,8 +44,9 @@ struct Scratch {
 struct Contexts {
   ZSTD_CCtx* c = nullptr;
   ZSTD_DCtx* d = nullptr;
-  int level = 0;
+  int level = INT32_MIN;  // the level ctx.c is set up for
   Scratch scratch;
+  Scratch frame;  // entropy frames are built here
   ~Contexts() {
     ZSTD_freeCCtx(c);
     ZSTD_freeDCtx(d);
@@ -49,22 +59,114 @@ Contexts& Mine() {
 }
 
 template <size_t W>
-void Group(const char* src, size_t n, char* dst) {
-  for (size_t i = 0; i < n; ++i) {
+void Group(const char* src, size_t n, char* dst, size_t from = 0) {
+  for (size_t i = from; i < n; ++i) {
     for (size_t j = 0; j < W; ++j) dst[j * n + i] = src[i * W + j];
   }
 }
 
 template <size_t W>
-void Ungroup(const char* src, size_t n, char* dst) {
-  for (size_t i = 0; i < n; ++i) {
+void Ungroup(const char* src, size_t n, char* dst, size_t from = 0) {
+  for (size_t i = from; i < n; ++i) {
     for (size_t j = 0; j < W; ++j) dst[i * W + j] = src[j * n + i];
   }
 }
 
+#if defined(__SSE2__)
+// 16 elements at a time: the even and odd bytes of 16-bit lanes split with a mask, a shift and a saturating pack (SSE2,
+// every x86-64 CPU); 4-byte elements are split twice.
+inline void Split16(__m128i a, __m128i b, __m128i* even, __m128i* odd) {
+  const __m128i low = _mm_set1_epi16(0x00ff);
+  *even = _mm_packus_epi16(_mm_and_si128(a, low), _mm_and_si128(b, low));
+  *odd = _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8));
+}
+
+void Group2(const char* src, size_t n, char* dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m128i lo, hi;
+    Split16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i + 16)), &lo, &hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), lo);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + n + i), hi);
+  }
+  Group<2>(src, n, dst, i);
+}
+
+void Ungroup2(const char* src, size_t n, char* dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + n + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), _mm_unpacklo_epi8(lo, hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i + 16), _mm_unpackhi_epi8(lo, hi));
+  }
+  Ungroup<2>(src, n, dst, i);
+}
+
+void Group4(const char* src, size_t n, char* dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i* in = reinterpret_cast<const __m128i*>(src + 4 * i);
+    __m128i e0, o0, e1, o1;  // bytes 0/2 and 1/3 of elements 0..7, then 8..15
+    Split16(_mm_loadu_si128(in), _mm_loadu_si128(in + 1), &e0, &o0);
+    Split16(_mm_loadu_si128(in + 2), _mm_loadu_si128(in + 3), &e1, &o1);
+    __m128i b0, b2, b1, b3;
+    Split16(e0, e1, &b0, &b2);
+    Split16(o0, o1, &b1, &b3);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), b0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + n + i), b1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * n + i), b2);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * n + i), b3);
+  }
+  Group<4>(src, n, dst, i);
+}
+
+void Ungroup4(const char* src, size_t n, char* dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + n + i));
+    const __m128i b2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * n + i));
+    const __m128i b3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 3 * n + i));
+    const __m128i l01 = _mm_unpacklo_epi8(b0, b1), h01 = _mm_unpackhi_epi8(b0, b1);  // 16-bit halves 0|1
+    const __m128i l23 = _mm_unpacklo_epi8(b2, b3), h23 = _mm_unpackhi_epi8(b2, b3);  // 16-bit halves 2|3
+    __m128i* out = reinterpret_cast<__m128i*>(dst + 4 * i);
+    _mm_storeu_si128(out, _mm_unpacklo_epi16(l01, l23));
+    _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(l01, l23));
+    _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(h01, h23));
+    _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(h01, h23));
+  }
+  Ungroup<4>(src, n, dst, i);
+}
+#else
+void Group2(const char* src, size_t n, char* dst) { Group<2>(src, n, dst); }
+void Ungroup2(const char* src, size_t n, char* dst) { Ungroup<2>(src, n, dst); }
+void Group4(const char* src, size_t n, char* dst) { Group<4>(src, n, dst); }
+void Ungroup4(const char* src, size_t n, char* dst) { Ungroup<4>(src, n, dst); }
+#endif
+
+// Entropy-only frames: the whole input as literals (one sequence per zstd block, no match), each block within one
+// byte plane so that each gets its own Huffman table. Returns the frame size, or an error code of zstd's.
+size_t EntropyFrame(ZSTD_CCtx* c, const char* in, size_t len, size_t width, char* out, size_t capacity) {
+  thread_local std::vector<ZSTD_Sequence> seqs;
+  seqs.clear();
+  // A Huffman table per plane pays off on large planes; small blocks share one (its header would outweigh the gain).
+  constexpr size_t kMinPlaneBytes = 512;
+  if (len / width < kMinPlaneBytes) width = 1;
+  const size_t plane = len / width;
+  for (size_t p = 0; p < width; ++p) {
+    const size_t end = p + 1 == width ? len : (p + 1) * plane;
+    for (size_t at = p * plane; at < end; at += ZSTD_BLOCKSIZE_MAX) {
+      seqs.push_back(ZSTD_Sequence{0, static_cast<unsigned>(std::min<size_t>(ZSTD_BLOCKSIZE_MAX, end - at)), 0, 0});
+    }
+  }
+  return ZSTD_compressSequences(c, out, capacity, seqs.data(), seqs.size(), in, len);
+}
+
 }  // namespace
 
-int MinCompressionLevel() { return ZSTD_minCLevel(); }
+int MinCompressionLevel() { return std::max(ZSTD_minCLevel(), -7); }
 int MaxCompressionLevel() { return ZSTD_maxCLevel(); }
 
 size_t GroupWidth(uint64_t dtype_size) {
@@ -100,9 +202,9 @@ void UngroupBytes(const char* src, size_t len, size_t width, char* dst) {
 }
 
 Result<size_t> EncodeBlock(const char* src, size_t len, size_t width, int level, char* out) {
-  if (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel()) {
+  if (level < MinCompressionLevel() || level > MaxCompressionLevel()) {
     return InvalidArgument("zstd compression level " + std::to_string(level) + " is outside [" +
-                           std::to_string(ZSTD_minCLevel()) + ", " + std::to_string(ZSTD_maxCLevel()) + "]");
+                           std::to_string(MinCompressionLevel()) + ", " + std::to_string(MaxCompressionLevel()) + "]");
   }
   if (len < 2) return len;
   Contexts& ctx = Mine();
@@ -110,7 +212,11 @@ Result<size_t> EncodeBlock(const char* src, size_t len, size_t width, int level,
     if (ctx.c == nullptr) ctx.c = ZSTD_createCCtx();
     if (ctx.c == nullptr) return Status(StatusCode::kNoMemory, "cannot allocate a zstd compression context");
     ZSTD_CCtx_reset(ctx.c, ZSTD_reset_session_and_parameters);
-    size_t r = ZSTD_CCtx_setParameter(ctx.c, ZSTD_c_compressionLevel, level);
+    // The entropy mode: zstd's level 1 parameters (literal compression on), sequences given, never searched.
+    size_t r = ZSTD_CCtx_setParameter(ctx.c, ZSTD_c_compressionLevel, level == kEntropyLevel ? 1 : level);
+    if (!ZSTD_isError(r) && level == kEntropyLevel) {
+      r = ZSTD_CCtx_setParameter(ctx.c, ZSTD_c_blockDelimiters, ZSTD_sf_explicitBlockDelimiters);
+    }
     // The frame need not repeat what the metadata holds: its decoded size is the block's, and checksums cover both
     // the stored and the decoded bytes.
     if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(ctx.c, ZSTD_c_contentSizeFlag, 0);
@@ -126,12 +232,24 @@ Result<size_t> EncodeBlock(const char* src, size_t len, size_t width, int level,
     GroupBytes(src, len, width, grouped);
     input = grouped;
   }
-  // Room for one byte less than the block: a frame that would not be smaller fails with "destination too small".
-  const size_t n = ZSTD_compress2(ctx.c, out, len - 1, input, len);
-  if (ZSTD_isError(n)) {
+  if (level != kEntropyLevel) {
+    // Room for one byte less than the block: a frame that would not be smaller fails with "destination too small".
+    const size_t n = ZSTD_compress2(ctx.c, out, len - 1, input, len);
+    if (!ZSTD_isError(n)) return n;
     if (ZSTD_getErrorCode(n) == ZSTD_error_dstSize_tooSmall) return len;
     return Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
   }
+  // ZSTD_compressSequences of zstd 1.5.4 can write past a small dstCapacity: it gets the worst case's room (its own
+  // buffer), and a frame that is not smaller than the block is not kept.
+  char* frame = ctx.frame.Get(ZSTD_compressBound(len));
+  const size_t n = EntropyFrame(ctx.c, input, len, width, frame, ZSTD_compressBound(len));
+  if (ZSTD_isError(n)) {
+    // Storing the block as it is is always right, and zstd's entropy coder declines some inputs of a few bytes.
+    if (len < 4096) return len;
+    return Internal(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+  }
+  if (n >= len) return len;
+  std::memcpy(out, frame, n);
   return n;
 }
 

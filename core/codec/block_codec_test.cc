@@ -22,6 +22,20 @@ std::string Weights(size_t n, uint32_t seed) {
 }
 
 TEST(GroupBytes, RoundTripsEveryWidth) {
+  for (size_t elements : {1, 15, 16, 17, 37, 512, 1031}) {
+    std::string src(elements * 8, '\0');
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 3);
+    for (size_t width : {2, 4, 8}) {
+      const size_t len = elements * width;
+      std::string grouped(len, '\0'), back(len, '\0');
+      GroupBytes(src.data(), len, width, &grouped[0]);
+      for (size_t i = 0; i < elements; ++i) {
+        for (size_t j = 0; j < width; ++j) ASSERT_EQ(grouped[j * elements + i], src[i * width + j]) << width;
+      }
+      UngroupBytes(grouped.data(), len, width, &back[0]);
+      EXPECT_EQ(back, src.substr(0, len)) << "width " << width << ", " << elements << " elements";
+    }
+  }
   std::string src(4096, '\0');
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 3);
   for (size_t width : {1, 2, 4, 8}) {
@@ -45,14 +59,34 @@ TEST(GroupWidth, GroupsTwoFourAndEightByteElements) {
   EXPECT_EQ(GroupWidth(16), 1u);
 }
 
-TEST(EncodeBlock, ShrinksWeightsAndDecodesExactly) {
+TEST(EncodeBlock, ShrinksWeightsAndDecodesExactlyAtEveryKindOfLevel) {
   const std::string src = Weights(1 << 19, 1);
-  std::string out(src.size(), '\0'), back(src.size(), '\0');
-  auto n = EncodeBlock(src.data(), src.size(), 2, kDefaultCompressionLevel, &out[0]);
-  ASSERT_TRUE(n.ok()) << n.status().ToString();
-  EXPECT_LT(*n, src.size() * 8 / 10);  // the exponent bytes compress, the mantissas do not
-  ASSERT_TRUE(DecodeBlock(out.data(), *n, 2, &back[0], back.size()).ok());
-  EXPECT_EQ(back, src);
+  for (int level : {kEntropyLevel, 1, 3, -5}) {
+    std::string out(src.size(), '\0'), back(src.size(), '\0');
+    auto n = EncodeBlock(src.data(), src.size(), 2, level, &out[0]);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    if (level >= 0) EXPECT_LT(*n, src.size() * 8 / 10) << level;  // the exponent bytes compress, the mantissas do not
+    ASSERT_TRUE(DecodeBlock(out.data(), *n, 2, &back[0], back.size()).ok()) << level;
+    EXPECT_EQ(back, src) << level;
+  }
+}
+
+TEST(EncodeBlock, EntropyFramesCodeEachPlaneAndSmallBlocks) {
+  // fp32 whose top bytes are constant and low bytes random, in a block that is not a multiple of zstd's 128 KiB.
+  std::mt19937 rng(5);
+  for (size_t elements : {1u, 3u, 1000u, 40000u, 70001u}) {
+    std::string src(elements * 4, '\0');
+    for (size_t i = 0; i < elements; ++i) {
+      const uint32_t v = 0x3f000000u | (rng() & 0xffff);
+      std::memcpy(&src[i * 4], &v, 4);
+    }
+    std::string out(src.size(), '\0'), back(src.size(), '\0');
+    auto n = EncodeBlock(src.data(), src.size(), 4, kEntropyLevel, &out[0]);
+    ASSERT_TRUE(n.ok());
+    if (elements >= 1000) EXPECT_LT(*n, src.size() * 6 / 10) << elements;
+    ASSERT_TRUE(DecodeBlock(*n == src.size() ? src.data() : out.data(), *n, 4, &back[0], back.size()).ok());
+    EXPECT_EQ(back, src) << elements;
+  }
 }
 
 TEST(EncodeBlock, RandomBytesAreStoredRaw) {
@@ -63,9 +97,11 @@ TEST(EncodeBlock, RandomBytesAreStoredRaw) {
     std::memcpy(&src[i], &v, 8);
   }
   std::string out(src.size(), '\0'), back(src.size(), '\0');
-  auto n = EncodeBlock(src.data(), src.size(), 4, 3, &out[0]);
-  ASSERT_TRUE(n.ok());
-  EXPECT_EQ(*n, src.size());
+  for (int level : {kEntropyLevel, 3}) {
+    auto n = EncodeBlock(src.data(), src.size(), 4, level, &out[0]);
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, src.size()) << level;
+  }
   ASSERT_TRUE(DecodeBlock(src.data(), src.size(), 4, &back[0], back.size()).ok());  // a raw block is its own copy
   EXPECT_EQ(back, src);
 }
@@ -79,7 +115,7 @@ TEST(EncodeBlock, RejectsAnUnknownLevel) {
 TEST(DecodeBlock, DamageIsAnErrorNeverAnOverrun) {
   const std::string src = Weights(1 << 14, 4);
   std::string frame(src.size(), '\0');
-  auto n = EncodeBlock(src.data(), src.size(), 2, 3, &frame[0]);
+  auto n = EncodeBlock(src.data(), src.size(), 2, kEntropyLevel, &frame[0]);
   ASSERT_TRUE(n.ok());
   frame.resize(*n);
   // Every truncation, and a flipped bit at every byte: an error, or (where zstd cannot tell) the exact length; the

@@ -28,7 +28,7 @@ struct CompressedChunk {
 struct CompressedWriteOptions {
   uint64_t block_size = kDefaultChecksumBlockSize;
   uint64_t alignment = kChunkAlignment;
-  int level = 1;
+  int level = 0;  // kEntropyLevel
   bool chunk_hashes = true;
   /// Called with the decoded bytes of each block once it is written; an error aborts.
   std::function<Status(uint64_t)> progress;

@@ -142,7 +142,9 @@ def save(
             elements grouped by position first (2-, 4- and 8-byte dtypes: the exponent bytes of floats together);
             what does not shrink is stored raw, CUDA arrays are written raw. Loads decode in the read threads and
             check both the stored and the decoded bytes. None (default): no compression. The checkpoint is format 3.0.
-        compression_level: zstd's level, -7 (fastest) to 22; 0: the default (1).
+        compression_level: 0 (default): zstd's entropy coder alone over the grouped bytes (no match finding; on
+            floats as small as level 1 and about 3x faster); -7 to -1 and 1 to 22: zstd's levels with match finding,
+            for data with repeats (integer ids, masks, text).
 
     Returns:
         The checkpoint's summary. The GIL is released while writing.

@@ -11,6 +11,9 @@ A rule matches requests by method, S3 operation and key, and then, for its first
 - ``stall``: holds the request without reading it for ``seconds`` (or until the proxy stops), then closes;
 - ``call``: runs ``hook()`` (e.g. kill the server), then goes on as if no rule had matched.
 
+``rate`` (bytes per second) makes the proxy a link of that speed, shared by every connection: request bodies
+(uploads) and response bodies (downloads) pass it in turn (benchmarks of what a slow link to S3 costs).
+
 ``proxy.log`` lists what happened: (method, operation, key, what), what being the status forwarded or the rule's
 action.
 """
@@ -21,6 +24,7 @@ import http.client
 import http.server
 import socketserver
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
@@ -102,6 +106,23 @@ def call(hook: Callable[[], None], **match) -> Rule:
     return Rule("call", hook=hook, **match)
 
 
+class _Link:
+    """A link of `rate` bytes per second shared by every connection: pass(n) returns once n bytes had their turn."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.lock = threading.Lock()
+        self.free_at = time.monotonic()
+
+    def pass_bytes(self, n: int) -> None:
+        with self.lock:
+            start = max(time.monotonic(), self.free_at)
+            self.free_at = done = start + n / self.rate
+        delay = done - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
 
@@ -136,6 +157,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         body = self._body(length)
+        if proxy.link is not None and body:
+            proxy.link.pass_bytes(len(body))
         if action == "fail":
             proxy.record(self.command, op, key, f"fail {rule.status}")
             doc = (
@@ -171,7 +194,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        self.wfile.write(data)
+        if proxy.link is None:
+            self.wfile.write(data)
+            return
+        view = memoryview(data)
+        for at in range(0, len(view), 256 << 10):
+            piece = view[at : at + (256 << 10)]
+            proxy.link.pass_bytes(len(piece))
+            self.wfile.write(piece)
 
     def _body(self, length: int) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -198,8 +228,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 class FaultProxy:
     """The proxy, serving from construction until stop() (also a context manager)."""
 
-    def __init__(self, upstream: str, rules: Optional[List[Rule]] = None) -> None:
+    def __init__(self, upstream: str, rules: Optional[List[Rule]] = None, rate: Optional[float] = None) -> None:
         target = urllib.parse.urlsplit(upstream)
+        self.link = _Link(rate) if rate else None
         self.upstream = (target.hostname, target.port)
         self.rules: List[Rule] = list(rules or [])
         self.log: List[Tuple[str, str, str, object]] = []

@@ -102,7 +102,8 @@ def test_inspect_json_is_the_same_document_in_both(go_cli, ckpts):
     # What the schema (docs/cli.md) promises, checked on the shared document.
     assert set(want) == {"schema_version", "path", "format", "format_version", "format_major", "format_minor",
                          "writer", "num_entries", "num_files", "total_bytes", "metadata_bytes", "checksum_block_size",
-                         "bases", "chain_length", "bytes_in_bases", "user", "entries", "layout"}  # fmt: skip
+                         "bases", "chain_length", "bytes_in_bases", "stored_bytes", "compressed_chunks", "user",
+                         "entries", "layout"}  # fmt: skip
     assert (want["format"], want["format_version"], want["format_major"], want["format_minor"]) == ("distckpt", "1.2",
                                                                                                     1, 2)  # fmt: skip
     assert want["user"]["framework"] == "numpy" and want["layout"] is None
@@ -120,7 +121,8 @@ def test_inspect_json_is_the_same_document_in_both(go_cli, ckpts):
         go_doc, py_doc = json.loads(go.stdout), json.loads(py.stdout)
         assert go_doc == py_doc and go_doc["layout"]["name"] == entry
         chunk = go_doc["layout"]["chunks"][0]
-        assert set(chunk) == {"index", "offsets", "lengths", "file", "file_offset", "length", "checksum", "base"}
+        assert set(chunk) == {"index", "offsets", "lengths", "file", "file_offset", "length", "checksum", "base",
+                              "codec", "stored_length"}  # fmt: skip
         assert len(chunk["checksum"]) == 16
 
     # An incremental checkpoint: its bases and the chunks that lie there, the same in both.
@@ -136,6 +138,21 @@ def test_inspect_json_is_the_same_document_in_both(go_cli, ckpts):
     assert go_doc["bases"] == ["incremental-base"] and go_doc["chain_length"] == 1
     assert go_doc["bytes_in_bases"] == 16 * 8 * 4 and go_doc["format_version"] == "2.0"
     assert go_doc["layout"]["chunks"][0]["base"] == "incremental-base"
+
+    # A compressed checkpoint: stored sizes and codecs, the same in both.
+    packed = os.path.join(os.path.dirname(good), "packed")
+    w = np.repeat(np.arange(64, dtype=np.float32), 256).reshape(128, 128)
+    distckpt.save({"w": w, "noise": np.random.default_rng(0).integers(0, 255, 5000, np.uint8)}, packed,
+                  compression="zstd")  # fmt: skip
+    go = run_go(go_cli, "inspect", "--json", "--layout", "w", packed)
+    py = run_py("inspect", "--json", "--layout", "w", packed)
+    assert go.returncode == py.returncode == OK, go.stderr + py.stderr
+    go_doc, py_doc = json.loads(go.stdout), json.loads(py.stdout)
+    assert go_doc == py_doc
+    assert go_doc["format_version"] == "3.0" and go_doc["compressed_chunks"] == 1
+    assert go_doc["stored_bytes"] < go_doc["total_bytes"]
+    first = go_doc["layout"]["chunks"][0]
+    assert first["codec"] == "zstd" and first["stored_length"] < w.nbytes
 
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")

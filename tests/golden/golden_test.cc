@@ -35,6 +35,7 @@ const Golden kGoldens[] = {
     {"v1_1_all_dtypes", 1, true, 0xc2aa5804ac3575abull, 0xcc879087ad328e58ull},
     {"v1_2_all_dtypes", 2, true, 0xf3ff41b4a013a94bull, 0xcc879087ad328e58ull},
     {"v2_0_all_dtypes", 0, true, 0x960460d114ea58b9ull, 0x4a739a7cd1e8831full, 2, "v1_2_all_dtypes"},
+    {"v3_0_all_dtypes", 0, true, 0xecb5da517a3f3d7full, 0x17fcc4a1edbd64caull, 3},
 };
 
 std::string GoldenDir(const std::string& dir) {

@@ -4,6 +4,8 @@
 // With --incremental BASE, the format 2.0 golden instead (v2_0_all_dtypes): the same values saved as an incremental
 // save of the sibling golden BASE, with the first tensor split into one more piece, so that its chunks are written
 // (they differ in their boxes) and every other chunk is a reference into BASE.
+// With --compressed, the format 3.0 golden (v3_0_all_dtypes): the same values as the 1.2 one, saved with
+// compression (zstd level 3), so that every chunk that shrinks is stored compressed.
 // The committed checkpoints must stay readable forever (golden_test).
 #include <cstdio>
 #include <string>
@@ -19,16 +21,18 @@ namespace golden {
 namespace {
 
 int Main(int argc, char** argv) {
-  if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--incremental")) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR [--incremental BASE]\n", argv[0]);
+  const bool compressed = argc == 3 && std::string(argv[2]) == "--compressed";
+  if (argc != 2 && !compressed && !(argc == 4 && std::string(argv[2]) == "--incremental")) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR [--incremental BASE | --compressed]\n", argv[0]);
     return 2;
   }
   const std::string base = argc == 4 ? argv[3] : "";
-  const std::string path =
-      std::string(argv[1]) + (base.empty() ? "/v" + std::to_string(kFormatMajor) + "_" + std::to_string(kFormatMinor)
-                                           : "/v" + std::to_string(kFormatMajorReferences) + "_" +
-                                                 std::to_string(kFormatMinorReferences)) +
-      "_all_dtypes";
+  const auto version = [](int major, int minor) { return "/v" + std::to_string(major) + "_" + std::to_string(minor); };
+  const std::string path = std::string(argv[1]) +
+                           (compressed     ? version(kFormatMajorCompression, kFormatMinorCompression)
+                            : base.empty() ? version(kFormatMajor, kFormatMinor)
+                                           : version(kFormatMajorReferences, kFormatMinorReferences)) +
+                           "_all_dtypes";
   bool first = true;
   State state;
   std::vector<std::vector<uint8_t>> buffers;
@@ -62,6 +66,10 @@ int Main(int argc, char** argv) {
   SaveOptions so;
   so.checksum_block_size = 4096;
   so.base = base;
+  if (compressed) {
+    so.compression = Codec::kZstdGrouped;
+    so.compression_level = 3;  // with match finding: the golden values are too few for the entropy coder alone
+  }
   auto r = Save(path, state, nullptr, so);
   if (!r.ok()) {
     std::fprintf(stderr, "%s\n", r.status().ToString().c_str());

@@ -9,14 +9,16 @@ import (
 )
 
 type duOut struct {
-	TotalBytes uint64 `json:"total_bytes"`
-	Entries    int
-	Groups     []struct {
-		Prefix  string
-		Depth   int
-		Entries int
-		Bytes   uint64
-		Percent float64
+	TotalBytes  uint64 `json:"total_bytes"`
+	StoredBytes uint64 `json:"stored_bytes"`
+	Entries     int
+	Groups      []struct {
+		Prefix      string
+		Depth       int
+		Entries     int
+		Bytes       uint64
+		Percent     float64
+		StoredBytes uint64 `json:"stored_bytes"`
 	}
 }
 
@@ -31,6 +33,9 @@ func TestDuByPrefix(t *testing.T) {
 	for _, g := range o.Groups {
 		got[g.Prefix] = [2]uint64{uint64(g.Entries), g.Bytes}
 		order = append(order, g.Prefix)
+		if g.StoredBytes != g.Bytes { // stored raw
+			t.Errorf("%s: %d bytes stored as %d", g.Prefix, g.Bytes, g.StoredBytes)
+		}
 	}
 	const mat = 64 * 32 * 4 // every 2-d fixture tensor holds 2048 F32
 	want := map[string][2]uint64{
@@ -56,8 +61,8 @@ func TestDuByPrefix(t *testing.T) {
 	if strings.Join(order[:4], " ") != "model.* model.layers.* model.embed model.norm" {
 		t.Errorf("order %v", order)
 	}
-	if o.TotalBytes != want["model.*"][1]+want["optim.*"][1]+want["extra.*"][1] {
-		t.Errorf("total %d", o.TotalBytes)
+	if o.TotalBytes != want["model.*"][1]+want["optim.*"][1]+want["extra.*"][1] || o.StoredBytes != o.TotalBytes {
+		t.Errorf("total %d, stored %d", o.TotalBytes, o.StoredBytes)
 	}
 }
 
@@ -74,5 +79,8 @@ func TestDuDepthAndText(t *testing.T) {
 		if !strings.Contains(out, s) {
 			t.Errorf("du lacks %q:\n%s", s, out)
 		}
+	}
+	if strings.Contains(out, "STORED") || strings.Contains(out, "stored") { // only a compressed checkpoint's
+		t.Errorf("du of a checkpoint stored raw:\n%s", out)
 	}
 }

@@ -89,9 +89,9 @@ func TestInspectJSONOfASafetensorsCheckpointIsTheSharedDocument(t *testing.T) {
 	}
 	sort.Strings(keys)
 	// docs/cli.md's fields, no more: python -m distckpt prints the same document (python/tests/test_cli_agreement.py).
-	shared := []string{"bases", "bytes_in_bases", "chain_length", "checksum_block_size", "entries", "format",
-		"format_major", "format_minor", "format_version", "layout", "metadata_bytes", "num_entries", "num_files", "path",
-		"schema_version", "total_bytes", "user", "writer"}
+	shared := []string{"bases", "bytes_in_bases", "chain_length", "checksum_block_size", "compressed_chunks",
+		"entries", "format", "format_major", "format_minor", "format_version", "layout", "metadata_bytes", "num_entries",
+		"num_files", "path", "schema_version", "stored_bytes", "total_bytes", "user", "writer"}
 	if !reflect.DeepEqual(keys, shared) {
 		t.Fatalf("keys %v, want %v", keys, shared)
 	}

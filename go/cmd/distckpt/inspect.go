@@ -14,7 +14,10 @@ var inspectCommand = &command{
 	summary: "show a checkpoint's entries (dtype, shape, bytes, chunks) and user metadata",
 	help: `
 --layout NAME also shows which chunk of entry NAME covers which box of the tensor ([start:end) per dimension) and
-where it is stored (data file, offset, length, checksum).
+where it is stored (data file, offset, length, checksum; a compressed chunk also its codec and stored length).
+
+A checkpoint saved with compression (format 3.0) has a "compressed" line: how many chunks are stored compressed,
+what the data takes in the data files, and that as a share of the data bytes.
 
 "info" is another name for inspect (python -m distckpt's); both CLIs print the same JSON (docs/cli.md).
 
@@ -24,18 +27,23 @@ offset), with checksum "-" in --layout. User values longer than 100 characters a
 their size; --json gives them whole.
 
 In JSON, "format" is "distckpt", "safetensors" or "torch-dcp"; "format_version" the version that format records
-of itself ("1.2" for distckpt, a DCP .metadata's "1.0.0"; null where it records none: safetensors, older DCP);
-"format_major" and "format_minor" are distckpt's format version, null for a checkpoint another library wrote. Such
-a checkpoint's "writer" is the library ("safetensors", "torch.distributed.checkpoint") and its checksums are 0.
+of itself ("1.2" for distckpt, "2.0" for an incremental checkpoint, "3.0" for one with compressed chunks; a DCP
+.metadata's "1.0.0"; null where it records none: safetensors, older DCP); "format_major" and "format_minor" are
+distckpt's format version, null for a checkpoint another library wrote. Such a checkpoint's "writer" is the library
+("safetensors", "torch.distributed.checkpoint") and its checksums are 0. "stored_bytes" is "total_bytes" less what
+compression saved; a chunk's "stored_length" is what it takes in its file ("length" when its "codec" is "none").
 
 JSON: {"schema_version": 1, "path": str, "format": str, "format_version": str|null, "format_major": int|null,
   "format_minor": int|null, "writer": str, "num_entries": int,
   "num_files": int, "total_bytes": int, "metadata_bytes": int, "checksum_block_size": int,
+  "bases": [str], "chain_length": int, "bytes_in_bases": int,
+  "stored_bytes": int (what the chunks take in data files), "compressed_chunks": int,
   "user": {str: str},
   "entries": [{"name": str, "kind": "tensor"|"bytes", "dtype": str|null, "shape": [int]|null, "bytes": int,
                "chunks": int}],
   "layout": null | {"name": str, "chunks": [{"index": int, "offsets": [int], "lengths": [int], "file": str,
-               "file_offset": int, "length": int, "checksum": str (16 hex digits)}]}}`,
+               "file_offset": int, "length": int, "checksum": str (16 hex digits), "base": str,
+               "codec": "none"|"zstd", "stored_length": int}]}}`,
 	run: runInspect,
 }
 
@@ -58,14 +66,16 @@ func toEntryJSON(e distckpt.Entry) entryJSON {
 }
 
 type chunkJSON struct {
-	Index      int      `json:"index"`
-	Offsets    []uint64 `json:"offsets"`
-	Lengths    []uint64 `json:"lengths"`
-	File       string   `json:"file"`
-	FileOffset uint64   `json:"file_offset"`
-	Length     uint64   `json:"length"`
-	Checksum   string   `json:"checksum"`
-	Base       string   `json:"base"` // "" for the checkpoint's own file; else the base checkpoint it lies in
+	Index        int      `json:"index"`
+	Offsets      []uint64 `json:"offsets"`
+	Lengths      []uint64 `json:"lengths"`
+	File         string   `json:"file"`
+	FileOffset   uint64   `json:"file_offset"`
+	Length       uint64   `json:"length"`
+	Checksum     string   `json:"checksum"`
+	Base         string   `json:"base"`          // "" for the checkpoint's own file; else the base checkpoint it lies in
+	Codec        string   `json:"codec"`         // "none" (raw) or "zstd"
+	StoredLength uint64   `json:"stored_length"` // bytes it takes in its file (Length when raw)
 }
 
 // formatName is how the text output names a checkpoint's format: "safetensors", "PyTorch DCP", or the library's name
@@ -167,13 +177,16 @@ func runInspect(c *ctx, args []string) int {
 			Bases             []string          `json:"bases"`
 			ChainLength       int               `json:"chain_length"`
 			BytesInBases      uint64            `json:"bytes_in_bases"`
+			StoredBytes       uint64            `json:"stored_bytes"`
+			CompressedChunks  int               `json:"compressed_chunks"`
 			User              map[string]string `json:"user"`
 			Entries           []entryJSON       `json:"entries"`
 			Layout            *layoutJSON       `json:"layout"`
 		}{Path: pos[0], Format: info.Format, FormatVersion: strOrNil(formatVersion(info)), Writer: info.Writer,
 			NumEntries: info.NumEntries, NumFiles: info.NumFiles, TotalBytes: info.TotalBytes,
 			MetadataBytes: info.MetadataBytes, ChecksumBlockSize: info.ChecksumBlockSize, Bases: info.Bases,
-			ChainLength: info.ChainLength, BytesInBases: info.BytesInBases, User: user, Entries: []entryJSON{}}
+			ChainLength: info.ChainLength, BytesInBases: info.BytesInBases, StoredBytes: info.StoredBytes,
+			CompressedChunks: info.CompressedChunks, User: user, Entries: []entryJSON{}}
 		if out.Bases == nil {
 			out.Bases = []string{}
 		}
@@ -187,7 +200,7 @@ func runInspect(c *ctx, args []string) int {
 			out.Layout = &layoutJSON{Name: laid.Name, Chunks: []chunkJSON{}}
 			for _, ch := range chunks {
 				out.Layout.Chunks = append(out.Layout.Chunks, chunkJSON{ch.Index, ch.Offsets, ch.Lengths, ch.File,
-					ch.FileOffset, ch.Length, fmt.Sprintf("%016x", ch.Checksum), ch.Base})
+					ch.FileOffset, ch.Length, fmt.Sprintf("%016x", ch.Checksum), ch.Base, ch.Codec, ch.StoredLength})
 			}
 		}
 		c.writeJSON(out)
@@ -216,6 +229,15 @@ func runInspect(c *ctx, args []string) int {
 			plural(info.NumEntries, "entry", "entries"), plural(tensors, "tensor", "tensors"),
 			plural(info.NumEntries-tensors, "bytes entry", "bytes entries"),
 			plural(info.NumFiles, "data file", "data files"), humanBytes(info.TotalBytes), humanBytes(info.MetadataBytes))
+	}
+	if info.CompressedChunks > 0 {
+		data := info.TotalBytes
+		if data == 0 {
+			data = 1
+		}
+		fmt.Fprintf(c.stdout, "compressed  %s; %s stored (%.2f of the data)\n",
+			plural(info.CompressedChunks, "chunk", "chunks"), humanBytes(info.StoredBytes),
+			float64(info.StoredBytes)/float64(data))
 	}
 	if len(info.Bases) > 0 {
 		fmt.Fprintf(c.stdout, "bases       %s (incremental: %s of the data lies there; %s since the last self-contained save)\n",
@@ -260,6 +282,9 @@ func runInspect(c *ctx, args []string) int {
 			file := ch.File
 			if ch.Base != "" {
 				file = "../" + ch.Base + "/" + ch.File
+			}
+			if ch.Codec != distckpt.CompressionNone.String() { // as python -m distckpt inspect shows it
+				sum += fmt.Sprintf("  %s, %d B stored", ch.Codec, ch.StoredLength)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", ch.Index, box, file, ch.FileOffset, ch.Length, sum)
 		}

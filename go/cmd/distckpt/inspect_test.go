@@ -19,6 +19,9 @@ func TestInspectText(t *testing.T) {
 			t.Errorf("inspect output lacks %q:\n%s", s, out)
 		}
 	}
+	if strings.Contains(out, "compressed") || strings.Contains(out, "stored") { // only a compressed checkpoint's
+		t.Errorf("inspect of a checkpoint stored raw:\n%s", out)
+	}
 }
 
 // Issue 38: a DCP checkpoint's planner data is a user value of thousands of characters: the text output shows its
@@ -68,6 +71,9 @@ func TestInspectJSONAndLayout(t *testing.T) {
 	var o struct {
 		FormatMajor       int    `json:"format_major"`
 		ChecksumBlockSize uint64 `json:"checksum_block_size"`
+		TotalBytes        uint64 `json:"total_bytes"`
+		StoredBytes       uint64 `json:"stored_bytes"`
+		CompressedChunks  *int   `json:"compressed_chunks"`
 		User              map[string]string
 		Entries           []struct {
 			Name, Kind string
@@ -85,6 +91,8 @@ func TestInspectJSONAndLayout(t *testing.T) {
 				FileOffset       uint64 `json:"file_offset"`
 				Length           uint64
 				Checksum         string
+				Codec            string
+				StoredLength     uint64 `json:"stored_length"`
 			}
 		}
 	}
@@ -92,7 +100,8 @@ func TestInspectJSONAndLayout(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	if o.FormatMajor != 1 || o.ChecksumBlockSize != fixtures.BlockSize || o.User["step"] != "3" ||
-		len(o.Entries) != len(fixtures.Standard)+1 {
+		len(o.Entries) != len(fixtures.Standard)+1 || o.StoredBytes != o.TotalBytes || o.CompressedChunks == nil ||
+		*o.CompressedChunks != 0 {
 		t.Fatalf("%+v", o)
 	}
 	for _, e := range o.Entries {
@@ -108,7 +117,8 @@ func TestInspectJSONAndLayout(t *testing.T) {
 	}
 	c := o.Layout.Chunks[1]
 	if c.Offsets[0] != 32 || c.Lengths[0] != 32 || c.Lengths[1] != 32 || c.File != "data-00000.bin" ||
-		c.FileOffset%4096 != 0 || c.Length != 32*32*4 || len(c.Checksum) != 16 {
+		c.FileOffset%4096 != 0 || c.Length != 32*32*4 || len(c.Checksum) != 16 || c.Codec != "none" ||
+		c.StoredLength != c.Length {
 		t.Errorf("chunk 1: %+v", c)
 	}
 }
