@@ -25,8 +25,8 @@ export GOPROXY=off GOFLAGS=-buildvcs=false GO111MODULE=on
 
 go vet ./... || { echo "go tests: 0 passed, 1 failed, 0 skipped (go vet)"; exit 1; }
 
-log=$(mktemp) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+log=$(mktemp) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -f "$log"; chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 go test -count=1 -v ./... >"$log" 2>&1
 rc=$?

@@ -47,8 +47,8 @@ export PKG_CONFIG_PATH="$root/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 # libdistckpt.so finds the plugin beside itself.
 export DCKPT_GLOO_PLUGIN="$root/lib/libdistckpt_gloo.so"
 
-log=$(mktemp) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+log=$(mktemp) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -f "$log"; rm -rf "$work"' EXIT
 
 # Formatting: rustfmt.toml holds the style; a difference fails the run (fix it with `cargo fmt` in rust/).

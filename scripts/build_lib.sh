@@ -74,7 +74,7 @@ mkdir -p "$root/lib/pkgconfig" "$root/lib/cmake/distckpt" "$root/lib/.debug" "$r
   "$root/share/distckpt"
 install -m 0644 capi/include/distckpt/distckpt.h "$root/include/distckpt/distckpt.h"
 version=$(sed -n 's/^#define DCKPT_VERSION_STRING "\(.*\)"/\1/p' capi/include/distckpt/distckpt.h)
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 
 # --- the shared library and the Gloo plugin ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ fi
 repo=$PWD
 zig=$(scripts/install_zig.sh)
 zig_cache=$HOME/.cache/distckpt/zig-cache
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 mkdir -p dist
 
@@ -115,7 +115,7 @@ repair_and_pack() {
 pip_wheel() {
   local py=$1 tree_=$2 cdir=$3 out=$4
   local scratch
-  scratch=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+  scratch=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
   # setuptools reads DIST_EXTRA_CONFIG as one more setup.cfg: the build and egg-info directories stay private.
   printf '[build]\nbuild_base = %s/build\n[egg_info]\negg_base = %s\n' "$scratch" "$scratch" > "$scratch/setup.cfg"
   env DIST_EXTRA_CONFIG="$scratch/setup.cfg" DISTCKPT_PREBUILT="$tree_" DISTCKPT_LINK=static \

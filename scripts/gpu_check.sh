@@ -38,7 +38,7 @@ mkdir -p "$1/logs" || exit 2
 out=$(cd "$1" && pwd)
 py=${PYTHON:-python3}
 step_timeout=${GPU_CHECK_STEP_TIMEOUT:-240}
-work=$(mktemp -d "${TMPDIR:-/tmp}/distckpt-gpu-check.XXXXXX") || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/distckpt-gpu-check.XXXXXX") || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 t_start=$(date +%s)
 

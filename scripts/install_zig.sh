@@ -21,7 +21,7 @@ if [[ ! -x $dir/zig ]]; then
     aarch64) plat=manylinux_2_17_aarch64 ;;
     *) echo "install_zig.sh: no ziglang wheel for $(uname -m)" >&2; exit 1 ;;
   esac
-  work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+  work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
   trap 'rm -rf "$work"' EXIT
   python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --platform "$plat" \
     "ziglang==$version" -d "$work" >&2

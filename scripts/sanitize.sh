@@ -21,7 +21,7 @@ esac
 
 startup=()
 [[ -n "${BAZEL_OUTPUT_BASE:-}" ]] && startup=(--output_base="$BAZEL_OUTPUT_BASE")
-log=$(mktemp) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+log=$(mktemp) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -f "$log"' EXIT
 
 # Test targets that //... leaves out.

@@ -32,7 +32,7 @@ fi
 passed=0
 failed=0
 failures=()  # "SUITE: line" for each failing test a suite's log names, printed again at the end
-log=$(mktemp) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+log=$(mktemp) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -f "$log"' EXIT
 
 count() {  # adds the last "N passed" / "M failed" figures of a log to the totals

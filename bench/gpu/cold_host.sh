@@ -28,7 +28,7 @@ fake="$(bazel info -c opt bazel-bin 2>/dev/null)/core/cuda/libfake_cuda.so"
 (cd rust && DISTCKPT_LIB_DIR="$root/lib" cargo build --release --offline --config debian-registry.toml -q -p distckpt \
   --example gpu_load)
 load=rust/target/release/examples/gpu_load
-ck=$(mktemp -d "$dir/distckpt-cold.XXXXXX") || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+ck=$(mktemp -d "$dir/distckpt-cold.XXXXXX") || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$ck"' EXIT
 "$py" -c "
 import sys, numpy as np, distckpt

@@ -40,8 +40,8 @@ namespace {
 using launcher::Launch;
 using launcher::LaunchSpec;
 using launcher::RankResult;
-using testing_util::MakeTempDir;
 using testing_util::CheckCheckpoint;
+using testing_util::MakeTempDir;
 
 constexpr uint64_t kMiB = 3;
 
@@ -53,16 +53,24 @@ struct Mode {
   const char* name;
   int world;
   bool async;
+  bool compressed = false;  // SaveOptions::compression: each rank lays its data file out as it writes
 };
-const Mode kModes[] = {{"single", 1, false}, {"async", 1, true}, {"3-ranks", 3, false}};
+const Mode kModes[] = {
+    {"single", 1, false}, {"async", 1, true}, {"3-ranks", 3, false}, {"3-ranks-zstd", 3, false, true}};
 
 std::vector<RankResult> RunSave(const Mode& m, const std::string& path, uint64_t variant, bool overwrite,
                                 const std::string& faults, int fault_rank, std::chrono::milliseconds kill_after) {
   LaunchSpec spec;
   spec.program = Worker();
   spec.world_size = m.world;
-  spec.args = {"--mode", "save", "--path", path, "--variant", std::to_string(variant), "--mb", std::to_string(kMiB),
-               "--overwrite", overwrite ? "1" : "0", "--async", m.async ? "1" : "0", "--timeout-ms", "5000"};
+  spec.args = {"--mode",        "save",
+               "--path",        path,
+               "--variant",     std::to_string(variant),
+               "--mb",          std::to_string(kMiB),
+               "--overwrite",   overwrite ? "1" : "0",
+               "--async",       m.async ? "1" : "0",
+               "--timeout-ms",  "5000",
+               "--compression", m.compressed ? "1" : "0"};
   if (!faults.empty()) {
     spec.args.insert(spec.args.end(), {"--faults", faults, "--fault-rank", std::to_string(fault_rank)});
   }
@@ -219,8 +227,8 @@ TEST_F(CrashSuite, AKilledSaveLeavesTheOldOrTheNewCheckpointAndRecognisableLefto
     const bool overwrite = (t / 3) % 2 == 1;
     const bool at_step = (t / 6) % 2 == 0;
     const int victim = m.world == 3 ? static_cast<int>((t / 12) % 2) : 0;  // the coordinator, or rank 1
-    const std::string key = std::string(m.name) + (overwrite ? " overwrite" : " new") + " rank" +
-                            std::to_string(victim);
+    const std::string key =
+        std::string(m.name) + (overwrite ? " overwrite" : " new") + " rank" + std::to_string(victim);
     if (measured.count(key) == 0) measured[key] = Measure(m, overwrite, victim);
 
     const std::string dir = MakeTempDir("crash-");
@@ -245,8 +253,8 @@ TEST_F(CrashSuite, AKilledSaveLeavesTheOldOrTheNewCheckpointAndRecognisableLefto
     bool new_committed = false;
     int leftovers = 0;
     const std::vector<std::string> problems = CheckAfterKill(dir, overwrite, cli, &new_committed, &leftovers);
-    const std::string outcome = std::string(new_committed ? "new committed" : "old only") +
-                                (leftovers ? ", leftovers cleaned" : "");
+    const std::string outcome =
+        std::string(new_committed ? "new committed" : "old only") + (leftovers ? ", leftovers cleaned" : "");
     outcomes[std::string(m.name) + (overwrite ? " overwrite " : " new ") + (at_step ? "at-step" : "at-time") + " -> " +
              outcome]++;
     if (!problems.empty()) {
@@ -256,7 +264,8 @@ TEST_F(CrashSuite, AKilledSaveLeavesTheOldOrTheNewCheckpointAndRecognisableLefto
       std::string logs;
       for (const RankResult& r : results) logs += r.log;
       ADD_FAILURE() << "trial " << t << " (seed " << seed << "): " << m.name << (overwrite ? " overwrite" : " new")
-                    << ", killed " << kill << ":" << all << "\n" << logs;
+                    << ", killed " << kill << ":" << all << "\n"
+                    << logs;
     }
   }
   std::printf("crash suite: %llu trials, seed %llu, %d failed\n", static_cast<unsigned long long>(trials),
@@ -276,8 +285,8 @@ TEST_F(CrashSuite, ASaveKilledAtEveryStorageStepLeavesTheOldOrTheNewCheckpoint) 
     bool overwrite;
     int victim;
   };
-  const Case kCases[] = {{0, false, 0}, {0, true, 0}, {1, false, 0}, {1, true, 0},
-                         {2, false, 0}, {2, true, 0}, {2, false, 1}, {2, true, 1}};
+  const Case kCases[] = {{0, false, 0}, {0, true, 0},  {1, false, 0}, {1, true, 0},  {2, false, 0},
+                         {2, true, 0},  {2, false, 1}, {2, true, 1},  {3, false, 0}, {3, true, 1}};
   int trials = 0, committed = 0, failures = 0;
   for (const Case& c : kCases) {
     const Mode& m = kModes[c.mode];
@@ -299,11 +308,14 @@ TEST_F(CrashSuite, ASaveKilledAtEveryStorageStepLeavesTheOldOrTheNewCheckpoint) 
       for (const std::string& p : problems) all += "\n  " + p;
       for (const RankResult& r : results) logs += r.log;
       ADD_FAILURE() << m.name << (c.overwrite ? " overwrite" : " new") << ", rank " << c.victim << " killed at step "
-                    << step << " of " << n << ":" << all << "\n" << logs;
+                    << step << " of " << n << ":" << all << "\n"
+                    << logs;
     }
   }
-  std::printf("crash sweep: %d trials (every storage step of 8 mode/scenario/rank cases), %d committed the new "
-              "checkpoint, %d failed\n", trials, committed, failures);
+  std::printf(
+      "crash sweep: %d trials (every storage step of 8 mode/scenario/rank cases), %d committed the new "
+      "checkpoint, %d failed\n",
+      trials, committed, failures);
   EXPECT_EQ(failures, 0);
 }
 
@@ -379,8 +391,8 @@ struct Race {
 // before either commits). Exactly one wins; the other fails with a clear "exists" error naming the path and commits
 // nothing; the winner's checkpoint loads exactly, and nothing of the loser's is left.
 TEST_F(CrashSuite, OfTwoJobsSavingToOnePathOneWinsAndTheOtherSaysWhy) {
-  const Race kRaces[] = {{"single", 0, false}, {"single-overwrite", 0, true}, {"async", 1, false},
-                         {"async-overwrite", 1, true}, {"3-ranks", 2, false}, {"3-ranks-overwrite", 2, true}};
+  const Race kRaces[] = {{"single", 0, false},         {"single-overwrite", 0, true}, {"async", 1, false},
+                         {"async-overwrite", 1, true}, {"3-ranks", 2, false},         {"3-ranks-overwrite", 2, true}};
   const int rounds = static_cast<int>(EnvOr("DCKPT_RACE_ROUNDS", 2));
   for (const Race& race : kRaces) {
     for (int round = 0; round < rounds; ++round) {

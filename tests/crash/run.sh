@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(scripts/build_lib.sh) || { echo "crash: 0 passed, 1 failed (scripts/build_lib.sh)"; exit 1; }
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 if ! (cd go/cmd/distckpt && PKG_CONFIG_PATH="$root/lib/pkgconfig" GOPROXY=off GOFLAGS=-buildvcs=false \
       go build -o "$work/distckpt" .); then

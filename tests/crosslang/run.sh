@@ -28,7 +28,7 @@ export PKG_CONFIG_PATH="$root/lib/pkgconfig" LD_LIBRARY_PATH="$root/lib" DISTCKP
 export GOPROXY=off GOFLAGS=-buildvcs=false
 bazel build -c opt //tests/multiprocess:reshard_worker //tools/launcher:launch >/dev/null 2>&1 || { failed=1; finish; }
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 s3_pid=
 trap '[[ -n $s3_pid ]] && kill "$s3_pid" 2>/dev/null; rm -rf "$work"' EXIT
 

@@ -3,7 +3,7 @@
 // over Gloo when started by tools/launcher (DCKPT_RANK, DCKPT_WORLD_SIZE, DCKPT_RENDEZVOUS).
 //
 //   fault_worker --mode save|load|remove --path CKPT [--variant V] [--mb MIB] [--overwrite 1] [--async 1]
-//                [--base NAME] [--faults SPEC --fault-rank R] [--timeout-ms T] [--sync 0]
+//                [--base NAME] [--compression 1] [--faults SPEC --fault-rank R] [--timeout-ms T] [--sync 0]
 //
 // `remove` removes the checkpoint (RemoveCheckpoint, through the faults); `--base` makes `save` incremental.
 //
@@ -39,7 +39,7 @@ int Main(int argc, char** argv) {
   std::string mode, path, faults, base;
   uint64_t variant = 0, mib = 2, timeout_ms = 0;
   int fault_rank = 0;
-  bool overwrite = false, async = false, sync = true;
+  bool overwrite = false, async = false, sync = true, compression = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--mode") mode = v;
@@ -51,6 +51,7 @@ int Main(int argc, char** argv) {
     else if (k == "--sync") sync = v != "0";
     else if (k == "--faults") faults = v;
     else if (k == "--base") base = v;
+    else if (k == "--compression") compression = v == "1";
     else if (k == "--fault-rank") fault_rank = std::atoi(v.c_str());
     else if (k == "--timeout-ms") timeout_ms = std::strtoull(v.c_str(), nullptr, 10);
   }
@@ -98,6 +99,7 @@ int Main(int argc, char** argv) {
     so.checksum_block_size = 64 << 10;
     so.storage = fault_storage.get();
     so.base = base;
+    if (compression) so.compression = Codec::kZstdGrouped;
     if (async) {
       auto future = SaveAsync(path, state.state(), comm.get(), so);
       if (!future.ok()) return Error(rank, future.status());

@@ -15,7 +15,7 @@ failed=0
 # check STATUS NAME: the status comes first, taken before NAME is expanded (a command substitution in NAME would
 # otherwise set $? itself).
 check() { if [[ $1 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 
 if [[ ! -x $py ]]; then

@@ -29,7 +29,7 @@ subnet=10.213.$(( $$ % 200 + 10 ))
 # Addresses of this test's own namespaces; traffic never leaves them (so Redis may run without protected mode).
 addr_a=$subnet.1
 port=6380
-workdir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns-XXXXXX") || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+workdir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/netns-XXXXXX") || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 hosts=()
 
 cleanup() {

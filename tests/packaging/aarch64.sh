@@ -23,7 +23,7 @@ if ! why=$(chroot_possible); then
   finish aarch64
   exit 0
 fi
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 box=$work/box
 mkdir -p "$box"

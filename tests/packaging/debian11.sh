@@ -25,7 +25,7 @@ if ! why=$(chroot_possible); then
   finish debian11
   exit 0
 fi
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 box=$work/box  # what goes into the root, at /work
 mkdir -p "$box"

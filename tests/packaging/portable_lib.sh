@@ -22,8 +22,8 @@ cd "$(dirname "$0")/../.."
 source tests/packaging/common.sh
 # shellcheck source=../consumers/portable.sh
 source tests/consumers/portable.sh
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
-copy=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
+copy=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work" "$copy"' EXIT
 
 tree=$work/dist

@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
 source tests/packaging/common.sh
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/distckpt/ccache}
 gxx=(CC="ccache gcc" CXX="ccache g++")
@@ -46,7 +46,7 @@ python_of() {  # X.Y: pyenv's newest CPython X.Y, else pythonX.Y on PATH
 
 check_installed() {  # VENV: check_install.py with the venv's python, from a directory outside the checkout
   local run out rc
-  run=$(mktemp -d -p "$work" run.XXXX) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+  run=$(mktemp -d -p "$work" run.XXXX) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
   out=$(cd "$run" && env -u PYTHONPATH -u LD_LIBRARY_PATH "$1/bin/python" -I "$repo/tests/packaging/check_install.py" \
     "$repo" "$run" 2>&1)
   rc=$?
@@ -112,7 +112,7 @@ nobazel=()
 IFS=: read -ra dirs <<<"$PATH"
 for d in "${dirs[@]}"; do
   if [[ -e $d/bazel ]]; then
-    mirror=$(mktemp -d -p "$work" path.XXXX) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+    mirror=$(mktemp -d -p "$work" path.XXXX) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
     find "$d/" -maxdepth 1 -mindepth 1 ! -name 'bazel*' -exec ln -s {} "$mirror/" \;
     d=$mirror
   fi

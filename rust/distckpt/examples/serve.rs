@@ -5,6 +5,8 @@
 //! As a server does before it serves, every weight is loaded up front with `map_all()`: read in, mapped and verified
 //! in place, in parallel. The weights are then zero-copy views into the mapping when stored as F32 in one chunk (the
 //! safetensors/candle loading path); BF16/F16/float8 weights are converted to f32 once, and sharded ones are read.
+//! A compressed chunk (a checkpoint saved with `SaveOptions::compression`) has no mapping: `map_all()` decodes it
+//! into a verified copy that the checkpoint keeps, and its view is that copy.
 //! The input is the checkpoint's "input" tensor. Prints one `output[i] = value` line per output; tests/serve.rs
 //! compares them with the checkpoint's "reference.output", which the writer computed independently.
 use std::borrow::Cow;
@@ -19,7 +21,11 @@ fn weight<'a>(ckpt: &'a Checkpoint, name: &str) -> Result<(Cow<'a, [f32]>, &'sta
     let e = ckpt.entry(name)?;
     if e.dtype() == Dtype::F32 {
         match ckpt.view::<f32>(name) {
-            Ok(v) => return Ok((Cow::Borrowed(v.as_slice()), "zero-copy view")),
+            Ok(v) => {
+                let compressed = e.num_chunks() == 1 && ckpt.chunk(&e, 0)?.codec.is_compressed();
+                let how = if compressed { "decoded copy (compressed)" } else { "zero-copy view" };
+                return Ok((Cow::Borrowed(v.as_slice()), how));
+            }
             Err(err) if err.code() == ErrorCode::Unsupported => {} // sharded: assemble it below
             Err(err) => return Err(err),
         }

@@ -177,6 +177,66 @@ pub struct ChunkInfo<'a> {
     pub checksum: u64,
     /// `""` when `file` is the checkpoint's own; else the base checkpoint ([`CheckpointInfo::bases`]) it lies in.
     pub base: &'a str,
+    /// How the chunk is stored: [`Compression::None`] (raw: its `length` bytes lie in `file` as the tensor has them),
+    /// or compressed ([`Compression::Zstd`]), when its bytes exist only decoded: reads decode it, and a view of it is
+    /// a decoded copy, not a mapping (see [`crate::view`]). `None` from a library older than compression.
+    pub codec: Compression,
+    /// Bytes the chunk takes in `file` from `file_offset`: `length` when stored raw, less when compressed.
+    pub stored_length: u64,
+}
+
+/// How chunks are stored (`dckpt_compression`): what [`SaveOptions::compression`](crate::SaveOptions::compression)
+/// asks a save for, and what [`ChunkInfo::codec`] says of each chunk. The values are the C ABI's, never renumbered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Compression {
+    /// Raw: every chunk's bytes lie in its data file as the tensor has them, so views map them in place.
+    #[default]
+    None,
+    /// zstd, per checksum block, the bytes of its elements grouped by position first (2-, 4- and 8-byte dtypes: the
+    /// exponent bytes of floats together). A block that does not shrink is stored raw, and a chunk none of whose
+    /// blocks shrink is a raw chunk; device pieces are written raw. The checkpoint is format 3.0, which releases
+    /// before compression refuse (`Version`). Reads decode in the read threads, checking the stored bytes and the
+    /// decoded ones; a compressed chunk cannot be mapped (its bytes exist only decoded).
+    Zstd,
+    /// A codec newer than this crate (the raw value). As a save option, the library judges it.
+    Unknown(i32),
+}
+
+impl Compression {
+    /// The value of a C `dckpt_compression`.
+    pub fn from_raw(v: i32) -> Compression {
+        match v {
+            v if v == sys::DCKPT_COMPRESSION_NONE as i32 => Compression::None,
+            v if v == sys::DCKPT_COMPRESSION_ZSTD as i32 => Compression::Zstd,
+            other => Compression::Unknown(other),
+        }
+    }
+
+    /// The C value (`DCKPT_COMPRESSION_*`).
+    pub fn raw(self) -> i32 {
+        match self {
+            Compression::None => sys::DCKPT_COMPRESSION_NONE as i32,
+            Compression::Zstd => sys::DCKPT_COMPRESSION_ZSTD as i32,
+            Compression::Unknown(v) => v,
+        }
+    }
+
+    /// Whether a chunk stored so is compressed (anything but [`Compression::None`]).
+    pub fn is_compressed(self) -> bool {
+        self != Compression::None
+    }
+}
+
+/// "none", "zstd" (Python's `codec` strings), or "codec N" for one newer than this crate.
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Zstd => f.write_str("zstd"),
+            Compression::Unknown(v) => write!(f, "codec {v}"),
+        }
+    }
 }
 
 /// What wrote a checkpoint: distckpt, or another library whose files the core reads in place, with no conversion
@@ -258,6 +318,11 @@ pub struct CheckpointInfo {
     pub chain_length: u32,
     /// Of `total_bytes`, those that lie in its bases' data files.
     pub bytes_in_bases: u64,
+    /// What the chunks take in data files (its own and its bases'): `total_bytes` less what compression saved
+    /// ([`SaveOptions::compression`](crate::SaveOptions::compression)); `total_bytes` without compression.
+    pub stored_bytes: u64,
+    /// Chunks stored compressed ([`ChunkInfo::codec`]); 0 without compression. Views of them are decoded copies.
+    pub compressed_chunks: usize,
 }
 
 /// I/O counters (`dckpt_io_stats`).
@@ -300,9 +365,13 @@ impl IoStats {
 pub struct Checkpoint {
     raw: *mut sys::dckpt_reader,
     path: PathBuf,
-    /// Views' copies where the reader maps nothing (`map_files: false`), by entry and chunk index, kept until drop:
-    /// views borrow from them, so entries are never removed.
+    /// Views' copies of the chunks the reader does not map (all of them with `map_files: false`, compressed ones
+    /// always), by entry and chunk index, kept until drop: views borrow from them, so entries are never removed.
     pub(crate) copies: Mutex<HashMap<(usize, usize), Arc<CopiedChunk>>>,
+    /// The options it was opened with that [`Checkpoint::map_entries`] needs where it cannot hand everything to the
+    /// library (compressed chunks): whether the reader maps files and verifies what it reads.
+    pub(crate) map_files: bool,
+    pub(crate) verify: bool,
     /// The storage it reads from, kept alive while the reader may call it (dropped after the reader: see Drop).
     storage: Option<StorageHandle>,
 }
@@ -343,7 +412,14 @@ impl Checkpoint {
         } else {
             result?;
         }
-        Ok(Checkpoint { raw, path, copies: Mutex::new(HashMap::new()), storage: opts.storage.clone() })
+        Ok(Checkpoint {
+            raw,
+            path,
+            copies: Mutex::new(HashMap::new()),
+            map_files: opts.map_files,
+            verify: opts.verify,
+            storage: opts.storage.clone(),
+        })
     }
 
     /// The path it was opened with.
@@ -359,9 +435,10 @@ impl Checkpoint {
         let mut raw: sys::dckpt_checkpoint_info = unsafe { std::mem::zeroed() };
         raw.version = sys::DCKPT_CHECKPOINT_INFO_VERSION;
         let mut rc = unsafe { sys::dckpt_reader_info(&mut raw, self.raw) };
-        let mut older = 3;
+        let mut older = sys::DCKPT_CHECKPOINT_INFO_VERSION - 1;
         while rc == sys::DCKPT_EVERSION && older >= 1 {
-            // A libdistckpt.so (feature `shared`) from before this version of the struct: version 2 has no
+            // A libdistckpt.so (feature `shared`) from before this version of the struct: version 4 has no
+            // `stored_bytes` (read as `total_bytes`) or `compressed_chunks` (0), version 3 no bases, version 2 no
             // `source_version` (read as None), and version 1, from a library that reads distckpt checkpoints only,
             // leaves `source` NULL, read below as distckpt, checksummed.
             raw = unsafe { std::mem::zeroed() };
@@ -395,6 +472,8 @@ impl Checkpoint {
             bases: if raw.version >= 4 { self.bases(raw.num_bases) } else { Vec::new() },
             chain_length: if raw.version >= 4 { raw.chain_length } else { 0 },
             bytes_in_bases: if raw.version >= 4 { raw.bytes_in_bases } else { 0 },
+            stored_bytes: if raw.version >= 5 { raw.stored_bytes } else { raw.total_bytes },
+            compressed_chunks: if raw.version >= 5 { raw.compressed_chunks } else { 0 },
         }
     }
 
@@ -478,11 +557,14 @@ impl Checkpoint {
         let mut info: sys::dckpt_chunk_info = unsafe { std::mem::zeroed() };
         info.version = sys::DCKPT_CHUNK_INFO_VERSION;
         let mut rc = unsafe { sys::dckpt_reader_chunk(&mut info, self.raw, entry.index, chunk) };
-        if rc == sys::DCKPT_EVERSION {
-            // A libdistckpt.so from before chunk info version 2: no `base`.
+        let mut older = sys::DCKPT_CHUNK_INFO_VERSION - 1;
+        while rc == sys::DCKPT_EVERSION && older >= 1 {
+            // A libdistckpt.so from before this version of the struct: version 2 has no `codec` or `stored_length`
+            // (read as raw, `length`), version 1 no `base`.
             info = unsafe { std::mem::zeroed() };
-            info.version = 1;
+            info.version = older;
             rc = unsafe { sys::dckpt_reader_chunk(&mut info, self.raw, entry.index, chunk) };
+            older -= 1;
         }
         check(rc)?;
         let dims = |p: *const u64| {
@@ -500,6 +582,8 @@ impl Checkpoint {
             length: info.length,
             checksum: info.checksum,
             base: if info.version >= 2 && !info.base.is_null() { unsafe { borrowed_str(info.base) } } else { "" },
+            codec: if info.version >= 3 { Compression::from_raw(info.codec) } else { Compression::None },
+            stored_length: if info.version >= 3 { info.stored_length } else { info.length },
         })
     }
 

@@ -81,7 +81,8 @@ pub mod view;
 pub mod whole;
 
 pub use checkpoint::{
-    Checkpoint, CheckpointInfo, ChunkInfo, DeviceBuffer, Entries, Entry, EntryKind, Format, IoStats, ReadOptions,
+    Checkpoint, CheckpointInfo, ChunkInfo, Compression, DeviceBuffer, Entries, Entry, EntryKind, Format, IoStats,
+    ReadOptions,
 };
 pub use comm::{Collectives, Comm, GlooOptions, ThreadGroup};
 pub use dtype::{Dtype, Element};

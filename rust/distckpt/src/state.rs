@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distckpt_sys as sys;
 
-use crate::checkpoint::{Checkpoint, IoStats, ReadOptions};
+use crate::checkpoint::{Checkpoint, Compression, IoStats, ReadOptions};
 use crate::comm::Comm;
 use crate::dtype::{check_element, Dtype, Element};
 use crate::error::{check, Error, ErrorCode, Result};
@@ -42,6 +42,16 @@ pub struct SaveOptions {
     /// With `base`: the `full_every`-th save of a chain (counted from the last self-contained one) is written whole
     /// instead; 0: no bound.
     pub full_every: u32,
+    /// Lossless compression of the data ([`Compression::Zstd`]; default [`Compression::None`]): every checksum block
+    /// of a host piece is compressed on its own, and what does not shrink is stored raw. The checkpoint is format
+    /// 3.0. Reads decode it; a compressed chunk has no mapping, so its views are decoded copies ([`crate::view`]).
+    /// [`CheckpointInfo::stored_bytes`] says what it saved.
+    ///
+    /// [`CheckpointInfo::stored_bytes`]: crate::CheckpointInfo::stored_bytes
+    pub compression: Compression,
+    /// zstd's level with `compression`, -7 (fastest) to 22; 0: the default (1). Outside that range the save fails
+    /// (`InvalidArgument`).
+    pub compression_level: i32,
 }
 
 impl Default for SaveOptions {
@@ -55,6 +65,8 @@ impl Default for SaveOptions {
             storage: None,
             base: None,
             full_every: 0,
+            compression: Compression::None,
+            compression_level: 0,
         }
     }
 }
@@ -73,6 +85,8 @@ impl SaveOptions {
         let base = self.base.as_deref().map(|b| cstring(b, "base")).transpose()?;
         raw.base = base.as_ref().map_or(std::ptr::null(), |b| b.as_ptr());
         raw.full_every = self.full_every;
+        raw.compression = self.compression.raw();
+        raw.compression_level = self.compression_level;
         Ok((raw, base))
     }
 
@@ -88,7 +102,7 @@ impl SaveOptions {
 pub struct SaveInfo {
     pub num_files: u32,
     pub num_entries: u32,
-    /// Bytes this rank wrote.
+    /// Bytes this rank wrote (compressed chunks at their stored size).
     pub bytes_written: u64,
     /// Data bytes of the whole checkpoint.
     pub total_bytes: u64,

@@ -12,6 +12,16 @@
 //! nothing is mapped: a view is then a verified copy of the chunk, made once and kept by the `Checkpoint`, and nothing
 //! can raise SIGBUS.
 //!
+//! Compressed chunks (saved with [`SaveOptions::compression`](crate::SaveOptions::compression); [`ChunkInfo::codec`])
+//! have no mapping: their bytes exist only decoded. Every view below still works on them, the same way: the view is
+//! a copy of the chunk, read, decoded and verified (unless the reader was opened with `verify: false`) through the
+//! library on first use, and kept by the `Checkpoint` until it drops, so later views of it cost no I/O
+//! ([`Checkpoint::map_all`] makes these copies up front). Such a view is not zero-copy: the chunk's decoded size
+//! stays in memory for the `Checkpoint`'s lifetime. Where that matters, read compressed tensors into your own buffers
+//! instead ([`Checkpoint::read_region_into`], [`Checkpoint::read_all_into`]), or save without compression the
+//! checkpoints that servers map ([`CheckpointInfo::compressed_chunks`](crate::CheckpointInfo::compressed_chunks)
+//! says whether there are any).
+//!
 //! Which view, when:
 //! - [`TensorView`] (`Checkpoint::view`): a whole tensor stored as one chunk (saved from one piece).
 //! - [`ChunkView`] (`Checkpoint::chunk_views`): each chunk of a tensor saved in several pieces (sharded), with its box
@@ -191,7 +201,8 @@ macro_rules! slice_view_impls {
     };
 }
 
-/// A borrowed, typed, zero-copy view of a whole tensor, backed by a memory map of the checkpoint's data file.
+/// A borrowed, typed, zero-copy view of a whole tensor, backed by a memory map of the checkpoint's data file (or by
+/// the `Checkpoint`'s copy of a chunk it does not map: a compressed one, or any with `map_files: false`).
 /// Dereferences to `&[T]`. Lives as long as the borrow of its [`Checkpoint`].
 #[derive(Clone, Copy)]
 pub struct TensorView<'a, T> {
@@ -499,6 +510,10 @@ impl Checkpoint {
     /// one chunk with [`view_region`](Self::view_region)), or copy it whole with [`Checkpoint::read`] or into your own
     /// buffer with [`Checkpoint::read_region_into`]. A view does not verify checksums; see
     /// [`view_verified`](Self::view_verified).
+    ///
+    /// A compressed chunk ([`ChunkInfo::codec`]) cannot be mapped: its view is a decoded copy, read and verified
+    /// through the library on first use and kept by the `Checkpoint` (see the [module](crate::view) documentation).
+    /// This holds for every view below.
     pub fn view<T: Element>(&self, name: &str) -> Result<TensorView<'_, T>> {
         let entry = self.entry(name)?;
         check_element::<T>(entry.dtype(), || self.describe(name))?;
@@ -509,7 +524,8 @@ impl Checkpoint {
     /// place ([`map_entries`](Self::map_entries)), so the view is resident when it returns. Where the reader maps
     /// nothing (`map_files: false`) each chunk is checked with ordinary reads instead (`dckpt_reader_verify_chunk`).
     /// A checkpoint another library wrote has no checksums: `Unsupported`, as from [`Checkpoint::verify`] (take
-    /// [`view`](Self::view) after [`map_all`](Self::map_all) there).
+    /// [`view`](Self::view) after [`map_all`](Self::map_all) there). A compressed chunk is decoded into its copy and
+    /// verified there.
     pub fn view_verified<T: Element>(&self, name: &str) -> Result<TensorView<'_, T>> {
         let entry = self.entry(name)?;
         check_element::<T>(entry.dtype(), || self.describe(name))?;
@@ -557,7 +573,8 @@ impl Checkpoint {
     /// ([`ChunkView::offsets`], [`ChunkView::lengths`]). This is the zero-copy path for a tensor saved in several
     /// pieces (by several ranks): each chunk is contiguous in its data file even though the tensor is not. A tensor
     /// saved from one piece gives one view, of the whole tensor; a tensor with no elements gives none. Like
-    /// [`view`](Self::view), no checksum is checked: call [`Checkpoint::verify_chunk`] first where that matters.
+    /// [`view`](Self::view), no checksum is checked: call [`Checkpoint::verify_chunk`] first where that matters. A
+    /// compressed chunk's view is its decoded copy, as for [`view`](Self::view).
     pub fn chunk_views<T: Element>(&self, name: &str) -> Result<Vec<ChunkView<'_, T>>> {
         let entry = self.entry(name)?;
         check_element::<T>(entry.dtype(), || self.describe(name))?;
@@ -588,7 +605,8 @@ impl Checkpoint {
     ///
     /// Any other box gives an `Unsupported` error that says why (which chunks it spans, or which dimension breaks it
     /// up): its elements are not adjacent anywhere, so it needs a copy, with [`Checkpoint::read_region_into`] into
-    /// your own buffer (or [`Checkpoint::read_region`]).
+    /// your own buffer (or [`Checkpoint::read_region`]). In a compressed chunk the region is part of the chunk's
+    /// decoded copy (the whole chunk is decoded and kept), as for [`view`](Self::view).
     pub fn view_region<T: Element>(&self, name: &str, offsets: &[u64], lengths: &[u64]) -> Result<ChunkView<'_, T>> {
         let entry = self.entry(name)?;
         check_element::<T>(entry.dtype(), || self.describe(name))?;
@@ -820,9 +838,21 @@ impl Checkpoint {
         )
     }
 
+    /// Makes the copy that views of chunk `chunk` of `entry` (box `info`) return where the reader cannot map it (a
+    /// compressed chunk): read, decoded and verified through the library now, and kept until drop
+    /// ([`map_entries`](Self::map_entries)).
+    pub(crate) fn copy_chunk(&self, entry: &Entry<'_>, chunk: usize, info: &ChunkInfo<'_>) -> Result<()> {
+        self.chunk_slice::<u8>(entry, chunk, info).map(|_| ())
+    }
+
     /// The `len` bytes of chunk `chunk` of `entry`: the reader's mapping of its pinned data file, or, where the
-    /// reader maps nothing (`map_files: false`), a verified copy made on first use and kept until drop.
+    /// reader maps nothing (`map_files: false`) or the chunk is compressed (its bytes exist only decoded), a
+    /// verified copy made on first use and kept until drop.
     fn chunk_bytes(&self, entry: &Entry<'_>, chunk: usize, info: &ChunkInfo<'_>, len: usize) -> Result<&[u8]> {
+        if info.codec.is_compressed() {
+            // dckpt_reader_map_chunk refuses it (`Unsupported`): decode it into the copy instead.
+            return self.copied_chunk(entry, chunk, info, len);
+        }
         let mut data: *const c_void = std::ptr::null();
         let mut size: u64 = 0;
         let rc =

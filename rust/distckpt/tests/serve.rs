@@ -4,7 +4,7 @@ mod common;
 
 use common::{fixture, TempDir};
 use distckpt::float::f32_to_bf16;
-use distckpt::{Checkpoint, Dtype, SaveOptions, SaveState};
+use distckpt::{Checkpoint, Compression, Dtype, SaveOptions, SaveState};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -78,4 +78,35 @@ fn serve_runs_bf16_weights_saved_from_rust() {
     let (stdout, got) = run_serve(&tmp.join("mlp-bf16"));
     assert_eq!(stdout.matches("converted to f32").count(), 4, "{stdout}");
     assert_close(&got, &data[5].1, 0.03);
+}
+
+#[test]
+fn serve_runs_a_compressed_copy_of_the_checkpoint_with_the_same_output() {
+    // The MLP re-saved from Rust with compression: map_all() decodes the compressed weights into copies, their views
+    // are those copies, and the output is bit for bit the uncompressed checkpoint's.
+    let src = Checkpoint::open(fixture("mlp")).unwrap();
+    let tmp = TempDir::new("serve-zstd");
+    let names = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "input", "reference.output"];
+    let data: Vec<(Vec<u64>, Vec<f32>)> =
+        names.iter().map(|n| (src.entry(n).unwrap().shape().to_vec(), src.read::<f32>(n).unwrap())).collect();
+    let mut s = SaveState::new().unwrap();
+    for (name, (shape, values)) in names.iter().zip(&data) {
+        s.add_tensor(name, shape, values).unwrap();
+    }
+    let opts = SaveOptions { sync: false, compression: Compression::Zstd, ..Default::default() };
+    s.save(tmp.join("mlp-zstd"), &opts).unwrap();
+    let ckpt = Checkpoint::open(tmp.join("mlp-zstd")).unwrap();
+    let compressed = names[..4]
+        .iter()
+        .filter(|n| ckpt.chunk(&ckpt.entry(n).unwrap(), 0).unwrap().codec == Compression::Zstd)
+        .count();
+    assert!(compressed > 0, "no weight of the MLP compressed");
+    let (stdout, got) = run_serve(&tmp.join("mlp-zstd"));
+    let (_, want) = run_serve(&fixture("mlp"));
+    assert_eq!(
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    assert_eq!(stdout.matches("decoded copy (compressed)").count(), compressed, "{stdout}");
+    assert_eq!(stdout.matches("zero-copy view").count(), 4 - compressed, "{stdout}");
 }

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../../.."
 passed=0
 failed=0
 check() { if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; fi; }
-work=$(mktemp -d) || { echo "-e: mktemp failed (is the disk full?)" >&2; exit 1; }
+work=$(mktemp -d) || { echo "$0: mktemp failed (is the disk full?)" >&2; exit 1; }
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=SCRIPTDIR/../portable.sh
 source tests/consumers/portable.sh
