@@ -42,9 +42,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t c = 0; c < e.num_chunks; ++c) {
       const distckpt::Box box = e.chunk_box(c);
       const distckpt::ChunkLocation loc = e.chunk(c);
-      if (loc.file >= view->num_files() || loc.offset + loc.length > view->file_size(loc.file)) std::abort();
+      // What the chunk takes in its file: its length, or (format 3.0, compressed) its stored blocks' sizes.
+      const distckpt::ChunkCoding coding = e.coding(c);
+      if (loc.file >= view->num_files() || loc.offset + coding.stored_length > view->file_size(loc.file)) std::abort();
       if (loc.length != box.volume() * distckpt::DTypeSize(e.dtype)) std::abort();
       if (loc.first_block != distckpt::kNoBlockTable) sink += e.block_checksums[loc.first_block];
+      if (e.compressed(c)) {
+        uint64_t stored = 0;
+        for (const distckpt::StoredBlock& b : e.stored(c)) {
+          if (b.size == 0 || b.size > view->checksum_block_size()) std::abort();
+          stored += b.size;
+        }
+        if (stored != coding.stored_length || stored > loc.length) std::abort();
+      } else if (coding.stored_length != loc.length) {
+        std::abort();
+      }
     }
   }
   distckpt::Result<std::string> again = EncodeMetadata(view->ToRecord());
