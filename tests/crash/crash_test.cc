@@ -313,9 +313,9 @@ TEST_F(CrashSuite, ASaveKilledAtEveryStorageStepLeavesTheOldOrTheNewCheckpoint) 
     }
   }
   std::printf(
-      "crash sweep: %d trials (every storage step of 8 mode/scenario/rank cases), %d committed the new "
+      "crash sweep: %d trials (every storage step of %zu mode/scenario/rank cases), %d committed the new "
       "checkpoint, %d failed\n",
-      trials, committed, failures);
+      trials, sizeof kCases / sizeof kCases[0], committed, failures);
   EXPECT_EQ(failures, 0);
 }
 
