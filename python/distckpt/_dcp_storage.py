@@ -103,13 +103,15 @@ class StorageWriter(_DcpStorageWriter):
             ``ckpt/step-100``): tensors whose bytes did not change are referred to, not written again. The training
             loop does not change; prune with distckpt's tools, which keep what later checkpoints refer to.
         full_every: with ``incremental``, every ``full_every``-th save of a chain is written whole (0: never).
+        compression, compression_level: as for :func:`distckpt.save` (``"zstd"``: docs/compression.md); loads need
+            nothing more.
     """
 
     def __init__(
         self, path: Optional[PathLike] = None, *, process_group: Any = None, overwrite: bool = True,
         allow_pickle: bool = False, sync: bool = True, io_threads: int = 0, checksum_block_size: int = 0,
         timeout: Optional[float] = None, storage: Optional[_storage.Storage] = None, incremental: bool = False,
-        full_every: int = 0,
+        full_every: int = 0, compression: Optional[str] = None, compression_level: int = 0,
     ) -> None:  # fmt: skip
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
@@ -123,6 +125,9 @@ class StorageWriter(_DcpStorageWriter):
         self.storage = storage
         self.incremental = incremental
         self.full_every = full_every
+        _checkpoint.compression_code(compression)  # a bad value fails here, not at the first save
+        self.compression = compression
+        self.compression_level = compression_level
         self._last: Optional[str] = None  # the checkpoint this writer committed last (an incremental save's base)
         self.summary: Optional[_checkpoint.SaveSummary] = None  #: the last save's summary
 
@@ -210,7 +215,7 @@ class StorageWriter(_DcpStorageWriter):
         state.set_structure(_tree.dump_structure(_structure(paths, encodings)))
         self.summary = _checkpoint.save_state(
             state, self.path, comm, self.overwrite, self.sync, self.io_threads, self.checksum_block_size,
-            self.timeout, None, self.storage, self._base(), self.full_every,
+            self.timeout, None, self.storage, self._base(), self.full_every, self.compression, self.compression_level,
         )  # fmt: skip
         self._last = self.path
         return _done(results)

@@ -54,7 +54,8 @@ from .storage import Storage, remove_checkpoint
 __all__ = ["DistckptCheckpointIO", "DistckptDDPStrategy", "DistckptFabricDDPStrategy"]
 
 #: The keyword arguments of distckpt.save that ``storage_options`` may set for one save.
-_SAVE_OPTIONS = ("user_metadata", "sync", "io_threads", "checksum_block_size", "timeout", "progress")
+_SAVE_OPTIONS = ("user_metadata", "sync", "io_threads", "checksum_block_size", "timeout", "progress", "compression",
+                 "compression_level")  # fmt: skip
 
 
 class DistckptCheckpointIO(CheckpointIO):

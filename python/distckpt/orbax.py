@@ -171,6 +171,8 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
         timeout: seconds to wait for other processes at each collective step; None: distckpt's default.
         verify: check checksums when restoring.
         allow_pickle: store leaves JSON cannot represent with pickle (restoring them needs it too).
+        compression, compression_level: as for :func:`distckpt.save` (``"zstd"``: docs/compression.md); restoring
+            needs nothing more.
     """
 
     def __init__(
@@ -183,8 +185,13 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
         timeout: Optional[float] = None,
         verify: bool = True,
         allow_pickle: bool = False,
+        compression: Optional[str] = None,
+        compression_level: int = 0,
     ) -> None:
+        _checkpoint.compression_code(compression)  # a bad value fails here, not at the first save
         self._comm = comm
+        self._compression = compression
+        self._compression_level = compression_level
         self._io_threads = io_threads
         self._sync = sync
         self._checksum_block_size = checksum_block_size
@@ -198,6 +205,7 @@ class DistckptCheckpointHandler(ocp.AsyncCheckpointHandler):
         return dict(
             comm=self._comm, allow_pickle=self._allow_pickle, user_metadata=args.user_metadata, sync=self._sync,
             io_threads=self._io_threads, checksum_block_size=self._checksum_block_size, timeout=self._timeout,
+            compression=self._compression, compression_level=self._compression_level,
         )  # fmt: skip
 
     @staticmethod

@@ -135,3 +135,17 @@ def test_an_incremental_writer_writes_only_what_changed(tmp_path):
     out = {"frozen": torch.zeros(256, 256), "head": torch.zeros(64)}
     dcp.load(out, checkpoint_id=tmp_path / "step-300", storage_reader=distckpt.torch.StorageReader())
     assert torch.equal(out["frozen"], frozen) and torch.equal(out["head"], torch.full((64,), 300.0))
+
+
+def test_a_compressing_writer_stores_smaller_and_dcp_loads_it_back(tmp_path):
+    sd = {"w": (torch.randn(512, 512) * 0.02).to(torch.bfloat16), "step": torch.tensor(7)}
+    writer = distckpt.torch.StorageWriter(compression="zstd")
+    dcp.save(sd, checkpoint_id=tmp_path / "c", storage_writer=writer)
+    assert writer.summary.bytes_written < 0.8 * writer.summary.total_bytes, writer.summary
+    with distckpt.open(tmp_path / "c") as r:
+        assert r.metadata.format_version == (3, 0)
+    out = {"w": torch.zeros(512, 512, dtype=torch.bfloat16), "step": torch.tensor(0)}
+    dcp.load(out, checkpoint_id=tmp_path / "c", storage_reader=distckpt.torch.StorageReader())
+    assert torch.equal(out["w"], sd["w"]) and int(out["step"]) == 7
+    with pytest.raises(ValueError, match="compression='gzip'"):
+        distckpt.torch.StorageWriter(compression="gzip")

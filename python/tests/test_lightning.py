@@ -251,6 +251,20 @@ def test_pickle_policy_map_location_and_removal(tmp_path):
     assert (tmp_path / "plain.ckpt").is_file()
 
 
+def test_save_options_compress_sync_and_async_saves(tmp_path):
+    w = (torch.randn(256, 256) * 0.02).to(torch.bfloat16)
+    for async_save in (False, True):
+        io = DistckptCheckpointIO(async_save=async_save, save_options={"compression": "zstd"})
+        path = tmp_path / f"{async_save}.ckpt"
+        io.save_checkpoint({"state_dict": {"w": w}, "global_step": 3}, path)
+        io.teardown()
+        assert io.last_summary.bytes_written < 0.8 * io.last_summary.total_bytes
+        with distckpt.open(path) as r:
+            assert r.metadata.format_version == (3, 0)
+        got = io.load_checkpoint(path)
+        assert torch.equal(got["state_dict"]["w"], w) and got["global_step"] == 3
+
+
 def test_async_save_is_staged_before_returning(tmp_path):
     io = DistckptCheckpointIO(async_save=True)
     w = torch.arange(1 << 16, dtype=torch.float32)

@@ -287,6 +287,18 @@ def test_orbax_restores_checkpoints_written_by_distckpt_save(tmp_path):
     loaded = distckpt.load(None, tmp_path / "orbax" / "1" / "state" / SUBDIRECTORY)
     assert loaded["params"]["layers"][0]["kernel"].tobytes() == kernel_bytes(state, 0)
     assert loaded["name"] == "run-α" and loaded["schedule"] == [0.1, 0.01, 0.001]
+    # A compressing handler: the options reach the save (format 3.0), and the item restores as before.
+    packed = ocp.Checkpointer(DistckptCheckpointHandler(compression="zstd"))
+    weights = {"w": np.tile(np.linspace(-1, 1, 512, dtype=np.float32), (256, 1)), "step": 3}
+    packed.save(tmp_path / "packed", args=DistckptSave(weights))
+    with distckpt.open(tmp_path / "packed" / SUBDIRECTORY) as r:
+        assert r.metadata.format_version == (3, 0) and r.metadata.stored_bytes < weights["w"].nbytes
+    out = ocp.Checkpointer(DistckptCheckpointHandler()).restore(tmp_path / "packed", args=DistckptRestore())
+    assert np.array_equal(out["w"], weights["w"]) and out["step"] == 3
+    with pytest.raises(distckpt.Error, match="compression level 99"):
+        ocp.Checkpointer(DistckptCheckpointHandler(compression="zstd", compression_level=99)).save(
+            tmp_path / "bad", args=DistckptSave(state)
+        )
 
 
 class AdamState(NamedTuple):
