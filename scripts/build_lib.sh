@@ -148,9 +148,12 @@ objs=$(bazel aquery -c opt "${core_config[@]}" 'mnemonic("CppLink", //capi:libdi
   grep -E '^\s+Inputs:' | tr ',[] ' '\n\n\n\n' | grep -E '\.(o|a|lo)$' | grep -v '/_solib' | sort -u)
 [[ -n $objs ]] || { echo "build_lib.sh: bazel aquery found no objects of //capi:libdistckpt.so" >&2; exit 1; }
 # Archives of other repositories (Debian's libzstd.a through @zstd) are named external/<repo>/...: the execroot links
-# only the repositories of the last build (the plugin's), so they are taken from the output base.
+# only the repositories of the last build (the plugin's), so they are taken from the output base. They are searched
+# like the runtimes, not taken whole: only the members the core calls come in (Debian's libzstd.a is not built -fPIC,
+# and its dictionary builder's references to stderr could not go into a shared object such as a Python extension).
 output_base=$(bazel info output_base 2>/dev/null)
-objs=$(for o in $objs; do if [[ $o == external/* ]]; then echo "$output_base/$o"; else echo "$o"; fi; done)
+third_party=$(for o in $objs; do if [[ $o == external/*.a ]]; then echo "$output_base/$o"; fi; done)
+objs=$(for o in $objs; do if [[ $o != external/*.a ]]; then echo "$o"; fi; done)
 # The runtime archives: those zig's own link of a shared library names (same target, same -O2 as the toolchain's).
 echo 'void distckpt_probe(void) {}' > "$work/probe.c"
 runtime=$(cd "$work" && ZIG_GLOBAL_CACHE_DIR="$HOME/.cache/distckpt/zig-cache" \
@@ -158,7 +161,7 @@ runtime=$(cd "$work" && ZIG_GLOBAL_CACHE_DIR="$HOME/.cache/distckpt/zig-cache" \
   -x c probe.c -x none -o probe.so -v 2>&1 | tr ' ' '\n' | grep -E '/lib(c\+\+|c\+\+abi|unwind|compiler_rt)\.a$' | sort -u)
 [[ $(wc -l <<<"$runtime") -eq 4 ]] || { echo "build_lib.sh: zig's link named no libc++/libc++abi/libunwind/compiler_rt:
 $runtime" >&2; exit 1; }
-(cd "$execroot" && "${tools}ld" -r -o "$work/distckpt.o" --whole-archive $objs --no-whole-archive $runtime)
+(cd "$execroot" && "${tools}ld" -r -o "$work/distckpt.o" --whole-archive $objs --no-whole-archive $third_party $runtime)
 "${tools}nm" --defined-only -g "$work/distckpt.o" | awk '$3 ~ /^dckpt_/ {print $3}' > "$work/keep"
 "${tools}objcopy" --keep-global-symbols="$work/keep" --remove-section=.group --strip-debug "$work/distckpt.o"
 # (__cxa_atexit and __cxa_thread_atexit_impl are the C library's.)

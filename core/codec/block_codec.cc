@@ -104,38 +104,47 @@ void Ungroup2(const char* src, size_t n, char* dst) {
   Ungroup<2>(src, n, dst, i);
 }
 
+// 4-byte elements, 64 at a time: each plane gets a whole cache line per iteration. (16 bytes per plane per step put
+// four store streams a multiple of 4 KiB apart into the same cache sets: 1.1 GB/s instead of ~3.)
 void Group4(const char* src, size_t n, char* dst) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m128i* in = reinterpret_cast<const __m128i*>(src + 4 * i);
-    __m128i e0, o0, e1, o1;  // bytes 0/2 and 1/3 of elements 0..7, then 8..15
-    Split16(_mm_loadu_si128(in), _mm_loadu_si128(in + 1), &e0, &o0);
-    Split16(_mm_loadu_si128(in + 2), _mm_loadu_si128(in + 3), &e1, &o1);
-    __m128i b0, b2, b1, b3;
-    Split16(e0, e1, &b0, &b2);
-    Split16(o0, o1, &b1, &b3);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), b0);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + n + i), b1);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * n + i), b2);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * n + i), b3);
+  for (; i + 64 <= n; i += 64) {
+    __m128i planes[4][4];
+    for (int q = 0; q < 4; ++q) {
+      const __m128i* in = reinterpret_cast<const __m128i*>(src + 4 * (i + 16 * q));
+      __m128i e0, o0, e1, o1;  // bytes 0/2 and 1/3 of elements 0..7, then 8..15
+      Split16(_mm_loadu_si128(in), _mm_loadu_si128(in + 1), &e0, &o0);
+      Split16(_mm_loadu_si128(in + 2), _mm_loadu_si128(in + 3), &e1, &o1);
+      Split16(e0, e1, &planes[0][q], &planes[2][q]);
+      Split16(o0, o1, &planes[1][q], &planes[3][q]);
+    }
+    for (int p = 0; p < 4; ++p) {
+      __m128i* out = reinterpret_cast<__m128i*>(dst + p * n + i);
+      for (int q = 0; q < 4; ++q) _mm_storeu_si128(out + q, planes[p][q]);
+    }
   }
   Group<4>(src, n, dst, i);
 }
 
 void Ungroup4(const char* src, size_t n, char* dst) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + n + i));
-    const __m128i b2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * n + i));
-    const __m128i b3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 3 * n + i));
-    const __m128i l01 = _mm_unpacklo_epi8(b0, b1), h01 = _mm_unpackhi_epi8(b0, b1);  // 16-bit halves 0|1
-    const __m128i l23 = _mm_unpacklo_epi8(b2, b3), h23 = _mm_unpackhi_epi8(b2, b3);  // 16-bit halves 2|3
-    __m128i* out = reinterpret_cast<__m128i*>(dst + 4 * i);
-    _mm_storeu_si128(out, _mm_unpacklo_epi16(l01, l23));
-    _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(l01, l23));
-    _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(h01, h23));
-    _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(h01, h23));
+  for (; i + 64 <= n; i += 64) {
+    __m128i planes[4][4];
+    for (int p = 0; p < 4; ++p) {
+      const __m128i* in = reinterpret_cast<const __m128i*>(src + p * n + i);
+      for (int q = 0; q < 4; ++q) planes[p][q] = _mm_loadu_si128(in + q);
+    }
+    for (int q = 0; q < 4; ++q) {
+      const __m128i l01 = _mm_unpacklo_epi8(planes[0][q], planes[1][q]);  // 16-bit halves 0|1
+      const __m128i h01 = _mm_unpackhi_epi8(planes[0][q], planes[1][q]);
+      const __m128i l23 = _mm_unpacklo_epi8(planes[2][q], planes[3][q]);  // 16-bit halves 2|3
+      const __m128i h23 = _mm_unpackhi_epi8(planes[2][q], planes[3][q]);
+      __m128i* out = reinterpret_cast<__m128i*>(dst + 4 * (i + 16 * q));
+      _mm_storeu_si128(out, _mm_unpacklo_epi16(l01, l23));
+      _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(l01, l23));
+      _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(h01, h23));
+      _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(h01, h23));
+    }
   }
   Ungroup<4>(src, n, dst, i);
 }
