@@ -30,9 +30,11 @@ scripts/gpu_kit.sh "$work/kit" > "$work/kit.log" 2>&1
 rc=$?
 check $rc "scripts/gpu_kit.sh builds the kit ($(tail -1 "$work/kit.log"))"
 size_kib=$(du -sk "$work/kit" | cut -f1)
-[[ $size_kib -lt $((32 * 1024)) ]]
+# The device tool carries 64 MiB in all: the kit leaves at least 24 MiB of it for the peers' wheels a GPU session
+# brings (it grew past 32 MiB when zstd came into every binary of both architectures: 34.7 MiB).
+[[ $size_kib -lt $((40 * 1024)) ]]
 rc=$?
-check $rc "the kit is well under 64 MiB (${size_kib} KiB)"
+check $rc "the kit is under 40 MiB, well under the 64 MiB a device call carries (${size_kib} KiB)"
 
 # The Rust examples are in it, linked statically: nothing of ours (no libdistckpt) needed beside them.
 [[ -x $work/kit/bin/gpu_load && -x $work/kit/bin/digest ]] && ! readelf -d "$work/kit/bin/gpu_load" | grep -q distckpt
