@@ -42,7 +42,11 @@ Result<uint64_t> WriteCompressedChunks(WritableFile* file, uint64_t start, const
                                        const CompressedWriteOptions& options, ThreadPool* pool,
                                        const ChunkHashSinks& sinks) {
   const uint64_t block = options.block_size;
-  const size_t per_window = static_cast<size_t>(std::max<uint64_t>(1, kWindowBytes / block));
+  uint64_t blocks = 0;
+  for (const CompressedChunk& c : chunks) blocks += NumChecksumBlocks(c.length, block);
+  // A small state gets buffers its size, not the window's.
+  const size_t per_window =
+      static_cast<size_t>(std::min<uint64_t>(blocks, std::max<uint64_t>(1, kWindowBytes / block)));
   // Two sets of buffers: one window is compressed into one while the other's writes are still running.
   std::unique_ptr<char[]> buffers[2];
   for (auto& b : buffers) b.reset(new char[per_window * block]);
