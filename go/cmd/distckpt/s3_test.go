@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"bytes"
 	"encoding/json"
 	"os"
@@ -109,7 +111,8 @@ func TestLsAndPruneOnAnS3URL(t *testing.T) {
 	srv, url, dir := twinStores(t)
 	srv.Put(t, url+"/notes/readme.txt", []byte("not a checkpoint"))
 	srv.Put(t, url+"/step-1/README.txt", []byte("an operator's note"))
-	fixtures.ObjectStaging(t, srv.Put, url+"/step-4", "00000000000000e5", "some-other-host", 3, 0, 100)
+	// Started two seconds ago: in progress within the default grace, abandoned with none (markers have whole seconds).
+	fixtures.ObjectStaging(t, srv.Put, url+"/step-4", "00000000000000e5", "some-other-host", 3, 2*time.Second, 100)
 
 	var s3ls, dirls lsOut
 	wantCode(t, cliJSON(t, &s3ls, "ls", url), exitOK, "", "")
@@ -156,7 +159,7 @@ func TestLsAndPruneOnAnS3URL(t *testing.T) {
 		!strings.Contains(left, "step-2/metadata.dckpt") || !strings.Contains(left, "step-3/metadata.dckpt") {
 		t.Fatalf("after prune:\n%s\nprune said:\n%s", left, out)
 	}
-	// With no grace period the other host's save, started just now, is abandoned.
+	// With no grace period the other host's save, started two seconds ago, is abandoned.
 	wantCode(t, cliJSON(t, &pr, "prune", "--keep-last", "2", "--grace", "0", url), exitOK, "", "")
 	if left := strings.Join(fixtures.ObjectsBelow(t, url), " "); strings.Contains(left, "step-4/") {
 		t.Fatalf("after prune --grace 0: %s (%+v)", left, pr)
