@@ -861,16 +861,7 @@ using testing_util::ToRaw;
 // ValidRecord with two compressed chunks: "big" (3 blocks, the last stored raw) and chunk #1 of "two_big".
 MetadataRecord CompressedRecord() {
   MetadataRecord r = ValidRecord();
-  for (EntryRecord& e : r.entries) {
-    if (e.name == "big") {
-      e.stored_blocks = {{0x51, 1000}, {0x52, 2000}, {0x53, 3808}};
-      e.codings = {ChunkCoding{6808, 0, Codec::kZstdGrouped, {0, 0, 0}}};
-    } else if (e.name == "two_big") {
-      e.stored_blocks = {{0x61, 100}, {0x62, 904}};
-      e.codings = {ChunkCoding{5000, kNoBlockTable, Codec::kRaw, {0, 0, 0}},
-                   ChunkCoding{1004, 0, Codec::kZstdGrouped, {0, 0, 0}}};
-    }
-  }
+  testing_util::CompressSomeChunks(&r);
   return r;
 }
 

@@ -81,6 +81,19 @@ MetadataRecord ValidRecord() {
   return r;
 }
 
+void CompressSomeChunks(MetadataRecord* record) {
+  for (EntryRecord& e : record->entries) {
+    if (e.name == "big") {
+      e.stored_blocks = {{0x51, 1000}, {0x52, 2000}, {0x53, 3808}};
+      e.codings = {ChunkCoding{6808, 0, Codec::kZstdGrouped, {0, 0, 0}}};
+    } else if (e.name == "two_big") {
+      e.stored_blocks = {{0x61, 100}, {0x62, 904}};
+      e.codings = {ChunkCoding{5000, kNoBlockTable, Codec::kRaw, {0, 0, 0}},
+                   ChunkCoding{1004, 0, Codec::kZstdGrouped, {0, 0, 0}}};
+    }
+  }
+}
+
 RawMetadata ToRaw(const MetadataRecord& record) {
   RawMetadata m;
   m.writer = record.writer;

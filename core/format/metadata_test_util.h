@@ -20,6 +20,10 @@ namespace testing_util {
 /// tables canonical, so ToRaw(ValidRecord()) is byte-for-byte what a valid file holds.
 MetadataRecord ValidRecord();
 
+/// Format 3.0: compresses `record`'s "big" (3 stored blocks, the last one raw) and chunk #1 of "two_big" (ValidRecord's
+/// entries), in place.
+void CompressSomeChunks(MetadataRecord* record);
+
 /// Everything in a metadata buffer, with raw enum bytes and optional required fields, for building hostile input.
 struct RawEntry {
   std::optional<std::string> name;
@@ -29,8 +33,8 @@ struct RawEntry {
   std::vector<ChunkLocation> chunks;
   std::vector<uint64_t> block_checksums;
   std::vector<ChunkHash> chunk_hashes;
-  std::vector<ChunkCoding> codings;         ///< format 3.0
-  std::vector<StoredBlock> stored_blocks;   ///< format 3.0
+  std::vector<ChunkCoding> codings;        ///< format 3.0
+  std::vector<StoredBlock> stored_blocks;  ///< format 3.0
 };
 
 struct RawFile {
@@ -75,7 +79,9 @@ RawMetadata ToRaw(const MetadataRecord& record);
 /// Encodes without any check, in the schema's layout (plus the trailer unless `m.trailer` is false).
 std::string RawEncode(const RawMetadata& m);
 
-inline std::shared_ptr<const std::string> Share(std::string s) { return std::make_shared<const std::string>(std::move(s)); }
+inline std::shared_ptr<const std::string> Share(std::string s) {
+  return std::make_shared<const std::string>(std::move(s));
+}
 
 }  // namespace testing_util
 }  // namespace distckpt

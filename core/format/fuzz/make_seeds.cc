@@ -26,16 +26,7 @@ int main(int argc, char** argv) {
   refs.entries[1].chunks[0].file = static_cast<uint32_t>(refs.files.size() - 1);
   // Format 3.0: compressed chunks ("big", 3 stored blocks; chunk #1 of "two_big") beside raw ones, with the references.
   MetadataRecord packed = refs;
-  for (EntryRecord& e : packed.entries) {
-    if (e.name == "big") {
-      e.stored_blocks = {{0x51, 1000}, {0x52, 2000}, {0x53, 3808}};
-      e.codings = {ChunkCoding{6808, 0, Codec::kZstdGrouped, {0, 0, 0}}};
-    } else if (e.name == "two_big") {
-      e.stored_blocks = {{0x61, 100}, {0x62, 904}};
-      e.codings = {ChunkCoding{5000, kNoBlockTable, Codec::kRaw, {0, 0, 0}},
-                   ChunkCoding{1004, 0, Codec::kZstdGrouped, {0, 0, 0}}};
-    }
-  }
+  testing_util::CompressSomeChunks(&packed);
   const std::string seeds[] = {*EncodeMetadata(testing_util::ValidRecord()),
                                *EncodeMetadata(MetadataRecord()),
                                testing_util::RawEncode(future),

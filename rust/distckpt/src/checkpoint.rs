@@ -179,7 +179,7 @@ pub struct ChunkInfo<'a> {
     pub base: &'a str,
     /// How the chunk is stored: [`Compression::None`] (raw: its `length` bytes lie in `file` as the tensor has them),
     /// or compressed ([`Compression::Zstd`]), when its bytes exist only decoded: reads decode it, and a view of it is
-    /// a decoded copy, not a mapping (see [`crate::view`]). `None` from a library older than compression.
+    /// a decoded copy, not a mapping (the view module says more). `None` from a library older than compression.
     pub codec: Compression,
     /// Bytes the chunk takes in `file` from `file_offset`: `length` when stored raw, less when compressed.
     pub stored_length: u64,
