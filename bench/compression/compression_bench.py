@@ -36,9 +36,10 @@ import ml_dtypes
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(
-    0, os.path.join(HERE, "..", "..", "python", "tests")
-)  # the tests' moto server and link proxy
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))  # the tests' moto server and link proxy
+sys.path.insert(0, os.path.join(HERE, "..", "incremental"))
+from incremental_bench import evict
+
 MIB = 1 << 20
 HIDDEN, KV, MLP, VOCAB = 2048, 256, 5632, 32000
 
@@ -118,17 +119,6 @@ def zstd_program(state: dict, level: int, group: bool) -> dict:
         seconds += time.perf_counter() - t
         size += len(out)
     return {"bytes": size, "seconds": seconds}
-
-
-def evict(d: str) -> None:
-    for root, _, files in os.walk(d):
-        for f in files:
-            fd = os.open(os.path.join(root, f), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def same(got: dict, want: dict) -> None:
@@ -299,8 +289,10 @@ def main() -> int:
             else " (fio not installed)."
         ),
         "",
-        f"| state | raw | stored | ratio | `zstd -{args.zstd_level}` on the grouped bytes | ours / zstd | "
-        f"`zstd -{args.zstd_level}` ungrouped |",
+        (
+            f"| state | raw | stored | ratio | `zstd -{args.zstd_level}` on the grouped bytes | ours / zstd | "
+            f"`zstd -{args.zstd_level}` ungrouped |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     for name, label in (
