@@ -36,7 +36,9 @@ import ml_dtypes
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))  # the tests' moto server and link proxy
+sys.path.insert(
+    0, os.path.join(HERE, "..", "..", "python", "tests")
+)  # the tests' moto server and link proxy
 sys.path.insert(0, os.path.join(HERE, "..", "incremental"))
 from incremental_bench import evict
 
