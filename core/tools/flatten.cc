@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/engine/base_checkpoint.h"
+#include "core/engine/chunk_copy.h"
 #include "core/engine/reader.h"
 #include "core/format/checksum.h"
 #include "core/format/metadata.h"
@@ -13,8 +14,6 @@
 namespace distckpt {
 
 namespace {
-
-constexpr uint64_t kCopyBytes = 16ull << 20;  // read and written at a time (a multiple of any checksum block <= it)
 
 // One chunk to copy: where it is in the source, where it goes.
 struct Move {
@@ -87,8 +86,7 @@ Result<FlattenSummary> FlattenCheckpoint(const std::string& src, const std::stri
   if (!staged.ok()) return staged.status().WithContext(where);
   FlattenSummary summary;
   auto copy_all = [&]() -> Status {
-    const uint64_t step = std::max(block, kCopyBytes / block * block);  // whole blocks at a time
-    std::vector<char> buf(step);
+    std::vector<char> buf;
     for (uint32_t f = 0; f < meta.num_files(); ++f) {
       if (per_file[f].empty()) continue;
       DCKPT_ASSIGN_OR_RETURN(const ReadableFile* in, reader.File(f));
@@ -97,42 +95,15 @@ Result<FlattenSummary> FlattenCheckpoint(const std::string& src, const std::stri
       DCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, storage->CreateFile(staged->StagingFile(out_rec.name)));
       DCKPT_RETURN_IF_ERROR(out->Preallocate(out_rec.size));
       for (const Move& m : per_file[f]) {
-        if (!m.stored.empty()) {
-          // A compressed chunk is copied as stored, block by block, each checked against its stored checksum.
-          uint64_t at = 0;
-          for (size_t b = 0; b < m.stored.size(); ++b) {
-            const uint64_t n = m.stored[b].size;  // <= the block size (validated)
-            DCKPT_RETURN_IF_ERROR(in->ReadAt(m.from.offset + at, buf.data(), n));
-            if (Xxh3(buf.data(), n) != m.stored[b].checksum) {
-              return Corrupt("checkpoint '" + src + "': entry '" + record.entries[m.entry].name + "' chunk #" +
-                             std::to_string(m.chunk) + " block #" + std::to_string(b) +
-                             ": stored checksum mismatch in data file '" + reader.FilePath(f) +
-                             "'; the data is corrupt (no copy was made)");
-            }
-            DCKPT_RETURN_IF_ERROR(out->WriteAt(m.to_offset + at, buf.data(), n));
-            at += n;
-          }
-          summary.bytes_copied += m.extent;
-          if (meta.file_base(f) != 0) summary.bytes_from_bases += m.extent;
-          continue;
+        // Nothing unverified is copied: a raw chunk's checksum, a compressed chunk's stored blocks are checked.
+        const ChunkCopyContext what{src, record.entries[m.entry].name, m.chunk, reader.FilePath(f)};
+        Status copied = CopyChunkVerified(*in, m.from, Span<const StoredBlock>(m.stored.data(), m.stored.size()), block,
+                                          out.get(), m.to_offset, &buf, what);
+        if (!copied.ok()) {
+          return copied.code() == StatusCode::kCorrupt ? Corrupt(copied.message() + " (no copy was made)") : copied;
         }
-        // Every block is hashed as it passes and the chunk's checksum checked from them: nothing unverified is copied.
-        std::vector<uint64_t> blocks;
-        if (m.from.length == 0) blocks.push_back(Xxh3(nullptr, 0));
-        for (uint64_t done = 0; done < m.from.length;) {
-          const uint64_t n = std::min(step, m.from.length - done);
-          DCKPT_RETURN_IF_ERROR(in->ReadAt(m.from.offset + done, buf.data(), n));
-          for (uint64_t b = 0; b < n; b += block) blocks.push_back(Xxh3(buf.data() + b, std::min(block, n - b)));
-          DCKPT_RETURN_IF_ERROR(out->WriteAt(m.to_offset + done, buf.data(), n));
-          done += n;
-        }
-        if (CombineBlockChecksums(Span<const uint64_t>(blocks.data(), blocks.size())) != m.from.checksum) {
-          return Corrupt("checkpoint '" + src + "': entry '" + record.entries[m.entry].name + "' chunk #" +
-                         std::to_string(m.chunk) + ": checksum mismatch in data file '" + reader.FilePath(f) +
-                         "'; the data is corrupt (no copy was made)");
-        }
-        summary.bytes_copied += m.from.length;
-        if (meta.file_base(f) != 0) summary.bytes_from_bases += m.from.length;
+        summary.bytes_copied += m.extent;
+        if (meta.file_base(f) != 0) summary.bytes_from_bases += m.extent;
       }
       DCKPT_RETURN_IF_ERROR(out->Truncate(out_rec.size));
       DCKPT_RETURN_IF_ERROR(out->Sync());
