@@ -368,7 +368,9 @@ Status CheckpointManager::Save(uint64_t step, const State& state, bool persist) 
     so.io_threads = options_.threads ? options_.threads : DefaultManagerThreads();
     so.staging_threads = std::max(1u, std::thread::hardware_concurrency());  // the caller waits for the staging
     so.background_priority = options_.background_priority;
-    so.chunk_hashes = false;  // a part is never an incremental save's base: no second hash of every byte
+    // A part is never an incremental save's base: no second hash of every byte, unless the step is persisted
+    // incrementally (persisting compares the part's chunk hashes with the previous persisted step's).
+    so.chunk_hashes = job->persist && options_.persist_incremental && !options_.persistent_path.empty();
     auto future = SaveAsync(PartDir(step, comm_->rank()), part.value(), nullptr, so);
     if (future.ok()) job->future = std::move(future).value();
     else st = future.status();
@@ -807,130 +809,6 @@ Status CheckpointManager::Replicate(const Job& job, const Status& local, Status*
   }
   trace.Add("sync+commit", t_last);
   *outcome = result;
-  return OkStatus();
-}
-
-// Rank 0 creates the staging checkpoint; every rank copies its part's data files into it; rank 0 merges the parts'
-// metadata and commits. The persisted step is one ordinary checkpoint.
-Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
-  const int me = comm_->rank(), size = comm_->size();
-  const std::string path = options_.persistent_path + "/" + StepName(step);
-  std::string hello;
-  std::optional<StagedCheckpoint> staged;
-  if (me == 0) {
-    const std::string nonce = NewNonce();
-    auto created = StagedCheckpoint::Create(persistent_, path, nonce, /*overwrite=*/true);
-    WireWriter w;
-    PutStatus(&w, created.ok() ? OkStatus() : created.status());
-    w.Str(nonce);
-    hello = w.Take();
-    if (created.ok()) staged.emplace(std::move(created).value());
-  }
-  DCKPT_RETURN_IF_ERROR(comm_->Broadcast(&hello, 0, options_.timeout));
-  WireReader hr(hello);
-  std::string nonce;
-  Status st;
-  if (!GetStatus(&hr, &st) || !hr.Str(&nonce)) return Internal("persist: malformed message from rank 0");
-  if (!st.ok()) {
-    *outcome = me == 0 ? st : Status(StatusCode::kPeer, "rank 0 could not start '" + path + "': " + st.message());
-    return OkStatus();
-  }
-  if (me != 0) staged.emplace(StagedCheckpoint::Join(persistent_, path, nonce, true));
-  // This rank's files.
-  const std::string part_dir = PartDir(step, me);
-  std::string metadata;
-  auto meta = local_->ReadFile(part_dir + "/" + kMetadataFileName, kMaxMetadataBytes);
-  if (!meta.ok()) st = meta.status();
-  else metadata = meta.value();
-  Result<Part> part = st.ok() ? ParsePart(metadata, part_dir) : Result<Part>(st);
-  if (!part.ok()) st = part.status();
-  // This rank's data files are numbered after those of the ranks below it (MergeParts' numbering).
-  uint64_t my_files = part.ok() ? part.value().record.files.size() : 0, file_base = 0;
-  {
-    WireWriter cw;
-    cw.Var(my_files);
-    std::vector<std::string> counts;
-    DCKPT_RETURN_IF_ERROR(comm_->AllGather(cw.Take(), &counts, options_.timeout));
-    for (int r = 0; r < me; ++r) {
-      WireReader cr(counts[r]);
-      uint64_t c = 0;
-      if (!cr.Var(&c)) return Internal("persist: malformed file count from rank " + std::to_string(r));
-      file_base += c;
-    }
-  }
-  std::vector<char> buf;
-  for (size_t i = 0; st.ok() && i < part.value().record.files.size(); ++i) {
-    const DataFileRecord& f = part.value().record.files[i];
-    auto in = local_->OpenFile(part_dir + "/" + f.name);
-    if (!in.ok()) {
-      st = in.status();
-      break;
-    }
-    auto out = persistent_->CreateFile(
-        staged->StagingFile(staged->FileName(DataFileName(static_cast<uint32_t>(file_base + i)))));
-    if (!out.ok()) {
-      st = out.status();
-      break;
-    }
-    buf.resize(std::min<uint64_t>(f.size, 16ull << 20));
-    for (uint64_t at = 0; st.ok() && at < f.size; at += buf.size()) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), f.size - at));
-      st = in.value()->ReadAt(at, buf.data(), n);
-      if (st.ok()) st = out.value()->WriteAt(at, buf.data(), n);
-    }
-    if (st.ok()) st = out.value()->Sync();
-    Status closed = out.value()->Close();
-    if (st.ok()) st = closed;
-  }
-  // Every rank's part metadata to rank 0, which merges them and commits; the ranks learn the outcome.
-  auto answer = CoordinatorRound(
-      comm_, st, st.ok() ? metadata : std::string(), options_.timeout, [&](std::vector<std::string>& reports) {
-        std::vector<Part> parts;
-        Status result;
-        for (int r = 0; r < size && result.ok(); ++r) {
-          auto p = ParsePart(reports[r], PartDir(step, r));
-          if (!p.ok()) result = p.status();
-          else parts.push_back(std::move(p).value());
-        }
-        if (result.ok()) {
-          const StagedCheckpoint& sc = *staged;
-          auto merged = MergeParts(parts, path, [&](const std::string& name) { return sc.FileName(name); });
-          result = merged.ok() ? staged->CommitWithMetadata(merged.value()) : merged.status();
-        }
-        if (!result.ok()) (void)staged->Abort();
-        WireWriter a;
-        PutStatus(&a, result);
-        return a.Take();
-      });
-  Status result;
-  if (!answer.ok()) {
-    result = answer.status();
-    if (me == 0) (void)staged->Abort();
-  } else {
-    WireReader ar(answer.value());
-    if (!GetStatus(&ar, &result)) result = Internal("persist: malformed answer from rank 0");
-    if (!result.ok() && me != 0 && result.code() != StatusCode::kPeer) {
-      result = Status(StatusCode::kPeer, "rank 0 failed: " + result.message());
-    }
-  }
-  result = result.ok() ? result : result.WithContext("persisting '" + path + "'");
-  *outcome = result;
-  if (result.ok() && me == 0 && options_.keep_persistent > 0) {
-    // Older persisted steps beyond keep_persistent go; only names this manager writes are touched.
-    auto names = persistent_->ListDir(options_.persistent_path);
-    if (names.ok()) {
-      std::vector<uint64_t> steps;
-      for (const std::string& n : names.value()) {
-        uint64_t s;
-        if (ParseNumbered(n, "step-", 10, &s) && s <= step) steps.push_back(s);
-      }
-      std::sort(steps.begin(), steps.end());
-      const size_t keep = static_cast<size_t>(options_.keep_persistent);
-      for (size_t i = 0; i + keep < steps.size(); ++i) {
-        (void)RemoveCheckpoint(persistent_, options_.persistent_path + "/" + StepName(steps[i]));
-      }
-    }
-  }
   return OkStatus();
 }
 

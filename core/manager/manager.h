@@ -30,6 +30,7 @@
 #include "core/cuda/copy_engine.h"
 #include "core/engine/save_async.h"
 #include "core/engine/state.h"
+#include "core/format/metadata.h"
 #include "core/storage/storage.h"
 
 namespace distckpt {
@@ -62,6 +63,16 @@ struct ManagerOptions {
   /// which the caller waits for, keep the caller's. kNormal by default: lowering it made a loop with checkpoints
   /// slower where the host is busy, never faster (docs/manager.md, "Background work").
   ThreadPriority background_priority = ThreadPriority::kNormal;
+  /// Persisted steps are compressed (Codec::kZstdGrouped at persist_compression_level, as SaveOptions::compression)
+  /// while they are copied from the node-local tier, which stays raw: it is written every step and read at restore.
+  Codec persist_compression = Codec::kRaw;
+  int persist_compression_level = 0;
+  /// A persisted step refers to the previous persisted step for every chunk that holds the same bytes there (same
+  /// box and XXH3-128: an incremental checkpoint, FORMAT.md 4.1); the parts of the steps to persist record the
+  /// chunk hashes for it. Retention (keep_persistent) keeps every step a kept one refers to.
+  bool persist_incremental = false;
+  /// With persist_incremental: every persist_full_every-th persisted step of a chain is written whole (0: no bound).
+  uint32_t persist_full_every = 0;
 };
 
 /// Writer threads when ManagerOptions::threads is 0: a quarter of the cores, at least 1 and at most 4, so that the
@@ -78,8 +89,11 @@ struct ManagerStats {
   uint64_t saves_waited_for_budget = 0;  ///< of saves_waited: the ones that waited for local_budget_bytes
   double wait_seconds = 0;               ///< total time Save spent waiting
   double max_wait_seconds = 0;           ///< the longest wait of one Save
-  uint64_t bytes_written = 0;     ///< bytes of this rank's own parts of completed steps written to the local tier
-  uint64_t bytes_replicated = 0;  ///< bytes of other ranks' parts this rank received and kept (completed steps)
+  uint64_t bytes_written = 0;         ///< bytes of this rank's own parts of completed steps written to the local tier
+  uint64_t bytes_replicated = 0;      ///< bytes of other ranks' parts this rank received and kept (completed steps)
+  uint64_t bytes_persisted = 0;       ///< bytes this rank wrote to persistent storage (as stored: compressed) for steps
+                                      ///< persisted; a box several ranks hold is written by one
+  uint64_t bytes_persist_reused = 0;  ///< rank 0: data bytes persisted steps refer to in the previous one
 };
 
 enum class Tier { kNone = 0, kLocal = 1, kPeer = 2, kPersistent = 3 };
@@ -153,7 +167,8 @@ class CheckpointManager {
   // replication (its own part sent, the replicas it keeps committed).
   // *held: the bytes of this rank's part and of the replicas it keeps.
   Status Replicate(const Job& job, const Status& local, Status* outcome, uint64_t* held);
-  Status Persist(uint64_t step, Status* outcome);
+  Status Persist(uint64_t step, Status* outcome);  // persisting.cc
+  void PrunePersistent(uint64_t step);             // rank 0, after persisting `step`
   // Checks that the ranks' pieces of the job's state tile every tensor (as Replicate: collectives, and *outcome).
   Status CheckLayout(const Job& job, Status* outcome);  // as Replicate
   void Prune(uint64_t step);

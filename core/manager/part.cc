@@ -8,6 +8,7 @@
 
 #include "core/base/box.h"
 #include "core/base/wire.h"
+#include "core/format/checksum.h"
 #include "core/plan/save_planner.h"
 
 namespace distckpt {
@@ -311,27 +312,79 @@ Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string
     else if (kv.first != kPartKey && kv.first != kPartBoxesKey) out.user.push_back(kv);
   }
 
+  // Data files: the parts' own first, numbered in rank order, then each base file once.
+  uint32_t own_total = 0;
+  for (const Part* part : order) {
+    for (const DataFileRecord& f : part->record.files) own_total += f.base == 0 ? 1 : 0;
+  }
+  std::map<std::string, uint32_t> base_index;                      // name -> 1-based index in out.bases
+  std::map<std::pair<uint32_t, std::string>, uint32_t> base_file;  // (base, name) -> index in out.files
+  std::vector<DataFileRecord> base_files;
+  std::vector<std::vector<uint32_t>> file_map(order.size());  // per part: its file index -> the merged one
+  for (size_t i = 0; i < order.size(); ++i) {
+    const MetadataRecord& rec = order[i]->record;
+    const std::string whose = "the part of rank " + std::to_string(order[i]->info.rank);
+    for (const BaseRecord& b : rec.bases) {
+      auto [it, added] = base_index.emplace(b.name, static_cast<uint32_t>(out.bases.size() + 1));
+      if (added) {
+        out.bases.push_back(b);
+      } else if (out.bases[it->second - 1].metadata_checksum != b.metadata_checksum ||
+                 out.bases[it->second - 1].metadata_size != b.metadata_size) {
+        return Corrupt(context + ": " + whose + " refers to another checkpoint named '" + b.name +
+                       "' than an earlier part");
+      }
+    }
+    if (!rec.bases.empty()) out.chain_length = std::max(out.chain_length, rec.chain_length);
+    for (const DataFileRecord& f : rec.files) {
+      if (f.base == 0) {
+        const std::string name = DataFileName(static_cast<uint32_t>(out.files.size()));
+        file_map[i].push_back(static_cast<uint32_t>(out.files.size()));
+        out.files.push_back({file_name ? file_name(name) : name, f.size});
+        continue;
+      }
+      if (f.base > rec.bases.size()) {
+        return Corrupt(context + ": " + whose + ": data file '" + f.name + "' names base " + std::to_string(f.base) +
+                       " of " + std::to_string(rec.bases.size()));
+      }
+      const uint32_t merged = base_index.at(rec.bases[f.base - 1].name);
+      auto [it, added] = base_file.emplace(std::make_pair(merged, f.name), own_total + base_files.size());
+      if (added) base_files.push_back(DataFileRecord{f.name, f.size, merged});
+      file_map[i].push_back(it->second);
+    }
+  }
+  out.files.insert(out.files.end(), base_files.begin(), base_files.end());
+  const uint64_t block = out.checksum_block_size;
+
   struct Merged {
     EntryRecord rec;
     std::map<std::vector<uint64_t>, uint32_t> boxes;  // offsets ++ lengths -> rank that holds it
+    bool hashless = false;                            // some chunk has no hash: the entry keeps none
+    bool coded = false;                               // some chunk is compressed: the entry keeps codings
   };
   std::map<std::string, Merged> tensors;
   std::map<std::string, std::pair<EntryRecord, uint32_t>> bytes;
-  for (const Part* part : order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Part* part = order[i];
     const uint32_t rank = part->info.rank;
-    const uint32_t file_base = static_cast<uint32_t>(out.files.size());
-    for (const DataFileRecord& f : part->record.files) {
-      const std::string name = DataFileName(static_cast<uint32_t>(out.files.size()));
-      out.files.push_back({file_name ? file_name(name) : name, f.size});
-    }
+    const std::vector<uint32_t>& files = file_map[i];
+    auto merged_file = [&](const std::string& entry, uint32_t f) -> Result<uint32_t> {
+      if (f >= files.size()) {
+        return Corrupt(context + ": entry '" + entry + "' of the part of rank " + std::to_string(rank) +
+                       " names data file " + std::to_string(f) + " of " + std::to_string(files.size()));
+      }
+      return files[f];
+    };
     std::map<std::string, const Part::Piece*> placed;
     for (const Part::Piece& p : part->pieces) placed[p.entry] = &p;
     for (const EntryRecord& e : part->record.entries) {
       if (e.kind == EntryKind::kBytes) {
+        if (e.chunks.at(0).file == kChunkNotWritten) continue;
         auto it = bytes.find(e.name);
         if (it == bytes.end()) {
           EntryRecord r = e;
-          for (ChunkLocation& c : r.chunks) c.file += file_base;
+          for (ChunkLocation& c : r.chunks) {
+            DCKPT_ASSIGN_OR_RETURN(c.file, merged_file(e.name, c.file));
+          }
           bytes.emplace(e.name, std::make_pair(std::move(r), rank));
         } else if (it->second.first.chunks.at(0).length != e.chunks.at(0).length) {
           return Corrupt(context + ": bytes entry '" + e.name + "' has " +
@@ -354,22 +407,23 @@ Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string
         return Corrupt(context + ": tensor '" + piece->tensor + "' has another dtype or shape in the part of rank " +
                        std::to_string(rank) + " than in an earlier part");
       }
+      const std::string whose = ": tensor '" + piece->tensor + "': ";
       const size_t nchunks = e.chunks.size();
       for (size_t c = 0; c < nchunks; ++c) {
+        ChunkLocation loc = e.chunks[c];
+        if (loc.file == kChunkNotWritten) continue;  // another part's copy of the box is kept
         std::vector<uint64_t> key;
         for (size_t d = 0; d < nd; ++d) key.push_back(e.chunk_offsets[c * nd + d] + piece->offsets[d]);
         for (size_t d = 0; d < nd; ++d) key.push_back(e.chunk_lengths[c * nd + d]);
         if (!m.boxes.emplace(key, rank).second) continue;  // replicated: the lower rank's copy is kept
         for (size_t d = 0; d < nd; ++d) m.rec.chunk_offsets.push_back(key[d]);
         for (size_t d = 0; d < nd; ++d) m.rec.chunk_lengths.push_back(key[nd + d]);
-        ChunkLocation loc = e.chunks[c];
-        loc.file += file_base;
+        DCKPT_ASSIGN_OR_RETURN(loc.file, merged_file(e.name, loc.file));
+        const uint64_t blocks = NumChecksumBlocks(loc.length, block);
         if (loc.first_block != kNoBlockTable) {
           // The chunk's block checksums run from first_block to the next chunk's (or the table's end).
-          uint64_t blocks = (loc.length + out.checksum_block_size - 1) / out.checksum_block_size;
           if (loc.first_block > e.block_checksums.size() || blocks > e.block_checksums.size() - loc.first_block) {
-            return Corrupt(context + ": tensor '" + piece->tensor + "': block table of the part of rank " +
-                           std::to_string(rank) + " is short");
+            return Corrupt(context + whose + "block table of the part of rank " + std::to_string(rank) + " is short");
           }
           const uint32_t at = static_cast<uint32_t>(m.rec.block_checksums.size());
           m.rec.block_checksums.insert(m.rec.block_checksums.end(), e.block_checksums.begin() + loc.first_block,
@@ -377,8 +431,30 @@ Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string
           loc.first_block = at;
         }
         m.rec.chunks.push_back(loc);
+        if (c < e.chunk_hashes.size()) m.rec.chunk_hashes.push_back(e.chunk_hashes[c]);
+        else m.hashless = true;
+        ChunkCoding coding;
+        coding.stored_length = loc.length;
+        if (c < e.codings.size() && !e.codings[c].raw()) {
+          coding = e.codings[c];
+          if (coding.first_stored > e.stored_blocks.size() || blocks > e.stored_blocks.size() - coding.first_stored) {
+            return Corrupt(context + whose + "stored blocks of the part of rank " + std::to_string(rank) +
+                           " are short");
+          }
+          const uint32_t at = static_cast<uint32_t>(m.rec.stored_blocks.size());
+          m.rec.stored_blocks.insert(m.rec.stored_blocks.end(), e.stored_blocks.begin() + coding.first_stored,
+                                     e.stored_blocks.begin() + coding.first_stored + blocks);
+          coding.first_stored = at;
+          m.coded = true;
+        }
+        m.rec.codings.push_back(coding);
       }
     }
+  }
+  for (auto& kv : tensors) {
+    Merged& m = kv.second;
+    if (m.hashless) m.rec.chunk_hashes.clear();
+    if (!m.coded) m.rec.codings.clear();
   }
   for (auto& kv : tensors) out.entries.push_back(std::move(kv.second.rec));
   for (auto& kv : bytes) out.entries.push_back(std::move(kv.second.first));

@@ -61,14 +61,22 @@ Result<Part> ParsePart(const std::string& metadata_bytes, const std::string& con
 /// PartInfo of a metadata view, or kCorrupt when it is not a part.
 Result<PartInfo> PartInfoOf(const MetadataView& view, const std::string& context);
 
+/// ChunkLocation::file of a chunk of a part that another part writes (the checkpoint manager persists a box several
+/// parts hold once, core/manager/persist.h): MergeParts leaves it out.
+constexpr uint32_t kChunkNotWritten = UINT32_MAX;
+
 /// Merges the parts of one step (every rank 0..ranks-1 once, any order) into the metadata file of one checkpoint whose
 /// data file DataFileName(b + k) ("data-<5 digits>.bin", the names any save gives) is data file k of part r, where b
-/// is the number of data files of the parts of the ranks below r. Tensors get their global shapes, with each piece's
-/// chunks moved to the piece's place; a box several parts hold (replicated data) is kept once (the lowest rank's);
-/// a bytes entry several parts hold must have one size (the lowest rank's is kept); user metadata and structure are
-/// rank 0's (the structure from kPartStructureKey; the part keys dropped). The result is validated like any metadata
-/// (chunks tile every tensor), so parts that do not make up a whole checkpoint are refused (kCorrupt naming `context`
-/// and the tensor). `file_name`, if given, names the merged data files instead (it is passed DataFileName(b + k)).
+/// is the number of data files of the parts of the ranks below r (files of the parts' own: a data file of a base,
+/// DataFileRecord::base >= 1, stays one, once, after them). Tensors get their global shapes, with each piece's chunks
+/// moved to the piece's place; a box several parts hold (replicated data) is kept once (the lowest rank's that was
+/// written: chunks at kChunkNotWritten are left out); a bytes entry several parts hold must have one size (the lowest
+/// rank's is kept); chunk hashes (where every chunk of the entry has one), codings and stored blocks go along. Bases
+/// are merged by name (parts naming one base must agree on its metadata checksum and size), the chain length is the
+/// longest. User metadata and structure are rank 0's (the structure from kPartStructureKey; the part keys dropped).
+/// The result is validated like any metadata (chunks tile every tensor), so parts that do not make up a whole
+/// checkpoint are refused (kCorrupt naming `context` and the tensor). `file_name`, if given, names the merged data
+/// files instead (it is passed DataFileName(b + k)).
 Result<std::string> MergeParts(const std::vector<Part>& parts, const std::string& context,
                                const std::function<std::string(const std::string&)>& file_name = nullptr);
 
