@@ -31,7 +31,9 @@ class Manager {
                                       std::shared_ptr<Storage> persistent_storage, uint64_t persist_every,
                                       unsigned keep_local, unsigned keep_persistent, uint64_t local_budget_bytes,
                                       uint64_t timeout_ms, bool device_snapshot, uint64_t exchange_round_bytes,
-                                      unsigned threads, int background_priority) {
+                                      unsigned threads, int background_priority, int persist_compression,
+                                      int persist_compression_level, bool persist_incremental,
+                                      unsigned persist_full_every) {
     dckpt_manager_options o;
     Check(dckpt_manager_options_init(&o, DCKPT_MANAGER_OPTIONS_VERSION));
     o.local_dir = local_dir ? local_dir->c_str() : nullptr;
@@ -50,6 +52,10 @@ class Manager {
     o.exchange_round_bytes = exchange_round_bytes;
     o.threads = threads;
     o.background_priority = background_priority;
+    o.persist_compression = persist_compression;
+    o.persist_compression_level = persist_compression_level;
+    o.persist_incremental = persist_incremental ? 1 : 0;
+    o.persist_full_every = persist_full_every;
     auto use = std::make_unique<Comm::Use>(comm);
     dckpt_comm* c = use->get();
     dckpt_manager* m = nullptr;
@@ -131,6 +137,8 @@ class Manager {
     d["max_wait_seconds"] = st.max_wait_seconds;
     d["bytes_written"] = st.bytes_written;
     d["bytes_replicated"] = st.bytes_replicated;
+    d["bytes_persisted"] = st.bytes_persisted;
+    d["bytes_persist_reused"] = st.bytes_persist_reused;
     return d;
   }
 
@@ -239,7 +247,9 @@ void RegisterManager(py::module_& m) {
                   py::arg("persistent_path").none(true), py::arg("persistent_storage").none(true),
                   py::arg("persist_every"), py::arg("keep_local"), py::arg("keep_persistent"),
                   py::arg("local_budget_bytes"), py::arg("timeout_ms"), py::arg("device_snapshot"),
-                  py::arg("exchange_round_bytes"), py::arg("threads"), py::arg("background_priority"))
+                  py::arg("exchange_round_bytes"), py::arg("threads"), py::arg("background_priority"),
+                  py::arg("persist_compression"), py::arg("persist_compression_level"),
+                  py::arg("persist_incremental"), py::arg("persist_full_every"))
       .def("save", &Manager::Save, py::arg("step"), py::arg("state"), py::arg("persist"))
       .def("wait", &Manager::Wait, py::arg("timeout_ms"))
       .def("latest_step", &Manager::LatestStep)

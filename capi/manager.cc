@@ -24,7 +24,9 @@ namespace {
 
 // The bytes of dckpt_manager_options that a caller built against `version` has.
 size_t ManagerOptionsSize(unsigned version) {
-  return version >= 2 ? sizeof(dckpt_manager_options) : offsetof(dckpt_manager_options, threads);
+  return version >= 3   ? sizeof(dckpt_manager_options)
+         : version == 2 ? offsetof(dckpt_manager_options, persist_compression)
+                        : offsetof(dckpt_manager_options, threads);
 }
 
 }  // namespace
@@ -92,6 +94,14 @@ int dckpt_manager_new(dckpt_manager** out, dckpt_comm* comm, const dckpt_manager
             "dckpt_manager_options.background_priority: " + std::to_string(o.background_priority) +
             " is no dckpt_priority (0 to 3)"));
     }
+    if (o.persist_compression < 0 || o.persist_compression > 255) {
+      return Report(distckpt::InvalidArgument("dckpt_manager_options.persist_compression " +
+                                              std::to_string(o.persist_compression) + " is unknown"));
+    }
+    m.persist_compression = static_cast<distckpt::Codec>(o.persist_compression);
+    m.persist_compression_level = o.persist_compression_level;
+    m.persist_incremental = o.persist_incremental != 0;
+    m.persist_full_every = o.persist_full_every;
     std::shared_ptr<distckpt::Storage> held;
     if (o.persistent_path && *o.persistent_path) {
       m.persistent_path = o.persistent_path;
@@ -149,6 +159,10 @@ int dckpt_manager_stats(dckpt_manager_counters* out, const dckpt_manager* manage
     out->max_wait_seconds = s.max_wait_seconds;
     out->bytes_written = s.bytes_written;
     out->bytes_replicated = s.bytes_replicated;
+    if (out->version >= 2) {
+      out->bytes_persisted = s.bytes_persisted;
+      out->bytes_persist_reused = s.bytes_persist_reused;
+    }
     return DCKPT_OK;
   })
 }

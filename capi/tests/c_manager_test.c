@@ -1,5 +1,6 @@
 /* The manager's versioned options and counters through the C ABI, in one process: a caller built against version 1
- * of dckpt_manager_options has its struct read only that far, and dckpt_manager_stats counts a step. */
+ * of dckpt_manager_options has its struct read only that far, dckpt_manager_stats counts a step, and version 3's
+ * persisting options (compressed, incremental) are taken and counted. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,8 +18,13 @@ int main(void) {
   CHECK(v1.threads == 0xABABABABu && v1.background_priority == (int)0xABABABABu);
   dckpt_manager_options v2;
   memset(&v2, 0xAB, sizeof v2);
-  CHECK_OK(dckpt_manager_options_init(&v2, DCKPT_MANAGER_OPTIONS_VERSION));
+  CHECK_OK(dckpt_manager_options_init(&v2, 2));
   CHECK(v2.version == 2 && v2.threads == 0 && v2.background_priority == DCKPT_PRIORITY_DEFAULT);
+  CHECK(v2.persist_compression == (int)0xABABABABu && v2.persist_full_every == 0xABABABABu);
+  dckpt_manager_options v3;
+  memset(&v3, 0xAB, sizeof v3);
+  CHECK_OK(dckpt_manager_options_init(&v3, DCKPT_MANAGER_OPTIONS_VERSION));
+  CHECK(v3.version == 3 && v3.persist_compression == DCKPT_COMPRESSION_NONE && v3.persist_incremental == 0);
   CHECK(dckpt_manager_options_init(&v2, DCKPT_MANAGER_OPTIONS_VERSION + 1) == DCKPT_EVERSION);
 
   char dir[] = "/tmp/c_manager_test-XXXXXX";
@@ -88,6 +94,38 @@ int main(void) {
   CHECK(dckpt_manager_stats(&bad, m) == DCKPT_EVERSION);
   CHECK(dckpt_manager_stats(NULL, m) == DCKPT_EINVAL);
   CHECK(dckpt_manager_stats(&c, NULL) == DCKPT_EINVAL);
+
+  dckpt_manager_free(m);
+
+  /* Version 3: persisted steps compressed and incremental. w is the same at every step: steps 2 and 3 refer to
+   * step 1's bytes, and only step 1's (compressed) are written. */
+  char persistent[64];
+  snprintf(persistent, sizeof persistent, "%s/persistent", dir);
+  v3.local_dir = local;
+  v3.replicas = 0;
+  v3.persistent_path = persistent;
+  v3.persist_every = 1;
+  v3.persist_compression = 9;
+  CHECK(dckpt_manager_new(&m, NULL, &v3) == DCKPT_EINVAL && m == NULL);
+  CHECK(strstr(dckpt_error_last(), "persist_compression") != NULL);
+  v3.persist_compression = DCKPT_COMPRESSION_ZSTD;
+  v3.persist_compression_level = 99;
+  CHECK(dckpt_manager_new(&m, NULL, &v3) == DCKPT_EINVAL && m == NULL);
+  v3.persist_compression_level = 0;
+  v3.persist_incremental = 1;
+  v3.persist_full_every = 0;
+  CHECK_OK(dckpt_manager_new(&m, NULL, &v3));
+  for (uint64_t step = 11; step <= 13; ++step) CHECK_OK(dckpt_manager_save(m, step, s, 0));
+  CHECK_OK(dckpt_manager_wait(m, DCKPT_WAIT_FOREVER));
+  dckpt_manager_counters c2 = DCKPT_MANAGER_COUNTERS_INIT;
+  CHECK_OK(dckpt_manager_stats(&c2, m));
+  CHECK(c2.bytes_persisted > 0 && c2.bytes_persisted < sizeof w);
+  CHECK(c2.bytes_persist_reused == 2 * sizeof w);
+  dckpt_manager_counters c1;
+  memset(&c1, 0xAB, sizeof c1);
+  c1.version = 1;
+  CHECK_OK(dckpt_manager_stats(&c1, m));
+  CHECK(c1.steps_completed == 3 && c1.bytes_persisted == 0xABABABABABABABABull);
 
   dckpt_state_free(s);
   dckpt_manager_free(m);

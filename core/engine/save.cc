@@ -22,6 +22,17 @@
 
 namespace distckpt {
 
+Status CheckCompression(Codec codec, int level, const std::string& where) {
+  if (codec != Codec::kRaw && codec != Codec::kZstdGrouped) {
+    return InvalidArgument(where + ": unknown compression " + std::to_string(static_cast<int>(codec)));
+  }
+  if (codec != Codec::kRaw && (level < MinCompressionLevel() || level > MaxCompressionLevel())) {
+    return InvalidArgument(where + ": compression level " + std::to_string(level) + " is outside zstd's [" +
+                           std::to_string(MinCompressionLevel()) + ", " + std::to_string(MaxCompressionLevel()) + "]");
+  }
+  return OkStatus();
+}
+
 size_t DefaultIoThreads() {
   size_t hw = std::max(1u, std::thread::hardware_concurrency());
   return std::min<size_t>(16, std::max<size_t>(4, 2 * hw));
@@ -513,15 +524,7 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   if (options.checksum_block_size < 4096 || (options.checksum_block_size & (options.checksum_block_size - 1))) {
     return InvalidArgument(where + ": checksum_block_size must be a power of two >= 4096");
   }
-  if (options.compression != Codec::kRaw && options.compression != Codec::kZstdGrouped) {
-    return InvalidArgument(where + ": unknown compression " + std::to_string(static_cast<int>(options.compression)));
-  }
-  if (options.compression != Codec::kRaw &&
-      (options.compression_level < MinCompressionLevel() || options.compression_level > MaxCompressionLevel())) {
-    return InvalidArgument(where + ": compression level " + std::to_string(options.compression_level) +
-                           " is outside zstd's [" + std::to_string(MinCompressionLevel()) + ", " +
-                           std::to_string(MaxCompressionLevel()) + "]");
-  }
+  DCKPT_RETURN_IF_ERROR(CheckCompression(options.compression, options.compression_level, where));
 
   // Round 1: every rank sends its local plan; the coordinator plans globally, creates the staging directory and
   // answers with the nonce and every rank's chunks. Coordinator state lives only on rank 0.

@@ -99,6 +99,9 @@ Result<SaveSummary> Save(const std::string& path, const State& state, Communicat
 /// rank that never comes), and returns once the coordinator has answered. SaveAsync uses it when staging fails.
 Status JoinSaveAsFailed(const std::string& path, Communicator* comm, const SaveOptions& options, const Status& why);
 
+/// kInvalidArgument naming `where` unless `codec` is one a save writes and `level` one of its levels.
+Status CheckCompression(Codec codec, int level, const std::string& where);
+
 /// Default number of I/O threads.
 size_t DefaultIoThreads();
 

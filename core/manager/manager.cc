@@ -111,6 +111,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(Communicato
     return InvalidArgument("checkpoint manager: replicas must be 0, 1 or 2, not " + std::to_string(options.replicas));
   }
   if (options.keep_local < 1) return InvalidArgument("checkpoint manager: keep_local must be at least 1");
+  DCKPT_RETURN_IF_ERROR(CheckCompression(options.persist_compression, options.persist_compression_level,
+                                         "checkpoint manager: persist_compression"));
   if (options.exchange_round_bytes == 0) return InvalidArgument("checkpoint manager: exchange_round_bytes is 0");
   if (comm) {
     // The manager's collectives run on its background thread, beside the caller's own work: as for SaveAsync, a

@@ -253,6 +253,10 @@ class Manager:
         exchange_round_bytes: int,
         threads: int,
         background_priority: int,
+        persist_compression: int,
+        persist_compression_level: int,
+        persist_incremental: bool,
+        persist_full_every: int,
     ) -> Manager: ...
     def save(self, step: int, state: State, persist: bool) -> None: ...
     def wait(self, timeout_ms: int) -> None: ...

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _arrays, _dtypes, _native, _tree
 from . import storage as _storage
-from ._checkpoint import abort_on_local_error, build_save_state, load_into
+from ._checkpoint import abort_on_local_error, build_save_state, compression_code, load_into
 from .comm import Communicator, for_background, native_of
 from .errors import BufferTooSmallError, Error, InvalidArgumentError, StateError, UnsupportedError
 from .sharding import Shard
@@ -72,6 +72,9 @@ class ManagerStats:
     max_wait_seconds: float  #: the longest wait of one save
     bytes_written: int  #: bytes of this rank's own parts of completed steps, written to the local tier
     bytes_replicated: int  #: bytes of other ranks' parts this rank received and kept (completed steps)
+    #: bytes this rank wrote to persistent storage, as stored (compressed); a box several ranks hold is written once
+    bytes_persisted: int
+    bytes_persist_reused: int  #: rank 0: data bytes persisted steps refer to in the previous persisted step
 
 
 #: CheckpointManager(background_priority=...) -> dckpt_priority
@@ -228,6 +231,14 @@ class CheckpointManager:
         background_priority: the CPU and I/O priority of the background work: "normal", "low" (nice 19, I/O
             best-effort 7: yields to training) or "idle" (SCHED_IDLE, idle I/O class); None: the core's default,
             "normal" (docs/manager.md, "Background work": a lower priority slowed a busy host's loop down).
+        persist_compression: ``"zstd"``: persisted steps are compressed (as ``save(compression=)``) while they are
+            copied from the local tier, which stays raw; None: not compressed.
+        persist_compression_level: as ``save(compression_level=)``.
+        persist_incremental: a persisted step refers to the previous persisted step for every chunk whose bytes are
+            equal there (same box and XXH3-128) instead of writing it again (docs/manager.md, "Persisting smaller");
+            ``keep_persistent`` keeps every step a kept one refers to.
+        persist_full_every: with ``persist_incremental``: every Nth persisted step of a chain is written whole
+            (0: no bound).
     """
 
     def __init__(
@@ -249,6 +260,10 @@ class CheckpointManager:
         exchange_round_bytes: int = 0,
         threads: Optional[int] = None,
         background_priority: Optional[str] = None,
+        persist_compression: Optional[str] = None,
+        persist_compression_level: int = 0,
+        persist_incremental: bool = False,
+        persist_full_every: int = 0,
     ) -> None:
         self._native: Optional[_native.Manager] = None
         self._comm = for_background(comm)
@@ -261,7 +276,8 @@ class CheckpointManager:
         for arg, value in (("replicas", 0 if replicas is None else replicas), ("persist_every", persist_every),
                            ("keep_local", keep_local),
                            ("keep_persistent", keep_persistent), ("local_budget_bytes", local_budget_bytes),
-                           ("exchange_round_bytes", exchange_round_bytes), ("threads", threads or 0)):  # fmt: skip
+                           ("exchange_round_bytes", exchange_round_bytes), ("threads", threads or 0),
+                           ("persist_full_every", persist_full_every)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"CheckpointManager: {arg} must be an int >= 0, not {value!r}")
         if background_priority not in _PRIORITIES:
@@ -286,6 +302,10 @@ class CheckpointManager:
             exchange_round_bytes,
             threads or 0,
             _PRIORITIES[background_priority],
+            compression_code(persist_compression),
+            persist_compression_level,
+            bool(persist_incremental),
+            persist_full_every,
         )
         self._persistent = None if persistent is None else os.fspath(persistent)
         with _open_lock:

@@ -188,6 +188,31 @@ def test_persistent_on_s3(tmp_path, s3_env):
     mw.check(state, 4, 0, 1, saved_world=1, big_rows=16)
 
 
+def test_persisted_steps_on_s3_are_compressed_and_refer_to_the_previous_one(tmp_path, s3_env):
+    url = f"s3://{s3_env}/smaller"
+    frozen = (np.arange(1 << 18, dtype=np.float32) % 64) * 0.25  # 1 MiB the same at every step; compressible
+    options = dict(local_dir=tmp_path / "local", replicas=0, persistent=url, persist_every=1, keep_persistent=2,
+                   persist_compression="zstd", persist_incremental=True)  # fmt: skip
+    with distckpt.CheckpointManager(**options) as mgr:
+        for step in range(1, 5):
+            mgr.save(step, {"frozen": frozen, "w": np.full(1024, step, np.float32), "step": step})
+        mgr.wait_until_finished()
+        stats = mgr.stats()
+    assert stats.bytes_persist_reused == 3 * frozen.nbytes
+    assert 0 < stats.bytes_persisted < frozen.nbytes  # step 1's frozen compressed, then only "w" and "step"
+    # keep_persistent=2 keeps steps 3 and 4, and step 1, which both refer to.
+    assert distckpt.listdir(url) == [step_dir(1), step_dir(3), step_dir(4)]
+    with distckpt.open(f"{url}/{step_dir(4)}") as r:
+        assert r.metadata.bases == (step_dir(1),)
+        assert r.metadata.bytes_in_bases == frozen.nbytes
+    with distckpt.open(f"{url}/{step_dir(1)}") as r:
+        assert r.metadata.stored_bytes < r.metadata.total_bytes
+    out = distckpt.load(None, f"{url}/{step_dir(4)}")
+    assert out["step"] == 4 and (out["frozen"] == frozen).all() and (out["w"] == 4).all()
+    with pytest.raises(ValueError, match="compression"):
+        distckpt.CheckpointManager(local_dir=tmp_path / "other", replicas=0, persist_compression="lz4")
+
+
 def test_pieces_that_do_not_tile_a_tensor_are_refused_when_saved(tmp_path):
     half = {"w": distckpt.Shard(np.ones((2, 6), np.float32), (4, 6), (0, 0))}  # rows 2..4 are nobody's
     with pytest.raises(distckpt.InvalidArgumentError, match="tile"):

@@ -1010,7 +1010,7 @@ typedef enum dckpt_priority {
 
 /* dckpt_manager_options.replicas: as many as the job's nodes allow, up to 1 (the default). */
 #define DCKPT_REPLICAS_AUTO 0xFFFFFFFFu
-#define DCKPT_MANAGER_OPTIONS_VERSION 2
+#define DCKPT_MANAGER_OPTIONS_VERSION 3
 typedef struct dckpt_manager_options {
   unsigned version;
   const char *local_dir;        /* the node-local tier's directory, shared by the ranks of one node; NULL:
@@ -1039,10 +1039,19 @@ typedef struct dckpt_manager_options {
                                  * replicating and persisting run on the manager's one thread); 0: default (a quarter
                                  * of the cores, 1 to 4) */
   int background_priority;      /* dckpt_priority of the background work; 0: DCKPT_PRIORITY_DEFAULT */
+  /* version >= 3: the persistent tier written smaller (docs/manager.md "Persisting smaller") */
+  int persist_compression;      /* dckpt_compression of persisted steps, compressed while they are copied from the
+                                 * node-local tier (which stays raw); DCKPT_COMPRESSION_NONE (default) */
+  int persist_compression_level; /* as dckpt_save_options.compression_level (default 0) */
+  int persist_incremental;      /* non-zero: a persisted step refers to the previous persisted step for every chunk
+                                 * whose bytes are equal there (same box and XXH3-128), instead of writing it again;
+                                 * keep_persistent keeps every step a kept one refers to (default 0) */
+  unsigned persist_full_every;  /* with persist_incremental: every persist_full_every-th persisted step of a chain is
+                                 * written whole; 0: no bound (default) */
 } dckpt_manager_options;
 #define DCKPT_MANAGER_OPTIONS_INIT                                                                             \
   {DCKPT_MANAGER_OPTIONS_VERSION, NULL, NULL, NULL, DCKPT_REPLICAS_AUTO, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, \
-   DCKPT_PRIORITY_DEFAULT}
+   DCKPT_PRIORITY_DEFAULT, DCKPT_COMPRESSION_NONE, 0, 0, 0}
 /* Sets `*opts` to DCKPT_MANAGER_OPTIONS_INIT with `version` (DCKPT_MANAGER_OPTIONS_VERSION, or an older one: then only
  * that version's fields are written); DCKPT_EVERSION for a version newer than the library. */
 DCKPT_API int dckpt_manager_options_init(dckpt_manager_options *opts, unsigned version);
@@ -1067,7 +1076,7 @@ DCKPT_API int dckpt_manager_wait(dckpt_manager *manager, uint64_t timeout_ms);
  * when there is none. */
 DCKPT_API int dckpt_manager_latest_step(uint64_t *step, int *found, const dckpt_manager *manager);
 
-#define DCKPT_MANAGER_COUNTERS_VERSION 1
+#define DCKPT_MANAGER_COUNTERS_VERSION 2
 typedef struct dckpt_manager_counters {
   unsigned version;
   uint64_t steps_saved;         /* steps dckpt_manager_save accepted (each then runs in the background) */
@@ -1080,8 +1089,12 @@ typedef struct dckpt_manager_counters {
   double max_wait_seconds;      /* the longest wait of one save */
   uint64_t bytes_written;       /* bytes of this rank's own parts of completed steps, written to the local tier */
   uint64_t bytes_replicated;    /* bytes of other ranks' parts this rank received and kept (completed steps) */
+  /* version >= 2 */
+  uint64_t bytes_persisted;     /* bytes this rank wrote to persistent storage, as stored (compressed), for steps
+                                 * persisted; a box several ranks hold is written by one of them */
+  uint64_t bytes_persist_reused; /* rank 0: data bytes persisted steps refer to in the previous one (incremental) */
 } dckpt_manager_counters;
-#define DCKPT_MANAGER_COUNTERS_INIT {DCKPT_MANAGER_COUNTERS_VERSION, 0, 0, 0, 0, 0, 0.0, 0.0, 0, 0}
+#define DCKPT_MANAGER_COUNTERS_INIT {DCKPT_MANAGER_COUNTERS_VERSION, 0, 0, 0, 0, 0, 0.0, 0.0, 0, 0, 0, 0}
 
 /* The manager's counters since dckpt_manager_new, into `*out` (whose `version` the caller sets: the fields of that
  * version are written). Unlike the other calls it may run on any thread while another call on the manager is in

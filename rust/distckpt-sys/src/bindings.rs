@@ -26,8 +26,8 @@ pub const DCKPT_MAP_ALL_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_EXPORT_OPTIONS_VERSION: u32 = 3;
 pub const DCKPT_FLATTEN_INFO_VERSION: u32 = 1;
 pub const DCKPT_REPLICAS_AUTO: u32 = 4294967295;
-pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 2;
-pub const DCKPT_MANAGER_COUNTERS_VERSION: u32 = 1;
+pub const DCKPT_MANAGER_OPTIONS_VERSION: u32 = 3;
+pub const DCKPT_MANAGER_COUNTERS_VERSION: u32 = 2;
 pub const DCKPT_RESTORE_OPTIONS_VERSION: u32 = 1;
 pub const DCKPT_RESTORE_INFO_VERSION: u32 = 2;
 pub type __uint32_t = ::std::os::raw::c_uint;
@@ -4437,12 +4437,16 @@ pub struct dckpt_manager_options {
     pub exchange_round_bytes: u64,
     pub threads: ::std::os::raw::c_uint,
     pub background_priority: ::std::os::raw::c_int,
+    pub persist_compression: ::std::os::raw::c_int,
+    pub persist_compression_level: ::std::os::raw::c_int,
+    pub persist_incremental: ::std::os::raw::c_int,
+    pub persist_full_every: ::std::os::raw::c_uint,
 }
 #[test]
 fn bindgen_test_layout_dckpt_manager_options() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_manager_options>(),
-        112usize,
+        128usize,
         concat!("Size of: ", stringify!(dckpt_manager_options))
     );
     assert_eq!(
@@ -4722,6 +4726,74 @@ fn bindgen_test_layout_dckpt_manager_options() {
         );
     }
     test_field_background_priority();
+    fn test_field_persist_compression() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persist_compression) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(persist_compression)
+            )
+        );
+    }
+    test_field_persist_compression();
+    fn test_field_persist_compression_level() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persist_compression_level) as usize - ptr as usize
+            },
+            116usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(persist_compression_level)
+            )
+        );
+    }
+    test_field_persist_compression_level();
+    fn test_field_persist_incremental() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persist_incremental) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(persist_incremental)
+            )
+        );
+    }
+    test_field_persist_incremental();
+    fn test_field_persist_full_every() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persist_full_every) as usize - ptr as usize
+            },
+            124usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_options),
+                "::",
+                stringify!(persist_full_every)
+            )
+        );
+    }
+    test_field_persist_full_every();
 }
 extern "C" {
     pub fn dckpt_manager_options_init(
@@ -4773,12 +4845,14 @@ pub struct dckpt_manager_counters {
     pub max_wait_seconds: f64,
     pub bytes_written: u64,
     pub bytes_replicated: u64,
+    pub bytes_persisted: u64,
+    pub bytes_persist_reused: u64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_manager_counters() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_manager_counters>(),
-        80usize,
+        96usize,
         concat!("Size of: ", stringify!(dckpt_manager_counters))
     );
     assert_eq!(
@@ -4956,6 +5030,40 @@ fn bindgen_test_layout_dckpt_manager_counters() {
         );
     }
     test_field_bytes_replicated();
+    fn test_field_bytes_persisted() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_persisted) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(bytes_persisted)
+            )
+        );
+    }
+    test_field_bytes_persisted();
+    fn test_field_bytes_persist_reused() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_persist_reused) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(bytes_persist_reused)
+            )
+        );
+    }
+    test_field_bytes_persist_reused();
 }
 extern "C" {
     pub fn dckpt_manager_stats(
