@@ -128,22 +128,24 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
                                   });
   std::string encoded_plan;
   st = ReadAnswer(planned, me, &encoded_plan);
-  if (st.ok() && me != 0) {
-    auto decoded = DecodePlan(encoded_plan, static_cast<uint32_t>(size));
-    if (decoded.ok()) plan = std::move(decoded).value();
-    else st = decoded.status();
-  }
-  if (!st.ok()) {
+  if (!st.ok()) {  // every rank has the same answer: every rank stops here
     if (me == 0) (void)staged->Abort();
     *outcome = st.WithContext("persisting '" + path + "'");
     return OkStatus();
   }
+  if (me != 0) {
+    // A plan this rank cannot read fails this rank alone: it still takes part in the last round, which fails them all.
+    auto decoded = DecodePlan(encoded_plan, static_cast<uint32_t>(size));
+    if (decoded.ok()) plan = std::move(decoded).value();
+    else st = decoded.status();
+  }
+  plan.writes.resize(size);
 
   // This rank's chunks, into its data file (numbered after those of the ranks below it that write one).
   const std::vector<uint32_t>& writes = plan.writes[me];
   std::string report;
   uint64_t stored = 0;
-  if (!writes.empty()) {
+  if (st.ok() && !writes.empty()) {
     uint32_t index = 0;
     for (int r = 0; r < me; ++r) index += plan.writes[r].empty() ? 0 : 1;
     auto out = persistent_->CreateFile(staged->StagingFile(staged->FileName(DataFileName(index))));
