@@ -724,24 +724,12 @@ int dckpt_reader_map_chunk(const void** data, uint64_t* size, dckpt_reader* read
     DCKPT_RETURN_IF_FAILED(NotNull(data, "data"));
     DCKPT_RETURN_IF_FAILED(NotNull(size, "size"));
     DCKPT_RETURN_IF_FAILED(NotNull(reader, "reader"));
-    const distckpt::MetadataView& m = reader->reader->metadata();
-    auto found = EntryWithChunk(m, entry, chunk);
+    auto found = EntryWithChunk(reader->reader->metadata(), entry, chunk);
     if (!found.ok()) return Report(found.status());
-    const distckpt::EntryView e = *found;
-    const distckpt::ChunkLocation loc = e.chunk(chunk);
-    if (e.compressed(chunk)) {
-      return Report(distckpt::Status(distckpt::StatusCode::kUnsupported,
-                                     "checkpoint '" + reader->reader->path() + "': entry '" + std::string(e.name) +
-                                         "' chunk #" + std::to_string(chunk) +
-                                         " is compressed: it cannot be mapped in place (read it instead)"));
-    }
-    auto mapped = reader->reader->MappedFile(loc.file);
-    if (!mapped.ok()) {
-      return Report(mapped.status().WithContext("checkpoint '" + reader->reader->path() + "': entry '" +
-                                                std::string(e.name) + "'"));
-    }
-    *data = *mapped + loc.offset;  // the metadata was validated: the chunk lies inside the file, whose size was checked
-    *size = loc.length;
+    auto bytes = reader->reader->MapChunk(entry, static_cast<uint32_t>(chunk));
+    if (!bytes.ok()) return Report(bytes.status());
+    *data = bytes->data();
+    *size = bytes->size();
     return DCKPT_OK;
   })
 }

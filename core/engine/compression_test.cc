@@ -166,10 +166,32 @@ TEST(Compression, SavesSmallerAndEveryReadIsExact) {
     ASSERT_EQ(std::memcmp(region.data() + r * 1500, m.w.data() + (60 + r) * kCols + 100, 3000), 0) << r;
   }
   EXPECT_TRUE((*reader)->VerifyAll(nullptr).ok());
-  // A compressed chunk cannot be mapped in place: a clear refusal.
-  Status mapped = (*reader)->MapAll({*meta.Find("w")}, nullptr);
-  EXPECT_EQ(mapped.code(), StatusCode::kUnsupported);
-  EXPECT_NE(mapped.message().find("compressed"), std::string::npos) << mapped.ToString();
+  // Compressed chunks have no bytes to map: MapAll decodes them into memory the reader keeps, and MapChunk returns
+  // their decoded bytes (beside raw chunks' mapped ones); a reader that maps nothing still decodes them.
+  auto expect_w_chunks = [&](Reader* r) {
+    const EntryView e = r->metadata().entry(*r->metadata().Find("w"));
+    for (uint32_t c = 0; c < e.num_chunks; ++c) {
+      auto bytes = r->MapChunk(*r->metadata().Find("w"), c);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      const uint64_t r0 = e.chunk_offsets[2 * c], c0 = e.chunk_offsets[2 * c + 1];
+      const uint64_t rows = e.chunk_lengths[2 * c], cols = e.chunk_lengths[2 * c + 1];
+      ASSERT_EQ(bytes->size(), rows * cols * 2);
+      for (uint64_t row = 0; row < rows; ++row) {
+        ASSERT_EQ(std::memcmp(bytes->data() + row * cols * 2, m.w.data() + (r0 + row) * kCols + c0, cols * 2), 0)
+            << "chunk " << c << " row " << row;
+      }
+    }
+  };
+  ASSERT_TRUE((*reader)->MapAll({}, nullptr).ok());
+  expect_w_chunks(reader->get());
+  auto noise = (*reader)->MapChunk(*meta.Find("noise"), 0);  // raw: in the mapping
+  ASSERT_TRUE(noise.ok());
+  ReadOptions unmapped;
+  unmapped.map_files = false;
+  auto plain = Reader::Open(dir + "/c", nullptr, unmapped);
+  ASSERT_TRUE(plain.ok());
+  expect_w_chunks(plain->get());
+  EXPECT_EQ((*plain)->MapChunk(*meta.Find("noise"), 0).status().code(), StatusCode::kUnsupported);
 }
 
 TEST(Compression, LevelsAndOptionsAreChecked) {
@@ -252,6 +274,25 @@ TEST(Compression, DamageToAnyByteIsDetected) {
   EXPECT_GT(detected, 100);
   EXPECT_TRUE(LoadAndCompare(dir + "/c", m).ok());
   (void)harmless;
+
+  // A damaged compressed chunk is never handed out decoded: MapAll and MapChunk fail naming the checkpoint.
+  {
+    auto probe = Reader::Open(dir + "/c", nullptr, ReadOptions());
+    ASSERT_TRUE(probe.ok());
+    const size_t w = *(*probe)->metadata().Find("w");
+    const ChunkLocation loc = (*probe)->metadata().entry(w).chunk(0);
+    std::fstream f(data_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(loc.offset + 100));
+    f.put('\x5a');
+  }
+  for (bool all : {true, false}) {
+    auto r = Reader::Open(dir + "/c", nullptr, ReadOptions());
+    ASSERT_TRUE(r.ok());
+    const size_t w = *(*r)->metadata().Find("w");
+    Status st = all ? (*r)->MapAll({w}, nullptr) : (*r)->MapChunk(w, 0).status();
+    ASSERT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
+    EXPECT_NE(st.message().find("checkpoint '" + dir + "/c'"), std::string::npos) << st.ToString();
+  }
 }
 
 }  // namespace

@@ -371,32 +371,86 @@ Status Reader::VerifyAll(const ProgressFn& progress) {
   return ex.Run(progress);
 }
 
+Box Reader::ChunkBox(size_t entry, uint32_t chunk) const {
+  const EntryView e = meta_.entry(entry);
+  const uint32_t nd = e.ndim();
+  if (e.kind != EntryKind::kTensor) return Box::Whole(e.shape).value();
+  // Validated metadata: the chunk's box lies inside the tensor.
+  return Box::Make(Span<const uint64_t>(e.chunk_offsets + chunk * nd, nd),
+                   Span<const uint64_t>(e.chunk_lengths + chunk * nd, nd))
+      .value();
+}
+
 Status Reader::MapAll(const std::vector<size_t>& entries, const ProgressFn& progress) {
   if (!options_.map_files) {
     return Status(StatusCode::kUnsupported, "checkpoint '" + path_ + "' was opened with map_files off: nothing is " +
                                                 "mapped; read the tensors into buffers instead");
   }
   ReadExecutor ex(this);
-  auto add = [&](size_t i) {
+  // Compressed chunks are decoded into buffers the reader keeps (those MapChunk decoded already are kept as they are).
+  std::vector<std::pair<std::pair<size_t, uint32_t>, std::unique_ptr<char[]>>> decoded;
+  auto add = [&](size_t i) -> Status {
     const EntryView e = meta_.entry(i);
-    for (size_t c = 0; c < e.num_chunks; ++c) ex.AddMapped(i, static_cast<uint32_t>(c));
+    std::vector<ReadTarget> targets;
+    for (uint32_t c = 0; c < e.num_chunks; ++c) {
+      if (!e.compressed(c)) {
+        ex.AddMapped(i, c);
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(decoded_mu_);
+        if (decoded_.count({i, c})) continue;
+      }
+      std::unique_ptr<char[]> buf(new char[e.chunk(c).length]);  // not zeroed: decoded over
+      targets.push_back(ReadTarget{ChunkBox(i, c), buf.get(), {}});
+      decoded.emplace_back(std::make_pair(i, c), std::move(buf));
+    }
+    return targets.empty() ? OkStatus() : ex.Add(i, targets);
   };
   if (entries.empty()) {
-    for (size_t i = 0; i < meta_.num_entries(); ++i) add(i);
+    for (size_t i = 0; i < meta_.num_entries(); ++i) DCKPT_RETURN_IF_ERROR(add(i));
   }
   for (size_t i : entries) {
     if (i >= meta_.num_entries()) {
       return InvalidArgument("checkpoint '" + path_ + "': no entry #" + std::to_string(i) + " (it has " +
                              std::to_string(meta_.num_entries()) + ")");
     }
-    add(i);
+    DCKPT_RETURN_IF_ERROR(add(i));
   }
   for (uint32_t f = 0; f < meta_.num_files(); ++f) {
     // Every file is mapped before any is read: a storage that cannot map fails the call before it reads anything.
     auto mapped = MappedFile(f);
     if (!mapped.ok() && mapped.status().code() == StatusCode::kUnsupported) return mapped.status();
   }
-  return ex.Run(progress);
+  DCKPT_RETURN_IF_ERROR(ex.Run(progress));
+  std::lock_guard<std::mutex> lock(decoded_mu_);
+  for (auto& [key, buf] : decoded) decoded_.emplace(key, std::move(buf));  // a concurrent MapChunk's copy stays
+  return OkStatus();
+}
+
+Result<Span<const char>> Reader::MapChunk(size_t entry, uint32_t chunk) {
+  if (entry >= meta_.num_entries() || chunk >= meta_.entry(entry).num_chunks) {
+    return InvalidArgument("checkpoint '" + path_ + "': no chunk #" + std::to_string(chunk) + " in entry #" +
+                           std::to_string(entry));
+  }
+  const EntryView e = meta_.entry(entry);
+  const ChunkLocation loc = e.chunk(chunk);
+  if (!e.compressed(chunk)) {
+    auto mapped = MappedFile(loc.file);
+    if (!mapped.ok()) return EntryError(entry, mapped.status());
+    // The metadata was validated: the chunk lies inside the file, whose size was checked.
+    return Span<const char>(*mapped + loc.offset, loc.length);
+  }
+  {
+    std::lock_guard<std::mutex> lock(decoded_mu_);
+    auto it = decoded_.find({entry, chunk});
+    if (it != decoded_.end()) return Span<const char>(it->second.get(), loc.length);
+  }
+  std::unique_ptr<char[]> buf(new char[loc.length]);
+  DCKPT_RETURN_IF_ERROR(ReadTargets(entry, {ReadTarget{ChunkBox(entry, chunk), buf.get(), {}}}));
+  std::lock_guard<std::mutex> lock(decoded_mu_);
+  auto [it, added] = decoded_.emplace(std::make_pair(entry, chunk), std::move(buf));  // another thread's may be first
+  return Span<const char>(it->second.get(), loc.length);
 }
 
 Status Reader::VerifyChunk(size_t entry, uint32_t chunk, const ProgressFn& progress) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/base/box.h"
+#include "core/base/span.h"
 #include "core/base/status.h"
 #include "core/base/thread_pool.h"
 #include "core/comm/communicator.h"
@@ -199,7 +201,14 @@ class Reader {
   /// hashes the current one. Nothing is copied; the pages stay mapped for views (MappedFile) until the reader goes.
   /// Progress reports the bytes made ready. kUnsupported where nothing can be mapped (map_files off, a storage
   /// without mappings); a corrupt block fails the call as a load does.
+  /// Compressed chunks (format 3.0) have no bytes to map: MapAll reads, decodes and verifies them, in the same pass,
+  /// into memory the reader owns (MapChunk returns it), which adds their decoded size to the resident set.
   Status MapAll(const std::vector<size_t>& entries, const ProgressFn& progress);
+  /// Chunk `chunk` of entry `entry` for zero-copy use, valid until the reader goes. A raw chunk: its bytes in the
+  /// mapping of its data file (MappedFile), NOT verified (VerifyChunk or MapAll first); kUnsupported where nothing is
+  /// mapped. A compressed chunk: its decoded bytes, read, decoded and verified (as a read is, by ReadOptions::verify)
+  /// into memory the reader owns, by MapAll or on the first call, whether files are mapped or not. Thread-safe.
+  Result<Span<const char>> MapChunk(size_t entry, uint32_t chunk);
   /// Reads and checks one chunk.
   Status VerifyChunk(size_t entry, uint32_t chunk, const ProgressFn& progress = nullptr);
 
@@ -226,6 +235,8 @@ class Reader {
   Status EntryError(size_t entry, const Status& st) const;
   Status EntryError(size_t entry, const std::string& msg) const;  // kInvalidArgument
   Status NoChecksums() const;  // kUnsupported: a foreign checkpoint has nothing to verify
+  // The box chunk `chunk` of entry `entry` covers (a bytes entry: the whole entry).
+  Box ChunkBox(size_t entry, uint32_t chunk) const;
 
   std::string path_;      // as the caller named it (a directory, or one safetensors file)
   std::string dir_path_;  // the directory holding the data files (path_, or a single file's directory)
@@ -234,6 +245,9 @@ class Reader {
   Storage* storage_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Directory> dir_;  // the checkpoint's directory, as opened
+  // Compressed chunks decoded for MapChunk, by (entry, chunk); kept until the reader goes.
+  std::mutex decoded_mu_;
+  std::map<std::pair<size_t, uint32_t>, std::unique_ptr<char[]>> decoded_;
   std::mutex files_mu_;
   std::vector<std::unique_ptr<ReadableFile>> files_;
   std::vector<Status> file_errors_;  // why files_[i] could not be opened at open time (kAllAtOpen)

@@ -17,8 +17,12 @@ __all__ = ["MappedTensors"]
 
 
 def _mappable(entry: Any) -> bool:
-    """One chunk, stored raw: its bytes lie in the file as the array has them."""
-    return bool(entry.num_chunks == 1 and entry.chunks[0].codec == "none")
+    """One chunk: one view, of the mapped file (raw), or of the bytes the core decoded (compressed)."""
+    return bool(entry.num_chunks == 1)
+
+
+def _compressed(entry: Any) -> bool:
+    return any(c.codec != "none" for c in entry.chunks)
 
 
 class MappedTensors(Mapping[str, np.ndarray]):
@@ -48,7 +52,8 @@ class MappedTensors(Mapping[str, np.ndarray]):
                 raise NotFoundError(f"checkpoint '{self._path}': entry '{name}' is a bytes entry, not a tensor")
             self._entries[name] = entry
         self._arrays: Dict[str, np.ndarray] = {}
-        #: tensors stored as several chunks, or compressed, read into memory instead of mapped
+        #: tensors stored as several chunks (read into memory), or compressed (decoded by the core into memory the
+        #: reader keeps): not views of the file
         self.copied: List[str] = []
         if not lazy:
             indices = [e.index for e in self._entries.values() if _mappable(e)]
@@ -64,7 +69,9 @@ class MappedTensors(Mapping[str, np.ndarray]):
             a = reader.read(name)
             self.copied.append(name)
         else:
-            if self._verify_on_touch:
+            if _compressed(entry):
+                self.copied.append(name)  # decoded (and verified, as a read is) by map_chunk
+            elif self._verify_on_touch:
                 self._native.verify_chunk(entry.index, 0)
             buf = self._native.map_chunk(entry.index, 0)
             a = np.frombuffer(buf, dtype=entry.numpy_dtype).reshape(entry.shape)

@@ -452,7 +452,8 @@ class Reader(Mapping[str, Any]):
         ``get_tensor(name)`` and ``metadata()``). ``lazy=False`` pages everything in and, when the reader verifies
         (``open(verify=True)``, the default), checks every checksum up front; ``lazy=True`` maps now and checks each
         tensor's chunks the first time it is taken. A tensor stored as several chunks (saved sharded) cannot be one
-        view of a file: it is read into memory instead (``MappedTensors.copied`` names those). The arrays stay valid
+        view of a file: it is read into memory instead; a compressed one is decoded and verified by the core into
+        memory the reader keeps (``MappedTensors.copied`` names both). The arrays stay valid
         after ``close()``: the mapping lives as long as any of them."""
         return _mapped.MappedTensors(self, self._native, names, lazy, progress)
 

@@ -844,8 +844,10 @@ DCKPT_API int dckpt_reader_chunk(dckpt_chunk_info *out, const dckpt_reader *read
  * overwrite or a removal of the checkpoint does not change what *data shows. A data file truncated in place by another
  * process while mapped raises SIGBUS on access, as with any mapped reader: open with map_files = 0 where that can
  * happen (this function then returns DCKPT_EUNSUPPORTED, and nothing the reader does can raise SIGBUS).
- * DCKPT_EUNSUPPORTED also where the storage cannot map, and for a compressed chunk (its bytes exist only decoded:
- * read it with dckpt_reader_read). */
+ * DCKPT_EUNSUPPORTED also where the storage cannot map. A compressed chunk (dckpt_chunk_info.codec) has no bytes to
+ * map: *data points at its decoded bytes, read, decoded and verified (as dckpt_reader_read does, by
+ * dckpt_read_options.verify) into memory the reader owns, by dckpt_reader_map_all or on the first call here, kept
+ * until dckpt_reader_free (its decoded size adds to the resident set); map_files = 0 does not prevent it. */
 DCKPT_API int dckpt_reader_map_chunk(const void **data, uint64_t *size, dckpt_reader *reader, size_t entry,
                                      size_t chunk);
 
@@ -909,7 +911,9 @@ DCKPT_API int dckpt_map_all_options_init(dckpt_map_all_options *opts, unsigned v
  * checksums are checked in place; no byte is copied (how: capi/API.md, "How data is read"). On DCKPT_OK,
  * dckpt_reader_map_chunk of these chunks returns the verified bytes, already resident and mapped (no page fault on
  * first touch), until dckpt_reader_free. A checksum mismatch is DCKPT_ECORRUPT naming the checkpoint, entry, chunk,
- * file and byte range; an I/O error while paging in is DCKPT_EIO naming the file (never SIGBUS). DCKPT_EUNSUPPORTED
+ * file and byte range; an I/O error while paging in is DCKPT_EIO naming the file (never SIGBUS). Compressed chunks
+ * are read, decoded and verified in the same pass into memory the reader owns (dckpt_reader_map_chunk returns it).
+ * DCKPT_EUNSUPPORTED
  * where nothing can be mapped (map_files = 0, storage without mappings): read into buffers with dckpt_reader_load or
  * dckpt_reader_read instead. The resident set grows by the bytes loaded. For loads into caller buffers (host or
  * device), use dckpt_reader_load with a dckpt_state that holds one piece per tensor: the same parallel read-and-verify

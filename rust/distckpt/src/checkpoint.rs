@@ -365,13 +365,10 @@ impl IoStats {
 pub struct Checkpoint {
     raw: *mut sys::dckpt_reader,
     path: PathBuf,
-    /// Views' copies of the chunks the reader does not map (all of them with `map_files: false`, compressed ones
-    /// always), by entry and chunk index, kept until drop: views borrow from them, so entries are never removed.
+    /// Views' copies of the raw chunks the reader does not map (with `map_files: false`; compressed ones are the
+    /// library's decoded copies), by entry and chunk index, kept until drop: views borrow from them, so entries are
+    /// never removed.
     pub(crate) copies: Mutex<HashMap<(usize, usize), Arc<CopiedChunk>>>,
-    /// The options it was opened with that [`Checkpoint::map_entries`] needs where it cannot hand everything to the
-    /// library (compressed chunks): whether the reader maps files and verifies what it reads.
-    pub(crate) map_files: bool,
-    pub(crate) verify: bool,
     /// The storage it reads from, kept alive while the reader may call it (dropped after the reader: see Drop).
     storage: Option<StorageHandle>,
 }
@@ -412,14 +409,7 @@ impl Checkpoint {
         } else {
             result?;
         }
-        Ok(Checkpoint {
-            raw,
-            path,
-            copies: Mutex::new(HashMap::new()),
-            map_files: opts.map_files,
-            verify: opts.verify,
-            storage: opts.storage.clone(),
-        })
+        Ok(Checkpoint { raw, path, copies: Mutex::new(HashMap::new()), storage: opts.storage.clone() })
     }
 
     /// The path it was opened with.

@@ -1,8 +1,7 @@
 //! The owned copy a view borrows from when the reader does not map its chunk: shared by the reader (which keeps the
 //! copies) and the views (which make them), below both.
 
-/// A chunk copied out of the checkpoint (views of a reader opened with `map_files: false`, and of compressed chunks,
-/// decoded), 8-byte aligned.
+/// A chunk copied out of the checkpoint (views of a reader opened with `map_files: false`), 8-byte aligned.
 pub(crate) struct CopiedChunk {
     pub(crate) words: Vec<u64>,
     pub(crate) len: usize,

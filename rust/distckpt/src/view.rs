@@ -14,9 +14,9 @@
 //!
 //! Compressed chunks (saved with [`SaveOptions::compression`](crate::SaveOptions::compression); [`ChunkInfo::codec`])
 //! have no mapping: their bytes exist only decoded. Every view below still works on them, the same way: the view is
-//! a copy of the chunk, read, decoded and verified (unless the reader was opened with `verify: false`) through the
-//! library on first use, and kept by the `Checkpoint` until it drops, so later views of it cost no I/O
-//! ([`Checkpoint::map_all`] makes these copies up front). Such a view is not zero-copy: the chunk's decoded size
+//! the library's copy of the chunk (`dckpt_reader_map_chunk`), read, decoded and verified (unless the reader was
+//! opened with `verify: false`) on first use, and kept until the `Checkpoint` drops, so later views of it cost no I/O
+//! ([`Checkpoint::map_all`] makes these copies up front, in its one pass). Such a view is not zero-copy: the chunk's decoded size
 //! stays in memory for the `Checkpoint`'s lifetime. Where that matters, read compressed tensors into your own buffers
 //! instead ([`Checkpoint::read_region_into`], [`Checkpoint::read_all_into`]), or save without compression the
 //! checkpoints that servers map ([`CheckpointInfo::compressed_chunks`](crate::CheckpointInfo::compressed_chunks)
@@ -202,7 +202,8 @@ macro_rules! slice_view_impls {
 }
 
 /// A borrowed, typed, zero-copy view of a whole tensor, backed by a memory map of the checkpoint's data file (or by
-/// the `Checkpoint`'s copy of a chunk it does not map: a compressed one, or any with `map_files: false`).
+/// a copy of a chunk that is not mapped: the library's decoded copy of a compressed one, or the `Checkpoint`'s of any
+/// with `map_files: false`).
 /// Dereferences to `&[T]`. Lives as long as the borrow of its [`Checkpoint`].
 #[derive(Clone, Copy)]
 pub struct TensorView<'a, T> {
@@ -838,21 +839,10 @@ impl Checkpoint {
         )
     }
 
-    /// Makes the copy that views of chunk `chunk` of `entry` (box `info`) return where the reader cannot map it (a
-    /// compressed chunk): read, decoded and verified through the library now, and kept until drop
-    /// ([`map_entries`](Self::map_entries)).
-    pub(crate) fn copy_chunk(&self, entry: &Entry<'_>, chunk: usize, info: &ChunkInfo<'_>) -> Result<()> {
-        self.chunk_slice::<u8>(entry, chunk, info).map(|_| ())
-    }
-
-    /// The `len` bytes of chunk `chunk` of `entry`: the reader's mapping of its pinned data file, or, where the
-    /// reader maps nothing (`map_files: false`) or the chunk is compressed (its bytes exist only decoded), a
-    /// verified copy made on first use and kept until drop.
+    /// The `len` bytes of chunk `chunk` of `entry`: the reader's mapping of its pinned data file, or the library's
+    /// decoded copy of a compressed chunk (both kept until `dckpt_reader_free`), or, where the reader maps nothing
+    /// (`map_files: false`), a verified copy of a raw chunk made on first use and kept until drop.
     fn chunk_bytes(&self, entry: &Entry<'_>, chunk: usize, info: &ChunkInfo<'_>, len: usize) -> Result<&[u8]> {
-        if info.codec.is_compressed() {
-            // dckpt_reader_map_chunk refuses it (`Unsupported`): decode it into the copy instead.
-            return self.copied_chunk(entry, chunk, info, len);
-        }
         let mut data: *const c_void = std::ptr::null();
         let mut size: u64 = 0;
         let rc =
@@ -867,7 +857,7 @@ impl Checkpoint {
                 format!("{}: mapped {size} bytes of chunk {chunk}, expected {len}", self.describe(entry.name())),
             ));
         }
-        // Sound: the C reader keeps the mapping until dckpt_reader_free, which only Drop calls.
+        // Sound: the C reader keeps the mapping (or its decoded copy) until dckpt_reader_free, which only Drop calls.
         Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) })
     }
 

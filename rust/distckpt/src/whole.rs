@@ -98,14 +98,10 @@ impl Checkpoint {
     /// copied; the process's resident set grows by the checkpoint's size (the pages are shared with the page cache).
     ///
     /// A compressed checkpoint ([`CheckpointInfo::compressed_chunks`](crate::CheckpointInfo::compressed_chunks) > 0,
-    /// saved with [`SaveOptions::compression`](crate::SaveOptions::compression)) is loaded for views too, but its
-    /// compressed chunks cannot be mapped (their bytes exist only decoded): each is read, decoded and verified (as
-    /// the reader verifies) into a copy that the `Checkpoint` keeps until it drops, which is what their views then
-    /// return, with no further I/O. The tensors without a compressed chunk are mapped as above; raw chunks of a
-    /// tensor that also has compressed ones are verified ([`verify_chunk`](Self::verify_chunk)) and mapped when
-    /// viewed; a compressed bytes entry is verified. Copies add their decoded size to the resident set. (So on a
-    /// storage without mappings, a call whose entries all have compressed chunks succeeds, with copies, where one
-    /// that must map an entry is `Unsupported` as below; with `map_files: false` every call is.)
+    /// saved with [`SaveOptions::compression`](crate::SaveOptions::compression)) is loaded for views too: its
+    /// compressed chunks have no bytes to map, so the library reads, decodes and verifies them (as the reader
+    /// verifies) in the same pass into memory it keeps until the `Checkpoint` drops, which is what their views then
+    /// return, with no further I/O. Those copies add their decoded size to the resident set.
     ///
     /// A checkpoint another library wrote (safetensors, DCP) is paged in and mapped the same way, but has no
     /// checksums to check ([`Checkpoint::checksummed`]); its typed views need their bytes aligned for their type
@@ -128,11 +124,7 @@ impl Checkpoint {
         if names.is_some() && indices.is_empty() {
             return Ok(());
         }
-        // Without compressed chunks, or with nothing mapped (the library's `Unsupported` then), all in the library.
-        if self.info().compressed_chunks == 0 || !self.map_files {
-            return self.map_in_library(&indices, progress);
-        }
-        self.map_with_copies(indices, progress)
+        self.map_in_library(&indices, progress)
     }
 
     /// `dckpt_reader_map_all` of the entries `indices` (empty: every entry).
@@ -145,60 +137,6 @@ impl Checkpoint {
         (opts.progress, opts.progress_user_data) = progress::c_pair(&p);
         let rc = check(unsafe { sys::dckpt_reader_map_all(self.raw(), &opts) }).map_err(|e| self.storage_error(e));
         progress::finish(p, rc)
-    }
-
-    /// [`map_entries`](Self::map_entries) of a checkpoint with compressed chunks, which the library refuses to map:
-    /// the entries without any go to the library in one call, then the chunks of the others one at a time (a
-    /// compressed chunk of a tensor decoded into the copy its views take, any other verified). One progress for both:
-    /// bytes done of every chunk's bytes.
-    fn map_with_copies(&self, mut indices: Vec<usize>, mut progress: Option<ProgressFn<'_>>) -> Result<()> {
-        if indices.is_empty() {
-            indices = (0..self.len()).collect();
-        }
-        indices.sort_unstable();
-        indices.dedup();
-        let (mut mapped, mut mapped_bytes) = (Vec::new(), 0u64);
-        let (mut chunkwise, mut chunkwise_bytes) = (Vec::new(), 0u64);
-        for i in indices {
-            let e = self.entry_at(i)?;
-            let chunks = (0..e.num_chunks()).map(|c| self.chunk(&e, c)).collect::<Result<Vec<_>>>()?;
-            let bytes: u64 = chunks.iter().map(|c| c.length).sum();
-            if chunks.iter().any(|c| c.codec.is_compressed()) {
-                chunkwise.push(i);
-                chunkwise_bytes += bytes;
-            } else {
-                mapped.push(i);
-                mapped_bytes += bytes;
-            }
-        }
-        let total = mapped_bytes + chunkwise_bytes;
-        if !mapped.is_empty() {
-            let has_progress = progress.is_some();
-            let mut report = |done: u64, _: u64| progress.as_mut().is_none_or(|f| f(done, total));
-            self.map_in_library(&mapped, if has_progress { Some(&mut report as ProgressFn<'_>) } else { None })?;
-        }
-        let mut done = mapped_bytes;
-        for i in chunkwise {
-            let e = self.entry_at(i)?;
-            for c in 0..e.num_chunks() {
-                let info = self.chunk(&e, c)?;
-                if info.codec.is_compressed() && e.is_tensor() {
-                    self.copy_chunk(&e, c, &info).map_err(|err| self.storage_error(err))?;
-                } else if self.verify {
-                    self.verify_chunk(&e, c).map_err(|err| self.storage_error(err))?;
-                }
-                done += info.length;
-                if let Some(f) = progress.as_mut() {
-                    if !f(done, total) {
-                        return Err(Error::new(
-                            ErrorCode::User,
-                            format!("checkpoint '{}': aborted by the progress callback", self.path().display()),
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Reads every tensor into memory the library allocates (page-aligned, one buffer per tensor), verified, in one
