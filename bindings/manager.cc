@@ -248,8 +248,8 @@ void RegisterManager(py::module_& m) {
                   py::arg("persist_every"), py::arg("keep_local"), py::arg("keep_persistent"),
                   py::arg("local_budget_bytes"), py::arg("timeout_ms"), py::arg("device_snapshot"),
                   py::arg("exchange_round_bytes"), py::arg("threads"), py::arg("background_priority"),
-                  py::arg("persist_compression"), py::arg("persist_compression_level"),
-                  py::arg("persist_incremental"), py::arg("persist_full_every"))
+                  py::arg("persist_compression"), py::arg("persist_compression_level"), py::arg("persist_incremental"),
+                  py::arg("persist_full_every"))
       .def("save", &Manager::Save, py::arg("step"), py::arg("state"), py::arg("persist"))
       .def("wait", &Manager::Wait, py::arg("timeout_ms"))
       .def("latest_step", &Manager::LatestStep)
