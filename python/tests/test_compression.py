@@ -50,9 +50,13 @@ def test_a_compressed_save_is_smaller_and_loads_exactly(tmp_path):
         assert m["noise"].chunks[0].codec == "none"  # random bytes do not shrink: stored raw
         np.testing.assert_array_equal(r["w"][100:300, 17:900], want["w"][100:300, 17:900])
         r.verify()
-        views = r.map_all()  # compressed tensors are read, not mapped
+        views = r.map_all()  # compressed tensors are decoded by the core (kept by the reader), not mapped
         np.testing.assert_array_equal(views["h"], want["h"])
+        np.testing.assert_array_equal(views["w"], want["w"])
         assert "w" in views.copied and "noise" not in views.copied
+        lazy = r.map_all(lazy=True)  # decoded on first touch
+        np.testing.assert_array_equal(lazy["w"], want["w"])
+        np.testing.assert_array_equal(lazy["noise"], want["noise"])
     got = distckpt.load(None, tmp_path / "zstd")
     for k in ("w", "h", "ids", "noise"):
         np.testing.assert_array_equal(got[k], want[k])
