@@ -139,6 +139,7 @@ class Manager {
     d["bytes_replicated"] = st.bytes_replicated;
     d["bytes_persisted"] = st.bytes_persisted;
     d["bytes_persist_reused"] = st.bytes_persist_reused;
+    d["persist_seconds"] = st.persist_seconds;
     return d;
   }
 

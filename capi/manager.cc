@@ -162,6 +162,7 @@ int dckpt_manager_stats(dckpt_manager_counters* out, const dckpt_manager* manage
     if (out->version >= 2) {
       out->bytes_persisted = s.bytes_persisted;
       out->bytes_persist_reused = s.bytes_persist_reused;
+      out->persist_seconds = s.persist_seconds;
     }
     return DCKPT_OK;
   })

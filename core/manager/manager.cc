@@ -535,8 +535,10 @@ void CheckpointManager::Process(Job& job) {
   }
   if (job.persist && !options_.persistent_path.empty()) {
     Status outcome;
+    const auto started = std::chrono::steady_clock::now();
     Status collective = Persist(job.step, &outcome);
     std::lock_guard<std::mutex> lock(mu_);
+    stats_.persist_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!collective.ok()) {
       broken_ = Status(StatusCode::kPeer, what + ": persisting: " + collective.message());
       Fail(broken_);

@@ -94,6 +94,7 @@ struct ManagerStats {
   uint64_t bytes_persisted = 0;       ///< bytes this rank wrote to persistent storage (as stored: compressed) for steps
                                       ///< persisted; a box several ranks hold is written by one
   uint64_t bytes_persist_reused = 0;  ///< rank 0: data bytes persisted steps refer to in the previous one
+  double persist_seconds = 0;         ///< time the background thread spent persisting steps (succeeded or not)
 };
 
 enum class Tier { kNone = 0, kLocal = 1, kPeer = 2, kPersistent = 3 };

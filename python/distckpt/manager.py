@@ -73,8 +73,9 @@ class ManagerStats:
     bytes_written: int  #: bytes of this rank's own parts of completed steps, written to the local tier
     bytes_replicated: int  #: bytes of other ranks' parts this rank received and kept (completed steps)
     #: bytes this rank wrote to persistent storage, as stored (compressed); a box several ranks hold is written once
-    bytes_persisted: int
-    bytes_persist_reused: int  #: rank 0: data bytes persisted steps refer to in the previous persisted step
+    bytes_persisted: int = 0
+    bytes_persist_reused: int = 0  #: rank 0: data bytes persisted steps refer to in the previous persisted step
+    persist_seconds: float = 0.0  #: time the background work spent persisting steps (after writing, replicating)
 
 
 #: CheckpointManager(background_priority=...) -> dckpt_priority

@@ -200,6 +200,7 @@ def test_persisted_steps_on_s3_are_compressed_and_refer_to_the_previous_one(tmp_
         stats = mgr.stats()
     assert stats.bytes_persist_reused == 3 * frozen.nbytes
     assert 0 < stats.bytes_persisted < frozen.nbytes  # step 1's frozen compressed, then only "w" and "step"
+    assert stats.persist_seconds > 0
     # keep_persistent=2 keeps steps 3 and 4, and step 1, which both refer to.
     assert distckpt.listdir(url) == [step_dir(1), step_dir(3), step_dir(4)]
     with distckpt.open(f"{url}/{step_dir(4)}") as r:

@@ -1097,8 +1097,10 @@ typedef struct dckpt_manager_counters {
   uint64_t bytes_persisted;     /* bytes this rank wrote to persistent storage, as stored (compressed), for steps
                                  * persisted; a box several ranks hold is written by one of them */
   uint64_t bytes_persist_reused; /* rank 0: data bytes persisted steps refer to in the previous one (incremental) */
+  double persist_seconds;       /* time the background work spent persisting steps (after each step's part was
+                                 * written and replicated) */
 } dckpt_manager_counters;
-#define DCKPT_MANAGER_COUNTERS_INIT {DCKPT_MANAGER_COUNTERS_VERSION, 0, 0, 0, 0, 0, 0.0, 0.0, 0, 0, 0, 0}
+#define DCKPT_MANAGER_COUNTERS_INIT {DCKPT_MANAGER_COUNTERS_VERSION, 0, 0, 0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0.0}
 
 /* The manager's counters since dckpt_manager_new, into `*out` (whose `version` the caller sets: the fields of that
  * version are written). Unlike the other calls it may run on any thread while another call on the manager is in

@@ -4847,12 +4847,13 @@ pub struct dckpt_manager_counters {
     pub bytes_replicated: u64,
     pub bytes_persisted: u64,
     pub bytes_persist_reused: u64,
+    pub persist_seconds: f64,
 }
 #[test]
 fn bindgen_test_layout_dckpt_manager_counters() {
     assert_eq!(
         ::std::mem::size_of::<dckpt_manager_counters>(),
-        96usize,
+        104usize,
         concat!("Size of: ", stringify!(dckpt_manager_counters))
     );
     assert_eq!(
@@ -5064,6 +5065,23 @@ fn bindgen_test_layout_dckpt_manager_counters() {
         );
     }
     test_field_bytes_persist_reused();
+    fn test_field_persist_seconds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<dckpt_manager_counters>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).persist_seconds) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(dckpt_manager_counters),
+                "::",
+                stringify!(persist_seconds)
+            )
+        );
+    }
+    test_field_persist_seconds();
 }
 extern "C" {
     pub fn dckpt_manager_stats(
