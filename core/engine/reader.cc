@@ -397,10 +397,7 @@ Status Reader::MapAll(const std::vector<size_t>& entries, const ProgressFn& prog
         ex.AddMapped(i, c);
         continue;
       }
-      {
-        std::lock_guard<std::mutex> lock(decoded_mu_);
-        if (decoded_.count({i, c})) continue;
-      }
+      if (Decoded(i, c) != nullptr) continue;
       std::unique_ptr<char[]> buf(new char[e.chunk(c).length]);  // not zeroed: decoded over
       targets.push_back(ReadTarget{ChunkBox(i, c), buf.get(), {}});
       decoded.emplace_back(std::make_pair(i, c), std::move(buf));
@@ -423,9 +420,19 @@ Status Reader::MapAll(const std::vector<size_t>& entries, const ProgressFn& prog
     if (!mapped.ok() && mapped.status().code() == StatusCode::kUnsupported) return mapped.status();
   }
   DCKPT_RETURN_IF_ERROR(ex.Run(progress));
-  std::lock_guard<std::mutex> lock(decoded_mu_);
-  for (auto& [key, buf] : decoded) decoded_.emplace(key, std::move(buf));  // a concurrent MapChunk's copy stays
+  for (auto& [key, buf] : decoded) KeepDecoded(key.first, key.second, std::move(buf));
   return OkStatus();
+}
+
+const char* Reader::Decoded(size_t entry, uint32_t chunk) {
+  std::lock_guard<std::mutex> lock(decoded_mu_);
+  auto it = decoded_.find({entry, chunk});
+  return it == decoded_.end() ? nullptr : it->second.get();
+}
+
+const char* Reader::KeepDecoded(size_t entry, uint32_t chunk, std::unique_ptr<char[]> bytes) {
+  std::lock_guard<std::mutex> lock(decoded_mu_);
+  return decoded_.emplace(std::make_pair(entry, chunk), std::move(bytes)).first->second.get();
 }
 
 Result<Span<const char>> Reader::MapChunk(size_t entry, uint32_t chunk) {
@@ -441,16 +448,10 @@ Result<Span<const char>> Reader::MapChunk(size_t entry, uint32_t chunk) {
     // The metadata was validated: the chunk lies inside the file, whose size was checked.
     return Span<const char>(*mapped + loc.offset, loc.length);
   }
-  {
-    std::lock_guard<std::mutex> lock(decoded_mu_);
-    auto it = decoded_.find({entry, chunk});
-    if (it != decoded_.end()) return Span<const char>(it->second.get(), loc.length);
-  }
+  if (const char* kept = Decoded(entry, chunk)) return Span<const char>(kept, loc.length);
   std::unique_ptr<char[]> buf(new char[loc.length]);
   DCKPT_RETURN_IF_ERROR(ReadTargets(entry, {ReadTarget{ChunkBox(entry, chunk), buf.get(), {}}}));
-  std::lock_guard<std::mutex> lock(decoded_mu_);
-  auto [it, added] = decoded_.emplace(std::make_pair(entry, chunk), std::move(buf));  // another thread's may be first
-  return Span<const char>(it->second.get(), loc.length);
+  return Span<const char>(KeepDecoded(entry, chunk, std::move(buf)), loc.length);
 }
 
 Status Reader::VerifyChunk(size_t entry, uint32_t chunk, const ProgressFn& progress) {

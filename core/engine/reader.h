@@ -237,6 +237,10 @@ class Reader {
   Status NoChecksums() const;  // kUnsupported: a foreign checkpoint has nothing to verify
   // The box chunk `chunk` of entry `entry` covers (a bytes entry: the whole entry).
   Box ChunkBox(size_t entry, uint32_t chunk) const;
+  // The decoded bytes of a compressed chunk kept for MapChunk, or nullptr.
+  const char* Decoded(size_t entry, uint32_t chunk);
+  // Keeps `bytes` as the decoded chunk, unless another thread kept one first; returns the one kept.
+  const char* KeepDecoded(size_t entry, uint32_t chunk, std::unique_ptr<char[]> bytes);
 
   std::string path_;      // as the caller named it (a directory, or one safetensors file)
   std::string dir_path_;  // the directory holding the data files (path_, or a single file's directory)

@@ -140,73 +140,6 @@ Status DecodePlanReply(const std::string& msg, int rank, std::string* nonce, Ran
   return OkStatus();
 }
 
-std::string EncodeReports(const Status& status, const std::vector<ChunkChecksums>& reports, uint64_t bytes_written) {
-  WireWriter w;
-  PutStatus(&w, status);
-  w.Var(bytes_written);
-  w.Var(reports.size());
-  for (const ChunkChecksums& c : reports) {
-    w.Var(c.entry);
-    w.Var(c.chunk);
-    w.U64(c.checksum);
-    w.U8(c.has_hash ? 1 : 0);
-    w.U64(c.hash.lo);
-    w.U64(c.hash.hi);
-    w.Var(c.blocks.size());
-    for (uint64_t b : c.blocks) w.U64(b);
-    w.U8(static_cast<uint8_t>(c.coding.codec));
-    w.U8(c.placed ? 1 : 0);
-    if (c.placed) {
-      w.Var(c.offset);
-      w.Var(c.file_size);
-    }
-    if (!c.coding.raw()) {
-      w.Var(c.coding.stored_length);
-      w.Var(c.stored.size());
-      for (const StoredBlock& sb : c.stored) {
-        w.U64(sb.checksum);
-        w.Var(sb.size);
-      }
-    }
-  }
-  return w.Take();
-}
-
-Status DecodeReports(const std::string& msg, Status* status, std::vector<ChunkChecksums>* reports) {
-  WireReader r(msg);
-  uint64_t n, bytes_written;
-  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 28))
-    return Internal("malformed checksum report");
-  for (uint64_t i = 0; i < n; ++i) {
-    ChunkChecksums c;
-    uint64_t entry, chunk, nblocks;
-    uint8_t has_hash = 0;
-    if (!r.Var(&entry) || !r.Var(&chunk) || !r.U64(&c.checksum) || !r.U8(&has_hash) || !r.U64(&c.hash.lo) ||
-        !r.U64(&c.hash.hi) || !r.Count(&nblocks, 8)) {
-      return Internal("malformed checksum report");
-    }
-    c.entry = uint32_t(entry), c.chunk = uint32_t(chunk);
-    c.has_hash = has_hash != 0;
-    c.blocks.resize(nblocks);
-    for (uint64_t& b : c.blocks) r.U64(&b);
-    uint8_t codec = 0, placed = 0;
-    if (!r.U8(&codec) || !r.U8(&placed)) return Internal("malformed checksum report");
-    c.coding.codec = static_cast<Codec>(codec);
-    c.placed = placed != 0;
-    if (c.placed && (!r.Var(&c.offset) || !r.Var(&c.file_size))) return Internal("malformed checksum report");
-    if (!c.coding.raw()) {
-      uint64_t nstored = 0;
-      if (!r.Var(&c.coding.stored_length) || !r.Count(&nstored, 9)) return Internal("malformed checksum report");
-      c.stored.resize(nstored);
-      for (StoredBlock& sb : c.stored) {
-        if (!r.U64(&sb.checksum) || !r.Var(&sb.size)) return Internal("malformed checksum report");
-      }
-    }
-    reports->push_back(std::move(c));
-  }
-  return r.ok() ? OkStatus() : Internal("malformed checksum report");
-}
-
 // Where a task's bytes are: host memory, or a device piece (staged through pinned memory).
 struct TaskSource {
   const void* data = nullptr;
@@ -463,7 +396,7 @@ Status CommitOnCoordinator(const State& state, Storage* storage, std::vector<std
   std::vector<ChunkChecksums> all = std::move(plan->reused);
   for (size_t r = 0; r < reports_in.size(); ++r) {
     Status peer;
-    DCKPT_RETURN_IF_ERROR(DecodeReports(reports_in[r], &peer, &all).WithContext("rank " + std::to_string(r)));
+    DCKPT_RETURN_IF_ERROR(DecodeChunkReports(reports_in[r], &peer, &all).WithContext("rank " + std::to_string(r)));
     if (!peer.ok()) return peer;
   }
   DCKPT_RETURN_IF_ERROR(FinalizeChecksums(all, plan));
@@ -575,7 +508,7 @@ Result<SaveSummary> SaveImpl(const std::string& path, const State& state, Commun
   if (!write_status.ok()) write_status = write_status.WithContext("rank " + std::to_string(rank));
   SaveSummary summary;
   summary.path = path;
-  auto final_msg = CoordinatorRound(comm, write_status, EncodeReports(OkStatus(), reports, bytes_written),
+  auto final_msg = CoordinatorRound(comm, write_status, EncodeChunkReports(OkStatus(), reports, bytes_written),
                                     options.timeout, [&](std::vector<std::string>& reports_in) {
                                       Status st = CommitOnCoordinator(state, storage, reports_in, &*plan, &*staged,
                                                                       options.timeout, incremental.get(), &summary);

@@ -51,12 +51,8 @@ Status CheckpointManager::CopyParts(const Again& again, Status* outcome) {
     uint64_t size;
   };
   std::map<std::pair<int, int>, std::vector<Piece>> streams;
-  std::vector<Part> parts;
-  for (uint32_t p = 0; p < again.metadata.size(); ++p) {
-    auto part = ParsePart(again.metadata[p], PartDir(again.step, p));
-    if (!part.ok()) return part.status();  // verified by every rank before: the same on all, so no collective is lost
-    parts.push_back(std::move(part).value());
-  }
+  // Verified by every rank before: the same on all, so no collective is lost when it fails.
+  DCKPT_ASSIGN_OR_RETURN(std::vector<Part> parts, ParseParts(again.step, again.metadata));
   for (const PartCopy& c : again.copies) {
     for (const auto& f : parts[c.part].record.files) streams[{c.from, c.to}].push_back({c.part, f.name, f.size});
   }

@@ -252,6 +252,15 @@ std::string CheckpointManager::PartDir(uint64_t step, uint32_t rank) const {
   return StepDir(step) + "/" + PartName(rank);
 }
 
+Result<std::vector<Part>> CheckpointManager::ParseParts(uint64_t step, const std::vector<std::string>& metadata) const {
+  std::vector<Part> parts;
+  for (uint32_t r = 0; r < metadata.size(); ++r) {
+    DCKPT_ASSIGN_OR_RETURN(Part part, ParsePart(metadata[r], PartDir(step, r)));
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
 void CheckpointManager::Fail(const Status& st) {
   if (error_.ok()) error_ = st;
 }

@@ -31,6 +31,7 @@
 #include "core/engine/save_async.h"
 #include "core/engine/state.h"
 #include "core/format/metadata.h"
+#include "core/manager/part.h"
 #include "core/storage/storage.h"
 
 namespace distckpt {
@@ -175,6 +176,8 @@ class CheckpointManager {
   void Prune(uint64_t step);
   std::string StepDir(uint64_t step) const;
   std::string PartDir(uint64_t step, uint32_t rank) const;
+  // The parts of `step` from their metadata files' bytes (indexed by rank), each checked (ParsePart).
+  Result<std::vector<Part>> ParseParts(uint64_t step, const std::vector<std::string>& metadata) const;
   Result<Inventory> TakeInventory(bool use_persistent);
   Status RestoreFromParts(State& state, uint64_t step, const std::vector<std::string>& part_metadata,
                           const std::vector<std::vector<int>>& good_holders, RestoreSummary* summary,

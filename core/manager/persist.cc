@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #include "core/base/dtype.h"
@@ -217,9 +218,9 @@ Result<PersistPlan> DecodePlan(const std::string& encoded, uint32_t ranks) {
   return plan;
 }
 
-Result<std::string> WritePersistedChunks(Storage* local, const std::string& part_dir, const Part& part,
-                                         const std::vector<uint32_t>& writes, WritableFile* out,
-                                         const PersistWriteOptions& options, uint64_t* stored_bytes) {
+Result<std::vector<ChunkChecksums>> WritePersistedChunks(Storage* local, const std::string& part_dir, const Part& part,
+                                                         const std::vector<uint32_t>& writes, WritableFile* out,
+                                                         const PersistWriteOptions& options, uint64_t* stored_bytes) {
   const MetadataRecord& rec = part.record;
   const auto flats = FlatChunks(rec);
   const uint64_t block = rec.checksum_block_size, align = rec.alignment;
@@ -236,12 +237,8 @@ Result<std::string> WritePersistedChunks(Storage* local, const std::string& part
     return ChunkCopyContext{part_dir, rec.entries[e].name, c,
                             part_dir + "/" + rec.files[rec.entries[e].chunks[c].file].name};
   };
-  struct Placed {
-    uint64_t offset = 0;
-    ChunkCoding coding;
-    std::vector<StoredBlock> stored;
-  };
-  std::vector<Placed> placed(writes.size());
+  // Where each written chunk went (its checksums stay the part's).
+  std::vector<ChunkChecksums> placed(writes.size());
   uint64_t cursor = 0;
   std::vector<char> buf;
   // Raw chunks waiting to be compressed together: index into `writes`, and their bytes in `batch`.
@@ -285,7 +282,7 @@ Result<std::string> WritePersistedChunks(Storage* local, const std::string& part
         return Corrupt("checkpoint '" + w.checkpoint + "': entry '" + w.entry + "' chunk #" + std::to_string(w.chunk) +
                        ": checksum mismatch in data file '" + w.file + "'; the data is corrupt");
       }
-      Placed& p = placed[pending[i]];
+      ChunkChecksums& p = placed[pending[i]];
       p.offset = rep.offset;
       p.coding = rep.coding;
       if (!rep.coding.raw()) p.stored = rep.stored;
@@ -331,54 +328,31 @@ Result<std::string> WritePersistedChunks(Storage* local, const std::string& part
     *stored_bytes += StoredExtent(loc, stored);
   }
   DCKPT_RETURN_IF_ERROR(flush());
-  WireWriter w;
-  w.Var(cursor);
-  for (const Placed& p : placed) {
-    w.Var(p.offset);
-    w.U8(static_cast<uint8_t>(p.coding.raw() ? Codec::kRaw : p.coding.codec));
-    if (p.coding.raw()) continue;
-    w.Var(p.coding.stored_length);
-    w.Var(p.stored.size());
-    for (const StoredBlock& b : p.stored) {
-      w.U64(b.checksum);
-      w.Var(b.size);
-    }
+  for (size_t i = 0; i < writes.size(); ++i) {
+    std::tie(placed[i].entry, placed[i].chunk) = flats[writes[i]];
+    placed[i].has_hash = false;
+    placed[i].placed = true;
+    placed[i].file_size = cursor;
   }
-  return w.Take();
+  return placed;
 }
 
-Status ApplyWrites(const std::string& report, const std::vector<uint32_t>& writes, Part* part,
+Status ApplyWrites(const std::vector<ChunkChecksums>& reports, const std::vector<uint32_t>& writes, Part* part,
                    const std::string& context) {
   MetadataRecord& rec = part->record;
   const auto flats = FlatChunks(rec);
-  const Status bad =
-      Internal(context + ": malformed report of what rank " + std::to_string(part->info.rank) + " wrote");
-  WireReader r(report);
-  uint64_t size = 0;
-  if (!r.Var(&size) || rec.files.empty() || rec.files[0].base != 0) return bad;
-  rec.files[0].size = size;
-  for (uint32_t flat : writes) {
-    if (flat >= flats.size()) return bad;
-    const auto [e, c] = flats[flat];
-    EntryRecord& entry = rec.entries[e];
-    uint64_t offset = 0;
-    uint8_t codec = 0;
-    if (!r.Var(&offset) || !r.U8(&codec)) return bad;
-    entry.chunks[c].offset = offset;
-    ChunkCoding coding;
-    coding.codec = static_cast<Codec>(codec);
-    std::vector<StoredBlock> stored;
-    if (!coding.raw()) {
-      uint64_t n = 0;
-      if (!r.Var(&coding.stored_length) || !r.Count(&n, 9)) return bad;
-      stored.resize(n);
-      for (StoredBlock& b : stored) {
-        if (!r.U64(&b.checksum) || !r.Var(&b.size)) return bad;
-      }
-    }
-    SetCoding(&entry, c, coding, stored);
+  const Status bad = Internal(context + ": the report of what rank " + std::to_string(part->info.rank) +
+                              " wrote does not match its plan");
+  if (reports.size() != writes.size() || rec.files.empty() || rec.files[0].base != 0) return bad;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const ChunkChecksums& r = reports[i];
+    if (writes[i] >= flats.size() || flats[writes[i]] != std::make_pair(r.entry, r.chunk) || !r.placed) return bad;
+    rec.files[0].size = r.file_size;
+    EntryRecord& entry = rec.entries[r.entry];
+    entry.chunks[r.chunk].offset = r.offset;
+    SetCoding(&entry, r.chunk, r.coding, r.stored);
   }
-  return r.done() ? OkStatus() : bad;
+  return OkStatus();
 }
 
 }  // namespace distckpt

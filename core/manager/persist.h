@@ -48,14 +48,16 @@ struct PersistWriteOptions {
 /// Each rank: copies chunks `writes` of `part` (whose data files are in `part_dir` on `local`) into `out`, one after
 /// another on aligned offsets, every gap written: a raw chunk compressed when asked (the computed checksums must equal
 /// the part's), any other copied as stored and checked (CopyChunkVerified). A mismatch is kCorrupt naming the part,
-/// the entry, the chunk and the file. Returns the report ApplyWrites takes; *stored_bytes: the bytes written.
-Result<std::string> WritePersistedChunks(Storage* local, const std::string& part_dir, const Part& part,
-                                         const std::vector<uint32_t>& writes, WritableFile* out,
-                                         const PersistWriteOptions& options, uint64_t* stored_bytes);
+/// the entry, the chunk and the file. Returns where each chunk went (offset, coding and stored blocks, and the file's
+/// size; EncodeChunkReports carries them to rank 0); *stored_bytes: the bytes written.
+Result<std::vector<ChunkChecksums>> WritePersistedChunks(Storage* local, const std::string& part_dir, const Part& part,
+                                                         const std::vector<uint32_t>& writes, WritableFile* out,
+                                                         const PersistWriteOptions& options, uint64_t* stored_bytes);
 
-/// Rank 0: puts a rank's report (WritePersistedChunks) into its part as patched by PlanPersist: the new data file's
-/// size and each written chunk's offset and coding. `context` prefixes errors.
-Status ApplyWrites(const std::string& report, const std::vector<uint32_t>& writes, Part* part,
+/// Rank 0: puts what a rank wrote (WritePersistedChunks, in the order of its `writes`) into its part as patched by
+/// PlanPersist: the new data file's size and each written chunk's offset and coding. kInternal naming `context` when
+/// the reports do not match the plan.
+Status ApplyWrites(const std::vector<ChunkChecksums>& reports, const std::vector<uint32_t>& writes, Part* part,
                    const std::string& context);
 
 }  // namespace distckpt

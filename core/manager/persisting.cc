@@ -12,6 +12,7 @@
 #include "core/manager/manager_util.h"
 #include "core/manager/part.h"
 #include "core/manager/persist.h"
+#include "core/plan/plan_codec.h"
 #include "core/tools/leftovers.h"
 
 namespace distckpt {
@@ -107,11 +108,9 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
   auto planned = CoordinatorRound(comm_, part.ok() ? OkStatus() : part.status(), metadata, options_.timeout,
                                   [&](std::vector<std::string>& reports) {
                                     Status result;
-                                    for (int r = 0; r < size && result.ok(); ++r) {
-                                      auto p = ParsePart(reports[r], PartDir(step, r));
-                                      if (!p.ok()) result = p.status();
-                                      else parts.push_back(std::move(p).value());
-                                    }
+                                    auto parsed = ParseParts(step, reports);
+                                    if (parsed.ok()) parts = std::move(parsed).value();
+                                    else result = parsed.status();
                                     std::string encoded;
                                     if (result.ok()) {
                                       const MetadataRecord& first = parts[0].record;
@@ -143,7 +142,7 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
 
   // This rank's chunks, into its data file (numbered after those of the ranks below it that write one).
   const std::vector<uint32_t>& writes = plan.writes[me];
-  std::string report;
+  std::vector<ChunkChecksums> placed;
   uint64_t stored = 0;
   if (st.ok() && !writes.empty()) {
     uint32_t index = 0;
@@ -158,7 +157,7 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
       wo.compression_level = options_.persist_compression_level;
       wo.pool = &pool;
       auto written = WritePersistedChunks(local_, part_dir, part.value(), writes, out.value().get(), wo, &stored);
-      if (written.ok()) report = std::move(written).value();
+      if (written.ok()) placed = std::move(written).value();
       else st = written.status();
       if (st.ok()) st = out.value()->Sync();
       Status closed = out.value()->Close();
@@ -166,10 +165,14 @@ Status CheckpointManager::Persist(uint64_t step, Status* outcome) {
     }
   }
   // Rank 0 merges the parts with where every chunk went, and commits; the ranks learn the outcome.
+  const std::string report = EncodeChunkReports(OkStatus(), placed, stored);
   auto answer = CoordinatorRound(comm_, st, report, options_.timeout, [&](std::vector<std::string>& reports) {
     Status result;
     for (int r = 0; r < size && result.ok(); ++r) {
-      if (!plan.writes[r].empty()) result = ApplyWrites(reports[r], plan.writes[r], &parts[r], path);
+      Status peer;
+      std::vector<ChunkChecksums> written;
+      result = DecodeChunkReports(reports[r], &peer, &written);
+      if (result.ok() && !plan.writes[r].empty()) result = ApplyWrites(written, plan.writes[r], &parts[r], path);
     }
     if (result.ok() && base) {
       for (Part& p : parts) base->Finish(&p.record);

@@ -396,11 +396,9 @@ Status CheckpointManager::RestoreFromParts(State& state, uint64_t step, const st
   const uint32_t ranks = static_cast<uint32_t>(part_metadata.size());
   Status st = OkStatus();
   std::vector<Part> parts;
-  for (uint32_t p = 0; p < ranks && st.ok(); ++p) {
-    auto part = ParsePart(part_metadata[p], PartDir(step, p));
-    if (!part.ok()) st = part.status();
-    else parts.push_back(std::move(part).value());
-  }
+  auto parsed = ParseParts(step, part_metadata);
+  if (parsed.ok()) parts = std::move(parsed).value();
+  else st = parsed.status();
   std::string merged;
   if (st.ok()) {
     auto m = MergeParts(parts, options_.local_dir + "/" + StepName(step));

@@ -223,4 +223,72 @@ Result<RankAssignment> DecodeRankAssignment(std::string_view data) {
   return a;
 }
 
+std::string EncodeChunkReports(const Status& status, const std::vector<ChunkChecksums>& reports,
+                               uint64_t bytes_written) {
+  WireWriter w;
+  PutStatus(&w, status);
+  w.Var(bytes_written);
+  w.Var(reports.size());
+  for (const ChunkChecksums& c : reports) {
+    w.Var(c.entry);
+    w.Var(c.chunk);
+    w.U64(c.checksum);
+    w.U8(c.has_hash ? 1 : 0);
+    w.U64(c.hash.lo);
+    w.U64(c.hash.hi);
+    w.Var(c.blocks.size());
+    for (uint64_t b : c.blocks) w.U64(b);
+    w.U8(static_cast<uint8_t>(c.coding.codec));
+    w.U8(c.placed ? 1 : 0);
+    if (c.placed) {
+      w.Var(c.offset);
+      w.Var(c.file_size);
+    }
+    if (!c.coding.raw()) {
+      w.Var(c.coding.stored_length);
+      w.Var(c.stored.size());
+      for (const StoredBlock& sb : c.stored) {
+        w.U64(sb.checksum);
+        w.Var(sb.size);
+      }
+    }
+  }
+  return w.Take();
+}
+
+Status DecodeChunkReports(const std::string& msg, Status* status, std::vector<ChunkChecksums>* reports) {
+  WireReader r(msg);
+  uint64_t n, bytes_written;
+  if (!GetStatus(&r, status) || !r.Var(&bytes_written) || !r.Count(&n, 28))
+    return Internal("malformed checksum report");
+  for (uint64_t i = 0; i < n; ++i) {
+    ChunkChecksums c;
+    uint64_t entry, chunk, nblocks;
+    uint8_t has_hash = 0;
+    if (!r.Var(&entry) || !r.Var(&chunk) || !r.U64(&c.checksum) || !r.U8(&has_hash) || !r.U64(&c.hash.lo) ||
+        !r.U64(&c.hash.hi) || !r.Count(&nblocks, 8)) {
+      return Internal("malformed checksum report");
+    }
+    c.entry = uint32_t(entry), c.chunk = uint32_t(chunk);
+    c.has_hash = has_hash != 0;
+    c.blocks.resize(nblocks);
+    for (uint64_t& b : c.blocks) r.U64(&b);
+    uint8_t codec = 0, placed = 0;
+    if (!r.U8(&codec) || !r.U8(&placed)) return Internal("malformed checksum report");
+    c.coding.codec = static_cast<Codec>(codec);
+    c.placed = placed != 0;
+    if (c.placed && (!r.Var(&c.offset) || !r.Var(&c.file_size))) return Internal("malformed checksum report");
+    if (!c.coding.raw()) {
+      uint64_t nstored = 0;
+      if (!r.Var(&c.coding.stored_length) || !r.Count(&nstored, 9)) return Internal("malformed checksum report");
+      c.stored.resize(nstored);
+      for (StoredBlock& sb : c.stored) {
+        if (!r.U64(&sb.checksum) || !r.Var(&sb.size)) return Internal("malformed checksum report");
+      }
+    }
+    reports->push_back(std::move(c));
+  }
+  return r.ok() ? OkStatus() : Internal("malformed checksum report");
+}
+
 }  // namespace distckpt

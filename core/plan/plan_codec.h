@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/plan/save_planner.h"
@@ -24,6 +25,15 @@ Result<std::string> EncodeRankAssignment(const RankAssignment& assignment);
 
 /// Parses EncodeRankAssignment's output, with the same guarantees as DecodeLocalPlan.
 Result<RankAssignment> DecodeRankAssignment(std::string_view data);
+
+/// What a writer reports once its chunks are written: its status, the bytes it wrote and each chunk's checksums,
+/// coding and (for a writer that laid its file out itself) offset and file size. The save's last round, and the
+/// checkpoint manager's persisting.
+std::string EncodeChunkReports(const Status& status, const std::vector<ChunkChecksums>& reports,
+                               uint64_t bytes_written);
+/// Appends the reports of EncodeChunkReports' output to `*reports`; `*status` is the writer's. kInternal when
+/// malformed.
+Status DecodeChunkReports(const std::string& msg, Status* status, std::vector<ChunkChecksums>* reports);
 
 }  // namespace distckpt
 
