@@ -97,10 +97,7 @@ TEST(Manager, AStepRestoredOnAReplacementIsReplicatedAgainAtOnce) {
 // the part, the node and why.
 TEST(Manager, ADamagedNewestPartIsNamedInTheReport) {
   const std::string base = testing_util::MakeTempDir("manager-");
-  ManagerOptions o;
-  o.node_id = "a";
-  o.local_dir = base + "/node-a";
-  o.replicas = 0;
+  ManagerOptions o = OneNode(base);
   {
     auto m = CheckpointManager::Create(nullptr, o);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -264,10 +261,7 @@ INSTANTIATE_TEST_SUITE_P(Operations, KillAnywhere, ::testing::Values(5, 60, 180,
 // (or the same step, when the byte is padding no reader looks at), never wrong values.
 TEST(Manager, AFlippedByteAnywhereInAPartNeverGivesWrongValues) {
   const std::string base = testing_util::MakeTempDir("manager-");
-  ManagerOptions o;
-  o.node_id = "a";
-  o.local_dir = base + "/node-a";
-  o.replicas = 0;
+  ManagerOptions o = OneNode(base);
   {
     auto m = CheckpointManager::Create(nullptr, o);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -313,10 +307,7 @@ uint64_t TreeBytes(const std::string& dir) {
 // tier never grow past the budget however many steps are saved.
 TEST(Manager, TheLocalTierStaysWithinItsBudget) {
   const std::string base = testing_util::MakeTempDir("manager-");
-  ManagerOptions o;
-  o.node_id = "a";
-  o.local_dir = base + "/node-a";
-  o.replicas = 0;
+  ManagerOptions o = OneNode(base);
   o.local_budget_bytes = 1000;  // less than one part
   {
     auto m = CheckpointManager::Create(nullptr, o);
@@ -405,10 +396,7 @@ TEST(Manager, ACommunicatorThatCannotRunInTheBackgroundIsRefused) {
     Status Barrier(std::chrono::milliseconds) override { return OkStatus(); }
     Status CheckBackgroundUse() const override { return Unsupported("device-only: not on a background thread"); }
   } comm;
-  ManagerOptions o;
-  o.node_id = "a";
-  o.local_dir = testing_util::MakeTempDir("manager-") + "/node-a";
-  o.replicas = 0;
+  ManagerOptions o = OneNode(testing_util::MakeTempDir("manager-"));
   auto m = CheckpointManager::Create(&comm, o);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnsupported) << m.status().ToString();
@@ -418,10 +406,7 @@ TEST(Manager, ACommunicatorThatCannotRunInTheBackgroundIsRefused) {
 // keep_persistent: older persisted steps go entirely (metadata and data files), nothing else in the directory does.
 TEST(Manager, OlderPersistedStepsArePrunedWhole) {
   const std::string base = testing_util::MakeTempDir("manager-");
-  ManagerOptions o;
-  o.node_id = "a";
-  o.local_dir = base + "/node-a";
-  o.replicas = 0;
+  ManagerOptions o = OneNode(base);
   o.persistent_path = base + "/persistent";
   o.persist_every = 1;
   o.keep_persistent = 2;
@@ -446,10 +431,7 @@ TEST(Manager, DevicePiecesAreSavedAndRestoredThroughTheCopyEngine) {
   for (bool snapshot : {false, true}) {
     const std::string base = testing_util::MakeTempDir("manager-");
     HostCopyEngine engine;
-    ManagerOptions o;
-    o.node_id = "a";
-    o.local_dir = base + "/node-a";
-    o.replicas = 0;
+    ManagerOptions o = OneNode(base);
     o.copy_engine = &engine;
     o.device_snapshot = snapshot;
     const MemoryLocation device{MemoryKind::kCuda, 0, reinterpret_cast<void*>(0x51)};

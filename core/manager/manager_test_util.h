@@ -110,9 +110,14 @@ struct Job {
 inline void RunJob(const Job& job, int n, const std::function<Status(CheckpointManager*, int rank)>& body,
                    int killed = -1) {
   const std::string rendezvous = "file://" + testing_util::MakeTempDir("manager-rdv-");
+  const std::string end_rendezvous = "file://" + testing_util::MakeTempDir("manager-end-rdv-");
   auto outcomes = RunRanks(n, std::chrono::seconds(120), [&](int rank) {
     auto comm = NewGlooCommunicator(gloo_testing::Loopback(rank, n, rendezvous, std::chrono::seconds(30)));
     if (!comm.ok()) return comm_testing::ReportInChild(rank, comm.status());
+    // The test's own group: no rank exits (closing its connections) while another still reads the manager's last
+    // collective from it.
+    auto end = NewGlooCommunicator(gloo_testing::Loopback(rank, n, end_rendezvous, std::chrono::seconds(30)));
+    if (!end.ok()) return comm_testing::ReportInChild(rank, end.status());
     ManagerOptions o;
     o.node_id = job.node(rank, n);
     o.local_dir = job.base + "/node-" + o.node_id;
@@ -133,7 +138,10 @@ inline void RunJob(const Job& job, int n, const std::function<Status(CheckpointM
     job.configure(&o);
     auto m = CheckpointManager::Create(comm.value().get(), o);
     if (!m.ok()) return comm_testing::ReportInChild(rank, m.status());
-    return comm_testing::ReportInChild(rank, body(m.value().get(), rank));
+    const Status outcome = body(m.value().get(), rank);
+    m.value().reset();                                     // its background work is over
+    (void)end.value()->Barrier(std::chrono::seconds(30));  // fails at once where a rank died (a fault rule)
+    return comm_testing::ReportInChild(rank, outcome);
   });
   for (const auto& o : outcomes) {
     if (killed == -2) continue;  // any rank may die (a sweep)
@@ -143,6 +151,15 @@ inline void RunJob(const Job& job, int n, const std::function<Status(CheckpointM
       ASSERT_EQ(o.exit_code, 0) << comm_testing::Describe(outcomes);
     }
   }
+}
+
+// A manager of one process on node "a", its local tier in `base`/node-a, no replicas.
+inline ManagerOptions OneNode(const std::string& base) {
+  ManagerOptions o;
+  o.node_id = "a";
+  o.local_dir = base + "/node-a";
+  o.replicas = 0;
+  return o;
 }
 
 inline Status SaveSteps(CheckpointManager* m, int rank, int n, uint64_t first, uint64_t last) {

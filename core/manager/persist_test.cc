@@ -190,10 +190,7 @@ TEST_P(KillWhilePersisting, LeavesOnlyStepsThatLoadExactly) {
 INSTANTIATE_TEST_SUITE_P(Operations, KillWhilePersisting, ::testing::Range(1, 21));
 
 ManagerOptions OneProcess(const std::string& base) {
-  ManagerOptions o;
-  o.node_id = "a";
-  o.local_dir = base + "/node-a";
-  o.replicas = 0;
+  ManagerOptions o = OneNode(base);
   o.persistent_path = base + "/persistent";
   o.persist_every = 1;
   o.persist_incremental = true;
