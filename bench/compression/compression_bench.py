@@ -40,7 +40,7 @@ sys.path.insert(
     0, os.path.join(HERE, "..", "..", "python", "tests")
 )  # the tests' moto server and link proxy
 sys.path.insert(0, os.path.join(HERE, "..", "incremental"))
-from incremental_bench import evict
+from incremental_bench import evict, write_results
 
 MIB = 1 << 20
 HIDDEN, KV, MLP, VOCAB = 2048, 256, 5632, 32000
@@ -323,14 +323,7 @@ def main() -> int:
         line = (f"S3 (moto on loopback behind a 1 Gbit/s link), {s3['bytes'] / MIB:.0f} MiB of the weights: load raw "
                 f"{m['raw']:.2f} s, compressed {m['zstd']:.2f} s (**{m['raw'] / m['zstd']:.2f}x** faster).")  # fmt: skip
         lines += ["", line]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{datetime.date.today().isoformat()}-compression-vm")
-    with open(stem + ".md", "w") as f:
-        f.write(text)
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=1)
+    write_results(args.out, "compression-vm", "\n".join(lines) + "\n", result)
     return 0
 
 

@@ -46,6 +46,17 @@ def evict(*dirs: str) -> None:
                     os.close(fd)
 
 
+def write_results(out: str, name: str, text: str, result: dict) -> None:
+    """Prints `text` and writes it and `result` to <out>/<today>-<name>.md and .json (bench/results/)."""
+    print(text)
+    os.makedirs(out, exist_ok=True)
+    stem = os.path.join(out, f"{datetime.date.today().isoformat()}-{name}")
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    with open(stem + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def make_state(frozen_gib: float, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     n = int(frozen_gib * (1 << 30)) // 2
@@ -194,14 +205,7 @@ def main() -> int:
             f"({flat['bytes_from_bases'] / MIB:.0f} MiB from its bases)."
         ),
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{datetime.date.today().isoformat()}-incremental-vm")
-    with open(stem + ".md", "w") as f:
-        f.write(text)
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=1)
+    write_results(args.out, "incremental-vm", "\n".join(lines) + "\n", result)
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -40,7 +39,7 @@ sys.path.insert(
 sys.path.insert(0, os.path.join(HERE, "..", "incremental"))
 sys.path.insert(0, os.path.join(HERE, "..", "compression"))
 from compression_bench import weights
-from incremental_bench import assert_same, make_state, train_step
+from incremental_bench import assert_same, make_state, train_step, write_results
 
 MIB = 1 << 20
 MODES = {
@@ -154,16 +153,7 @@ def main() -> int:
                 f"**{r['seconds_per_step'] / raw['seconds_per_step']:.3f}** | {r['persisting_per_step']:.2f} s | "
                 f"**{r['persisting_per_step'] / raw['persisting_per_step']:.3f}** |"
             )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(
-        args.out, f"{datetime.date.today().isoformat()}-manager-persist-vm"
-    )
-    with open(stem + ".md", "w") as f:
-        f.write(text)
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=1)
+    write_results(args.out, "manager-persist-vm", "\n".join(lines) + "\n", result)
     return 0
 
 
